@@ -1,0 +1,156 @@
+"""Pieces shared by the methods that mix examples (CutMix, MixUp) and relabel targets.
+
+Private: the public forms are in :mod:`algorithms.functional` and the method classes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import abstractmethod
+from typing import Any
+
+import torch
+
+from .core.algorithm import Algorithm
+from .core.event import Event
+from .core.state import State
+
+__all__ = ["MixingAlgorithm", "check_alpha", "check_batch_sizes", "interpolate_targets",
+           "sample_beta", "sample_permutation", "to_distribution"]
+
+
+def check_alpha(alpha: float) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) \
+            or alpha < 0:
+        raise ValueError(f"alpha={alpha!r}: must be a finite number >= 0")
+    return float(alpha)
+
+
+def check_batch_sizes(input: torch.Tensor, target: torch.Tensor) -> None:
+    if input.ndim == 0 or target.ndim == 0 or input.shape[0] != target.shape[0]:
+        raise ValueError(f"input and target must have the same batch size: input shape "
+                         f"{tuple(input.shape)}, target shape {tuple(target.shape)}")
+
+
+def check_indices(indices: torch.Tensor, n: int) -> None:
+    if indices.shape != (n,) or indices.is_floating_point():
+        raise ValueError(f"indices must be an integer tensor of shape ({n},), got "
+                         f"{indices.dtype} of shape {tuple(indices.shape)}")
+
+
+def to_distribution(target: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """Class indices ``(N,)`` to one-hot rows, or probability rows ``(N, C)`` passed through."""
+    if target.is_floating_point():
+        if target.ndim != 2 or target.shape[1] != num_classes:
+            raise ValueError(f"target: probabilities must have shape (N, {num_classes}), got "
+                             f"{tuple(target.shape)}")
+        return target.to(dtype)
+    if target.ndim != 1:
+        raise ValueError(f"target: class indices must have shape (N,), got {tuple(target.shape)}")
+    check_class_range(target, num_classes)
+    return torch.nn.functional.one_hot(target.long(), num_classes).to(dtype)
+
+
+def check_class_range(target: torch.Tensor, num_classes: int) -> None:
+    """Class indices in ``[0, num_classes)``.
+
+    On the CPU the check costs nothing extra and raises ``ValueError``; on an accelerator it is
+    an asynchronous device assert, so the hot path never waits for the device.
+    """
+    in_range = (target >= 0) & (target < num_classes)
+    if target.device.type == "cpu":
+        if not bool(in_range.all()):
+            bad = target[~in_range].unique()[:5].tolist()
+            raise ValueError(f"target: class indices must be in [0, {num_classes}), found {bad}")
+    else:
+        torch._assert_async(in_range.all(), f"target: class indices must be in [0, {num_classes})")
+
+
+def target_dtype(input_dtype: torch.dtype) -> torch.dtype:
+    """Targets are at least float32, so mixed distributions still sum to 1 for half inputs."""
+    return torch.promote_types(input_dtype, torch.float32) if input_dtype.is_floating_point \
+        else torch.float32
+
+
+def interpolate_targets(target: torch.Tensor, target_perm: torch.Tensor, mixing: float,
+                        num_classes: int | None = None,
+                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``(1 - mixing) * dist(target) + mixing * dist(target_perm)``, rows summing to 1."""
+    if num_classes is None:
+        if not target.is_floating_point():
+            raise ValueError("num_classes is required when targets are class indices")
+        num_classes = target.shape[1]
+    a = to_distribution(target, num_classes, dtype)
+    b = to_distribution(target_perm, num_classes, dtype)
+    return a * (1.0 - mixing) + b * mixing
+
+
+def sample_beta(alpha: float, generator: torch.Generator | None = None) -> float:
+    """One draw of Beta(alpha, alpha), reproducible from a torch generator.
+
+    torch's Beta distribution takes no generator, so a seed drawn from ``generator`` drives the
+    standard library's Beta sampler (a host scalar: no device work, no sync).
+    """
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    return random.Random(seed).betavariate(alpha, alpha)
+
+
+def sample_permutation(n: int, device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
+    """A random permutation of ``range(n)`` on ``device``, drawn with a CPU generator."""
+    perm = torch.randperm(n, generator=generator)
+    return perm.to(device, non_blocking=True) if device.type != "cpu" else perm
+
+
+def randint(low: int, high: int, generator: torch.Generator | None) -> int:
+    """A host integer in ``[low, high)`` drawn from a torch generator."""
+    return int(torch.randint(low, high, (1,), generator=generator))
+
+
+class MixingAlgorithm(Algorithm):
+    """Mixes inputs after the data loader, then mixes targets or losses to match.
+
+    With ``interpolate_loss=False`` the target becomes the mixed class distribution before the
+    loss; with ``True`` the loss is recomputed as ``(1 - m) * loss(target) + m * loss(target_perm)``
+    where ``m`` is the weight of the mixed-in examples. Subclasses only sample and call their
+    functional form in :meth:`mix`.
+    """
+
+    def __init__(self, interpolate_loss: bool = False, input_key: int | str = 0,
+                 target_key: int | str = 1):
+        self.interpolate_loss = bool(interpolate_loss)
+        self.input_key = input_key
+        self.target_key = target_key
+        self._target: torch.Tensor | None = None
+        self._target_perm: torch.Tensor | None = None
+        self._weight_perm = 0.0
+
+    @abstractmethod
+    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
+            ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Return ``(mixed_input, target_perm, weight of the mixed-in examples)``."""
+
+    def match(self, event: Event, state: State) -> bool:
+        if event is Event.AFTER_DATALOADER:
+            return True
+        if event is Event.BEFORE_LOSS:
+            return not self.interpolate_loss
+        return event is Event.AFTER_LOSS and self.interpolate_loss
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        if event is Event.AFTER_DATALOADER:
+            input, target = state.batch_get_item(self.input_key), state.batch_get_item(self.target_key)
+            check_batch_sizes(input, target)
+            mixed, self._target_perm, self._weight_perm = self.mix(input, target, state)
+            self._target = target
+            state.batch_set_item(self.input_key, mixed)
+            return
+        num_classes = state.outputs.shape[1]
+        dtype = target_dtype(state.outputs.dtype)
+        if event is Event.BEFORE_LOSS:
+            state.batch_set_item(self.target_key, interpolate_targets(
+                self._target, self._target_perm, self._weight_perm, num_classes, dtype))
+        else:  # AFTER_LOSS, interpolate_loss=True
+            outputs = state.outputs.float()
+            state.loss = (state.loss_fn(outputs, self._target) * (1.0 - self._weight_perm)
+                          + state.loss_fn(outputs, self._target_perm) * self._weight_perm)

@@ -1,0 +1,99 @@
+"""Everything the training loop knows, shared with the algorithms."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .time import Duration, Timestamp, TimeUnit
+
+__all__ = ["State", "batch_get_item", "batch_set_item"]
+
+
+def batch_get_item(batch: Any, key: int | str) -> Any:
+    """``batch[key]`` for tuple, list and mapping batches."""
+    try:
+        return batch[key]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise KeyError(f"batch has no item {key!r} (batch type {type(batch).__name__})") from exc
+
+
+def batch_set_item(batch: Any, key: int | str, value: Any) -> Any:
+    """A batch equal to ``batch`` with ``batch[key] = value``; tuples are rebuilt, not mutated."""
+    if isinstance(batch, tuple):
+        items = list(batch)
+        items[key] = value
+        return type(batch)(*items) if hasattr(batch, "_fields") else tuple(items)
+    if isinstance(batch, (list, dict)):
+        batch = batch.copy()
+        batch[key] = value
+        return batch
+    if isinstance(batch, Mapping):
+        return {**batch, key: value}
+    raise TypeError(f"cannot set item {key!r} on a batch of type {type(batch).__name__}")
+
+
+@dataclass
+class State:
+    """Training state. Algorithms read and change it; the :class:`Trainer` owns it."""
+
+    model: torch.nn.Module
+    max_duration: Duration
+    optimizers: Sequence[torch.optim.Optimizer] = ()
+    schedulers: Sequence[Any] = ()
+    loss_fn: Callable[..., torch.Tensor] | None = None
+    precision: str = "fp32"
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    rank: int = 0
+    world_size: int = 1
+    seed: int | None = None
+    dataloader_len: int | None = None
+    timestamp: Timestamp = field(default_factory=Timestamp)
+    batch: Any = None
+    outputs: Any = None
+    loss: torch.Tensor | None = None
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        return self.optimizers[0] if self.optimizers else None
+
+    @property
+    def scheduler(self) -> Any:
+        return self.schedulers[0] if self.schedulers else None
+
+    def batch_get_item(self, key: int | str) -> Any:
+        return batch_get_item(self.batch, key)
+
+    def batch_set_item(self, key: int | str, value: Any) -> None:
+        self.batch = batch_set_item(self.batch, key, value)
+
+    def max_batches(self) -> int | None:
+        """The total number of batches the run will take, where it can be known."""
+        unit, value = self.max_duration.unit, int(self.max_duration.value)
+        if unit is TimeUnit.BATCH:
+            return value
+        if unit is TimeUnit.EPOCH and self.dataloader_len is not None:
+            return value * self.dataloader_len
+        return None
+
+    def progress(self) -> float:
+        """Fraction of ``max_duration`` done, in [0, 1]."""
+        unit, total = self.max_duration.unit, self.max_duration.value
+        if unit is TimeUnit.DURATION:
+            raise ValueError("max_duration cannot itself be a fraction of the run")
+        if total == 0:
+            return 1.0
+        if unit is TimeUnit.EPOCH and self.dataloader_len:
+            done = self.timestamp.epoch + self.timestamp.batch_in_epoch / self.dataloader_len
+            return min(done / total, 1.0)
+        return min(self.timestamp.get(unit) / total, 1.0)
+
+    def reached(self, duration: str | Duration) -> bool:
+        """Whether training has reached ``duration`` (e.g. ``"2ep"`` or ``"0.5dur"``)."""
+        duration = Duration.parse(duration)
+        if duration.unit is TimeUnit.DURATION:
+            return self.progress() >= duration.value
+        return self.timestamp.get(duration.unit) >= duration.value

@@ -1,0 +1,206 @@
+"""An event-driven training loop that the methods plug into.
+
+Example::
+
+    >>> import torch
+    >>> from algorithms import MixUp
+    >>> from algorithms.core import Trainer
+    >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 3))
+    >>> data = [(torch.randn(4, 3, 2, 2), torch.randint(0, 3, (4,))) for _ in range(2)]
+    >>> trainer = Trainer(model, data, max_duration="1ep", algorithms=[MixUp(alpha=0.2)], seed=0)
+    >>> trainer.fit()
+    >>> sorted(trainer.eval(data))
+    ['accuracy', 'loss']
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .algorithm import Algorithm
+from .engine import Engine
+from .event import Event
+from .precision import autocast, check_precision, grad_scaler, model_dtype
+from .state import State
+from .time import Duration, TimeUnit
+
+__all__ = ["Trainer"]
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Train ``model`` on ``(input, target)`` batches, running ``algorithms`` at each event.
+
+    Args:
+        model: the network; moved to ``device`` (and cast for ``fp16``/``bf16``).
+        train_dataloader: an iterable of ``(input, target)`` batches; re-iterated every epoch.
+        max_duration: how long to train: ``"2ep"``, ``"100ba"`` or ``"512sp"``.
+        optimizer: defaults to SGD (lr 0.01, momentum 0.9) over the model's parameters.
+        loss_fn: ``loss_fn(outputs, targets)``; the default cross-entropy takes class indices
+            or class probabilities, so mixed (soft) targets work unchanged.
+        algorithms: run in this order at every event where their ``match`` is true.
+        eval_dataloader: batches for :meth:`eval` when it is called without any.
+        precision: one of ``fp32``, ``fp16``, ``bf16``, ``amp_fp16``, ``amp_bf16``.
+        device: defaults to CUDA where available, else the CPU.
+        seed: seeds torch's global generator and the algorithms' generators.
+        schedulers: learning-rate schedulers, stepped after every optimizer step.
+        grad_clip_norm: clip the gradient norm to this value (after unscaling under AMP).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_dataloader: Iterable[Any],
+        max_duration: str | Duration,
+        optimizer: torch.optim.Optimizer | None = None,
+        loss_fn: Callable[..., torch.Tensor] = F.cross_entropy,
+        algorithms: Sequence[Algorithm] = (),
+        eval_dataloader: Iterable[Any] | None = None,
+        precision: str = "fp32",
+        device: str | torch.device | None = None,
+        seed: int | None = None,
+        schedulers: Sequence[Any] = (),
+        grad_clip_norm: float | None = None,
+        logger: Any = None,
+    ):
+        check_precision(precision)
+        duration = Duration.parse(max_duration)
+        if duration.unit is TimeUnit.DURATION:
+            raise ValueError(f"max_duration={max_duration!r}: give epochs, batches or samples, "
+                             "e.g. '2ep' or '100ba'")
+        if grad_clip_norm is not None and grad_clip_norm <= 0:
+            raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
+        if seed is not None:
+            torch.manual_seed(seed)
+        device = torch.device(device) if device is not None else (
+            torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+
+        model = model.to(device=device, dtype=model_dtype(precision))
+        if optimizer is None:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        try:
+            dataloader_len = len(train_dataloader)  # type: ignore[arg-type]
+        except TypeError:
+            dataloader_len = None
+
+        self.train_dataloader = train_dataloader
+        self.eval_dataloader = eval_dataloader
+        self.grad_clip_norm = grad_clip_norm
+        self.state = State(
+            model=model, max_duration=duration, optimizers=(optimizer,), schedulers=tuple(schedulers),
+            loss_fn=loss_fn, precision=precision, device=device, seed=seed,
+            dataloader_len=dataloader_len,
+        )
+        self.scaler = grad_scaler(precision, device)
+        self.engine = Engine(self.state, algorithms, logger)
+        self.engine.run_event(Event.INIT)
+
+    # -----------------------------------------------------------------------------------------
+
+    def _to_device(self, batch: Any) -> Any:
+        dtype = model_dtype(self.state.precision)
+
+        def move(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                x = x.to(self.state.device, non_blocking=True)
+                return x.to(dtype) if x.is_floating_point() and dtype != torch.float32 else x
+            if isinstance(x, (list, tuple)):
+                return type(x)(move(v) for v in x)
+            if isinstance(x, dict):
+                return {k: move(v) for k, v in x.items()}
+            return x
+
+        return move(batch)
+
+    def _done(self) -> bool:
+        return self.state.reached(self.state.max_duration)
+
+    def fit(self) -> None:
+        """Train until ``max_duration``."""
+        state, run = self.state, self.engine.run_event
+        model, optimizer = state.model, state.optimizer
+        run(Event.FIT_START)
+        while not self._done():
+            state.timestamp.batch_in_epoch = 0
+            run(Event.EPOCH_START)
+            model.train()
+            empty = True
+            for batch in self.train_dataloader:
+                empty = False
+                run(Event.BATCH_START)
+                state.batch = self._to_device(batch)
+                run(Event.AFTER_DATALOADER)
+                run(Event.BEFORE_FORWARD)
+                with autocast(state.precision, state.device):
+                    state.outputs = model(state.batch_get_item(0))
+                run(Event.AFTER_FORWARD)
+                run(Event.BEFORE_LOSS)
+                with autocast(state.precision, state.device):
+                    state.loss = state.loss_fn(state.outputs.float(), state.batch_get_item(1))
+                run(Event.AFTER_LOSS)
+                run(Event.BEFORE_BACKWARD)
+                self.scaler.scale(state.loss).backward()
+                run(Event.AFTER_BACKWARD)
+                if self.grad_clip_norm is not None:
+                    self.scaler.unscale_(optimizer)  # clip the true gradients, not scaled ones
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
+                run(Event.BEFORE_OPTIMIZER_STEP)
+                self.scaler.step(optimizer)
+                self.scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                for scheduler in state.schedulers:
+                    scheduler.step()
+                run(Event.AFTER_TRAIN_BATCH)
+                ts = state.timestamp
+                ts.batch += 1
+                ts.batch_in_epoch += 1
+                ts.sample += _batch_size(state.batch)
+                run(Event.BATCH_END)
+                if state.max_duration.unit is not TimeUnit.EPOCH and self._done():
+                    break
+            if empty:
+                raise ValueError("train_dataloader yielded no batches — check the data set")
+            if state.timestamp.batch_in_epoch == state.dataloader_len or state.dataloader_len is None:
+                state.timestamp.epoch += 1
+                run(Event.EPOCH_END)
+                log.info("epoch %d done (%d batches)", state.timestamp.epoch, state.timestamp.batch)
+        run(Event.FIT_END)
+
+    @torch.no_grad()
+    def eval(self, dataloader: Iterable[Any] | None = None) -> dict[str, float]:
+        """Accuracy (top-1) and mean loss over ``dataloader`` (default: ``eval_dataloader``)."""
+        dataloader = dataloader if dataloader is not None else self.eval_dataloader
+        if dataloader is None:
+            raise ValueError("eval() needs a dataloader: pass one or give the Trainer eval_dataloader")
+        state = self.state
+        self.engine.run_event(Event.EVAL_START)
+        state.model.eval()
+        # Accumulate on the device; one host transfer at the end, not one per batch.
+        correct = torch.zeros((), device=state.device, dtype=torch.float64)
+        loss_sum = torch.zeros((), device=state.device, dtype=torch.float64)
+        count = 0
+        for batch in dataloader:
+            inputs, targets = self._to_device(batch)[:2]
+            with autocast(state.precision, state.device):
+                outputs = state.model(inputs)
+            outputs = outputs.float()
+            labels = targets.argmax(dim=1) if targets.is_floating_point() else targets
+            n = labels.shape[0]
+            loss_sum += state.loss_fn(outputs, targets).double() * n
+            correct += (outputs.argmax(dim=1) == labels).sum()
+            count += n
+        self.engine.run_event(Event.EVAL_END)
+        if count == 0:
+            raise ValueError("the eval dataloader yielded no samples")
+        return {"accuracy": float(correct) / count, "loss": float(loss_sum) / count}
+
+
+def _batch_size(batch: Any) -> int:
+    first = batch[0] if isinstance(batch, (list, tuple)) else next(iter(batch.values()))
+    return int(first.shape[0])

@@ -1,0 +1,157 @@
+"""CutMix: paste a box from another example of the batch, and mix the labels by area.
+
+Yun et al., "CutMix: Regularization Strategy to Train Strong Classifiers with Localizable
+Features", ICCV 2019.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._mixing import (
+    MixingAlgorithm,
+    check_alpha,
+    check_batch_sizes,
+    check_indices,
+    randint,
+    sample_beta,
+    sample_permutation,
+)
+from ..core.state import State
+
+__all__ = ["CutMix", "cutmix_batch"]
+
+BBox = tuple[int, int, int, int]
+
+
+def cutmix_batch(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    length: float | None = None,
+    alpha: float = 1.0,
+    bbox: BBox | None = None,
+    indices: torch.Tensor | None = None,
+    uniform_sampling: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, float, BBox]:
+    """Replace one box of every image with the same box of another image of the batch.
+
+    ``mixed[i] = input[i]`` outside the box and ``input[indices[i]]`` inside it, where the box is
+    ``bbox = (x1, y1, x2, y2)`` with ``x`` indexing the height axis (``dim=-2``) and ``y`` the
+    width axis (``dim=-1``), end-exclusive, as in ``composer.functional.cutmix_batch``.
+
+    Args:
+        input: images ``(N, C, H, W)``; not modified.
+        target: class indices ``(N,)`` or probabilities ``(N, K)``; not modified.
+        length: side of the box as a fraction of the image's sides, in ``(0, 1]``. If ``None``,
+            the box area is ``1 - lambda`` with ``lambda ~ Beta(alpha, alpha)``.
+        alpha: Beta concentration, ``>= 0``; ``0`` cuts nothing.
+        bbox: a fixed box; overrides ``length`` and ``alpha``.
+        indices: which example each example takes its box from; default a random permutation.
+        uniform_sampling: sample the box centre so every pixel is equally likely to be cut
+            (the box may then be clipped by the border); otherwise the centre is uniform in the image.
+        generator: torch generator for every random draw.
+
+    Returns:
+        ``(mixed, target_perm, area, bbox)``: the mixed images (same dtype, device and memory
+        format), ``target[indices]``, the fraction of each image left unmixed (the weight of the
+        original target), and the box used.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import cutmix_batch
+        >>> x, y = torch.zeros(2, 1, 4, 4), torch.tensor([0, 1])
+        >>> x[1] = 1.0
+        >>> mixed, y_perm, area, bbox = cutmix_batch(x, y, bbox=(0, 0, 2, 2), indices=torch.tensor([1, 0]))
+        >>> area, y_perm.tolist(), mixed[0, 0, 0, 0].item()
+        (0.75, [1, 0], 1.0)
+    """
+    if input.ndim != 4:
+        raise ValueError(f"input: CutMix needs an image batch (N, C, H, W), got shape {tuple(input.shape)}")
+    check_batch_sizes(input, target)
+    check_alpha(alpha)
+    n, height, width = input.shape[0], input.shape[-2], input.shape[-1]
+    if indices is None:
+        indices = sample_permutation(n, input.device, generator)
+    else:
+        check_indices(indices, n)
+
+    if bbox is None:
+        if length is not None:
+            if not 0 < length <= 1:
+                raise ValueError(f"length={length!r}: must be in (0, 1]")
+            cut_area = length * length
+        elif alpha == 0:
+            cut_area = 0.0
+        else:
+            cut_area = 1.0 - sample_beta(alpha, generator)
+        bbox = _sample_bbox(height, width, cut_area, uniform_sampling, generator)
+    else:
+        bbox = tuple(int(v) for v in bbox)
+        x1, y1, x2, y2 = bbox
+        if not (0 <= x1 <= x2 <= height and 0 <= y1 <= y2 <= width):
+            raise ValueError(f"bbox={bbox}: need 0 <= x1 <= x2 <= {height} (height) and "
+                             f"0 <= y1 <= y2 <= {width} (width)")
+
+    x1, y1, x2, y2 = bbox
+    mixed = input.clone()
+    mixed[:, :, x1:x2, y1:y2] = input[indices, :, x1:x2, y1:y2]
+    # The label weight is the exact pixel fraction, not the sampled lambda (the box is clipped).
+    area = 1.0 - (x2 - x1) * (y2 - y1) / (height * width)
+    return mixed, target[indices], area, bbox
+
+
+def _sample_bbox(height: int, width: int, cut_area: float, uniform_sampling: bool,
+                 generator: torch.Generator | None) -> BBox:
+    ratio = math.sqrt(max(0.0, min(1.0, cut_area)))
+    cut_h, cut_w = int(height * ratio), int(width * ratio)
+    if uniform_sampling:
+        cx = randint(-(cut_h // 2), height + cut_h // 2, generator)
+        cy = randint(-(cut_w // 2), width + cut_w // 2, generator)
+    else:
+        cx, cy = randint(0, height, generator), randint(0, width, generator)
+    x1, x2 = max(cx - cut_h // 2, 0), min(cx + cut_h - cut_h // 2, height)
+    y1, y2 = max(cy - cut_w // 2, 0), min(cy + cut_w - cut_w // 2, width)
+    return x1, y1, max(x1, x2), max(y1, y2)
+
+
+class CutMix(MixingAlgorithm):
+    """CutMix as a training-loop algorithm.
+
+    After the data loader it mixes the image batch with :func:`cutmix_batch`; before the loss it
+    replaces the target with ``area * onehot(y) + (1 - area) * onehot(y[indices])`` (or, with
+    ``interpolate_loss=True``, mixes the two losses by the same weights).
+
+    Args:
+        alpha: Beta concentration for the kept area ``lambda ~ Beta(alpha, alpha)``; ``>= 0``.
+        interpolate_loss: mix the losses instead of the targets.
+        uniform_sampling: sample box centres so each pixel is cut with equal probability.
+        input_key: where the images are in the batch.
+        target_key: where the targets are in the batch.
+
+    Example::
+
+        >>> from algorithms import CutMix
+        >>> from algorithms.core import Trainer
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 10))
+        >>> batches = [(torch.randn(8, 3, 4, 4), torch.randint(0, 10, (8,)))]
+        >>> Trainer(model, batches, "1ep", algorithms=[CutMix(alpha=1.0)], seed=0).fit()
+    """
+
+    def __init__(self, alpha: float = 1.0, interpolate_loss: bool = False,
+                 uniform_sampling: bool = False, input_key: int | str = 0,
+                 target_key: int | str = 1):
+        super().__init__(interpolate_loss=interpolate_loss, input_key=input_key, target_key=target_key)
+        self.alpha = check_alpha(alpha)
+        self.uniform_sampling = bool(uniform_sampling)
+
+    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
+            ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        mixed, target_perm, area, _ = cutmix_batch(
+            input, target, alpha=self.alpha, uniform_sampling=self.uniform_sampling,
+            generator=self.generator(state))
+        return mixed, target_perm, 1.0 - area

@@ -1,0 +1,87 @@
+"""Label smoothing: train towards a mix of the one-hot label and the uniform distribution.
+
+Szegedy et al., "Rethinking the Inception Architecture for Computer Vision", CVPR 2016.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .._mixing import check_batch_sizes, target_dtype, to_distribution
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.state import State
+
+__all__ = ["LabelSmoothing", "smooth_labels"]
+
+
+def _check_smoothing(smoothing: float) -> float:
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) \
+            or not math.isfinite(smoothing) or not 0 <= smoothing <= 1:
+        raise ValueError(f"smoothing={smoothing!r}: must be in [0, 1]")
+    return float(smoothing)
+
+
+def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
+    """``(1 - smoothing) * onehot(target) + smoothing / K`` for ``K = logits.shape[1]`` classes.
+
+    Args:
+        logits: model outputs ``(N, K, ...)``; only their shape is used.
+        target: class indices ``(N,)`` or probabilities ``(N, K)``; not modified.
+        smoothing: weight of the uniform distribution, in ``[0, 1]``.
+
+    Returns:
+        Smoothed class probabilities ``(N, K)``, float32 (float64 for float64 logits).
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import smooth_labels
+        >>> smooth_labels(torch.zeros(1, 4), torch.tensor([2]), smoothing=0.5).tolist()
+        [[0.125, 0.125, 0.625, 0.125]]
+    """
+    smoothing = _check_smoothing(smoothing)
+    check_batch_sizes(logits, target)
+    num_classes = logits.shape[1]
+    dist = to_distribution(target, num_classes, target_dtype(logits.dtype))
+    return dist * (1.0 - smoothing) + smoothing / num_classes
+
+
+class LabelSmoothing(Algorithm):
+    """Label smoothing as a training-loop algorithm.
+
+    Before the loss it replaces the target with :func:`smooth_labels`; after the loss it puts
+    the original target back, so metrics see the true labels.
+
+    Args:
+        smoothing: weight of the uniform distribution, in ``[0, 1]``.
+        target_key: where the targets are in the batch.
+
+    Example::
+
+        >>> from algorithms import LabelSmoothing
+        >>> from algorithms.core import Trainer
+        >>> import torch
+        >>> batches = [(torch.randn(8, 5), torch.randint(0, 3, (8,)))]
+        >>> Trainer(torch.nn.Linear(5, 3), batches, "1ep", algorithms=[LabelSmoothing(0.1)]).fit()
+    """
+
+    def __init__(self, smoothing: float = 0.1, target_key: int | str = 1):
+        self.smoothing = _check_smoothing(smoothing)
+        self.target_key = target_key
+        self._original: torch.Tensor | None = None
+
+    def match(self, event: Event, state: State) -> bool:
+        return event in (Event.BEFORE_LOSS, Event.AFTER_LOSS)
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        if event is Event.BEFORE_LOSS:
+            self._original = state.batch_get_item(self.target_key)
+            state.batch_set_item(self.target_key,
+                                 smooth_labels(state.outputs, self._original, self.smoothing))
+        elif self._original is not None:
+            state.batch_set_item(self.target_key, self._original)
+            self._original = None

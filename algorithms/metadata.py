@@ -1,0 +1,335 @@
+"""Discover, load and validate method metadata: the one loader everything uses.
+
+``conf.py``, the table generators, the card tools, the pre-commit validator and the tests all
+read ``algorithms/<key>/metadata.json`` through this module, so the rules live in one place:
+the JSON Schema beside it (``metadata.schema.json``) plus the few cross-file rules a schema
+cannot state (the key equals the folder name, names are unique).
+
+This module imports neither torch nor the method code, so the pre-commit hook stays fast.
+
+Problems are collected, not raised one at a time: :class:`MetadataError` carries every
+:class:`Problem`, each rendered on one line as ``file:line: /json/pointer: message``.
+
+Example::
+
+    >>> from algorithms.metadata import load_all_metadata
+    >>> records = load_all_metadata()
+    >>> records["cutmix"].class_name
+    'CutMix'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import jsonschema
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+SCHEMA_PATH = PACKAGE_ROOT / "metadata.schema.json"
+
+__all__ = [
+    "PACKAGE_ROOT",
+    "SCHEMA_PATH",
+    "Hyperparameter",
+    "MetadataError",
+    "MethodRecord",
+    "Problem",
+    "discover_metadata_files",
+    "load_all_metadata",
+    "load_metadata",
+    "validate_files",
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one file."""
+
+    path: Path
+    pointer: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{_display_path(self.path)}:{self.line}" if self.line else _display_path(self.path)
+        return f"{where}: {self.pointer or '/'}: {self.message}"
+
+
+class MetadataError(ValueError):
+    """Every problem found in one or more metadata files, one per line."""
+
+    def __init__(self, problems: Iterable[Problem]):
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    suggested: Any
+    range: tuple[float | None, float | None] | None = None
+    choices: tuple[Any, ...] | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class MethodRecord:
+    """A validated ``metadata.json`` entry. ``key`` is the method's folder name."""
+
+    key: str
+    path: Path
+    name: str
+    kind: str
+    class_name: str | None
+    functional: str | None
+    tldr: str
+    attribution: str
+    link: str
+    domains: tuple[str, ...]
+    tags: tuple[str, ...]
+    summary: str
+    use: str
+    math_equivalent: bool
+    hyperparameters: Mapping[str, Hyperparameter]
+    plumbing: tuple[str, ...]
+    aka: tuple[str, ...] = ()
+    paper: Mapping[str, Any] | None = None
+    trainer_option: Mapping[str, Any] | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_best_practice(self) -> bool:
+        return self.kind == "best_practice"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for templates (Jinja, ``html_context``): the JSON entry plus ``key``."""
+        return {"key": self.key, **_thaw(self.raw)}
+
+
+def discover_metadata_files(root: Path | None = None) -> list[Path]:
+    """Every ``<root>/<folder>/metadata.json``, sorted by folder name."""
+    root = Path(root) if root is not None else PACKAGE_ROOT
+    return sorted(root.glob("*/metadata.json"), key=lambda p: p.parent.name)
+
+
+def load_metadata(path: Path) -> MethodRecord:
+    """Load and validate one file; raise :class:`MetadataError` listing every problem."""
+    record, problems = _check_file(Path(path))
+    if problems:
+        raise MetadataError(problems)
+    assert record is not None
+    return record
+
+
+def validate_files(paths: Iterable[Path]) -> tuple[dict[str, MethodRecord], list[Problem]]:
+    """Validate files without raising: the records that passed, and every problem found.
+
+    Cross-file rules (unique keys and unique display names) are checked over ``paths``.
+    """
+    records: dict[str, MethodRecord] = {}
+    problems: list[Problem] = []
+    names: dict[str, Path] = {}
+    for path in paths:
+        record, found = _check_file(Path(path))
+        problems.extend(found)
+        if record is None:
+            continue
+        if record.key in records:
+            problems.append(Problem(record.path, f"/{record.key}",
+                                    f"duplicate method key, also in {_display_path(records[record.key].path)}"
+                                    " — rename one folder"))
+            continue
+        folded = record.name.casefold()
+        if folded in names:
+            problems.append(Problem(record.path, f"/{record.key}/name",
+                                    f"duplicate method name {record.name!r}, also in "
+                                    f"{_display_path(names[folded])} — give each method its own name",
+                                    _locate(record.path, [record.key, "name"])))
+            continue
+        names[folded] = record.path
+        records[record.key] = record
+    return records, problems
+
+
+def load_all_metadata(root: Path | None = None) -> dict[str, MethodRecord]:
+    """All methods under ``root`` (default: the installed package), keyed and sorted by key.
+
+    Raises :class:`MetadataError` listing every problem in every file.
+    """
+    records, problems = validate_files(discover_metadata_files(root))
+    if problems:
+        raise MetadataError(problems)
+    return dict(sorted(records.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# internals
+
+
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _check_file(path: Path) -> tuple[MethodRecord | None, list[Problem]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return None, [Problem(path, "", f"cannot read file: {exc.strerror or exc} — check the path")]
+    except UnicodeDecodeError as exc:
+        return None, [Problem(path, "", f"not UTF-8 text ({exc.reason}) — save the file as UTF-8")]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, [Problem(path, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: "
+                                        f"{exc.msg} — fix the syntax", exc.lineno)]
+
+    problems = [
+        Problem(path, _pointer(err.absolute_path), _explain(err), _locate_text(text, list(err.absolute_path)))
+        for err in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    folder = path.parent.name
+    if isinstance(data, dict):
+        keys = [k for k in data if k != "$schema"]
+        if keys != [folder]:
+            found = ", ".join(repr(k) for k in keys) or "none"
+            problems.append(Problem(path, "", f"the file must hold exactly one method keyed by its folder "
+                                              f"name {folder!r}, found {found} — rename the key to {folder!r}",
+                                    _locate_text(text, keys[:1]) if keys else None))
+    if problems:
+        return None, problems
+    return _record(folder, path, data[folder]), []
+
+
+def _record(key: str, path: Path, entry: dict[str, Any]) -> MethodRecord:
+    hps = {
+        name: Hyperparameter(
+            suggested=_freeze(spec["suggested"]),
+            range=tuple(spec["range"]) if "range" in spec else None,
+            choices=tuple(_freeze(c) for c in spec["choices"]) if "choices" in spec else None,
+            note=spec.get("note"),
+        )
+        for name, spec in entry["hyperparameters"].items()
+    }
+    return MethodRecord(
+        key=key,
+        path=path,
+        name=entry["name"],
+        kind=entry["kind"],
+        class_name=entry["class_name"],
+        functional=entry["functional"],
+        tldr=entry["tldr"],
+        attribution=entry["attribution"],
+        link=entry["link"],
+        domains=tuple(entry["domains"]),
+        tags=tuple(entry["tags"]),
+        summary=entry["summary"],
+        use=entry["use"],
+        math_equivalent=entry["math_equivalent"],
+        hyperparameters=MappingProxyType(hps),
+        plumbing=tuple(entry["plumbing"]),
+        aka=tuple(entry.get("aka", ())),
+        paper=_freeze(entry["paper"]) if "paper" in entry else None,
+        trainer_option=_freeze(entry["trainer_option"]) if "trainer_option" in entry else None,
+        raw=_freeze(entry),
+    )
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def _pointer(parts: Iterable[Any]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _explain(err: jsonschema.ValidationError) -> str:
+    """A one-line message that says what is wrong and what to do."""
+    v, inst = err.validator, err.instance
+    if v == "required":
+        missing = re.search(r"'([^']+)' is a required property", err.message)
+        return f"missing required field {missing.group(1) if missing else err.message!r} — add it"
+    if v == "enum":
+        allowed = ", ".join(json.dumps(x) for x in err.validator_value)
+        return f"{json.dumps(inst)} is not allowed — use one of: {allowed}"
+    if v == "const":
+        return f"{json.dumps(inst)} must be {json.dumps(err.validator_value)}"
+    if v == "type":
+        want = err.validator_value
+        want = " or ".join(want) if isinstance(want, list) else want
+        return f"expected {want}, got {_json_type(inst)} {json.dumps(inst)[:60]} — change the value's type"
+    if v == "additionalProperties":
+        extra = re.findall(r"'([^']+)'", err.message)
+        if err.path == [] or len(err.absolute_path) == 0:
+            return (f"unexpected top-level key(s) {', '.join(extra)} — the file holds one method "
+                    "keyed by its folder name (lower case, digits, underscores)")
+        return f"unknown field(s) {', '.join(repr(e) for e in extra)} — remove or fix the spelling"
+    if v in ("minLength", "pattern") and isinstance(inst, str):
+        if v == "minLength" or err.validator_value == "\\S":
+            return "must not be empty — write the text"
+        return f"{inst!r} does not match the required pattern {err.validator_value!r}"
+    if v in ("minItems", "maxItems", "minProperties", "maxProperties", "uniqueItems"):
+        return f"{err.message} — fix the list"
+    if v == "not":
+        return "give either 'range' or 'choices', not both"
+    if v in ("minimum", "maximum"):
+        return f"{err.message} — use a value in range"
+    if v == "oneOf":
+        return f"{json.dumps(inst)[:60]} is neither null nor a Python identifier — fix the value"
+    return err.message
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean",
+            int: "integer", float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _locate(path: Path, parts: list[Any]) -> int | None:
+    try:
+        return _locate_text(path.read_text(encoding="utf-8"), parts)
+    except OSError:
+        return None
+
+
+def _locate_text(text: str, parts: list[Any]) -> int | None:
+    """Best-effort line of a JSON pointer: find each object key in turn after the last one.
+
+    Array indices are not resolved; the line of the enclosing key is close enough for a person.
+    """
+    pos, found = 0, False
+    for part in parts:
+        if isinstance(part, int):
+            continue
+        match = re.compile(r'"' + re.escape(str(part)) + r'"\s*:').search(text, pos)
+        if not match:
+            break
+        pos, found = match.end(), True
+    return text.count("\n", 0, pos) + 1 if found else None
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

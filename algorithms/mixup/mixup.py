@@ -1,0 +1,107 @@
+"""MixUp: train on convex combinations of pairs of examples and of their labels.
+
+Zhang et al., "mixup: Beyond Empirical Risk Minimization", ICLR 2018.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._mixing import (
+    MixingAlgorithm,
+    check_alpha,
+    check_batch_sizes,
+    check_indices,
+    sample_beta,
+    sample_permutation,
+)
+from ..core.state import State
+
+__all__ = ["MixUp", "mixup_batch"]
+
+
+def mixup_batch(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    mixing: float | None = None,
+    alpha: float = 0.2,
+    indices: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Mix every example with another one of the batch.
+
+    ``mixed = (1 - mixing) * input + mixing * input[indices]``, as in
+    ``composer.functional.mixup_batch``.
+
+    Args:
+        input: a batch ``(N, ...)`` of any shape; not modified.
+        target: class indices ``(N,)`` or probabilities ``(N, K)``; not modified.
+        mixing: weight of the mixed-in examples, in ``[0, 1]``. If ``None``, drawn as
+            ``min(z, 1 - z)`` with ``z ~ Beta(alpha, alpha)`` so the original example dominates.
+        alpha: Beta concentration, ``>= 0``; ``0`` mixes nothing.
+        indices: the partner of each example; default a random permutation.
+        generator: torch generator for every random draw.
+
+    Returns:
+        ``(mixed, target_perm, mixing)``: the mixed batch (same dtype, device and memory format),
+        ``target[indices]`` and the mixing weight used. The mixed target is
+        ``(1 - mixing) * onehot(target) + mixing * onehot(target_perm)``.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import mixup_batch
+        >>> x = torch.tensor([[0.0], [10.0]])
+        >>> mixed, y_perm, m = mixup_batch(x, torch.tensor([0, 1]), mixing=0.25, indices=torch.tensor([1, 0]))
+        >>> mixed.flatten().tolist(), y_perm.tolist(), m
+        ([2.5, 7.5], [1, 0], 0.25)
+    """
+    check_batch_sizes(input, target)
+    check_alpha(alpha)
+    n = input.shape[0]
+    if indices is None:
+        indices = sample_permutation(n, input.device, generator)
+    else:
+        check_indices(indices, n)
+    if mixing is None:
+        z = sample_beta(alpha, generator) if alpha > 0 else 0.0
+        mixing = min(z, 1.0 - z)
+    elif not 0 <= mixing <= 1:
+        raise ValueError(f"mixing={mixing!r}: must be in [0, 1]")
+    mixed = input * (1.0 - mixing) + input[indices] * mixing
+    return mixed, target[indices], float(mixing)
+
+
+class MixUp(MixingAlgorithm):
+    """MixUp as a training-loop algorithm.
+
+    After the data loader it mixes the batch with :func:`mixup_batch`; before the loss it
+    replaces the target with ``(1 - m) * onehot(y) + m * onehot(y[indices])`` (or, with
+    ``interpolate_loss=True``, mixes the two losses by the same weights).
+
+    Args:
+        alpha: Beta concentration of the mixing weight; ``>= 0``.
+        interpolate_loss: mix the losses instead of the targets.
+        input_key: where the inputs are in the batch.
+        target_key: where the targets are in the batch.
+
+    Example::
+
+        >>> from algorithms import MixUp
+        >>> from algorithms.core import Trainer
+        >>> import torch
+        >>> model = torch.nn.Linear(5, 3)
+        >>> batches = [(torch.randn(8, 5), torch.randint(0, 3, (8,)))]
+        >>> Trainer(model, batches, "1ep", algorithms=[MixUp(alpha=0.2)], seed=0).fit()
+    """
+
+    def __init__(self, alpha: float = 0.2, interpolate_loss: bool = False,
+                 input_key: int | str = 0, target_key: int | str = 1):
+        super().__init__(interpolate_loss=interpolate_loss, input_key=input_key, target_key=target_key)
+        self.alpha = check_alpha(alpha)
+
+    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
+            ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        mixed, target_perm, mixing = mixup_batch(input, target, alpha=self.alpha,
+                                                 generator=self.generator(state))
+        return mixed, target_perm, mixing

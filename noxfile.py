@@ -1,0 +1,38 @@
+"""Sessions: ``nox -s tests``, ``nox -s lint``.
+
+Virtual environments are reused between runs (a second ``nox -s tests`` starts in seconds).
+Torch is installed first, from ``$METHODS_TORCH_SPEC`` (default ``torch==2.13.0``, a CPU build),
+so that resolving the project never pulls a multi-gigabyte CUDA build onto a CPU machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["tests", "lint"]
+
+PYTHON = os.environ.get("METHODS_PYTHON") or None  # None: the interpreter running nox
+TORCH_SPEC = os.environ.get("METHODS_TORCH_SPEC", "torch==2.13.0")
+
+
+def install_project(session: nox.Session, *extras: str) -> None:
+    session.install(*TORCH_SPEC.split())
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (CUDA-marked tests skip without a GPU)."""
+    install_project(session, "dev")
+    session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """Ruff over the package, tools and tests."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".")
