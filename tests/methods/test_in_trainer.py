@@ -133,5 +133,5 @@ def test_seeded_runs_repeat():
     torch.manual_seed(0)
     b = Trainer(_model(), batches, "2ba", algorithms=[CutMix()], seed=5)
     b.fit()
-    for p, q in zip(a.state.model.parameters(, strict=True), b.state.model.parameters()):
+    for p, q in zip(a.state.model.parameters(), b.state.model.parameters(), strict=True):
         assert torch.equal(p, q)
