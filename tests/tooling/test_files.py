@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from algorithms.tooling.files import generator_cli, write_atomic, write_if_changed
+
+
+def test_write_atomic_refuses_to_overwrite_without_force(tmp_path: Path):
+    p = tmp_path / "a.txt"
+    write_atomic(p, "one")
+    with pytest.raises(FileExistsError, match="--force"):
+        write_atomic(p, "two")
+    assert p.read_text() == "one"
+    write_atomic(p, "two", force=True)
+    assert p.read_text() == "two"
+    assert os.listdir(tmp_path) == ["a.txt"]  # no temporary left behind
+
+
+def test_write_if_changed_keeps_mtime_when_equal(tmp_path: Path):
+    p = tmp_path / "a.txt"
+    assert write_if_changed(p, "x") is True
+    os.utime(p, (1, 1))
+    assert write_if_changed(p, "x") is False
+    assert p.stat().st_mtime == 1
+
+
+def test_generator_cli_check_names_stale_files_and_writes_nothing(tmp_path: Path, capsys):
+    good, stale, missing = tmp_path / "good.md", tmp_path / "stale.md", tmp_path / "missing.md"
+    good.write_text("g")
+    stale.write_text("old")
+    outputs = {good: "g", stale: "new", missing: "m"}
+    assert generator_cli(lambda: outputs, ["--check"], prog="gen.py") == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "stale.md: stale" in err[0] and "missing.md: stale" in err[1]
+    assert stale.read_text() == "old" and not missing.exists()
+    assert generator_cli(lambda: outputs, [], prog="gen.py") == 0
+    assert generator_cli(lambda: outputs, ["--check"], prog="gen.py") == 0
+    assert stale.read_text() == "new" and missing.read_text() == "m"
