@@ -33,10 +33,21 @@ import jsonschema
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 SCHEMA_PATH = PACKAGE_ROOT / "metadata.schema.json"
+DATASET_SCHEMA_PATH = PACKAGE_ROOT / "dataset.schema.json"
+MODEL_FAMILY_SCHEMA_PATH = PACKAGE_ROOT / "model_family.schema.json"
 
 __all__ = [
     "PACKAGE_ROOT",
     "SCHEMA_PATH",
+    "DATASET_SCHEMA_PATH",
+    "MODEL_FAMILY_SCHEMA_PATH",
+    "SUBJECT_KINDS",
+    "SubjectRecord",
+    "discover_dataset_files",
+    "discover_model_family_files",
+    "load_all_datasets",
+    "load_all_model_families",
+    "validate_subject_files",
     "Hyperparameter",
     "MetadataError",
     "MethodRecord",
@@ -166,6 +177,137 @@ def load_all_metadata(root: Path | None = None) -> dict[str, MethodRecord]:
     if problems:
         raise MetadataError(problems)
     return dict(sorted(records.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# dataset/task and model-family metadata: ``algorithms/data/<key>.metadata.json`` and
+# ``algorithms/models/<key>.metadata.json``, beside the code they describe. Same Problem
+# machinery, own schema; the key is the file name before ``.metadata.json``.
+
+SUBJECT_SUFFIX = ".metadata.json"
+# kind -> (folder under the package root, schema)
+SUBJECT_KINDS: Mapping[str, tuple[str, Path]] = MappingProxyType({
+    "dataset": ("data", DATASET_SCHEMA_PATH),
+    "model_family": ("models", MODEL_FAMILY_SCHEMA_PATH),
+})
+
+
+@dataclass(frozen=True)
+class SubjectRecord:
+    """A validated dataset/task or model-family entry. ``key`` is the file name's stem."""
+
+    key: str
+    path: Path
+    kind: str
+    name: str
+    tldr: str
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for templates: the JSON entry plus ``key``."""
+        return {"key": self.key, **_thaw(self.raw)}
+
+
+def _discover_subjects(kind: str, root: Path | None) -> list[Path]:
+    folder = (Path(root) if root is not None else PACKAGE_ROOT) / SUBJECT_KINDS[kind][0]
+    return sorted(folder.glob("*" + SUBJECT_SUFFIX))
+
+
+def discover_dataset_files(root: Path | None = None) -> list[Path]:
+    """Every ``<root>/data/<key>.metadata.json``, sorted."""
+    return _discover_subjects("dataset", root)
+
+
+def discover_model_family_files(root: Path | None = None) -> list[Path]:
+    """Every ``<root>/models/<key>.metadata.json``, sorted."""
+    return _discover_subjects("model_family", root)
+
+
+def validate_subject_files(paths: Iterable[Path], kind: str) -> tuple[dict[str, SubjectRecord], list[Problem]]:
+    """Validate dataset (``kind="dataset"``) or model-family files without raising."""
+    records: dict[str, SubjectRecord] = {}
+    problems: list[Problem] = []
+    names: dict[str, Path] = {}
+    for path in paths:
+        record, found = _check_subject_file(Path(path), kind)
+        problems.extend(found)
+        if record is None:
+            continue
+        folded = record.name.casefold()
+        if folded in names:
+            problems.append(Problem(record.path, f"/{record.key}/name",
+                                    f"duplicate name {record.name!r}, also in {_display_path(names[folded])}"
+                                    " — give each its own name", _locate(record.path, [record.key, "name"])))
+            continue
+        names[folded] = record.path
+        records[record.key] = record
+    return records, problems
+
+
+def _load_all_subjects(kind: str, root: Path | None) -> dict[str, SubjectRecord]:
+    records, problems = validate_subject_files(_discover_subjects(kind, root), kind)
+    if problems:
+        raise MetadataError(problems)
+    return dict(sorted(records.items()))
+
+
+def load_all_datasets(root: Path | None = None) -> dict[str, SubjectRecord]:
+    """All dataset/task records under ``root`` (default: the package), keyed and sorted by key."""
+    return _load_all_subjects("dataset", root)
+
+
+def load_all_model_families(root: Path | None = None) -> dict[str, SubjectRecord]:
+    """All model-family records under ``root`` (default: the package), keyed and sorted by key."""
+    return _load_all_subjects("model_family", root)
+
+
+def _check_subject_file(path: Path, kind: str) -> tuple[SubjectRecord | None, list[Problem]]:
+    if not path.name.endswith(SUBJECT_SUFFIX):
+        return None, [Problem(path, "", f"the file name must end in {SUBJECT_SUFFIX!r} — rename it")]
+    data, text, problems = _read_json(path)
+    if data is None:
+        return None, problems
+    problems = [
+        Problem(path, _pointer(err.absolute_path), _explain(err), _locate_text(text, list(err.absolute_path)))
+        for err in sorted(_validator_for(SUBJECT_KINDS[kind][1]).iter_errors(data),
+                          key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    key = path.name[: -len(SUBJECT_SUFFIX)]
+    if isinstance(data, dict):
+        keys = [k for k in data if k != "$schema"]
+        if keys != [key]:
+            found = ", ".join(repr(k) for k in keys) or "none"
+            problems.append(Problem(path, "", f"the file must hold exactly one entry keyed by its file name "
+                                              f"{key!r}, found {found} — rename the key to {key!r}",
+                                    _locate_text(text, keys[:1]) if keys else None))
+    if problems:
+        return None, problems
+    entry = data[key]
+    return SubjectRecord(key=key, path=path, kind=kind, name=entry["name"], tldr=entry["tldr"],
+                         raw=_freeze(entry)), []
+
+
+def _read_json(path: Path) -> tuple[Any, str, list[Problem]]:
+    """``(data, text, [])`` or ``(None, "", [the one problem])``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return None, "", [Problem(path, "", f"cannot read file: {exc.strerror or exc} — check the path")]
+    except UnicodeDecodeError as exc:
+        return None, "", [Problem(path, "", f"not UTF-8 text ({exc.reason}) — save the file as UTF-8")]
+    try:
+        return json.loads(text), text, []
+    except json.JSONDecodeError as exc:
+        return None, "", [Problem(path, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: "
+                                            f"{exc.msg} — fix the syntax", exc.lineno)]
+
+
+@cache
+def _validator_for(schema_path: Path) -> jsonschema.protocols.Validator:
+    schema = json.loads(schema_path.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 # ---------------------------------------------------------------------------------------------

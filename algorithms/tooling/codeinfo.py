@@ -1,0 +1,83 @@
+"""What the code says about a method: constructor parameters, defaults, docstring arguments.
+
+The card tools compare cards and metadata with this, so it is read from the code by ``inspect``
+rather than copied. Importing the method code imports torch; only these functions do that.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["REQUIRED", "Parameter", "docstring_args", "parameters", "resolve", "trainer_parameters"]
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()  # the default of a parameter that has none
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    default: Any  # REQUIRED when the parameter has no default
+    description: str | None
+
+
+def parameters(obj: Callable[..., Any]) -> dict[str, Parameter]:
+    """Named parameters of a function or of a class's constructor, with defaults and the
+    docstring's ``Args:`` descriptions (``self``, ``*args`` and ``**kwargs`` left out)."""
+    signature = inspect.signature(obj)
+    described = docstring_args(obj)
+    if inspect.isclass(obj):
+        described = {**docstring_args(obj.__init__), **described}
+    return {
+        name: Parameter(name, REQUIRED if p.default is inspect.Parameter.empty else p.default, described.get(name))
+        for name, p in signature.parameters.items()
+        if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) and name != "self"
+    }
+
+
+def docstring_args(obj: Any) -> dict[str, str]:
+    """The ``Args:`` section of a Google-style docstring: ``{name: one-line description}``."""
+    doc = inspect.getdoc(obj) or ""
+    lines = doc.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() in ("Args:", "Arguments:", "Parameters:"))
+    except StopIteration:
+        return {}
+    base = len(lines[start]) - len(lines[start].lstrip())
+    found: dict[str, str] = {}
+    current, found_indent = None, 0
+    for line in lines[start + 1:]:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent <= base:
+            break
+        match = re.match(r"^\s*\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$", line)
+        if match and (current is None or indent <= found_indent):
+            current, found_indent = match.group(1), indent
+            found[current] = match.group(2).strip()
+        elif current is not None:
+            found[current] = f"{found[current]} {line.strip()}".strip()
+    return found
+
+
+def resolve(dotted: str) -> Any:
+    """``"algorithms.CutMix"`` -> the object; raises ImportError or AttributeError."""
+    module_name, _, attr = dotted.rpartition(".")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def trainer_parameters() -> dict[str, Parameter]:
+    from algorithms.core import Trainer
+
+    return parameters(Trainer)

@@ -1,0 +1,11 @@
+"""Check every card against its template, the code and the metadata: python tools/check_cards.py."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from algorithms.tooling.commands import check_cards_main  # noqa: E402
+
+if __name__ == "__main__":
+    raise SystemExit(check_cards_main())
