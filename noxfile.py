@@ -1,4 +1,4 @@
-"""Sessions: ``nox -s tests``, ``nox -s lint``.
+"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s lint``.
 
 Virtual environments are reused between runs (a second ``nox -s tests`` starts in seconds).
 Torch is installed first, from ``$METHODS_TORCH_SPEC`` (default ``torch==2.13.0``, a CPU build),
@@ -8,6 +8,7 @@ so that resolving the project never pulls a multi-gigabyte CUDA build onto a CPU
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import nox
 
@@ -29,6 +30,15 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (CUDA-marked tests skip without a GPU)."""
     install_project(session, "dev")
     session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the Methods Library site into docs/build/html; any warning fails the build."""
+    install_project(session, "docs")
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs/source", "docs/build/html",
+                *session.posargs)
+    session.log(f"The site is at {Path('docs/build/html/index.html').resolve()}")
 
 
 @nox.session(python=PYTHON)

@@ -1,0 +1,29 @@
+"""Generate docs/source/tables/algorithms_table.md: one row per method, from its metadata.
+
+Runs at the start of every docs build (conf.py); by hand: python docs/source/tables/update_alg_tables.py [--check]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parents[2]) not in sys.path:  # run as a script from a checkout
+    sys.path.insert(0, str(HERE.parents[2]))
+
+from algorithms.tooling.docsgen import jinja_environment, load_methods, method_option  # noqa: E402
+from algorithms.tooling.files import generator_cli  # noqa: E402
+
+TEMPLATE = "algorithms_table.md.j2"
+
+
+def render(metadata_root: Path | None = None, source_dir: Path | None = None) -> dict[Path, str]:
+    source_dir = Path(source_dir) if source_dir is not None else HERE.parent
+    methods = [(record, method_option(record)) for record in load_methods(metadata_root)]
+    text = jinja_environment(HERE).get_template(TEMPLATE).render(methods=methods)
+    return {source_dir / "tables" / "algorithms_table.md": text}
+
+
+if __name__ == "__main__":
+    raise SystemExit(generator_cli(render, description=__doc__, prog="docs/source/tables/update_alg_tables.py"))
