@@ -37,6 +37,8 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "**/.*", "tables/*.j2"]
 templates_path: list[str] = []
+# Metadata text, option names (--check) and code-like prose must appear exactly as written.
+smartquotes = False
 
 # Every generator, by glob: a new tables/update_*.py is picked up without editing this file.
 methods_generators = [str(p) for p in sorted((DOCS_SOURCE / "tables").glob("update_*.py"))]

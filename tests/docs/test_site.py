@@ -1,0 +1,101 @@
+"""The built site: metadata text reaches the page as plain text, and nothing loads from another host."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from docs_support import HOSTILE, SYNTHETIC, sphinx_build, write_source_tree
+
+from algorithms.tooling.markup import md_url, one_line
+
+bs4 = pytest.importorskip("bs4", reason="BeautifulSoup comes with the [docs] extra (furo needs it)")
+
+LOADING_TAGS = {"script": "src", "link": "href", "img": "src", "iframe": "src", "source": "src",
+                "audio": "src", "video": "src", "embed": "src", "object": "data"}
+
+
+def soup(path: Path) -> bs4.BeautifulSoup:
+    return bs4.BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+
+
+@pytest.fixture(scope="module")
+def hostile_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from docs_support import write_metadata
+
+    root = tmp_path_factory.mktemp("hostile")
+    meta = write_metadata(root / "metadata", SYNTHETIC)
+    src = write_source_tree(root / "source", SYNTHETIC)
+    result = sphinx_build(src, root / "html", "-D", f"methods_metadata_root={meta}")
+    assert result.returncode == 0, f"docs build failed:\n{result.stderr[-6000:]}"
+    return root / "html"
+
+
+def test_table_shows_metadata_text_verbatim(hostile_site):
+    page = soup(hostile_site / "tables" / "algorithms_table.html")
+    rows = {tr.find("a")["href"]: tr.find_all("td") for tr in page.select("table tbody tr")}
+    assert set(rows) == {f"../method_cards/{key}.html" for key in SYNTHETIC}
+    for key, entry in SYNTHETIC.items():
+        name, _, attribution, tldr, *_ = rows[f"../method_cards/{key}.html"]
+        assert name.get_text() == one_line(entry["name"])
+        assert attribution.get_text() == one_line(entry["attribution"])
+        assert attribution.find("a")["href"] == md_url(entry["link"])
+        assert tldr.get_text() == one_line(entry["tldr"])
+        for cell in (name, attribution, tldr):  # text only: no element but the row's own link
+            assert {tag.name for tag in cell.find_all(True)} <= {"p", "a", "span"}
+            assert len(cell.find_all("a")) == (0 if cell is tldr else 1)
+
+
+def test_overview_shows_metadata_text_verbatim(hostile_site):
+    page = soup(hostile_site / "method_cards" / "methods_overview.html")
+    cards = page.select(".ml-overview-item")
+    assert len(cards) == len(SYNTHETIC)
+    texts = {card.select_one(".sd-card-title").get_text(strip=True): card.get_text(" ", strip=True) for card in cards}
+    hostile = texts[one_line(SYNTHETIC["hostile"]["name"])]
+    assert one_line(HOSTILE) in hostile
+
+
+def test_no_markup_from_metadata_anywhere(hostile_site):
+    for path in hostile_site.rglob("*.html"):
+        page = soup(path)
+        assert not [s for s in page.find_all("script") if not s.get("src") and "alert" in s.get_text()], path
+        assert not page.find_all(["b", "i"], string=re.compile(r"^(raw|rst|x|et al)$")), path
+        assert not page.find_all("img", src="x"), path
+        assert not page.select('a[href^="javascript:"]'), path
+
+
+def _external(ref: str) -> bool:
+    return bool(re.match(r"^([a-z][a-z0-9+.-]*:|//)", ref.strip(), flags=re.I)) and not ref.startswith("data:")
+
+
+def test_built_site_loads_nothing_from_other_hosts(real_site):
+    """Every script, style sheet, image and font the pages load is a file of the site itself."""
+    offenders = []
+    for path in real_site.rglob("*.html"):
+        for tag, attr in LOADING_TAGS.items():
+            for element in soup(path).find_all(tag):
+                ref = element.get(attr)
+                if ref and (tag != "link" or {"stylesheet", "preload", "icon"} & set(element.get("rel", []))):
+                    if _external(ref):
+                        offenders.append(f"{path.relative_to(real_site)}: <{tag} {attr}={ref}>")
+    for path in real_site.rglob("*.css"):
+        for ref in re.findall(r"url\(\s*['\"]?([^'\")]+)", path.read_text(encoding="utf-8", errors="replace")):
+            if _external(ref):
+                offenders.append(f"{path.relative_to(real_site)}: url({ref})")
+            elif not ref.startswith(("data:", "#")):
+                assert (path.parent / ref.split("?")[0].split("#")[0]).exists(), f"{path}: missing {ref}"
+    assert offenders == []
+
+
+def test_real_site_lists_every_method(real_site):
+    from algorithms.metadata import load_all_metadata
+
+    keys = set(load_all_metadata())
+    table = soup(real_site / "tables" / "algorithms_table.html")
+    assert {a["href"] for a in table.select("table tbody tr td:first-child a")} == {
+        f"../method_cards/{k}.html" for k in keys}
+    overview = soup(real_site / "method_cards" / "methods_overview.html")
+    assert {a["href"] for a in overview.select(".ml-overview-item a.sd-stretched-link")} == {f"{k}.html" for k in keys}
+    for key in keys:
+        assert (real_site / "method_cards" / f"{key}.html").exists()
