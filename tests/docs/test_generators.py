@@ -145,3 +145,14 @@ def test_md_code_and_md_url():
 
 def _html_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def test_conf_runs_every_generator_and_navigation_last():
+    """conf.py finds generators by glob; the navigation, which lists their pages, runs last."""
+    pytest.importorskip("sphinxcontrib.katex", reason="conf.py needs the [docs] extra")
+    spec = importlib.util.spec_from_file_location("docs_conf", TABLES.parent / "conf.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    names = [Path(p).name for p in conf.methods_generators]
+    assert sorted(names) == [p.name for p in GENERATORS]
+    assert names[-1] == "update_navigation.py"

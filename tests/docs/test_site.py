@@ -99,3 +99,23 @@ def test_real_site_lists_every_method(real_site):
     assert {a["href"] for a in overview.select(".ml-overview-item a.sd-stretched-link")} == {f"{k}.html" for k in keys}
     for key in keys:
         assert (real_site / "method_cards" / f"{key}.html").exists()
+
+
+def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
+    """Above the card limit a sidebar shows the section's non-card pages plus the current card only
+    (the whole list in every page made furo's build time grow with the square of the card count)."""
+    from docs_support import write_metadata
+
+    meta = write_metadata(tmp_path / "metadata", SYNTHETIC)
+    src = write_source_tree(tmp_path / "source", SYNTHETIC)
+    result = sphinx_build(src, tmp_path / "html", "-D", f"methods_metadata_root={meta}",
+                          "-D", "methods_nav_card_limit=2")
+    assert result.returncode == 0, result.stderr[-4000:]
+    for key in SYNTHETIC:
+        page = soup(tmp_path / "html" / "method_cards" / f"{key}.html")
+        links = [a["href"] for a in page.select(".sidebar-tree a")]
+        assert links == ["methods_overview.html", "../tables/algorithms_table.html", "#", "../writing_cards.html"]
+        assert page.select_one(".sidebar-tree li.current a").get_text() == f"Card {key}"
+    index = soup(tmp_path / "html" / "index.html")  # the index's own toctree still lists every card
+    assert {a["href"] for a in index.select("article .toctree-wrapper a")} >= {
+        f"method_cards/{key}.html" for key in SYNTHETIC}
