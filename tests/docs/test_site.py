@@ -119,3 +119,18 @@ def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
     index = soup(tmp_path / "html" / "index.html")  # the index's own toctree still lists every card
     assert {a["href"] for a in index.select("article .toctree-wrapper a")} >= {
         f"method_cards/{key}.html" for key in SYNTHETIC}
+
+
+def test_bad_metadata_fails_the_build_with_one_line_per_problem(tmp_path):
+    from docs_support import method_entry, write_metadata
+
+    broken = {**method_entry("Broken"), "domains": ["space"], "link": "http://insecure.invalid"}
+    meta = write_metadata(tmp_path / "metadata", {"broken": broken})
+    src = write_source_tree(tmp_path / "source", ["broken"])
+    result = sphinx_build(src, tmp_path / "html", "-D", f"methods_metadata_root={meta}")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "broken/metadata.json" in line]
+    assert len(errors) == 2
+    assert any("/broken/domains/0" in e for e in errors) and any("/broken/link" in e for e in errors)
+    assert not (src / "method_cards" / "methods_overview.md").exists()  # nothing generated from bad input

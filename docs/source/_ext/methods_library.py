@@ -2,7 +2,8 @@
 
 * ``builder-inited``: run every generator listed in ``methods_generators`` (conf.py finds them by
   glob) and write its outputs where the content changed, so the table, the overview and the
-  navigation are rebuilt by every build. Bad metadata stops the build with one line per problem.
+  navigation are rebuilt by every build. Bad metadata is reported as one error line per problem
+  (``-W`` then fails the build) and the generated pages are left as they were.
 * ``config-inited``: put the metadata (through ``algorithms.metadata`` only) into ``html_context``.
 * ``html-page-context``: a sidebar whose size does not grow with the number of cards.
   Furo renders the whole toctree into every page, so a site of N cards costs N^2 (measured in
@@ -25,7 +26,7 @@ from sphinx.config import Config
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
-from algorithms.metadata import load_all_metadata
+from algorithms.metadata import discover_metadata_files, validate_files
 from algorithms.tooling.files import write_if_changed
 
 logger = logging.getLogger(__name__)
@@ -50,25 +51,33 @@ def _load_generator(path: Path) -> Any:
 
 
 def run_generators(app: Sphinx) -> None:
+    # User mistakes are logged as errors, one line each (so -W fails the build), never raised:
+    # Sphinx answers any exception with a traceback and a plea to report a Sphinx bug.
+    if getattr(app, "_methods_metadata_problems", 0):
+        logger.error("methods_library: generated pages not updated — fix the metadata problems above")
+        return
     options = {"metadata_root": _metadata_root(app.config), "source_dir": Path(app.srcdir)}
     for path in map(Path, app.config.methods_generators):
         render = _load_generator(path).render
         accepted = inspect.signature(render).parameters
         try:
             outputs = render(**{k: v for k, v in options.items() if k in accepted})
-        except ValueError as exc:  # MetadataError included: one line per problem
-            raise ExtensionError(f"{path.name}:\n{exc}") from None
+        except ValueError as exc:  # bad input: one line per problem, and nothing written
+            for line in str(exc).splitlines():
+                logger.error("%s: %s", path.name, line)
+            continue
         for out, content in outputs.items():
             if write_if_changed(out, content):
                 logger.info("methods_library: wrote %s", out)
 
 
 def set_html_context(app: Sphinx, config: Config) -> None:
-    try:
-        records = load_all_metadata(_metadata_root(config))
-    except ValueError as exc:
-        raise ExtensionError(f"metadata:\n{exc}") from None
-    config.html_context = {**config.html_context, "methods": [r.as_dict() for r in records.values()]}
+    records, problems = validate_files(discover_metadata_files(_metadata_root(config)))
+    for problem in problems:
+        logger.error("%s", problem)
+    app._methods_metadata_problems = len(problems)
+    methods = [records[k].as_dict() for k in sorted(records)]
+    config.html_context = {**config.html_context, "methods": methods}
 
 
 # --- the bounded sidebar ---------------------------------------------------------------------
