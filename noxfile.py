@@ -1,4 +1,4 @@
-"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s lint``.
+"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``.
 
 Virtual environments are reused between runs (a second ``nox -s tests`` starts in seconds).
 Torch is installed first, from ``$METHODS_TORCH_SPEC`` (default ``torch==2.13.0``, a CPU build),
@@ -39,6 +39,15 @@ def docs(session: nox.Session) -> None:
     session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs/source", "docs/build/html",
                 *session.posargs)
     session.log(f"The site is at {Path('docs/build/html/index.html').resolve()}")
+
+
+@nox.session(python=PYTHON)
+def check(session: nox.Session) -> None:
+    """Drift checks: metadata schemas, metadata against the code, every card against both."""
+    install_project(session)
+    session.run("python", "tools/validate_metadata.py")
+    session.run("python", "tools/check_functional.py")
+    session.run("python", "tools/check_cards.py")
 
 
 @nox.session(python=PYTHON)

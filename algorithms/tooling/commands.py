@@ -26,7 +26,7 @@ def _report(problems: Sequence[Problem | str], ok: str) -> int:
     return 0
 
 
-def validate_metadata_main(argv: Sequence[str] | None = None) -> int:
+def validate_metadata_main(argv: Sequence[str] | None = None, *, package_root: Path | None = None) -> int:
     """``methods-validate-metadata [FILES]``: schema-validate metadata files; no torch."""
     from .checks import validate_metadata
 
@@ -35,11 +35,13 @@ def validate_metadata_main(argv: Sequence[str] | None = None) -> int:
         "against their JSON schemas (default: all of them). Imports neither torch nor the method code.")
     parser.add_argument("files", nargs="*", type=Path, help="metadata files (pre-commit passes the changed ones)")
     args = parser.parse_args(argv)
-    problems = validate_metadata(args.files or None)
+    problems = validate_metadata(args.files or None, package_root)
     return _report(problems, f"ok: {len(args.files) or 'all'} metadata file(s) valid")
 
 
-def check_functional_main(argv: Sequence[str] | None = None) -> int:
+def check_functional_main(argv: Sequence[str] | None = None, *, package_root: Path | None = None) -> int:
+    from algorithms.metadata import load_all_metadata
+
     from .checks import check_functional
 
     argparse.ArgumentParser(
@@ -47,26 +49,29 @@ def check_functional_main(argv: Sequence[str] | None = None) -> int:
         "by algorithms, every functional a function in algorithms.functional, and hyperparameters/plumbing "
         "match the constructor.").parse_args(argv)
     try:
-        problems = check_functional()
+        problems = check_functional(load_all_metadata(package_root))
     except MetadataError as exc:
         problems = list(exc.problems)
     return _report(problems, "ok: metadata matches the code")
 
 
-def check_cards_main(argv: Sequence[str] | None = None) -> int:
+def check_cards_main(argv: Sequence[str] | None = None, *, repo_root: Path | None = None,
+                     package_root: Path | None = None) -> int:
     from .checks import check_cards
 
     argparse.ArgumentParser(
         prog="check_cards", description="Check every card against its template, the code and the metadata: "
         "sections, the Suggested Hyperparameters table, and inline name=value.").parse_args(argv)
     try:
-        problems = check_cards()
+        problems = check_cards(repo_root, package_root)
     except MetadataError as exc:
         problems = list(exc.problems)
     return _report(problems, "ok: every card agrees with the code and metadata")
 
 
-def new_card_main(argv: Sequence[str] | None = None) -> int:
+def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None = None,
+                  package_root: Path | None = None) -> int:
+    """``new_card NAME [--kind K] [--force] [--dry-run]``; the roots stand in for the repository in tests."""
     from algorithms.tooling.files import write_atomic
 
     from .scaffold import KINDS, UnknownName, card_path, render_card
@@ -79,9 +84,9 @@ def new_card_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="overwrite an existing card")
     parser.add_argument("--dry-run", action="store_true", help="print the card instead of writing it")
     args = parser.parse_args(argv)
-    path = card_path(args.kind, args.name)
+    path = card_path(args.kind, args.name, repo_root)
     try:
-        content = render_card(args.kind, args.name)
+        content = render_card(args.kind, args.name, repo_root=repo_root, package_root=package_root)
     except (UnknownName, MetadataError) as exc:
         print(exc if isinstance(exc, MetadataError) else exc.args[0], file=sys.stderr)
         return 1

@@ -177,7 +177,20 @@ def render_card(kind: str, name: str, *, repo_root: Path | None = None, package_
         context = _method_context(record, repo_root)
     else:
         context = {"m": record.as_dict(), "example": _builder_example(kind, record.as_dict())}
+    # Optional fields render as absent, not as an error; StrictUndefined still catches typos.
+    for optional in _OPTIONAL[kind]:
+        context["m"].setdefault(optional, None)
+    for member in context["m"].get("members", ()):
+        member.setdefault("block", None)
+        member.setdefault("note", None)
     return template.render(**context)
+
+
+_OPTIONAL = {
+    "method": ("aka", "paper", "trainer_option"),
+    "dataset": ("aka", "paper"),
+    "model": ("aka", "paper", "implementation"),
+}
 
 
 def _method_context(record: Any, repo_root: Path) -> dict[str, Any]:
@@ -282,7 +295,10 @@ def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, A
 
 
 def _builder_example(kind: str, entry: dict[str, Any]) -> str:
-    """A How-to-Use example that calls the builder named in the metadata."""
+    """A How-to-Use example that calls the builder named in the metadata (arguments it requires
+    are left as TODO for the author)."""
+    from . import codeinfo
+
     if kind == "model":
         first = entry["members"][0]
         size = first["input_size"]
@@ -293,8 +309,10 @@ def _builder_example(kind: str, entry: dict[str, Any]) -> str:
             f"model = {first['builder']}()",
             f"logits = model(torch.rand(2, 3, {size}, {size}))",
         ])
-    return "\n".join([
-        f"from {entry['module']} import {entry['builder']}",
-        "",
-        f"data = {entry['builder']}()  # TODO: the arguments this data set needs",
-    ])
+    builder = codeinfo.resolve(f"{entry['module']}.{entry['builder']}")
+    required = [name for name, p in codeinfo.parameters(builder).items() if p.default is codeinfo.REQUIRED]
+    lines = [f"from {entry['module']} import {entry['builder']}", ""]
+    if required:
+        lines.append(f"# TODO: values for the required argument(s) {', '.join(required)}")
+    lines.append(f"data = {entry['builder']}({', '.join(f'{name}=...' for name in required)})")
+    return "\n".join(lines)
