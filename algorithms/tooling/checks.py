@@ -186,20 +186,29 @@ def template_sections(kind: str, repo_root: Path | None = None) -> list[cards.Se
 
 def check_cards(repo_root: Path | None = None, package_root: Path | None = None) -> list[Problem]:
     """Check every method, dataset and model-family card; a record without a card is a problem."""
-    from .codeinfo import parameters, resolve, trainer_parameters
+    from .codeinfo import CodeLookupError, lookup, parameters, trainer_parameters
     from .scaffold import card_path
 
     repo_root = Path(repo_root or REPO_ROOT)
     records = load_all_metadata(package_root)
     signatures: dict[str, dict[str, Any]] = {"Trainer": trainer_parameters()}
-    for record in records.values():
-        if record.class_name:
-            signatures[record.class_name] = parameters(resolve(f"algorithms.{record.class_name}"))
-        if record.functional:
-            signatures[record.functional] = parameters(resolve(f"algorithms.functional.{record.functional}"))
-
     problems: list[Problem] = []
+    unresolved = set()
     for record in records.values():
+        try:
+            if record.class_name:
+                signatures[record.class_name] = parameters(
+                    lookup(f"algorithms.{record.class_name}", record.path, record.key, "class_name"))
+            if record.functional:
+                signatures[record.functional] = parameters(
+                    lookup(f"algorithms.functional.{record.functional}", record.path, record.key, "functional"))
+        except CodeLookupError as exc:
+            problems.append(exc.problem)
+            unresolved.add(record.key)
+
+    for record in records.values():
+        if record.key in unresolved:
+            continue
         path = card_path("method", record.key, repo_root)
         if not path.exists():
             problems.append(_missing_card(path, record.key, "", record.path))

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REQUIRED", "Parameter", "docstring_args", "parameters", "resolve", "trainer_parameters"]
+__all__ = ["REQUIRED", "CodeLookupError", "Parameter", "docstring_args", "lookup", "parameters", "resolve",
+           "trainer_parameters"]
 
 
 class _Required:
@@ -75,6 +76,27 @@ def resolve(dotted: str) -> Any:
     """``"algorithms.CutMix"`` -> the object; raises ImportError or AttributeError."""
     module_name, _, attr = dotted.rpartition(".")
     return getattr(importlib.import_module(module_name), attr)
+
+
+class CodeLookupError(LookupError):
+    """Metadata names code that cannot be imported; ``problem`` is the one-line report."""
+
+    def __init__(self, problem: Any):
+        self.problem = problem
+        super().__init__(str(problem))
+
+
+def lookup(dotted: str, path: Any, key: str, field: str) -> Any:
+    """:func:`resolve` for a name taken from metadata ``path`` at ``/key/field``; a failure
+    raises :class:`CodeLookupError` naming the file, the field and what to do."""
+    from algorithms.metadata import Problem, _locate
+
+    try:
+        return resolve(dotted)
+    except (ImportError, AttributeError) as exc:
+        raise CodeLookupError(Problem(path, f"/{key}/{field}", f"{dotted} cannot be imported ({exc}) — fix the "
+                                      "name; python tools/check_functional.py checks them all",
+                                      _locate(path, [key, field]))) from None
 
 
 def trainer_parameters() -> dict[str, Parameter]:

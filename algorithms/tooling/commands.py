@@ -74,6 +74,7 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
     """``new_card NAME [--kind K] [--force] [--dry-run]``; the roots stand in for the repository in tests."""
     from algorithms.tooling.files import write_atomic
 
+    from .codeinfo import CodeLookupError
     from .scaffold import KINDS, UnknownName, card_path, render_card
 
     parser = argparse.ArgumentParser(
@@ -87,8 +88,8 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
     path = card_path(args.kind, args.name, repo_root)
     try:
         content = render_card(args.kind, args.name, repo_root=repo_root, package_root=package_root)
-    except (UnknownName, MetadataError) as exc:
-        print(exc if isinstance(exc, MetadataError) else exc.args[0], file=sys.stderr)
+    except (UnknownName, MetadataError, CodeLookupError) as exc:
+        print(exc.args[0] if isinstance(exc, UnknownName) else exc, file=sys.stderr)
         return 1
     if args.dry_run:
         sys.stdout.write(content)

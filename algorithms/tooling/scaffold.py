@@ -176,7 +176,7 @@ def render_card(kind: str, name: str, *, repo_root: Path | None = None, package_
     if kind == "method":
         context = _method_context(record, repo_root)
     else:
-        context = {"m": record.as_dict(), "example": _builder_example(kind, record.as_dict())}
+        context = {"m": record.as_dict(), "example": _builder_example(kind, record.as_dict(), record.path)}
     # Optional fields render as absent, not as an error; StrictUndefined still catches typos.
     for optional in _OPTIONAL[kind]:
         context["m"].setdefault(optional, None)
@@ -213,7 +213,7 @@ def _method_context(record: Any, repo_root: Path) -> dict[str, Any]:
         context["trainer_example"] = _trainer_example(record, None, {})
         return context
 
-    cls = codeinfo.resolve(f"algorithms.{record.class_name}")
+    cls = codeinfo.lookup(f"algorithms.{record.class_name}", record.path, record.key, "class_name")
     params = codeinfo.parameters(cls)
     suggested: dict[str, Any] = {}
     for name, param in params.items():
@@ -232,7 +232,8 @@ def _method_context(record: Any, repo_root: Path) -> dict[str, Any]:
             range=range_literal(spec),
             description=description or "—",
         ))
-    functional = codeinfo.resolve(f"algorithms.functional.{record.functional}")
+    functional = codeinfo.lookup(f"algorithms.functional.{record.functional}", record.path, record.key,
+                                 "functional")
     context["functional_example"] = _functional_example(record, codeinfo.parameters(functional), suggested)
     context["trainer_example"] = _trainer_example(record, record.class_name, suggested)
     return context
@@ -294,7 +295,7 @@ def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, A
     return "\n".join(lines)
 
 
-def _builder_example(kind: str, entry: dict[str, Any]) -> str:
+def _builder_example(kind: str, entry: dict[str, Any], path: Path) -> str:
     """A How-to-Use example that calls the builder named in the metadata (arguments it requires
     are left as TODO for the author)."""
     from . import codeinfo
@@ -309,7 +310,7 @@ def _builder_example(kind: str, entry: dict[str, Any]) -> str:
             f"model = {first['builder']}()",
             f"logits = model(torch.rand(2, 3, {size}, {size}))",
         ])
-    builder = codeinfo.resolve(f"{entry['module']}.{entry['builder']}")
+    builder = codeinfo.lookup(f"{entry['module']}.{entry['builder']}", path, entry["key"], "builder")
     required = [name for name, p in codeinfo.parameters(builder).items() if p.default is codeinfo.REQUIRED]
     lines = [f"from {entry['module']} import {entry['builder']}", ""]
     if required:
