@@ -23,6 +23,16 @@ import torch
 import torch.nn.functional as F
 
 from .algorithm import Algorithm
+from .distributed import (
+    all_reduce_sum,
+    check_parallel,
+    deepspeed_initialize,
+    init_distributed,
+    is_distributed,
+    local_device,
+    rank_and_world_size,
+    wrap_model,
+)
 from .engine import Engine
 from .event import Event
 from .precision import autocast, check_precision, grad_scaler, model_dtype
@@ -41,13 +51,23 @@ class Trainer:
         model: the network; moved to ``device`` (and cast for ``fp16``/``bf16``).
         train_dataloader: an iterable of ``(input, target)`` batches; re-iterated every epoch.
         max_duration: how long to train: ``"2ep"``, ``"100ba"`` or ``"512sp"``.
-        optimizer: defaults to SGD (lr 0.01, momentum 0.9) over the model's parameters.
+        optimizer: an optimizer, or a function ``params -> optimizer`` that the Trainer calls
+            after wrapping the model (required for ``fsdp``, whose sharded parameters exist only
+            then); defaults to SGD (lr 0.01, momentum 0.9) over the model's parameters.
         loss_fn: ``loss_fn(outputs, targets)``; the default cross-entropy takes class indices
             or class probabilities, so mixed (soft) targets work unchanged.
         algorithms: run in this order at every event where their ``match`` is true.
         eval_dataloader: batches for :meth:`eval` when it is called without any.
         precision: one of ``fp32``, ``fp16``, ``bf16``, ``amp_fp16``, ``amp_bf16``.
-        device: defaults to CUDA where available, else the CPU.
+        device: defaults to CUDA where available (this process's own GPU under ``torchrun``),
+            else the CPU.
+        parallel: one of ``single``, ``dp``, ``ddp``, ``fsdp``, ``deepspeed`` (see
+            :mod:`algorithms.core.distributed`). The distributed modes join the ``torchrun``
+            process group; algorithms see this process's ``state.rank`` and ``state.world_size``
+            from ``Event.INIT`` on, and INIT runs before the model is wrapped, so a method that
+            changes the model changes what gets wrapped. The data loader's batches are per
+            process (use a ``DistributedSampler``; its epoch is set every epoch).
+        zero_stage: the DeepSpeed ZeRO stage (1 or 2) for ``parallel="deepspeed"``.
         seed: seeds torch's global generator and the algorithms' generators.
         schedulers: learning-rate schedulers, stepped after every optimizer step.
         grad_clip_norm: clip the gradient norm to this value (after unscaling under AMP).
@@ -68,8 +88,17 @@ class Trainer:
         schedulers: Sequence[Any] = (),
         grad_clip_norm: float | None = None,
         logger: Any = None,
+        parallel: str = "single",
+        zero_stage: int = 2,
     ):
         check_precision(precision)
+        check_parallel(parallel)
+        if zero_stage not in (1, 2):
+            raise ValueError(f"zero_stage={zero_stage!r}: DeepSpeed ZeRO stage 1 or 2 is supported")
+        if parallel == "fsdp" and isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError("parallel='fsdp' shards the parameters when it wraps the model: pass "
+                             "optimizer as a function of the parameters, e.g. "
+                             "lambda params: torch.optim.SGD(params, lr=0.1)")
         duration = Duration.parse(max_duration)
         if duration.unit is TimeUnit.DURATION:
             raise ValueError(f"max_duration={max_duration!r}: give epochs, batches or samples, "
@@ -78,12 +107,12 @@ class Trainer:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
         if seed is not None:
             torch.manual_seed(seed)
-        device = torch.device(device) if device is not None else (
-            torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+        device = torch.device(device) if device is not None else local_device()
+        if is_distributed(parallel):
+            init_distributed(device)
+        rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
 
         model = model.to(device=device, dtype=model_dtype(precision))
-        if optimizer is None:
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         try:
             dataloader_len = len(train_dataloader)  # type: ignore[arg-type]
         except TypeError:
@@ -92,14 +121,37 @@ class Trainer:
         self.train_dataloader = train_dataloader
         self.eval_dataloader = eval_dataloader
         self.grad_clip_norm = grad_clip_norm
+        self.parallel = parallel
+        given = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
         self.state = State(
-            model=model, max_duration=duration, optimizers=(optimizer,), schedulers=tuple(schedulers),
-            loss_fn=loss_fn, precision=precision, device=device, seed=seed,
-            dataloader_len=dataloader_len,
+            model=model, max_duration=duration, optimizers=(given,) if given else (),
+            schedulers=tuple(schedulers), loss_fn=loss_fn, precision=precision, device=device,
+            rank=rank, world_size=world_size, seed=seed, dataloader_len=dataloader_len,
         )
-        self.scaler = grad_scaler(precision, device)
+        # DeepSpeed scales the loss itself (its fp16 mode); everywhere else amp_fp16 needs ours.
+        self.scaler = grad_scaler(precision if parallel != "deepspeed" else "fp32", device)
         self.engine = Engine(self.state, algorithms, logger)
         self.engine.run_event(Event.INIT)
+        self._deepspeed = None
+        self._wrap(optimizer, precision, zero_stage)
+
+    def _wrap(self, optimizer: Any, precision: str, zero_stage: int) -> None:
+        """Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer."""
+        state = self.state
+        if self.parallel != "deepspeed":
+            state.model = wrap_model(state.model, self.parallel, state.device)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            factory = optimizer or (lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9))
+            optimizer = factory(state.model.parameters())
+            state.optimizers = (optimizer,)
+        if self.parallel == "deepspeed":
+            if precision == "amp_fp16":
+                raise ValueError("parallel='deepspeed' scales fp16 losses itself: use precision='fp16' "
+                                 "(DeepSpeed's fp16 mode) or 'amp_bf16'")
+            batch_size = getattr(self.train_dataloader, "batch_size", None)
+            self._deepspeed = deepspeed_initialize(state.model, optimizer, precision, zero_stage,
+                                                   batch_size, self.grad_clip_norm)
+            state.model = self._deepspeed.module
 
     # -----------------------------------------------------------------------------------------
 
@@ -128,6 +180,9 @@ class Trainer:
         run(Event.FIT_START)
         while not self._done():
             state.timestamp.batch_in_epoch = 0
+            sampler = getattr(self.train_dataloader, "sampler", None)
+            if hasattr(sampler, "set_epoch"):  # a DistributedSampler reshuffles per epoch
+                sampler.set_epoch(state.timestamp.epoch)
             run(Event.EPOCH_START)
             model.train()
             empty = True
@@ -138,22 +193,28 @@ class Trainer:
                 run(Event.AFTER_DATALOADER)
                 run(Event.BEFORE_FORWARD)
                 with autocast(state.precision, state.device):
-                    state.outputs = model(state.batch_get_item(0))
+                    state.outputs = (self._deepspeed or model)(state.batch_get_item(0))
                 run(Event.AFTER_FORWARD)
                 run(Event.BEFORE_LOSS)
                 with autocast(state.precision, state.device):
                     state.loss = state.loss_fn(state.outputs.float(), state.batch_get_item(1))
                 run(Event.AFTER_LOSS)
                 run(Event.BEFORE_BACKWARD)
-                self.scaler.scale(state.loss).backward()
+                if self._deepspeed is not None:
+                    self._deepspeed.backward(state.loss)
+                else:
+                    self.scaler.scale(state.loss).backward()
                 run(Event.AFTER_BACKWARD)
-                if self.grad_clip_norm is not None:
+                if self.grad_clip_norm is not None and self._deepspeed is None:
                     self.scaler.unscale_(optimizer)  # clip the true gradients, not scaled ones
                     torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
                 run(Event.BEFORE_OPTIMIZER_STEP)
-                self.scaler.step(optimizer)
-                self.scaler.update()
-                optimizer.zero_grad(set_to_none=True)
+                if self._deepspeed is not None:
+                    self._deepspeed.step()  # steps, clips (its config) and zeroes the gradients
+                else:
+                    self.scaler.step(optimizer)
+                    self.scaler.update()
+                    optimizer.zero_grad(set_to_none=True)
                 for scheduler in state.schedulers:
                     scheduler.step()
                 run(Event.AFTER_TRAIN_BATCH)
@@ -174,7 +235,11 @@ class Trainer:
 
     @torch.no_grad()
     def eval(self, dataloader: Iterable[Any] | None = None) -> dict[str, float]:
-        """Accuracy (top-1) and mean loss over ``dataloader`` (default: ``eval_dataloader``)."""
+        """Accuracy (top-1) and mean loss over ``dataloader`` (default: ``eval_dataloader``).
+
+        In a distributed run each process evaluates the batches its loader yields and the sums
+        are all-reduced, so with a ``DistributedSampler`` every rank returns the global figures.
+        """
         dataloader = dataloader if dataloader is not None else self.eval_dataloader
         if dataloader is None:
             raise ValueError("eval() needs a dataloader: pass one or give the Trainer eval_dataloader")
@@ -196,6 +261,9 @@ class Trainer:
             correct += (outputs.argmax(dim=1) == labels).sum()
             count += n
         self.engine.run_event(Event.EVAL_END)
+        totals = torch.stack([correct, loss_sum, torch.tensor(float(count), dtype=torch.float64,
+                                                               device=state.device)])
+        correct, loss_sum, count = all_reduce_sum(totals).tolist()
         if count == 0:
             raise ValueError("the eval dataloader yielded no samples")
         return {"accuracy": float(correct) / count, "loss": float(loss_sum) / count}

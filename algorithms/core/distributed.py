@@ -1,0 +1,139 @@
+"""Parallel modes of the Trainer: one process, DataParallel, DDP, FSDP and DeepSpeed ZeRO.
+
+=============  ==========================================================================
+``single``     one process, one device
+``dp``         ``torch.nn.DataParallel``: one process splits each batch over the visible
+               GPUs (on the CPU it runs the module once; kept because users ask about it)
+``ddp``        ``DistributedDataParallel``: one process per device, gradients all-reduced
+``fsdp``       ``fully_shard`` (FSDP2) on every Conv2d and Linear layer and on the model:
+               parameters, gradients and optimizer state sharded over the processes
+``deepspeed``  DeepSpeed ZeRO stage 1 or 2 (the optional ``deepspeed`` extra)
+=============  ==========================================================================
+
+The distributed modes expect to be launched by ``torchrun`` (``python -m
+torch.distributed.run``), which sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous
+address; the process group uses NCCL on GPUs and gloo on the CPU. In every distributed mode the
+batch size a data loader yields is per process, so the global batch is ``world_size`` times it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "DISTRIBUTED",
+    "PARALLELS",
+    "check_parallel",
+    "deepspeed_unavailable_reason",
+    "init_distributed",
+    "is_distributed",
+    "local_device",
+    "rank_and_world_size",
+    "all_reduce_sum",
+    "deepspeed_initialize",
+    "wrap_model",
+]
+
+PARALLELS = ("single", "dp", "ddp", "fsdp", "deepspeed")
+DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
+
+
+def check_parallel(parallel: str) -> str:
+    if parallel not in PARALLELS:
+        raise ValueError(f"parallel={parallel!r} is not supported — use one of {', '.join(PARALLELS)}")
+    return parallel
+
+
+def is_distributed(parallel: str) -> bool:
+    return check_parallel(parallel) in DISTRIBUTED
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """This process's rank and the world size: from the process group, else from torchrun's
+    environment variables, else ``(0, 1)``."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def init_distributed(device: torch.device) -> None:
+    """Join the process group torchrun describes, unless this process already has."""
+    if dist.is_initialized():
+        return
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise RuntimeError(
+            "a distributed parallel mode needs the torchrun environment (RANK, WORLD_SIZE, "
+            "MASTER_ADDR): launch with `python -m torch.distributed.run --nproc_per_node N ...`")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+
+
+def local_device() -> torch.device:
+    """The device this process should use: its own GPU under torchrun, else the CPU."""
+    if torch.cuda.is_available():
+        index = int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def deepspeed_unavailable_reason() -> str | None:
+    """Why DeepSpeed cannot run here, or None when it can be tried."""
+    if importlib.util.find_spec("deepspeed") is None:
+        return "deepspeed is not installed (it is the optional extra: pip install 'methods-library[deepspeed]')"
+    return None
+
+
+def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device) -> torch.nn.Module:
+    """``model`` wrapped for ``parallel`` (DeepSpeed wraps in :func:`deepspeed_initialize`)."""
+    check_parallel(parallel)
+    if parallel == "dp":
+        return torch.nn.DataParallel(model)
+    if parallel == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    if parallel == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        # Shard layer by layer so only one layer's full parameters exist at a time; the root
+        # call shards whatever is left (batch-norm parameters, biases of other modules).
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+                fully_shard(module)
+        fully_shard(model)
+        return model
+    return model
+
+
+def deepspeed_initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, precision: str,
+                         zero_stage: int, batch_size: int | None, grad_clip_norm: float | None) -> Any:
+    """A DeepSpeed engine with ZeRO ``zero_stage`` over ``model`` and ``optimizer``."""
+    reason = deepspeed_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
+    import deepspeed
+
+    config: dict[str, Any] = {
+        "zero_optimization": {"stage": zero_stage},
+        "train_micro_batch_size_per_gpu": batch_size or 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": grad_clip_norm or 0.0,
+        # The Trainer's precision already cast the model (fp16/bf16) or runs autocast (amp);
+        # DeepSpeed's own fp16 mode would add its loss scaler on top of the model cast.
+        "fp16": {"enabled": precision == "fp16"},
+        "bf16": {"enabled": precision == "bf16"},
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    return engine
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum ``tensor`` over the processes in place (a no-op outside a process group)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor

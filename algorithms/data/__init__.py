@@ -1,0 +1,13 @@
+"""Data sets for the training comparisons: ``from algorithms.data import get_dataset``.
+
+=============  ==========================================================================
+``cifar10``    CIFAR-10 from a local directory in the standard Python (pickle) format
+``digits``     scikit-learn's bundled 8x8 handwritten digits, upsampled to 32x32 RGB:
+               real data that needs no download, so accuracies are real offline
+``synthetic``  random images and labels, for speed and memory only (no accuracy)
+=============  ==========================================================================
+"""
+
+from .datasets import DATASETS, DataSplits, cifar10, digits, get_dataset, synthetic
+
+__all__ = ["DATASETS", "DataSplits", "cifar10", "digits", "get_dataset", "synthetic"]

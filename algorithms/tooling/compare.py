@@ -1,0 +1,291 @@
+"""Compare training configurations (precision x parallel mode): the logic of
+``tools/compare_training.py``.
+
+Each configuration runs in its own process, :mod:`algorithms.tooling.compare_worker`; the
+distributed ones (ddp, fsdp, deepspeed) under ``python -m torch.distributed.run --standalone``.
+A configuration that fails is recorded with its error and the rest go on; one the machine
+cannot run (DeepSpeed not installed) is recorded as skipped with the reason. The results are
+validated against ``algorithms/results.schema.json`` before they are written.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from algorithms.results import RESULTS_DIR, results_problems
+
+__all__ = ["Config", "CompareOptions", "environment", "parse_configs", "run_comparison", "run_config",
+           "default_output_path"]
+
+PRECISIONS = ("fp32", "fp16", "bf16", "amp_fp16", "amp_bf16")
+PARALLELS = ("single", "dp", "ddp", "fsdp", "deepspeed")
+DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
+MODELS = ("resnet20", "resnet56", "resnet18", "resnet50")
+DATASETS = ("cifar10", "digits", "synthetic")
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Config:
+    precision: str
+    parallel: str
+    zero_stage: int | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.precision}:{self.parallel}" + (f":{self.zero_stage}" if self.zero_stage else "")
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    model: str
+    data: str
+    epochs: int
+    batch_size: int
+    configs: tuple[Config, ...]
+    nproc: int
+    max_batches: int | None = None
+    data_root: str | None = None
+    image_size: int | None = None
+    seed: int = 0
+    lr: float = 0.05
+    timeout_s: float = 3600.0
+    command: str = ""
+
+
+def parse_configs(text: str) -> tuple[Config, ...]:
+    """``"fp32:single,amp_bf16:ddp,fp16:deepspeed:1"`` as configurations; ValueError lists every bad item.
+
+    The optional third field of a ``deepspeed`` item is its ZeRO stage (1 or 2; default 2).
+    """
+    configs, problems = [], []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        fields = item.split(":")
+        if len(fields) not in (2, 3):
+            problems.append(f"--configs: {item!r}: write precision:parallel, e.g. amp_bf16:ddp")
+            continue
+        precision, parallel = fields[0], fields[1]
+        stage = fields[2] if len(fields) == 3 else None
+        if precision not in PRECISIONS:
+            problems.append(f"--configs: {item!r}: precision {precision!r} — use one of {', '.join(PRECISIONS)}")
+        if parallel not in PARALLELS:
+            problems.append(f"--configs: {item!r}: parallel {parallel!r} — use one of {', '.join(PARALLELS)}")
+        if stage is not None and (parallel != "deepspeed" or stage not in ("1", "2")):
+            problems.append(f"--configs: {item!r}: a third field is the ZeRO stage of deepspeed: 1 or 2")
+            continue
+        zero = int(stage) if stage else (2 if parallel == "deepspeed" else None)
+        configs.append(Config(precision, parallel, zero))
+    if not configs and not problems:
+        problems.append("--configs: empty — give at least one precision:parallel, e.g. fp32:single")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return tuple(dict.fromkeys(configs))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, Any]:
+    """The machine and software a comparison ran on (the parent's view; workers see the same)."""
+    import torch
+
+    cpu_model, cpu_count = _cpu_model(), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    if torch.cuda.is_available():
+        count, name = torch.cuda.device_count(), torch.cuda.get_device_name(0)
+        hardware, device_type = f"{count}x {name}", "cuda"
+    else:
+        count, name = 1, cpu_model
+        hardware, device_type = f"{cpu_model}, {cpu_count} cores (CPU only)", "cpu"
+    return {
+        "hardware": hardware, "device_type": device_type, "device_name": name, "device_count": count,
+        "cpu_model": cpu_model, "cpu_count": cpu_count, "torch": torch.__version__,
+        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def default_output_path(env: dict[str, Any], root: Path = RESULTS_DIR) -> Path:
+    """``results/<cpu|gpu>-<hardware slug>-<date>.json``."""
+    slug = "".join(c if c.isalnum() else "-" for c in env["device_name"].lower())
+    slug = "-".join(part for part in slug.split("-") if part)[:40]
+    kind = "gpu" if env["device_type"] == "cuda" else "cpu"
+    return root / f"{kind}-{slug}-{env['date'][:10]}.json"
+
+
+def _skipped_reason(config: Config, options: CompareOptions, env: dict[str, Any]) -> str | None:
+    """Why this machine cannot run ``config``, known before launching it."""
+    from algorithms.core.distributed import deepspeed_unavailable_reason
+
+    if config.parallel == "deepspeed":
+        reason = deepspeed_unavailable_reason()
+        if reason:
+            return reason
+        if env["device_type"] != "cuda":
+            return "DeepSpeed ZeRO needs CUDA devices; this machine has none"
+        if config.precision == "amp_fp16":
+            return "DeepSpeed scales fp16 losses itself: compare fp16:deepspeed instead of amp_fp16"
+    if config.parallel == "dp" and env["device_type"] == "cuda" and env["device_count"] < 2:
+        return None  # runs, with a note that there are no replicas
+    return None
+
+
+def _empty_run(config: Config, world_size: int, status: str, reason: str | None) -> dict[str, Any]:
+    return {
+        "config": config.label, "precision": config.precision, "parallel": config.parallel,
+        "zero_stage": config.zero_stage, "world_size": world_size, "status": status, "reason": reason,
+        "note": None, "wall_s": None, "epoch_s": [], "samples": None, "throughput": None,
+        "peak_memory_bytes": None, "memory_kind": None, "peak_memory_per_device_bytes": [],
+        "cuda_max_reserved_bytes": None, "model_memory_bytes": None, "gpu_utilization": None,
+        "gpu_utilization_reason": None, "accuracy": None, "loss": None,
+    }
+
+
+def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc: int) -> list[str]:
+    """The command line that runs ``config``: the worker, under torchrun when it is distributed."""
+    args = ["-m", "algorithms.tooling.compare_worker", "--model", options.model, "--data", options.data,
+            "--epochs", str(options.epochs), "--batch-size", str(options.batch_size),
+            "--precision", config.precision, "--parallel", config.parallel, "--seed", str(options.seed),
+            "--lr", str(options.lr), "--out-dir", str(out_dir)]
+    for flag, value in (("--max-batches", options.max_batches), ("--data-root", options.data_root),
+                        ("--image-size", options.image_size), ("--zero-stage", config.zero_stage)):
+        if value is not None:
+            args += [flag, str(value)]
+    if config.parallel in DISTRIBUTED:
+        # --standalone: a rendezvous on localhost with a free port, nothing leaves the machine.
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
+    return [sys.executable, *args]
+
+
+def _merge(config: Config, ranks: list[dict[str, Any]], nproc: int) -> dict[str, Any]:
+    """One results entry from the per-process records of a configuration."""
+    failed = [r for r in ranks if r["status"] != "ok"]
+    world = ranks[0].get("world_size", nproc) if ranks else nproc
+    if failed:
+        return _empty_run(config, world, "failed", f"rank {failed[0]['rank']}: {failed[0]['reason']}")
+    first = min(ranks, key=lambda r: r["rank"])
+    wall = max(r["wall_s"] for r in ranks)  # the run ends when its slowest process does
+    per_device = [r["peak_memory_bytes"] for r in sorted(ranks, key=lambda r: r["rank"])]
+    run = _empty_run(config, first["world_size"], "ok", None)
+    run.update({
+        "note": first["note"], "wall_s": wall,
+        "epoch_s": [max(es) for es in zip(*(r["epoch_s"] for r in ranks), strict=True)],
+        "samples": first["samples"], "throughput": first["samples"] / wall if wall > 0 else None,
+        "peak_memory_bytes": max(per_device), "memory_kind": first["memory_kind"],
+        "peak_memory_per_device_bytes": per_device,
+        "cuda_max_reserved_bytes": max((r["cuda_max_reserved_bytes"] or 0) for r in ranks)
+        if first["cuda_max_reserved_bytes"] is not None else None,
+        "model_memory_bytes": max(r["model_memory_bytes"] for r in ranks),
+        "gpu_utilization": first["gpu_utilization"], "gpu_utilization_reason": first["gpu_utilization_reason"],
+        "accuracy": first["accuracy"], "loss": first["loss"],
+    })
+    return run
+
+
+def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
+               progress: Progress = lambda line: None) -> dict[str, Any]:
+    """Run one configuration in its own process(es) and return its results entry."""
+    nproc = options.nproc if config.parallel in DISTRIBUTED else 1
+    reason = _skipped_reason(config, options, env)
+    if reason:
+        return _empty_run(config, nproc, "skipped", reason)
+    with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
+        out_dir = Path(tmp)
+        command = worker_command(config, options, out_dir, nproc)
+        env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))}
+        tail: collections.deque[str] = collections.deque(maxlen=40)
+        try:
+            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    env=env_vars)
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                line = line.rstrip()
+                if line.startswith("progress: "):
+                    progress(line[len("progress: "):])
+                else:
+                    tail.append(line)
+            returncode = proc.wait(timeout=options.timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return _empty_run(config, nproc, "failed", f"timed out after {options.timeout_s:.0f} s")
+        ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
+        if not ranks or (returncode != 0 and all(r["status"] == "ok" for r in ranks)):
+            last = next((line for line in reversed(tail) if line.strip()), "no output")
+            return _empty_run(config, nproc, "failed", f"exit status {returncode}: {last.strip()}")
+        return _merge(config, ranks, nproc)
+
+
+def run_comparison(options: CompareOptions, progress: Progress = lambda line: None) -> dict[str, Any]:
+    """Run every configuration of ``options`` and return the validated results document."""
+    env = environment()
+    from algorithms.models import INPUT_SIZE
+
+    runs = []
+    total = len(options.configs)
+    for i, config in enumerate(options.configs, start=1):
+        progress(f"[{i}/{total}] {config.label}: starting")
+        run = run_config(config, options, env, lambda line, i=i: progress(f"[{i}/{total}] {line}"))
+        detail = run["reason"] if run["status"] != "ok" else f"{run['wall_s']:.1f} s"
+        progress(f"[{i}/{total}] {config.label}: {run['status']} ({detail})")
+        runs.append(run)
+    document = {
+        "$schema": "../algorithms/results.schema.json",
+        "schema_version": 1,
+        "environment": env,
+        "settings": {
+            "model": options.model, "data": options.data,
+            "image_size": options.image_size or INPUT_SIZE[options.model], "epochs": options.epochs,
+            "batch_size": options.batch_size, "max_batches": options.max_batches, "nproc": options.nproc,
+            "seed": options.seed, "lr": options.lr, "command": options.command,
+        },
+        "runs": runs,
+    }
+    problems = results_problems(document)
+    if problems:  # a bug in this tool, not a user mistake: never write an invalid file
+        raise RuntimeError("results do not match the schema:\n" + "\n".join(problems))
+    return document
+
+
+def check_options(model: str, data: str, data_root: str | None, epochs: int, batch_size: int,
+                  max_batches: int | None, nproc: int) -> list[str]:
+    """One line per bad option (empty when they are fine)."""
+    problems = []
+    if model not in MODELS:
+        problems.append(f"--model: {model!r} — use one of {', '.join(MODELS)}")
+    if data not in DATASETS:
+        problems.append(f"--data: {data!r} — use one of {', '.join(DATASETS)}")
+    if data == "cifar10" and (data_root is None or not Path(data_root).is_dir()):
+        problems.append(f"--data-root: {data_root!r} is not a directory — cifar10 reads the extracted "
+                        "cifar-10-batches-py folder (nothing is downloaded)")
+    for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--nproc", nproc),
+                        ("--max-batches", max_batches)):
+        if value is not None and value < 1:
+            problems.append(f"{flag}: {value} — must be at least 1")
+    return problems
+
+
+def format_command(argv: Sequence[str]) -> str:
+    return " ".join(["python tools/compare_training.py", *argv])

@@ -1,0 +1,227 @@
+"""Run ONE training configuration and write its measurements: the worker of compare_training.
+
+Launched by :mod:`algorithms.tooling.compare` as ``python -m algorithms.tooling.compare_worker``
+(single, dp) or under ``python -m torch.distributed.run`` (ddp, fsdp, deepspeed). Every process
+writes ``rank<r>.json`` into ``--out-dir``; the parent merges them. An exception is recorded in
+that file (status ``failed``) rather than lost, and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+from algorithms.core import Algorithm, Event, Trainer
+from algorithms.core.distributed import is_distributed, rank_and_world_size
+from algorithms.data import get_dataset
+from algorithms.models import INPUT_SIZE, get_model
+from algorithms.tooling.files import write_atomic
+
+__all__ = ["main", "run_one"]
+
+
+class _CappedLoader:
+    """A data loader cut to at most ``max_batches`` per epoch (``len`` says so, for the Trainer)."""
+
+    def __init__(self, loader: DataLoader, max_batches: int | None):
+        self.loader, self.max_batches = loader, max_batches
+        self.sampler, self.batch_size = loader.sampler, loader.batch_size
+
+    def __len__(self) -> int:
+        n = len(self.loader)
+        return n if self.max_batches is None else min(n, self.max_batches)
+
+    def __iter__(self):
+        for i, batch in enumerate(self.loader):
+            if i >= len(self):
+                return
+            yield batch
+
+
+class EpochTimer(Algorithm):
+    """Times each epoch (synchronizing CUDA first) and prints a progress line on rank 0."""
+
+    def __init__(self, label: str, epochs: int):
+        self.label, self.epochs = label, epochs
+        self.epoch_s: list[float] = []
+        self._start = 0.0
+
+    def match(self, event: Event, state: Any) -> bool:
+        return event in (Event.EPOCH_START, Event.EPOCH_END)
+
+    def apply(self, event: Event, state: Any, logger: Any = None) -> None:
+        if state.device.type == "cuda":
+            torch.cuda.synchronize(state.device)
+        if event is Event.EPOCH_START:
+            self._start = time.perf_counter()
+            return
+        self.epoch_s.append(time.perf_counter() - self._start)
+        if state.rank == 0:
+            print(f"progress: {self.label} epoch {len(self.epoch_s)}/{self.epochs} "
+                  f"{self.epoch_s[-1]:.1f} s", file=sys.stderr, flush=True)
+
+
+class _UtilizationSampler:
+    """Mean GPU utilisation (%) from NVML, sampled twice a second while training runs."""
+
+    def __init__(self, device: torch.device):
+        self.reason: str | None = None
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if device.type != "cuda":
+            self.reason = "no GPU: the run used the CPU"
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+            self._nvml = pynvml
+        except Exception as exc:  # pynvml missing or NVML unusable: say so in the results
+            self.reason = f"NVML unavailable: {type(exc).__name__}: {exc}"
+
+    def __enter__(self) -> _UtilizationSampler:
+        if self.reason is None:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            self.samples.append(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def mean(self) -> float | None:
+        if self.reason is not None:
+            return None
+        if not self.samples:
+            self.reason = "the run was shorter than one NVML sample (0.5 s)"
+            return None
+        return sum(self.samples) / len(self.samples)
+
+
+def _local_bytes(tensor: torch.Tensor) -> int:
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # an FSDP shard: this rank's part
+    return local.numel() * local.element_size()
+
+
+def run_one(args: argparse.Namespace) -> dict[str, Any]:
+    """Train one configuration in this process and return its measurements."""
+    parallel, precision = args.parallel, args.precision
+    label = f"{precision}:{parallel}"
+    splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or INPUT_SIZE[args.model])
+    rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
+    train_sampler, test_set = None, splits.test
+    if is_distributed(parallel):
+        train_sampler = DistributedSampler(splits.train, num_replicas=world_size, rank=rank, shuffle=True,
+                                           seed=args.seed)
+        # Every test image exactly once over the ranks (a DistributedSampler would pad with repeats);
+        # Trainer.eval sums the counts over the ranks.
+        test_set = Subset(splits.test, range(rank, len(splits.test), world_size))
+    g = torch.Generator().manual_seed(args.seed)
+    train = DataLoader(splits.train, batch_size=args.batch_size, shuffle=train_sampler is None,
+                       sampler=train_sampler, generator=g, drop_last=True, num_workers=args.workers)
+    test = DataLoader(test_set, batch_size=args.batch_size, num_workers=args.workers)
+
+    torch.manual_seed(args.seed)  # the same initial weights on every rank and in every configuration
+    model = get_model(args.model, splits.num_classes)
+    timer = EpochTimer(label, args.epochs)
+    trainer = Trainer(
+        model, _CappedLoader(train, args.max_batches), f"{args.epochs}ep",
+        optimizer=lambda params: torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=5e-4),
+        algorithms=[timer], precision=precision, parallel=parallel, zero_stage=args.zero_stage or 2,
+        seed=args.seed,
+    )
+    state = trainer.state
+    device = state.device
+    model_bytes = sum(_local_bytes(t) for t in (*state.model.parameters(), *state.model.buffers()))
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    with _UtilizationSampler(device) as utilization:
+        start = time.perf_counter()
+        trainer.fit()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        wall_s = time.perf_counter() - start
+    samples = state.timestamp.sample * (world_size if is_distributed(parallel) else 1)
+
+    metrics = {"accuracy": None, "loss": None}
+    if splits.has_accuracy:
+        metrics = trainer.eval(test)
+
+    if device.type == "cuda":
+        peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+        reserved = torch.cuda.max_memory_reserved(device)
+    else:
+        # ru_maxrss is in KiB on Linux: the resident peak of the whole process, interpreter included.
+        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_peak_rss"
+        reserved = None
+    dp_devices = torch.cuda.device_count() if parallel == "dp" and device.type == "cuda" else 1
+    note = None
+    if parallel == "dp" and dp_devices == 1:
+        note = "DataParallel with one device (or the CPU) runs the model once: no replicas"
+    return {
+        "rank": rank,
+        "world_size": world_size if is_distributed(parallel) else dp_devices,
+        "status": "ok", "reason": None, "note": note,
+        "wall_s": wall_s, "epoch_s": timer.epoch_s, "samples": samples,
+        "peak_memory_bytes": int(peak), "memory_kind": kind, "cuda_max_reserved_bytes": reserved,
+        "model_memory_bytes": int(model_bytes),
+        "gpu_utilization": utilization.mean(), "gpu_utilization_reason": utilization.reason,
+        "accuracy": metrics["accuracy"], "loss": metrics["loss"],
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m algorithms.tooling.compare_worker", description=__doc__)
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--data-root")
+    p.add_argument("--image-size", type=int)
+    p.add_argument("--epochs", type=int, required=True)
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--max-batches", type=int)
+    p.add_argument("--precision", required=True)
+    p.add_argument("--parallel", required=True)
+    p.add_argument("--zero-stage", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--out-dir", required=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", 0))
+    try:
+        record = run_one(args)
+        status = 0
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        record = {"rank": rank, "status": "failed", "reason": f"{type(exc).__name__}: {exc}".strip()}
+        status = 1
+    write_atomic(os.path.join(args.out_dir, f"rank{record['rank']}.json"), json.dumps(record), force=True)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Run under torchrun by test_distributed.py: train a few steps with parallel=<mode> and save
+rank 0's view of the final parameters (full tensors, also for FSDP shards) and what INIT saw."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+from algorithms.core import Algorithm, Event, Trainer
+from algorithms.core.distributed import rank_and_world_size
+
+STEPS, GLOBAL_BATCH = 3, 8
+
+
+def make_model() -> torch.nn.Module:
+    # No batch norm: DDP does not synchronise its statistics, so it would differ by design.
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(4 * 6 * 6, 5))
+
+
+def global_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(GLOBAL_BATCH, 3, 8, 8, generator=g), torch.randint(0, 5, (GLOBAL_BATCH,), generator=g))
+            for _ in range(STEPS)]
+
+
+def optimizer(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+class SeeInit(Algorithm):
+    """Records what the state looks like when INIT runs."""
+
+    def __init__(self):
+        self.seen = None
+
+    def match(self, event, state):
+        return event is Event.INIT
+
+    def apply(self, event, state, logger=None):
+        self.seen = {"rank": state.rank, "world_size": state.world_size,
+                     "model_type": type(state.model).__name__,
+                     "draw": int(torch.randint(0, 2**31, (), generator=self.generator(state)))}
+
+
+def full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, p in model.named_parameters():
+        p = p.full_tensor() if hasattr(p, "full_tensor") else p
+        out[name.removeprefix("module.")] = p.detach().clone()
+    return out
+
+
+def main(parallel: str, out_path: str, device: str = "cpu") -> None:
+    rank, world = rank_and_world_size()  # torchrun's environment
+    per_rank = GLOBAL_BATCH // world
+    rank_data = [(x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank])
+                 for x, y in global_batches()]
+    probe = SeeInit()
+    trainer = Trainer(make_model(), rank_data, f"{STEPS}ba", optimizer=optimizer, algorithms=[probe],
+                      parallel=parallel, device=None if device == "auto" else device, seed=0)
+    trainer.fit()
+    params = {name: p.cpu() for name, p in full_state(trainer.state.model).items()}
+    seen = [None] * world
+    dist.all_gather_object(seen, probe.seen)
+    if rank == 0:
+        torch.save({"params": params, "seen": seen}, out_path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,105 @@
+"""DDP and FSDP on the CPU (gloo, 2 processes under torchrun) against one process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from algorithms.core import PARALLELS, Trainer
+from algorithms.core.distributed import check_parallel
+
+sys.path.insert(0, str(Path(__file__).parent))
+import distributed_script as script  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _single_process_params() -> dict[str, torch.Tensor]:
+    trainer = Trainer(script.make_model(), script.global_batches(), f"{script.STEPS}ba",
+                      optimizer=script.optimizer, device="cpu", seed=0)
+    trainer.fit()
+    return script.full_state(trainer.state.model)
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, torch.Tensor]:
+    return _single_process_params()
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, reference, tmp_path):
+    out = tmp_path / "params.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(Path(script.__file__)), parallel, str(out)],
+        capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = torch.load(out)
+    # Each rank's mean loss over half the batch, gradients averaged over the ranks, equals the
+    # mean over the whole batch: the same SGD steps up to float32 summation order.
+    assert result["params"].keys() == reference.keys()
+    for name, expected in reference.items():
+        torch.testing.assert_close(result["params"][name], expected, rtol=1e-5, atol=1e-6, msg=name)
+    # Algorithms saw their rank and the world size at INIT, on the model before it was wrapped,
+    # and each rank's generator draws differently.
+    seen = result["seen"]
+    assert [s["rank"] for s in seen] == [0, 1]
+    assert {s["world_size"] for s in seen} == {2}
+    assert {s["model_type"] for s in seen} == {"Sequential"}
+    assert seen[0]["draw"] != seen[1]["draw"]
+
+
+def test_training_changed_the_reference(reference):
+    # Guard for the comparison above: the steps moved the weights away from initialisation.
+    initial = script.full_state(script.make_model())
+    assert any(not torch.allclose(initial[n], reference[n]) for n in initial)
+
+
+def test_distributed_modes_need_torchrun(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(RuntimeError, match="torchrun"):
+        Trainer(torch.nn.Linear(3, 2), [], "1ba", parallel="ddp", device="cpu")
+
+
+def test_parallel_modes_and_bad_values():
+    assert PARALLELS == ("single", "dp", "ddp", "fsdp", "deepspeed")
+    with pytest.raises(ValueError, match="parallel='tp'"):
+        check_parallel("tp")
+    with pytest.raises(ValueError, match="function of the parameters"):
+        model = torch.nn.Linear(3, 2)
+        Trainer(model, [], "1ba", parallel="fsdp", optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="zero_stage=3"):
+        Trainer(torch.nn.Linear(3, 2), [], "1ba", zero_stage=3)
+
+
+def test_data_parallel_wraps_and_trains():
+    data = [(torch.randn(4, 3), torch.randint(0, 2, (4,))) for _ in range(2)]
+    trainer = Trainer(torch.nn.Linear(3, 2), data, "2ba", parallel="dp", device="cpu", seed=0)
+    assert isinstance(trainer.state.model, torch.nn.DataParallel)
+    before = trainer.state.model.module.weight.detach().clone()
+    trainer.fit()
+    assert not torch.equal(before, trainer.state.model.module.weight)
+
+
+@pytest.mark.cuda
+def test_fsdp_on_cuda_matches_one_process(reference, tmp_path):
+    """The same FSDP check with NCCL where one or more GPUs exist (run by ``nox -s gpu``)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices for a 2-rank NCCL run")
+    out = tmp_path / "params.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(Path(script.__file__)), "fsdp", str(out), "auto"], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = torch.load(out)["params"]
+    for name, expected in reference.items():
+        torch.testing.assert_close(got[name].cpu(), expected, rtol=1e-4, atol=1e-5, msg=name)

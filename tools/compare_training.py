@@ -1,0 +1,79 @@
+"""Train one model under several precision and parallel configurations and compare them.
+
+Example (the committed CPU results):
+
+    python tools/compare_training.py --model resnet20 --data digits --image-size 16 --epochs 2 \
+        --batch-size 32 --max-batches 15 --nproc 2
+
+(``--configs`` defaults to every precision in one process plus fp32 under dp, ddp, fsdp and
+deepspeed, the source's table.)
+
+Each configuration runs in its own process (ddp, fsdp and deepspeed under torchrun); failures
+and configurations this machine cannot run are recorded with the reason. Writes a results JSON
+(default ``results/<cpu|gpu>-<hardware>-<date>.json``) validated against
+``algorithms/results.schema.json``; ``docs/source/tables/update_training_results.py`` renders it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from algorithms.tooling import compare  # noqa: E402
+from algorithms.tooling.files import write_atomic  # noqa: E402
+
+DEFAULT_CONFIGS = ",".join([
+    "fp32:single", "fp16:single", "bf16:single", "amp_fp16:single", "amp_bf16:single",
+    "fp32:dp", "fp32:ddp", "fp32:fsdp", "fp32:deepspeed",
+])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="tools/compare_training.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="resnet20", help=f"one of {', '.join(compare.MODELS)}")
+    p.add_argument("--data", default="digits", help=f"one of {', '.join(compare.DATASETS)}")
+    p.add_argument("--data-root", help="cifar10: the extracted cifar-10-batches-py directory")
+    p.add_argument("--image-size", type=int, help="resize inputs (default: the model's own, 32 or 224)")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32, help="per process (per device)")
+    p.add_argument("--max-batches", type=int, help="cap on batches per epoch, for smoke runs")
+    p.add_argument("--configs", default=DEFAULT_CONFIGS,
+                   help="comma-separated precision:parallel[:zero_stage], e.g. fp32:single,amp_bf16:ddp")
+    p.add_argument("--nproc", type=int, default=2, help="processes for ddp, fsdp and deepspeed")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per configuration")
+    p.add_argument("--out", type=Path, help="results file (default: results/<cpu|gpu>-<hardware>-<date>.json)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing results file")
+    args = p.parse_args(argv)
+
+    problems = compare.check_options(args.model, args.data, args.data_root, args.epochs, args.batch_size,
+                                     args.max_batches, args.nproc)
+    try:
+        configs = compare.parse_configs(args.configs)
+    except ValueError as exc:
+        problems.extend(str(exc).splitlines())
+    out = args.out or compare.default_output_path(compare.environment())
+    if out.exists() and not args.force:
+        problems.append(f"{out}: exists — pass --force to overwrite it, or choose --out")
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+
+    options = compare.CompareOptions(
+        model=args.model, data=args.data, epochs=args.epochs, batch_size=args.batch_size, configs=configs,
+        nproc=args.nproc, max_batches=args.max_batches, data_root=args.data_root, image_size=args.image_size,
+        seed=args.seed, lr=args.lr, timeout_s=args.timeout, command=compare.format_command(argv))
+    document = compare.run_comparison(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    write_atomic(out, json.dumps(document, indent=2) + "\n", force=args.force)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
