@@ -1,0 +1,272 @@
+"""The bad-input corpus: every malformed input gives exit status 1, one readable line per problem
+naming the file (and line or JSON pointer), no traceback, and changes no file.
+
+Each case edits a scratch copy of the repository (every metadata file, the templates and the
+scaffolded cards), then runs one tool's command line on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import algorithms
+import algorithms.functional
+from algorithms.metadata import load_all_metadata
+from algorithms.tooling import checks
+from algorithms.tooling.commands import (
+    check_cards_main,
+    check_functional_main,
+    new_card_main,
+    validate_metadata_main,
+)
+from algorithms.tooling.scaffold import card_path
+
+# ---------------------------------------------------------------------------------------------
+# edits
+
+
+def _json(rel: str, change: Callable[[dict], None]) -> Callable[[Path, Path], Path]:
+    """Edit the entry of one metadata file (``rel`` under the package root)."""
+    def edit(repo: Path, package: Path) -> Path:
+        path = package / rel
+        data = json.loads(path.read_text())
+        key = next(k for k in data if k != "$schema")
+        change(data[key])
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        return path
+    return edit
+
+
+def _text(rel: str, text: str) -> Callable[[Path, Path], Path]:
+    def edit(repo: Path, package: Path) -> Path:
+        path = package / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+        return path
+    return edit
+
+
+def _card(key: str, old: str, new: str) -> Callable[[Path, Path], Path]:
+    """Replace ``old`` (which must be there) by ``new`` in a scaffolded method card."""
+    def edit(repo: Path, package: Path) -> Path:
+        path = card_path("method", key, repo)
+        text = path.read_text()
+        assert old in text, old
+        path.write_text(text.replace(old, new, 1))
+        return path
+    return edit
+
+
+def _rename_folder(old: str, new: str) -> Callable[[Path, Path], Path]:
+    def edit(repo: Path, package: Path) -> Path:
+        (package / old).rename(package / new)
+        return package / new / "metadata.json"
+    return edit
+
+
+def _copy_method(src: str, dst: str) -> Callable[[Path, Path], Path]:
+    def edit(repo: Path, package: Path) -> Path:
+        data = json.loads((package / src / "metadata.json").read_text())
+        (package / dst).mkdir()
+        path = package / dst / "metadata.json"
+        path.write_text(json.dumps({dst: data[src]}, indent=2))
+        return path
+    return edit
+
+
+def _delete_card(kind: str, key: str) -> Callable[[Path, Path], Path]:
+    def edit(repo: Path, package: Path) -> Path:
+        path = card_path(kind, key, repo)
+        path.unlink()
+        return path
+    return edit
+
+
+# ---------------------------------------------------------------------------------------------
+# tools, each run on the scratch roots
+
+
+def _validate(repo: Path, package: Path, path: Path) -> int:
+    return validate_metadata_main([str(path)] if path.exists() else [], package_root=package)
+
+
+def _validate_all(repo: Path, package: Path, path: Path) -> int:
+    return validate_metadata_main([], package_root=package)
+
+
+def _cards(repo: Path, package: Path, path: Path) -> int:
+    return check_cards_main([], repo_root=repo, package_root=package)
+
+
+def _functional(repo: Path, package: Path, path: Path) -> int:
+    return check_functional_main([], package_root=package)
+
+
+class NotAnAlgorithm:
+    def __init__(self, alpha: float = 1.0):
+        self.alpha = alpha
+
+
+def _functional_with_fake_exports(repo: Path, package: Path, path: Path) -> int:
+    """check_functional against an ``algorithms`` whose ``CutMix`` is not an Algorithm."""
+    classes = SimpleNamespace(__all__=list(algorithms.__all__),
+                              **{n: getattr(algorithms, n) for n in algorithms.__all__})
+    classes.CutMix = NotAnAlgorithm
+    problems = checks.check_functional(load_all_metadata(package), classes=classes, functional=algorithms.functional)
+    for problem in problems:
+        print(problem, file=__import__("sys").stderr)
+    return 1 if problems else 0
+
+
+def _new_card(repo: Path, package: Path, path: Path) -> int:
+    return new_card_main(["cutmix", "--force"], repo_root=repo, package_root=package)
+
+
+CASES = [
+    # (id, edit, tool, words expected in some line)
+    ("invalid-json", _text("cutmix/metadata.json", '{\n  "cutmix": {\n    "name": "CutMix",,\n'), _validate,
+     "invalid JSON at line 3"),
+    ("empty-file", _text("mixup/metadata.json", ""), _validate, "invalid JSON"),
+    ("not-utf8", _text("mixup/metadata.json", b'{"mixup": "\xff\xfe"}'), _validate, "not UTF-8"),
+    ("missing-field", _json("cutmix/metadata.json", lambda d: d.pop("summary")), _validate,
+     "missing required field 'summary'"),
+    ("mistyped-field", _json("cutmix/metadata.json", lambda d: d.update(tags="augmentation")), _validate,
+     "expected array"),
+    ("unknown-domain", _json("mixup/metadata.json", lambda d: d.update(domains=["vision", "chemistry"])),
+     _validate, "/mixup/domains/1"),
+    ("unknown-tag", _json("mixup/metadata.json", lambda d: d.update(tags=["magic"])), _validate, "/mixup/tags/0"),
+    ("unknown-field", _json("mixup/metadata.json", lambda d: d.update(colour="red")), _validate, "unknown field"),
+    ("range-and-choices", _json("cutmix/metadata.json",
+                                lambda d: d["hyperparameters"]["alpha"].update(choices=[1.0])), _validate,
+     "not both"),
+    ("http-link", _json("cutmix/metadata.json", lambda d: d.update(link="http://example.org")), _validate,
+     "/cutmix/link"),
+    ("best-practice-without-option", _json("mixup/metadata.json", lambda d: d.update(kind="best_practice")),
+     _validate, "missing required field 'trainer_option'"),
+    ("key-not-folder", _rename_folder("mixup", "mix_up"), _validate_all, "keyed by its folder name 'mix_up'"),
+    ("duplicate-name", _copy_method("mixup", "mixup_again"), _validate_all, "duplicate method name 'MixUp'"),
+    ("markup-script", _json("cutmix/metadata.json", lambda d: d.update(tldr="Mixes <script>alert(1)</script>")),
+     _validate, "looks like markup"),
+    ("markup-myst-role", _json("mixup/metadata.json", lambda d: d.update(summary="See {eval-rst}`x`.")),
+     _validate, "/mixup/summary"),
+    ("markup-rst-directive", _json("label_smoothing/metadata.json", lambda d: d.update(use="x\n.. raw:: html")),
+     _validate, "/label_smoothing/use"),
+    ("not-a-metadata-path", _text("cutmix/notes.json", "{}"), _validate, "not a metadata file"),
+    ("dataset-missing-builder", _json("data/digits.metadata.json", lambda d: d.pop("builder")), _validate,
+     "missing required field 'builder'"),
+    ("dataset-bad-shape", _json("data/cifar10.metadata.json", lambda d: d.update(input_shape=[3, 0, 32])),
+     _validate, "/cifar10/input_shape/1"),
+    ("dataset-key-not-file", _text("data/other.metadata.json", '{"cifar": {}}'), _validate,
+     "keyed by its file name 'other'"),
+    ("model-member-no-depth", _json("models/resnet.metadata.json", lambda d: d["members"][0].pop("depth")),
+     _validate, "/resnet/members/0"),
+    ("model-unknown-block", _json("models/resnet.metadata.json", lambda d: d["members"][1].update(block="dense")),
+     _validate, "/resnet/members/1/block"),
+    ("functional-missing", _json("cutmix/metadata.json", lambda d: d.update(functional="cutmix_images")),
+     _functional, "'cutmix_images' is not a function exported by algorithms.functional"),
+    ("class-not-exported", _json("mixup/metadata.json", lambda d: d.update(class_name="Mixup")), _functional,
+     "'Mixup' is not exported by algorithms"),
+    ("class-not-an-algorithm", lambda repo, package: package / "cutmix" / "metadata.json",
+     _functional_with_fake_exports, "is not an Algorithm subclass"),
+    ("hyperparameter-not-in-code", _json("cutmix/metadata.json",
+                                         lambda d: d["hyperparameters"].update(beta={"suggested": 1})),
+     _functional, "'beta' is not a parameter of CutMix"),
+    ("parameter-unlisted", _json("cutmix/metadata.json", lambda d: d["plumbing"].remove("target_key")),
+     _functional, "'target_key' is neither in hyperparameters nor in plumbing"),
+    ("trainer-option-unknown", _json("mixup/metadata.json", lambda d: d.update(
+        kind="best_practice", class_name=None, functional=None, trainer_option={"precison": "bf16"},
+        hyperparameters={}, plumbing=[])), _functional, "'precison' is not a parameter of algorithms.core.Trainer"),
+    ("card-without-section", _card("cutmix", "## Suggested Hyperparameters", "## Hyperparameters"), _cards,
+     "no '## Suggested Hyperparameters' section"),
+    ("card-without-table", _card("cutmix", "| Hyperparameter | Default", "Hyperparameter | Default"), _cards,
+     "no pipe table"),
+    ("card-wrong-header", _card("mixup", "| Hyperparameter | Default |", "| Parameter | Default |"), _cards,
+     "the header must start with"),
+    ("card-unknown-parameter", _card("cutmix", "| `alpha` |", "| `alpha` | `1.0` | `1.0` | `(0, inf)` | x |\n"
+                                     "| `beta` |"), _cards, "CutMix has no parameter 'beta'"),
+    ("card-non-literal-default", _card("mixup", "| `alpha` | `0.2` |", "| `alpha` | `default_alpha()` |"), _cards,
+     "Default `default_alpha()` is not a Python literal"),
+    ("card-default-drift", _card("cutmix", "| `alpha` | `1.0` |", "| `alpha` | `0.2` |"), _cards,
+     "alpha: card says default 0.2, code says 1.0"),
+    ("card-suggested-drift", _card("label_smoothing", "| `0.1` | `0.1` |", "| `0.1` | `0.2` |"), _cards,
+     "smoothing: card says suggested 0.2, metadata says 0.1"),
+    ("card-range-drift", _card("label_smoothing", "`(0, 1)`", "`(0, 2)`"), _cards, "card says range (0, 2)"),
+    ("card-missing-row", _card("mixup", "| `interpolate_loss` |", "| `interpolate_los` |"), _cards,
+     "interpolate_loss: no row for this constructor parameter"),
+    ("card-plumbing-row", _card("mixup", "| `interpolate_loss` |", "| `input_key` | `0` | `0` | — | x |\n"
+                                "| `interpolate_loss` |"), _cards, "listed as plumbing"),
+    ("card-inline-unknown", _card("cutmix", "## Considerations\n", "## Considerations\n\nTry `alhpa=0.5`.\n"),
+     _cards, "`alhpa=0.5` names no parameter"),
+    ("card-inline-unknown-call", _card("mixup", "## Composability\n",
+                                       "## Composability\n\nUse `Trainer(precison='bf16')`.\n"), _cards,
+     "names no parameter of Trainer"),
+    ("card-missing-section", _card("mixup", "## Side Effects\n", "## Side effects\n"), _cards,
+     "missing section '## Side Effects'"),
+    ("card-missing", _delete_card("method", "label_smoothing"), _cards,
+     "create it with: python tools/new_card.py label_smoothing"),
+    ("dataset-card-missing", _delete_card("dataset", "digits"), _cards,
+     "python tools/new_card.py digits --kind dataset"),
+    ("card-check-class-missing", _json("mixup/metadata.json", lambda d: d.update(class_name="Mixup")), _cards,
+     "algorithms.Mixup cannot be imported"),
+    ("new-card-functional-missing", _json("cutmix/metadata.json", lambda d: d.update(functional="cut_mix")), _new_card,
+     "algorithms.functional.cut_mix cannot be imported"),
+    ("new-card-dataset-builder-missing", _json("data/digits.metadata.json", lambda d: d.update(builder="digitz")),
+     lambda repo, package, path: new_card_main(["digits", "--kind", "dataset", "--force"], repo_root=repo,
+                                               package_root=package), "/digits/builder"),
+    ("new-card-invalid-metadata", _json("cutmix/metadata.json", lambda d: d.pop("tldr")), _new_card,
+     "missing required field 'tldr'"),
+]
+
+LINE = re.compile(r"^(?P<file>\S+\.(json|md))(?::(?P<line>\d+))?: (?P<where>\S[^:]*): \S")
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def scaffolded(scratch):
+    repo, package = scratch
+    for key in ("cutmix", "label_smoothing", "mixup"):
+        assert new_card_main([key], repo_root=repo, package_root=package) == 0
+    for kind, key in [("dataset", "cifar10"), ("dataset", "digits"), ("dataset", "synthetic"), ("model", "resnet")]:
+        assert new_card_main([key, "--kind", kind], repo_root=repo, package_root=package) == 0
+    return repo, package
+
+
+def test_corpus_is_large_enough():
+    assert len(CASES) >= 25 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_the_untouched_scratch_copy_passes(scaffolded, capsys):
+    repo, package = scaffolded
+    for tool in (_validate_all, _cards, _functional):
+        assert tool(repo, package, package) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("edit", "tool", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input(scaffolded, capsys, edit, tool, words):
+    repo, package = scaffolded
+    path = edit(repo, package)
+    capsys.readouterr()
+    before = _snapshot(repo)
+    assert tool(repo, package, path) == 1
+    out = capsys.readouterr()
+    assert _snapshot(repo) == before, "a failing tool must change nothing"
+    assert "Traceback" not in out.err + out.out
+    lines = out.err.splitlines()
+    problems = [line for line in lines if not re.fullmatch(r"\d+ problem\(s\)", line)]
+    assert problems, out.err
+    for line in problems:
+        match = LINE.match(line)
+        assert match, f"not 'file[:line]: where: message': {line!r}"
+        assert Path(match["file"]).name in {p.name for p in repo.rglob("*")} | {path.name}
+    assert any(words in line for line in problems), (words, lines)
