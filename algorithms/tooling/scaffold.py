@@ -203,6 +203,9 @@ def _method_context(record: Any, repo_root: Path) -> dict[str, Any]:
         "rows": [],
         "functional_example": None,
         "trainer_example": None,
+        "trainer_setup": None,
+        "trainer_teardown": None,
+        "launch": False,
         "results_include": None,
         "vision": "vision" in record.domains,
     }
@@ -211,6 +214,11 @@ def _method_context(record: Any, repo_root: Path) -> dict[str, Any]:
         context["results_include"] = f"../tables/results/{record.key}.md"
     if record.is_best_practice:
         context["trainer_example"] = _trainer_example(record, None, {})
+        parallel = (record.trainer_option or {}).get("parallel")
+        from algorithms.core.distributed import DISTRIBUTED
+
+        if parallel in DISTRIBUTED:
+            context.update(launch=True, trainer_setup=_one_process_world(parallel), trainer_teardown=_TEARDOWN)
         return context
 
     cls = codeinfo.lookup(f"algorithms.{record.class_name}", record.path, record.key, "class_name")
@@ -269,6 +277,36 @@ def _functional_example(record: Any, params: dict[str, Any], suggested: dict[str
     lines += _data_lines(record, needs)
     lines.append(f"result = cf.{record.functional}({_call_args(positional, keywords)})")
     return "\n".join(lines)
+
+
+def _one_process_world(parallel: str) -> str:
+    """Hidden set-up that makes this process a one-process torchrun world, so a distributed
+    example runs in the test suite as written."""
+    lines = [
+        "# A one-process torchrun world, so the example runs in the test suite; undone below.",
+        "import os",
+        "import socket",
+        "",
+        "_saved_environ = dict(os.environ)",
+        "with socket.socket() as _s:",
+        '    _s.bind(("127.0.0.1", 0))',
+        "    _port = _s.getsockname()[1]",
+        'os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port), RANK="0", WORLD_SIZE="1",',
+        '                  LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")',
+    ]
+    if parallel == "deepspeed":
+        lines += ["import deepspeed  # an optional extra: without it the test skips this card, naming it"]
+    return "\n".join(lines)
+
+
+_TEARDOWN = "\n".join([
+    "import torch.distributed",
+    "",
+    "if torch.distributed.is_initialized():",
+    "    torch.distributed.destroy_process_group()",
+    "os.environ.clear()",
+    "os.environ.update(_saved_environ)",
+])
 
 
 def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, Any]) -> str:

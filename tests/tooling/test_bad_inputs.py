@@ -18,7 +18,7 @@ import pytest
 
 import algorithms
 import algorithms.functional
-from algorithms.metadata import load_all_metadata
+from algorithms.metadata import load_all_datasets, load_all_metadata, load_all_model_families
 from algorithms.tooling import checks
 from algorithms.tooling.commands import (
     check_cards_main,
@@ -235,9 +235,10 @@ def _snapshot(root: Path) -> dict[str, str]:
 @pytest.fixture
 def scaffolded(scratch):
     repo, package = scratch
-    for key in ("cutmix", "label_smoothing", "mixup"):
-        assert new_card_main([key], repo_root=repo, package_root=package) == 0
-    for kind, key in [("dataset", "cifar10"), ("dataset", "digits"), ("dataset", "synthetic"), ("model", "resnet")]:
+    everything = ([("method", k) for k in load_all_metadata(package)]
+                  + [("dataset", k) for k in load_all_datasets(package)]
+                  + [("model", k) for k in load_all_model_families(package)])
+    for kind, key in everything:
         assert new_card_main([key, "--kind", kind], repo_root=repo, package_root=package) == 0
     return repo, package
 

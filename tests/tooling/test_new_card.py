@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from card_support import run_card_code
 
 from algorithms.metadata import PACKAGE_ROOT, load_all_datasets, load_all_metadata, load_all_model_families
 from algorithms.tooling import cards
@@ -47,12 +49,10 @@ def test_jinja_template_has_the_rst_templates_sections(scratch, kind):
 def test_generated_method_examples_run_as_written(scratch, key, tmp_path, monkeypatch):
     repo, package = scratch
     text = render_card("method", key, repo_root=repo, package_root=package)
-    blocks = [b for b in cards.code_blocks(text) if b.language == "python"]
-    assert len(blocks) >= 1
+    assert any(b.language == "python" and not b.hidden for b in cards.code_blocks(text))
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__card__"}
-    for block in blocks:
-        exec(compile(block.code, f"{key}.md:{block.line}", "exec"), namespace)  # noqa: S102
+    namespace = run_card_code(text, f"{key}.md")
+    assert "trainer" in namespace and namespace["trainer"].state.timestamp.batch == 2  # it trained
 
 
 def test_scaffold_table_comes_from_code_and_metadata(scratch):
@@ -112,7 +112,8 @@ def test_cli_script_runs_from_the_checkout():
     assert out.stdout.startswith("# Label Smoothing\n") and "| `smoothing` | `0.1` | `0.1` |" in out.stdout
 
 
-@pytest.mark.parametrize("option", [{"precision": "amp_bf16"}, {"precision": "bf16"}])
+@pytest.mark.parametrize("option", [{"precision": "amp_bf16"}, {"precision": "bf16"}, {"parallel": "ddp"},
+                                    {"parallel": "fsdp"}])
 def test_best_practice_scaffold_has_no_table_passes_checks_and_runs(scratch, option, tmp_path, monkeypatch):
     repo, package = scratch
     (package / "bp").mkdir()
@@ -129,7 +130,8 @@ def test_best_practice_scaffold_has_no_table_passes_checks_and_runs(scratch, opt
     assert f"`{name}={value!r}`" in text
     assert [str(p) for p in check_cards(repo, package)] == []
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    for block in cards.code_blocks(text):
-        exec(compile(block.code, f"bp.md:{block.line}", "exec"), namespace)  # noqa: S102
-    assert namespace["trainer"].state.precision == value
+    environ = dict(os.environ)
+    namespace = run_card_code(text, "bp.md")
+    assert namespace["trainer"].state.timestamp.batch == 2  # it trained on both batches
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        assert os.environ.get(name) == environ.get(name)  # a distributed example's set-up is undone

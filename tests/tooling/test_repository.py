@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from card_support import run_card_code
 
 from algorithms.metadata import PACKAGE_ROOT
 from algorithms.tooling import cards
@@ -49,16 +50,5 @@ def test_there_are_cards_with_code():
 
 @pytest.mark.parametrize("card", CARDS_WITH_CODE, ids=[str(p.relative_to(DOCS)) for p in CARDS_WITH_CODE])
 def test_card_code_runs(card: Path, tmp_path, monkeypatch):
-    import torch
-
-    torch.manual_seed(0)
     monkeypatch.chdir(tmp_path)  # examples that write files write them here
-    namespace: dict = {"__name__": "__card__"}
-    for block in cards.code_blocks(card.read_text("utf-8")):
-        if block.language in cards.PYTHON_LANGS:
-            try:
-                exec(compile(block.code, f"{card.relative_to(REPO_ROOT)}:{block.line}", "exec"), namespace)  # noqa: S102
-            except ModuleNotFoundError as exc:
-                if (exc.name or "").split(".")[0] == "algorithms":
-                    raise
-                pytest.skip(f"{card.name}:{block.line} needs the package {exc.name!r}, which is not installed")
+    run_card_code(card.read_text("utf-8"), str(card.relative_to(REPO_ROOT)))
