@@ -12,6 +12,9 @@ site does not show, written as an HTML comment whose first line is ``<!-- card-s
 
 MyST passes the comment through as an HTML comment, so readers never see it; :func:`code_blocks`
 returns it (``hidden=True``) in document order with the visible ```` ```python ```` blocks.
+The test suite runs every card's blocks in order in one namespace, from a scratch directory.
+A card whose example needs an optional package (e.g. ``deepspeed``) imports it in a set-up
+block: where it is missing, the test of that card is skipped and names the package.
 """
 
 from __future__ import annotations
