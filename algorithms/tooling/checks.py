@@ -33,6 +33,7 @@ from . import cards
 __all__ = [
     "check_cards",
     "check_card_sections",
+    "check_builders",
     "check_card_table",
     "check_functional",
     "classify",
@@ -168,6 +169,31 @@ def check_functional(records: Mapping[str, MethodRecord] | None = None, *, class
             if name not in record.hyperparameters and name not in record.plumbing:
                 problem(record, "hyperparameters", f"{record.class_name} parameter {name!r} is neither in "
                                                    "hyperparameters nor in plumbing — add it to one")
+    return problems
+
+
+def check_builders(package_root: Path | None = None) -> list[Problem]:
+    """Every data set's ``module.builder`` and every model-family member's builder is a
+    function the package exports."""
+    from .codeinfo import resolve
+
+    problems: list[Problem] = []
+
+    def check(path: Path, key: str, where: list[Any], dotted: str) -> None:
+        try:
+            ok = callable(resolve(dotted))
+        except (ImportError, AttributeError):
+            ok = False
+        if not ok:
+            problems.append(Problem(path, "/" + "/".join(map(str, [key, *where])),
+                                    f"{dotted} is not a function the package exports — fix the name or "
+                                    "add it to the module", _locate(path, [key, *where])))
+
+    for key, record in load_all_datasets(package_root).items():
+        check(record.path, key, ["builder"], f"{record.raw['module']}.{record.raw['builder']}")
+    for key, record in load_all_model_families(package_root).items():
+        for index, member in enumerate(record.raw["members"]):
+            check(record.path, key, ["members", index, "builder"], f"{record.raw['module']}.{member['builder']}")
     return problems
 
 

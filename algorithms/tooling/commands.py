@@ -42,14 +42,14 @@ def validate_metadata_main(argv: Sequence[str] | None = None, *, package_root: P
 def check_functional_main(argv: Sequence[str] | None = None, *, package_root: Path | None = None) -> int:
     from algorithms.metadata import load_all_metadata
 
-    from .checks import check_functional
+    from .checks import check_builders, check_functional
 
     argparse.ArgumentParser(
         prog="check_functional", description="Check that every metadata class_name is an Algorithm exported "
-        "by algorithms, every functional a function in algorithms.functional, and hyperparameters/plumbing "
-        "match the constructor.").parse_args(argv)
+        "by algorithms, every functional a function in algorithms.functional, hyperparameters/plumbing "
+        "match the constructor, and every data set and model builder exists.").parse_args(argv)
     try:
-        problems = check_functional(load_all_metadata(package_root))
+        problems = check_functional(load_all_metadata(package_root)) + check_builders(package_root)
     except MetadataError as exc:
         problems = list(exc.problems)
     return _report(problems, "ok: metadata matches the code")

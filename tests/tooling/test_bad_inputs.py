@@ -183,6 +183,10 @@ CASES = [
     ("trainer-option-unknown", _json("mixup/metadata.json", lambda d: d.update(
         kind="best_practice", class_name=None, functional=None, trainer_option={"precison": "bf16"},
         hyperparameters={}, plumbing=[])), _functional, "'precison' is not a parameter of algorithms.core.Trainer"),
+    ("dataset-builder-missing", _json("data/synthetic.metadata.json", lambda d: d.update(builder="synth")),
+     _functional, "algorithms.data.synth is not a function the package exports"),
+    ("model-builder-missing", _json("models/resnet.metadata.json", lambda d: d["members"][2].update(builder="rn18")),
+     _functional, "/resnet/members/2/builder"),
     ("card-without-section", _card("cutmix", "## Suggested Hyperparameters", "## Hyperparameters"), _cards,
      "no '## Suggested Hyperparameters' section"),
     ("card-without-table", _card("cutmix", "| Hyperparameter | Default", "Hyperparameter | Default"), _cards,

@@ -12,7 +12,7 @@ from card_support import run_card_code
 
 from algorithms.metadata import PACKAGE_ROOT
 from algorithms.tooling import cards
-from algorithms.tooling.checks import check_cards, check_functional, validate_metadata
+from algorithms.tooling.checks import check_builders, check_cards, check_functional, validate_metadata
 
 REPO_ROOT = PACKAGE_ROOT.parent
 DOCS = REPO_ROOT / "docs" / "source"
@@ -27,7 +27,7 @@ def test_all_metadata_is_valid():
 
 
 def test_metadata_matches_the_code():
-    assert [str(p) for p in check_functional()] == []
+    assert [str(p) for p in check_functional() + check_builders()] == []
 
 
 def test_every_card_agrees_with_code_and_metadata():
