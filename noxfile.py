@@ -51,6 +51,30 @@ def check(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def gpu(session: nox.Session) -> None:
+    """On a CUDA machine: the CUDA-marked tests, then the training comparison at reduced scale.
+
+    ResNet-50 on synthetic 224-pixel data, at most 200 batches of 64 per configuration, every
+    precision in one process plus dp, ddp, fsdp and DeepSpeed ZeRO-2 over all visible GPUs:
+    sized to finish within about five minutes on one current GPU. Writes
+    results/gpu-<device>-<date>.json (commit it; the docs render it). Set METHODS_TORCH_SPEC to a
+    CUDA build of torch. Extra arguments go to tools/compare_training.py (e.g. --out).
+    """
+    install_project(session, "dev")
+    session.run("python", "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else "
+                "'nox -s gpu needs CUDA: torch.cuda.is_available() is False (set METHODS_TORCH_SPEC "
+                "to a CUDA build of torch)')")
+    session.run("pytest", "-q", "-m", "cuda", "tests")
+    nproc = session.run("python", "-c", "import torch; print(torch.cuda.device_count())", silent=True).strip()
+    session.run("python", "tools/compare_training.py", "--model", "resnet50", "--data", "synthetic",
+                "--epochs", "1", "--batch-size", "64", "--max-batches", "200", "--workers", "4",
+                "--nproc", nproc, "--timeout", "300", "--force",
+                "--configs", "fp32:single,fp16:single,bf16:single,amp_fp16:single,amp_bf16:single,"
+                             "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2",
+                *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """Ruff over the package, tools and tests."""
     session.install("ruff>=0.5")

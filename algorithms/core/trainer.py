@@ -177,6 +177,7 @@ class Trainer:
         """Train until ``max_duration``."""
         state, run = self.state, self.engine.run_event
         model, optimizer = state.model, state.optimizer
+        forward = self._deepspeed if self._deepspeed is not None else model
         run(Event.FIT_START)
         while not self._done():
             state.timestamp.batch_in_epoch = 0
@@ -193,7 +194,7 @@ class Trainer:
                 run(Event.AFTER_DATALOADER)
                 run(Event.BEFORE_FORWARD)
                 with autocast(state.precision, state.device):
-                    state.outputs = (self._deepspeed or model)(state.batch_get_item(0))
+                    state.outputs = forward(state.batch_get_item(0))
                 run(Event.AFTER_FORWARD)
                 run(Event.BEFORE_LOSS)
                 with autocast(state.precision, state.device):

@@ -61,6 +61,7 @@ class CompareOptions:
     image_size: int | None = None
     seed: int = 0
     lr: float = 0.05
+    workers: int = 0
     timeout_s: float = 3600.0
     command: str = ""
 
@@ -124,6 +125,7 @@ def environment() -> dict[str, Any]:
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "python": platform.python_version(), "platform": platform.platform(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -168,7 +170,7 @@ def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc
     args = ["-m", "algorithms.tooling.compare_worker", "--model", options.model, "--data", options.data,
             "--epochs", str(options.epochs), "--batch-size", str(options.batch_size),
             "--precision", config.precision, "--parallel", config.parallel, "--seed", str(options.seed),
-            "--lr", str(options.lr), "--out-dir", str(out_dir)]
+            "--lr", str(options.lr), "--workers", str(options.workers), "--out-dir", str(out_dir)]
     for flag, value in (("--max-batches", options.max_batches), ("--data-root", options.data_root),
                         ("--image-size", options.image_size), ("--zero-stage", config.zero_stage)):
         if value is not None:
