@@ -15,9 +15,11 @@ import datetime as _dt
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,9 +221,11 @@ def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
         env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(
             filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))}
         tail: collections.deque[str] = collections.deque(maxlen=40)
-        try:
-            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                    env=env_vars)
+        # Its own session, so a last-resort kill reaches whatever it started in that session.
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=env_vars, start_new_session=True)
+
+        def read_stderr() -> None:  # progress lines go on; the rest is kept for the error message
             assert proc.stderr is not None
             for line in proc.stderr:
                 line = line.rstrip()
@@ -229,10 +233,22 @@ def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
                     progress(line[len("progress: "):])
                 else:
                     tail.append(line)
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        try:
             returncode = proc.wait(timeout=options.timeout_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            # torchrun starts its workers in sessions of their own and stops them on SIGTERM.
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             return _empty_run(config, nproc, "failed", f"timed out after {options.timeout_s:.0f} s")
+        finally:
+            reader.join(timeout=10)
         ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
         if not ranks or (returncode != 0 and all(r["status"] == "ok" for r in ranks)):
             last = next((line for line in reversed(tail) if line.strip()), "no output")

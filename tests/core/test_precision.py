@@ -16,6 +16,7 @@ class GradProbe(Algorithm):
 
     def __init__(self):
         self.after_backward = self.before_step = None
+        self.scaler = None  # set to the Trainer's scaler to record the scale backward ran with
         self.scale = None
 
     def match(self, event, state):
@@ -25,6 +26,7 @@ class GradProbe(Algorithm):
         grads = [p.grad.detach().clone() for p in state.model.parameters()]
         if event is Event.AFTER_BACKWARD:
             self.after_backward = grads
+            self.scale = self.scaler.get_scale() if self.scaler is not None else None
         else:
             self.before_step = grads
 
@@ -69,3 +71,21 @@ def test_modes_without_scaling_leave_gradients_unscaled(precision):
     assert not trainer.scaler.is_enabled()
     for a, b in zip(probe.after_backward, probe.before_step, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "amp_fp16", "amp_bf16"])
+def test_every_precision_trains_on_cuda_without_nans(precision):
+    g = torch.Generator().manual_seed(5)
+    data = [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
+    probe = GradProbe()
+    trainer = Trainer(_model(), data, "3ba", precision=precision, device="cuda", algorithms=[probe],
+                      grad_clip_norm=1e9)
+    probe.scaler = trainer.scaler
+    trainer.fit()
+    assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
+    if precision == "amp_fp16":
+        scale = probe.scale
+        assert scale > 1
+        for scaled, unscaled in zip(probe.after_backward, probe.before_step, strict=True):
+            torch.testing.assert_close(scaled / scale, unscaled, rtol=1e-5, atol=0)

@@ -106,3 +106,9 @@ def test_the_schema_rejects_an_ok_run_without_measurements(small_run):
     assert any(p.startswith("x.json: /runs/0/wall_s:") for p in problems)
     assert any(p.startswith(f"x.json: /runs/{len(document['runs']) - 1}/reason:") for p in problems)
 
+
+
+def test_a_configuration_that_runs_too_long_is_stopped_and_recorded():
+    document = compare.run_comparison(_options("fp32:ddp", epochs=50, max_batches=None, timeout_s=3))
+    (run,) = document["runs"]
+    assert run["status"] == "failed" and run["reason"] == "timed out after 3 s"
