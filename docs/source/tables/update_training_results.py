@@ -5,7 +5,7 @@ against ``algorithms/results.schema.json``) and writes:
 
 - ``training_configurations.md``: per results file, its hardware and settings, a table like the
   source experiment's, and a chart of time and memory per configuration;
-- ``tables/results/<stem>.svg``: those charts (matplotlib, byte-stable: fixed hash salt, no date,
+- ``tables/results/<stem>.svg``: those charts (matplotlib, byte-stable: fixed hash salt, no date or creator,
   text kept as text);
 - ``tables/results/<key>.md.inc``: for each best practice, the measured rows of its Trainer
   option beside the ``fp32:single`` baseline, which its card pulls in with ``{include}`` (the
@@ -159,7 +159,7 @@ def _chart(document: Mapping[str, Any]) -> str:
                      f"{document['environment']['hardware']}, {document['environment']['date'][:10]}")
         fig.tight_layout()
         buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)
     return buffer.getvalue()
 
