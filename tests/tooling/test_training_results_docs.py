@@ -103,7 +103,7 @@ def test_page_rows_name_hardware_and_escape_text(rendered):
     ("mixed_precision", ["fp32:single", "amp_bf16:single"], ["1.00x", "2.00x"]),
     ("ddp", ["fp32:single", "fp32:ddp"], ["1.00x", "0.50x"]),
     ("deepspeed_zero", ["fp32:single", "fp32:deepspeed:2"], ["1.00x", "—"]),
-    ("fsdp", ["fp32:single"], ["1.00x"]),
+    ("fsdp", [], []),  # this file has no fsdp run: the card says so instead of showing the baseline alone
 ])
 def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, configs, ratios):
     outputs, src = rendered
@@ -111,7 +111,10 @@ def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, conf
     rows = [line.split(" | ") for line in snippet.splitlines() if line.startswith("| `")]
     assert [r[0].strip("| `") for r in rows] == configs
     assert [r[4] for r in rows] == ratios  # time relative to fp32:single, computed from wall_s
-    assert "Test CPU" in snippet and "results/cpu-test.json" in snippet
+    if configs:
+        assert "Test CPU" in snippet and "results/cpu-test.json" in snippet
+    else:
+        assert "No committed results file measures `parallel='fsdp'` yet." in snippet
 
 
 def test_an_invalid_results_file_is_one_line_per_problem_and_writes_nothing(tmp_path, capsys):
@@ -145,3 +148,18 @@ def test_the_schema_requires_a_reason_for_runs_that_are_not_ok():
     document = copy.deepcopy(_document())
     document["runs"][3]["reason"] = None
     assert any("/runs/3/reason" in p for p in results_problems(document))
+
+
+def test_a_best_practice_for_an_option_the_comparison_does_not_vary_gets_no_rows(rendered, tmp_path):
+    metadata = tmp_path / "metadata"
+    entry = {"name": "Clipping", "kind": "best_practice", "class_name": None, "functional": None,
+             "trainer_option": {"grad_clip_norm": 1.0}, "tldr": "Clips.", "attribution": "Someone, 2013",
+             "link": "https://example.org", "domains": ["general"], "tags": ["optimization"], "summary": "Clips.",
+             "use": "Anywhere.", "math_equivalent": False, "hyperparameters": {}, "plumbing": []}
+    (metadata / "clipping").mkdir(parents=True)
+    (metadata / "clipping" / "metadata.json").write_text(json.dumps({"clipping": entry}))
+    outputs = _generator().render(metadata_root=metadata, source_dir=tmp_path / "src",
+                                  results_root=tmp_path / "results")
+    snippet = outputs[tmp_path / "src" / "tables/results/clipping.md.inc"]
+    assert "No committed results file measures `grad_clip_norm=1.0` yet." in snippet
+    assert "| `" not in snippet

@@ -114,8 +114,12 @@ def _card_rows(document: Mapping[str, Any], option: str, value: Any) -> list[Map
     if option == "precision":
         wanted = PRECISION_FAMILY.get(value, (value,))
         chosen = [r for r in runs if r["parallel"] == "single" and r["precision"] in wanted]
-    else:
-        chosen = [r for r in runs if r[option] == value]
+    elif option == "parallel":
+        chosen = [r for r in runs if r["parallel"] == value]
+    else:  # the comparison varies only precision and parallel: nothing measures other options
+        return []
+    if not chosen:
+        return []
     baseline = [r for r in runs if r["config"] == "fp32:single" and r not in chosen]
     return baseline + chosen
 
