@@ -89,6 +89,15 @@ def _source_line(document: Mapping[str, Any], path: Path) -> str:
             f"per process{cap}. Results file: {md_code(f'results/{path.name}')}.")
 
 
+def _load_note(document: Mapping[str, Any]) -> list[str]:
+    env = document["environment"]
+    load = env.get("load_average")
+    if not load or load[0] <= env["cpu_count"]:
+        return []
+    return [f"The machine was shared: its load average was {load[0]:.1f} on {env['cpu_count']} cores when the "
+            "comparison started, so the times are slower, and noisier, than the hardware alone allows.", ""]
+
+
 # --------------------------------------------------------------------------------------------- tables
 
 def _full_table(document: Mapping[str, Any]) -> list[str]:
@@ -202,11 +211,7 @@ def _page(documents: list[tuple[Path, Mapping[str, Any]]]) -> str:
     for path, document in documents:
         env = document["environment"]
         title = f"{env['hardware']}, {env['date'][:10]}"
-        load = env.get("load_average")
-        out += [f"## {md_text(title)}", "", _source_line(document, path), ""]
-        if load and load[0] > env["cpu_count"]:
-            out += [f"The machine was shared: its load average was {load[0]:.1f} on {env['cpu_count']} cores when "
-                    "the comparison started, so the times are slower than the hardware alone allows.", ""]
+        out += [f"## {md_text(title)}", "", _source_line(document, path), "", *_load_note(document)]
         out += _full_table(document) + [""]
         if any(r["status"] == "ok" for r in document["runs"]):
             # A directive option is an attribute value, not Markdown: Sphinx escapes it; one line is enough.
@@ -237,7 +242,7 @@ def _snippet(record: Any, documents: list[tuple[Path, Mapping[str, Any]]]) -> st
         if not rows:
             continue
         shown += 1
-        out += [_source_line(document, path), "", *_card_table(document, rows), ""]
+        out += [_source_line(document, path), "", *_load_note(document), *_card_table(document, rows), ""]
     if not shown:
         out += [f"No committed results file measures `{option}={value!r}` yet.", ""]
     out += ["All configurations: [Training configurations](../training_configurations.md).", ""]
