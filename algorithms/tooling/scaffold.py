@@ -209,9 +209,9 @@ def _method_context(record: Any, repo_root: Path) -> dict[str, Any]:
         "results_include": None,
         "vision": "vision" in record.domains,
     }
-    results = repo_root / "docs" / "source" / "tables" / "results" / f"{record.key}.md"
+    results = repo_root / "docs" / "source" / "tables" / "results" / f"{record.key}.md.inc"
     if results.exists():
-        context["results_include"] = f"../tables/results/{record.key}.md"
+        context["results_include"] = f"../tables/results/{record.key}.md.inc"
     if record.is_best_practice:
         context["trainer_example"] = _trainer_example(record, None, {})
         parallel = (record.trainer_option or {}).get("parallel")

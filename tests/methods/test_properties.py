@@ -74,5 +74,5 @@ def test_smooth_labels_properties(n, k, dtype, seed, smoothing):
     assert s.shape == (n, k)
     torch.testing.assert_close(s.sum(1), torch.ones(n))
     assert (s >= 0).all()
-    if smoothing < 1:  # the true class keeps the largest probability
+    if 1 - smoothing > 1e-3:  # the true class keeps the largest probability (float32 ties near 1)
         assert torch.equal(s.argmax(1), y)
