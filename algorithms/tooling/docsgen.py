@@ -17,7 +17,7 @@ import jinja2
 from ..metadata import MethodRecord, load_all_metadata
 from .markup import md_code, md_text, md_url, one_line, safe_token
 
-__all__ = ["jinja_environment", "kind_label", "load_methods", "method_option"]
+__all__ = ["css_class_value", "jinja_environment", "kind_label", "load_methods", "method_option"]
 
 KIND_LABELS = {"method": "method", "best_practice": "best practice"}
 
@@ -33,7 +33,7 @@ def jinja_environment(template_dir: Path) -> jinja2.Environment:
         autoescape=False,  # Markdown, not HTML: every metadata value goes through an md_* filter
     )
     env.filters.update(md_text=md_text, md_code=md_code, md_url=md_url, one_line=one_line,
-                       token=safe_token, kind_label=kind_label)
+                       token=safe_token, kind_label=kind_label, css=css_class_value)
     return env
 
 
@@ -41,6 +41,12 @@ def load_methods(metadata_root: Path | None = None) -> list[MethodRecord]:
     """Every method record, in display-name order (case-insensitive, then key)."""
     records: Mapping[str, MethodRecord] = load_all_metadata(metadata_root)
     return sorted(records.values(), key=lambda r: (r.name.casefold(), r.key))
+
+
+def css_class_value(value: str, what: str) -> str:
+    """A vocabulary value as docutils writes it in a class name (it turns ``_`` into ``-``), so the
+    generated Markdown, the HTML and the filter script all use the same spelling."""
+    return safe_token(value, what).replace("_", "-")
 
 
 def kind_label(kind: str) -> str:

@@ -31,6 +31,11 @@ def render_one(name: str, metadata: Path, src: Path) -> tuple[Path, str]:
     return out, text
 
 
+def css(value: str) -> str:
+    """How docutils spells a value in a class name."""
+    return value.replace("_", "-")
+
+
 def by_name(entries: dict[str, dict]) -> list[str]:
     return sorted(entries, key=lambda k: (entries[k]["name"].casefold(), k))
 
@@ -61,8 +66,8 @@ def test_overview_has_one_filterable_card_per_method(synthetic_metadata, tmp_pat
     for title, key, classes in cards:
         entry = SYNTHETIC[key]
         assert title == md_text(entry["name"])
-        expected = {"ml-overview-item", f"ml-kind-{entry['kind']}"}
-        expected |= {f"ml-domain-{d}" for d in entry["domains"]} | {f"ml-tag-{t}" for t in entry["tags"]}
+        expected = {"ml-overview-item", f"ml-kind-{css(entry['kind'])}"}
+        expected |= {f"ml-domain-{css(d)}" for d in entry["domains"]} | {f"ml-tag-{css(t)}" for t in entry["tags"]}
         assert set(classes.split()) == expected
         assert md_text(entry["tldr"]) in text
 

@@ -101,6 +101,15 @@ def test_real_site_lists_every_method(real_site):
         assert (real_site / "method_cards" / f"{key}.html").exists()
 
 
+def test_card_templates_build_but_stay_out_of_the_navigation(real_site):
+    templates = sorted(p.stem for p in (real_site / "templates").glob("*.html"))
+    assert templates == ["algo_card", "dataset_task_card", "model_family_card"]
+    for page in ("index.html", "method_cards/methods_overview.html"):
+        html = soup(real_site / page)
+        assert not [a["href"] for a in html.select(".sidebar-tree a, article .toctree-wrapper a")
+                    if "templates/" in a["href"]], page
+
+
 def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
     """Above the card limit a sidebar shows the section's non-card pages plus the current card only
     (the whole list in every page made furo's build time grow with the square of the card count)."""
@@ -113,9 +122,10 @@ def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     for key in SYNTHETIC:
         page = soup(tmp_path / "html" / "method_cards" / f"{key}.html")
-        links = [a["href"] for a in page.select(".sidebar-tree a")]
-        assert links == ["methods_overview.html", "../tables/algorithms_table.html", "#", "../writing_cards.html"]
-        assert page.select_one(".sidebar-tree li.current a").get_text() == f"Card {key}"
+        methods_section = page.select(".sidebar-tree ul")[0]  # the "Methods Library" caption's list
+        links = [a["href"] for a in methods_section.select("a")]
+        assert links == ["methods_overview.html", "../tables/algorithms_table.html", "#"]
+        assert methods_section.select_one("li.current a").get_text() == f"Card {key}"
     index = soup(tmp_path / "html" / "index.html")  # the index's own toctree still lists every card
     assert {a["href"] for a in index.select("article .toctree-wrapper a")} >= {
         f"method_cards/{key}.html" for key in SYNTHETIC}

@@ -9,7 +9,7 @@
   Furo renders the whole toctree into every page, so a site of N cards costs N^2 (measured in
   issue 3: 64 s for 300 cards against 3 s for 30). Here a toctree section with more than
   ``methods_nav_card_limit`` entries shows only its pages that are not cards plus the current
-  page; the overview and the table lead to the rest.
+  page; the overview and the table lead to the rest. ``benchmarks/docs_scale.py`` measures both.
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ def render_sidebar(app: Sphinx, pagename: str, pathto: Any) -> str:
 
 def bounded_toctree(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
     # Runs before furo's handler (priority 500), which calls context["toctree"](...) on every page.
-    if "toctree" in context and "pathto" in context:
+    # A negative limit leaves the theme's own toctree in place (the scale benchmark compares them).
+    if app.config.methods_nav_card_limit >= 0 and "toctree" in context and "pathto" in context:
         html_text = render_sidebar(app, pagename, context["pathto"])
         context["toctree"] = lambda **kwargs: html_text
 
