@@ -39,3 +39,14 @@ def test_generator_cli_check_names_stale_files_and_writes_nothing(tmp_path: Path
     assert generator_cli(lambda: outputs, [], prog="gen.py") == 0
     assert generator_cli(lambda: outputs, ["--check"], prog="gen.py") == 0
     assert stale.read_text() == "new" and missing.read_text() == "m"
+
+
+def test_written_files_are_readable_like_plain_files(tmp_path: Path):
+    p = tmp_path / "page.md"
+    write_atomic(p, "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert p.stat().st_mode & 0o777 == 0o666 & ~mask
+    os.chmod(p, 0o640)
+    write_if_changed(p, "y")
+    assert p.stat().st_mode & 0o777 == 0o640
