@@ -56,6 +56,8 @@ __all__ = [
     "load_all_metadata",
     "load_metadata",
     "validate_files",
+    "display_path",
+    "schema_validator",
 ]
 
 
@@ -69,7 +71,7 @@ class Problem:
     line: int | None = None
 
     def __str__(self) -> str:
-        where = f"{_display_path(self.path)}:{self.line}" if self.line else _display_path(self.path)
+        where = f"{display_path(self.path)}:{self.line}" if self.line else display_path(self.path)
         return f"{where}: {self.pointer or '/'}: {self.message}"
 
 
@@ -153,14 +155,14 @@ def validate_files(paths: Iterable[Path]) -> tuple[dict[str, MethodRecord], list
             continue
         if record.key in records:
             problems.append(Problem(record.path, f"/{record.key}",
-                                    f"duplicate method key, also in {_display_path(records[record.key].path)}"
+                                    f"duplicate method key, also in {display_path(records[record.key].path)}"
                                     " — rename one folder"))
             continue
         folded = record.name.casefold()
         if folded in names:
             problems.append(Problem(record.path, f"/{record.key}/name",
                                     f"duplicate method name {record.name!r}, also in "
-                                    f"{_display_path(names[folded])} — give each method its own name",
+                                    f"{display_path(names[folded])} — give each method its own name",
                                     _locate(record.path, [record.key, "name"])))
             continue
         names[folded] = record.path
@@ -236,7 +238,7 @@ def validate_subject_files(paths: Iterable[Path], kind: str) -> tuple[dict[str, 
         folded = record.name.casefold()
         if folded in names:
             problems.append(Problem(record.path, f"/{record.key}/name",
-                                    f"duplicate name {record.name!r}, also in {_display_path(names[folded])}"
+                                    f"duplicate name {record.name!r}, also in {display_path(names[folded])}"
                                     " — give each its own name", _locate(record.path, [record.key, "name"])))
             continue
         names[folded] = record.path
@@ -264,23 +266,9 @@ def load_all_model_families(root: Path | None = None) -> dict[str, SubjectRecord
 def _check_subject_file(path: Path, kind: str) -> tuple[SubjectRecord | None, list[Problem]]:
     if not path.name.endswith(SUBJECT_SUFFIX):
         return None, [Problem(path, "", f"the file name must end in {SUBJECT_SUFFIX!r} — rename it")]
-    data, text, problems = _read_json(path)
-    if data is None:
-        return None, problems
-    problems = [
-        Problem(path, _pointer(err.absolute_path), _explain(err), _locate_text(text, list(err.absolute_path)))
-        for err in sorted(_validator_for(SUBJECT_KINDS[kind][1]).iter_errors(data),
-                          key=lambda e: list(map(str, e.absolute_path)))
-    ]
     key = path.name[: -len(SUBJECT_SUFFIX)]
-    if isinstance(data, dict):
-        keys = [k for k in data if k != "$schema"]
-        if keys != [key]:
-            found = ", ".join(repr(k) for k in keys) or "none"
-            problems.append(Problem(path, "", f"the file must hold exactly one entry keyed by its file name "
-                                              f"{key!r}, found {found} — rename the key to {key!r}",
-                                    _locate_text(text, keys[:1]) if keys else None))
-    if problems:
+    data, problems = _check_document(path, SUBJECT_KINDS[kind][1], key, "one entry keyed by its file name")
+    if data is None:
         return None, problems
     entry = data[key]
     return SubjectRecord(key=key, path=path, kind=kind, name=entry["name"], tldr=entry["tldr"],
@@ -303,7 +291,8 @@ def _read_json(path: Path) -> tuple[Any, str, list[Problem]]:
 
 
 @cache
-def _validator_for(schema_path: Path) -> jsonschema.protocols.Validator:
+def schema_validator(schema_path: Path) -> jsonschema.protocols.Validator:
+    """The checked validator of a JSON Schema file (draft from its ``$schema``), cached."""
     schema = json.loads(schema_path.read_text(encoding="utf-8"))
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
@@ -314,42 +303,36 @@ def _validator_for(schema_path: Path) -> jsonschema.protocols.Validator:
 # internals
 
 
-@cache
-def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
 def _check_file(path: Path) -> tuple[MethodRecord | None, list[Problem]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        return None, [Problem(path, "", f"cannot read file: {exc.strerror or exc} — check the path")]
-    except UnicodeDecodeError as exc:
-        return None, [Problem(path, "", f"not UTF-8 text ({exc.reason}) — save the file as UTF-8")]
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, [Problem(path, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: "
-                                        f"{exc.msg} — fix the syntax", exc.lineno)]
-
-    problems = [
-        Problem(path, _pointer(err.absolute_path), _explain(err), _locate_text(text, list(err.absolute_path)))
-        for err in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-    ]
     folder = path.parent.name
-    if isinstance(data, dict):
-        keys = [k for k in data if k != "$schema"]
-        if keys != [folder]:
-            found = ", ".join(repr(k) for k in keys) or "none"
-            problems.append(Problem(path, "", f"the file must hold exactly one method keyed by its folder "
-                                              f"name {folder!r}, found {found} — rename the key to {folder!r}",
-                                    _locate_text(text, keys[:1]) if keys else None))
-    if problems:
+    data, problems = _check_document(path, SCHEMA_PATH, folder, "one method keyed by its folder name")
+    if data is None:
         return None, problems
     return _record(folder, path, data[folder]), []
+
+
+def _check_document(path: Path, schema_path: Path, key: str, holds: str
+                    ) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """Read ``path``, validate it against ``schema_path`` and require the single key ``key``.
+
+    Returns the data when it passed, else ``None`` and every problem found.
+    """
+    data, text, problems = _read_json(path)
+    if problems:
+        return None, problems
+    problems = [
+        Problem(path, _pointer(err.absolute_path), _explain(err), _locate_text(text, list(err.absolute_path)))
+        for err in sorted(schema_validator(schema_path).iter_errors(data),
+                          key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if isinstance(data, dict):
+        keys = [k for k in data if k != "$schema"]
+        if keys != [key]:
+            found = ", ".join(repr(k) for k in keys) or "none"
+            problems.append(Problem(path, "", f"the file must hold exactly {holds} {key!r}, found {found}"
+                                              f" — rename the key to {key!r}",
+                                    _locate_text(text, keys[:1]) if keys else None))
+    return (None, problems) if problems else (data, [])
 
 
 def _record(key: str, path: Path, entry: dict[str, Any]) -> MethodRecord:
@@ -470,7 +453,8 @@ def _locate_text(text: str, parts: list[Any]) -> int | None:
     return text.count("\n", 0, pos) + 1 if found else None
 
 
-def _display_path(path: Path) -> str:
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it, else as given."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:

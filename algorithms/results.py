@@ -7,13 +7,10 @@ whenever the docs read one. Like :mod:`algorithms.metadata`, this module imports
 from __future__ import annotations
 
 import json
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
-from .metadata import PACKAGE_ROOT
+from .metadata import PACKAGE_ROOT, schema_validator
 
 __all__ = ["RESULTS_DIR", "RESULTS_SCHEMA_PATH", "ResultsError", "discover_results", "load_results",
            "results_problems"]
@@ -26,17 +23,9 @@ class ResultsError(ValueError):
     """Every problem in a results file, one ``file: /json/pointer: message`` per line."""
 
 
-@cache
-def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(RESULTS_SCHEMA_PATH.read_text(encoding="utf-8"))
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
 def results_problems(data: Any, where: str = "<results>") -> list[str]:
     """One line per way ``data`` breaks the results schema (empty when it is valid)."""
-    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+    errors = sorted(schema_validator(RESULTS_SCHEMA_PATH).iter_errors(data), key=lambda e: list(e.absolute_path))
     lines = []
     for error in errors:
         pointer = "".join(f"/{part}" for part in error.absolute_path) or "/"

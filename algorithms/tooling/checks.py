@@ -21,6 +21,7 @@ from algorithms.metadata import (
     discover_dataset_files,
     discover_metadata_files,
     discover_model_family_files,
+    display_path,
     load_all_datasets,
     load_all_metadata,
     load_all_model_families,
@@ -259,7 +260,7 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None)
 
 
 def _missing_card(path: Path, key: str, flag: str, metadata: Path) -> Problem:
-    return Problem(path, "card", f"missing: {_rel(metadata)} has no card — "
+    return Problem(path, "card", f"missing: {display_path(metadata)} has no card — "
                              f"create it with: python tools/new_card.py {key}{flag}")
 
 
@@ -417,9 +418,3 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     return value
 
-
-def _rel(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from algorithms.metadata import MetadataError, Problem
+from algorithms.metadata import MetadataError, Problem, display_path
 
 __all__ = ["check_cards_main", "check_functional_main", "new_card_main", "validate_metadata_main"]
 
@@ -95,17 +95,11 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
         sys.stdout.write(content)
         return 0
     if path.exists() and not args.force:
-        print(f"{_rel(path)}: exists — left unchanged; pass --force to overwrite it "
+        print(f"{display_path(path)}: exists — left unchanged; pass --force to overwrite it "
               "(or --dry-run to print the new scaffold)", file=sys.stderr)
         return 1
     write_atomic(path, content, force=args.force)
-    print(f"wrote {_rel(path)} — fill in the sections marked with <!-- comments -->, then run "
+    print(f"wrote {display_path(path)} — fill in the sections marked with <!-- comments -->, then run "
           "python tools/check_cards.py")
     return 0
 
-
-def _rel(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ..metadata import display_path
+
 __all__ = ["generator_cli", "stale_outputs", "write_atomic", "write_if_changed"]
 
 Content = str | bytes
@@ -80,16 +82,10 @@ def generator_cli(render: Callable[[], Mapping[Path, Content]], argv: Sequence[s
     if args.check:
         stale = stale_outputs(outputs)
         for path in stale:
-            print(f"{_rel(path)}: stale — regenerate it with: python {prog or sys.argv[0]}",
+            print(f"{display_path(path)}: stale — regenerate it with: python {prog or sys.argv[0]}",
                   file=sys.stderr)
         return 1 if stale else 0
     for path, content in outputs.items():
-        print(f"{'updated' if write_if_changed(path, content) else 'unchanged'}: {_rel(path)}")
+        print(f"{'updated' if write_if_changed(path, content) else 'unchanged'}: {display_path(path)}")
     return 0
 
-
-def _rel(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
