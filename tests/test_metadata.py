@@ -139,3 +139,9 @@ def test_method_needs_a_class(tree: Path):
 def test_discovery_sorted_by_folder():
     names = [p.parent.name for p in discover_metadata_files()]
     assert names == sorted(names)
+
+
+def test_missing_kind_is_one_problem_not_a_cascade(tree: Path):
+    _edit(tree, lambda d: d.pop("kind"))
+    (line,) = _problems(tree)
+    assert "missing required field 'kind'" in line
