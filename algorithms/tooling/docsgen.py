@@ -17,7 +17,8 @@ import jinja2
 from ..metadata import MethodRecord, load_all_metadata
 from .markup import md_code, md_text, md_url, one_line, safe_token
 
-__all__ = ["css_class_value", "jinja_environment", "kind_label", "load_methods", "method_option"]
+__all__ = ["css_class_value", "jinja_environment", "kind_label", "load_methods", "method_option",
+           "render_methods_page"]
 
 KIND_LABELS = {"method": "method", "best_practice": "best practice"}
 
@@ -35,6 +36,14 @@ def jinja_environment(template_dir: Path) -> jinja2.Environment:
     env.filters.update(md_text=md_text, md_code=md_code, md_url=md_url, one_line=one_line,
                        token=safe_token, kind_label=kind_label, css=css_class_value)
     return env
+
+
+def render_methods_page(template_dir: Path, template: str, output: Path,
+                        metadata_root: Path | None = None) -> dict[Path, str]:
+    """``{output: text}``: ``template`` rendered with ``methods``, the (record, option) pairs in
+    display-name order."""
+    methods = [(record, method_option(record)) for record in load_methods(metadata_root)]
+    return {output: jinja_environment(template_dir).get_template(template).render(methods=methods)}
 
 
 def load_methods(metadata_root: Path | None = None) -> list[MethodRecord]:

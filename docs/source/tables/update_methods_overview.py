@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parents[2]) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(HERE.parents[2]))
 
-from algorithms.tooling.docsgen import jinja_environment, load_methods, method_option  # noqa: E402
+from algorithms.tooling.docsgen import render_methods_page  # noqa: E402
 from algorithms.tooling.files import generator_cli  # noqa: E402
 
 TEMPLATE = "methods_overview.md.j2"
@@ -25,9 +25,7 @@ TEMPLATE = "methods_overview.md.j2"
 
 def render(metadata_root: Path | None = None, source_dir: Path | None = None) -> dict[Path, str]:
     source_dir = Path(source_dir) if source_dir is not None else HERE.parent
-    methods = [(record, method_option(record)) for record in load_methods(metadata_root)]
-    text = jinja_environment(HERE).get_template(TEMPLATE).render(methods=methods)
-    return {source_dir / "method_cards" / "methods_overview.md": text}
+    return render_methods_page(HERE, TEMPLATE, source_dir / "method_cards" / "methods_overview.md", metadata_root)
 
 
 if __name__ == "__main__":
