@@ -7,6 +7,7 @@ so that resolving the project never pulls a multi-gigabyte CUDA build onto a CPU
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -20,9 +21,21 @@ TORCH_SPEC = os.environ.get("METHODS_TORCH_SPEC", "torch==2.13.0")
 
 
 def install_project(session: nox.Session, *extras: str) -> None:
-    session.install(*TORCH_SPEC.split())
+    """Torch from TORCH_SPEC, then the project (editable) with ``extras``.
+
+    A reused environment whose install inputs (pyproject.toml, TORCH_SPEC, extras) are unchanged
+    skips pip altogether, so a second run starts in seconds.
+    """
     spec = f".[{','.join(extras)}]" if extras else "."
+    inputs = "\n".join([Path("pyproject.toml").read_text(encoding="utf-8"), TORCH_SPEC, spec])
+    stamp = Path(session.virtualenv.location) / ".methods-install-stamp"
+    digest = hashlib.sha256(inputs.encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        session.log("environment up to date (pyproject.toml and METHODS_TORCH_SPEC unchanged): skipping pip")
+        return
+    session.install(*TORCH_SPEC.split())
     session.install("-e", spec)
+    stamp.write_text(digest)
 
 
 @nox.session(python=PYTHON)
