@@ -3,6 +3,8 @@ of every card runs (hidden ``<!-- card-setup`` blocks first where they appear)."
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +54,61 @@ def test_there_are_cards_with_code():
 def test_card_code_runs(card: Path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # examples that write files write them here
     run_card_code(card.read_text("utf-8"), str(card.relative_to(REPO_ROOT)))
+
+
+def _launch_examples() -> list[tuple[Path, str]]:
+    """Cards whose example is a ``train.py`` launched by a shell block with ``torch.distributed.run``."""
+    found = []
+    for folder in CARD_DIRS:
+        for card in sorted((DOCS / folder).glob("*.md")):
+            for block in cards.code_blocks(card.read_text("utf-8")):
+                for line in block.code.splitlines():
+                    if block.language in {"bash", "sh", "console"} and "torch.distributed.run" in line \
+                            and line.strip().endswith("train.py"):
+                        found.append((card, line.strip()))
+    return found
+
+
+LAUNCH_EXAMPLES = _launch_examples()
+
+
+def test_distributed_cards_have_launch_examples():
+    names = {card.name for card, _ in LAUNCH_EXAMPLES}
+    assert {"ddp.md", "fsdp.md", "deepspeed_zero.md"} <= names
+
+
+@pytest.mark.parametrize("card,command", LAUNCH_EXAMPLES,
+                         ids=[str(c.relative_to(DOCS)) for c, _ in LAUNCH_EXAMPLES])
+def test_launched_card_example_trains(card: Path, command: str, tmp_path):
+    """The card's python blocks, saved as ``train.py``, run under the card's own launch command
+    (``python`` is this interpreter); the ``if __name__ == "__main__"`` part runs, in every rank.
+    On the CPU the processes use gloo, as the cards say."""
+    import shlex
+
+    import torch
+
+    text = card.read_text("utf-8")
+    script = "\n\n".join(b.code for b in cards.code_blocks(text) if b.language in cards.PYTHON_LANGS)
+    if "deepspeed" in script:
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            pytest.skip(f"{card.name}: its example needs the optional package 'deepspeed', not installed")
+        if not torch.cuda.is_available():
+            pytest.skip(f"{card.name}: its example needs CUDA GPUs (NCCL), none here")
+    (tmp_path / "train.py").write_text(script, "utf-8")
+    argv = shlex.split(command)
+    assert argv[0] == "python", command
+    argv[0] = sys.executable
+    # Every rank logs the Trainer's INFO lines (through a sitecustomize beside the script), so the
+    # test sees that each process trained to the end, not only that the launcher exited 0.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import logging\nlogging.basicConfig(level=logging.INFO, format='%(message)s')\n", "utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT)])}
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, f"{card.name}: `{command}` exited {out.returncode}\n{out.stderr[-3000:]}"
+    nproc = int(argv[argv.index("--nproc_per_node") + 1])
+    epochs = int(re.search(r'max_duration="(\d+)ep"', script).group(1))
+    finished = re.findall(rf"^epoch {epochs} done", out.stdout + out.stderr, flags=re.M)
+    assert len(finished) == nproc, f"{card.name}: {len(finished)} of {nproc} ranks finished epoch {epochs}"
