@@ -1,10 +1,12 @@
-"""The real repository passes every card check, so CI fails on any drift; and every python block
-of every card runs (hidden ``<!-- card-setup`` blocks first where they appear)."""
+"""The real repository passes every card check, so CI fails on any drift; every python block
+of every card runs (hidden ``<!-- card-setup`` blocks first where they appear); and every card whose
+example is a ``train.py`` launched with ``torch.distributed.run`` is launched that way."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -62,10 +64,9 @@ def _launch_examples() -> list[tuple[Path, str]]:
     for folder in CARD_DIRS:
         for card in sorted((DOCS / folder).glob("*.md")):
             for block in cards.code_blocks(card.read_text("utf-8")):
-                for line in block.code.splitlines():
-                    if block.language in {"bash", "sh", "console"} and "torch.distributed.run" in line \
-                            and line.strip().endswith("train.py"):
-                        found.append((card, line.strip()))
+                if block.language in {"bash", "sh", "console"}:
+                    found += [(card, line.strip()) for line in block.code.splitlines()
+                              if "torch.distributed.run" in line and line.strip().endswith("train.py")]
     return found
 
 
@@ -83,17 +84,15 @@ def test_launched_card_example_trains(card: Path, command: str, tmp_path):
     """The card's python blocks, saved as ``train.py``, run under the card's own launch command
     (``python`` is this interpreter); the ``if __name__ == "__main__"`` part runs, in every rank.
     On the CPU the processes use gloo, as the cards say."""
-    import shlex
-
     import torch
+
+    from algorithms.core.distributed import deepspeed_unavailable_reason
 
     text = card.read_text("utf-8")
     script = "\n\n".join(b.code for b in cards.code_blocks(text) if b.language in cards.PYTHON_LANGS)
-    if "deepspeed" in script:
-        import importlib.util
-
-        if importlib.util.find_spec("deepspeed") is None:
-            pytest.skip(f"{card.name}: its example needs the optional package 'deepspeed', not installed")
+    if 'parallel="deepspeed"' in script:
+        if reason := deepspeed_unavailable_reason():
+            pytest.skip(f"{card.name}: {reason}")
         if not torch.cuda.is_available():
             pytest.skip(f"{card.name}: its example needs CUDA GPUs (NCCL), none here")
     (tmp_path / "train.py").write_text(script, "utf-8")
@@ -105,7 +104,7 @@ def test_launched_card_example_trains(card: Path, command: str, tmp_path):
     (tmp_path / "sitecustomize.py").write_text(
         "import logging\nlogging.basicConfig(level=logging.INFO, format='%(message)s')\n", "utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT)])}
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, f"{card.name}: `{command}` exited {out.returncode}\n{out.stderr[-3000:]}"
     nproc = int(argv[argv.index("--nproc_per_node") + 1])
