@@ -15,6 +15,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -208,6 +209,27 @@ def _merge(config: Config, ranks: list[dict[str, Any]], nproc: int) -> dict[str,
     return run
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
+
+
+def failure_line(stderr_lines: Sequence[str]) -> str:
+    """The one line of a failed worker's stderr that says why.
+
+    First torchrun's root cause for a rank killed by a signal (``traceback : Signal 11 (SIGSEGV)
+    received by PID ...``: the other ranks' errors follow from it); else the last exception a
+    worker raised (not torchrun's own ``ChildFailedError``, which only says a child failed); else
+    the last line with words in it, never the ``=====`` banner.
+    """
+    lines = [line.strip() for line in stderr_lines if any(ch.isalnum() for ch in line)]
+    for line in reversed(lines):
+        if line.startswith("traceback") and "Signal" in line:
+            return " ".join(line.split())
+    for line in reversed(lines):
+        if _EXCEPTION_LINE.match(line) and "ChildFailedError" not in line:
+            return line
+    return lines[-1] if lines else "no output"
+
+
 def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
                progress: Progress = lambda line: None) -> dict[str, Any]:
     """Run one configuration in its own process(es) and return its results entry."""
@@ -220,7 +242,7 @@ def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
         command = worker_command(config, options, out_dir, nproc)
         env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(
             filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))}
-        tail: collections.deque[str] = collections.deque(maxlen=40)
+        tail: collections.deque[str] = collections.deque(maxlen=80)
         # Its own session, so a last-resort kill reaches whatever it started in that session.
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 env=env_vars, start_new_session=True)
@@ -251,8 +273,7 @@ def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
             reader.join(timeout=10)
         ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
         if not ranks or (returncode != 0 and all(r["status"] == "ok" for r in ranks)):
-            last = next((line for line in reversed(tail) if line.strip()), "no output")
-            return _empty_run(config, nproc, "failed", f"exit status {returncode}: {last.strip()}")
+            return _empty_run(config, nproc, "failed", f"exit status {returncode}: {failure_line(tail)}")
         return _merge(config, ranks, nproc)
 
 

@@ -112,3 +112,20 @@ def test_a_configuration_that_runs_too_long_is_stopped_and_recorded():
     document = compare.run_comparison(_options("fp32:ddp", epochs=50, max_batches=None, timeout_s=3))
     (run,) = document["runs"]
     assert run["status"] == "failed" and run["reason"] == "timed out after 3 s"
+
+
+@pytest.mark.parametrize(("worker", "expected"), [
+    ('raise RuntimeError("boom from the worker")\n', "RuntimeError: boom from the worker"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "Signal 11 (SIGSEGV)"),
+], ids=["exception", "signal"])
+def test_failure_reason_is_the_root_cause_in_torchruns_output(worker, expected, tmp_path):
+    """A failed distributed run is recorded with the line that says why, taken from torchrun's real
+    stderr: the worker's exception or the signal that killed it, not torchrun's closing banner."""
+    import subprocess
+    import sys
+
+    (tmp_path / "worker.py").write_text(worker, "utf-8")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+                          "worker.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert expected in compare.failure_line(out.stderr.splitlines())
