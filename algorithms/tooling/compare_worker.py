@@ -9,7 +9,6 @@ that file (status ``failed``) rather than lost, and the exit status is 1.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import resource
@@ -219,11 +218,6 @@ def main(argv: list[str] | None = None) -> int:
         record = {"rank": rank, "status": "failed", "reason": f"{type(exc).__name__}: {exc}".strip()}
         status = 1
     write_atomic(os.path.join(args.out_dir, f"rank{record['rank']}.json"), json.dumps(record), force=True)
-    # The trainer of run_one outlives it in reference cycles (torch keeps a traceback of the frame that
-    # built its first optimizer), and with it the DDP/FSDP module that holds the process group. Left to
-    # interpreter finalization, gloo's threads are torn down there and the rank can abort ("terminate
-    # called without an active exception", SIGABRT) after its results are written. Free them now.
-    gc.collect()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     return status
