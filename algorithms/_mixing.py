@@ -1,6 +1,8 @@
-"""Pieces shared by the methods that mix examples (CutMix, MixUp) and relabel targets.
+"""Pieces shared by the methods that mix examples (CutMix, MixUp): argument checks, sampling
+from torch generators, and the mixing Algorithm base class.
 
-Private: the public forms are in :mod:`algorithms.functional` and the method classes.
+Private: the public forms are in :mod:`algorithms.functional` and the method classes; the
+target utilities are in :mod:`algorithms.targets`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import torch
 from .core.algorithm import Algorithm
 from .core.event import Event
 from .core.state import State
+from .targets import interpolate_targets, target_dtype
 
-__all__ = ["MixingAlgorithm", "check_alpha", "check_batch_sizes", "interpolate_targets",
-           "sample_beta", "sample_permutation", "to_distribution"]
+__all__ = ["MixingAlgorithm", "check_alpha", "check_batch_sizes", "check_indices", "randint", "sample_beta",
+           "sample_permutation"]
 
 
 def check_alpha(alpha: float) -> float:
@@ -37,53 +40,6 @@ def check_indices(indices: torch.Tensor, n: int) -> None:
     if indices.shape != (n,) or indices.is_floating_point():
         raise ValueError(f"indices must be an integer tensor of shape ({n},), got "
                          f"{indices.dtype} of shape {tuple(indices.shape)}")
-
-
-def to_distribution(target: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
-    """Class indices ``(N,)`` to one-hot rows, or probability rows ``(N, C)`` passed through."""
-    if target.is_floating_point():
-        if target.ndim != 2 or target.shape[1] != num_classes:
-            raise ValueError(f"target: probabilities must have shape (N, {num_classes}), got "
-                             f"{tuple(target.shape)}")
-        return target.to(dtype)
-    if target.ndim != 1:
-        raise ValueError(f"target: class indices must have shape (N,), got {tuple(target.shape)}")
-    check_class_range(target, num_classes)
-    return torch.nn.functional.one_hot(target.long(), num_classes).to(dtype)
-
-
-def check_class_range(target: torch.Tensor, num_classes: int) -> None:
-    """Class indices in ``[0, num_classes)``.
-
-    On the CPU the check costs nothing extra and raises ``ValueError``; on an accelerator it is
-    an asynchronous device assert, so the hot path never waits for the device.
-    """
-    in_range = (target >= 0) & (target < num_classes)
-    if target.device.type == "cpu":
-        if not bool(in_range.all()):
-            bad = target[~in_range].unique()[:5].tolist()
-            raise ValueError(f"target: class indices must be in [0, {num_classes}), found {bad}")
-    else:
-        torch._assert_async(in_range.all(), f"target: class indices must be in [0, {num_classes})")
-
-
-def target_dtype(input_dtype: torch.dtype) -> torch.dtype:
-    """Targets are at least float32, so mixed distributions still sum to 1 for half inputs."""
-    return torch.promote_types(input_dtype, torch.float32) if input_dtype.is_floating_point \
-        else torch.float32
-
-
-def interpolate_targets(target: torch.Tensor, target_perm: torch.Tensor, mixing: float,
-                        num_classes: int | None = None,
-                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``(1 - mixing) * dist(target) + mixing * dist(target_perm)``, rows summing to 1."""
-    if num_classes is None:
-        if not target.is_floating_point():
-            raise ValueError("num_classes is required when targets are class indices")
-        num_classes = target.shape[1]
-    a = to_distribution(target, num_classes, dtype)
-    b = to_distribution(target_perm, num_classes, dtype)
-    return a * (1.0 - mixing) + b * mixing
 
 
 def sample_beta(alpha: float, generator: torch.Generator | None = None) -> float:

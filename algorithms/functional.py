@@ -2,11 +2,38 @@
 
 ``import algorithms.functional as cf``; signatures of the forms Composer also has match
 ``composer.functional``, so switching is a change of import.
+
+Like the classes in :mod:`algorithms`, the forms are resolved from the metadata: each method's
+``metadata.json`` names its ``functional``, found in the method's own folder on first use. The
+target utilities (:mod:`algorithms.targets`) are exported beside them.
 """
 
-from ._mixing import interpolate_targets
-from .cutmix.cutmix import cutmix_batch
-from .label_smoothing.label_smoothing import smooth_labels
-from .mixup.mixup import mixup_batch
+from __future__ import annotations
 
-__all__ = ["cutmix_batch", "interpolate_targets", "mixup_batch", "smooth_labels"]
+from functools import cache
+from typing import Any
+
+from . import export_from_method
+
+# Helpers every method may use, exported beside the methods' own forms.
+_SHARED = {"interpolate_targets": "targets"}
+
+
+@cache
+def _exports() -> dict[str, str]:
+    """Function name -> the module under ``algorithms`` that defines it."""
+    from .metadata import load_all_metadata
+
+    return {**_SHARED, **{r.functional: r.key for r in load_all_metadata().values() if r.functional}}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__all__":
+        return sorted(_exports())
+    value = export_from_method(__name__, _exports(), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_exports()))

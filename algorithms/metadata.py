@@ -1,9 +1,16 @@
 """Discover, load and validate method metadata: the one loader everything uses.
 
-``conf.py``, the table generators, the card tools, the pre-commit validator and the tests all
-read ``algorithms/<key>/metadata.json`` through this module, so the rules live in one place:
-the JSON Schema beside it (``metadata.schema.json``) plus the few cross-file rules a schema
-cannot state (the key equals the folder name, names are unique).
+``conf.py``, the table generators, the card tools, the pre-commit validator, the package's own
+exports and the tests all read metadata through this module, so the rules live in one place:
+the JSON Schemas beside it plus the few rules a schema cannot state (the key equals the folder
+or file name, names are unique, no JSON object repeats a key).
+
+Where each :class:`Kind` of metadata lives, beside the code it describes:
+
+- ``method``: ``algorithms/<key>/metadata.json``, one folder per method;
+- ``best_practice``: ``algorithms/core/<key>.metadata.json``, beside the Trainer option it documents;
+- ``dataset``: ``algorithms/data/<key>.metadata.json``;
+- ``model_family``: ``algorithms/models/<key>.metadata.json``.
 
 This module imports neither torch nor the method code, so the pre-commit hook stays fast.
 
@@ -20,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -37,6 +45,7 @@ DATASET_SCHEMA_PATH = PACKAGE_ROOT / "dataset.schema.json"
 MODEL_FAMILY_SCHEMA_PATH = PACKAGE_ROOT / "model_family.schema.json"
 
 __all__ = [
+    "Kind",
     "PACKAGE_ROOT",
     "SCHEMA_PATH",
     "DATASET_SCHEMA_PATH",
@@ -59,6 +68,25 @@ __all__ = [
     "display_path",
     "schema_validator",
 ]
+
+
+class Kind(str, enum.Enum):
+    """What a metadata entry describes: the one list of kinds (the schemas, the scaffold and the
+    checks use it; :func:`schema_validator` refuses a method schema whose ``kind`` enum differs)."""
+
+    METHOD = "method"
+    BEST_PRACTICE = "best_practice"
+    DATASET = "dataset"
+    MODEL_FAMILY = "model_family"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The kinds that share the method schema and MethodRecord, and the folder each lives in.
+METHOD_KINDS = (Kind.METHOD, Kind.BEST_PRACTICE)
+BEST_PRACTICE_FOLDER = "core"
+SUFFIX = ".metadata.json"
 
 
 @dataclass(frozen=True)
@@ -126,9 +154,31 @@ class MethodRecord:
 
 
 def discover_metadata_files(root: Path | None = None) -> list[Path]:
-    """Every ``<root>/<folder>/metadata.json``, sorted by folder name."""
+    """Every method (``<root>/<folder>/metadata.json``) and best practice
+    (``<root>/core/<key>.metadata.json``), sorted by key."""
     root = Path(root) if root is not None else PACKAGE_ROOT
-    return sorted(root.glob("*/metadata.json"), key=lambda p: p.parent.name)
+    return sorted([*root.glob("*/metadata.json"), *(root / BEST_PRACTICE_FOLDER).glob("*" + SUFFIX)],
+                  key=metadata_key)
+
+
+def metadata_key(path: Path) -> str:
+    """The key a metadata file must hold: its folder's name for ``metadata.json``, else its file
+    name before ``.metadata.json``."""
+    path = Path(path)
+    return path.parent.name if path.name == "metadata.json" else path.name.removesuffix(SUFFIX)
+
+
+def expected_kind(path: Path) -> Kind | None:
+    """The kind a file's place implies: ``method`` for ``<folder>/metadata.json``,
+    ``best_practice`` / ``dataset`` / ``model_family`` for ``core`` / ``data`` / ``models``
+    ``<key>.metadata.json``; None for any other file."""
+    path = Path(path)
+    if path.name == "metadata.json":
+        return Kind.METHOD
+    if path.name.endswith(SUFFIX):
+        return {BEST_PRACTICE_FOLDER: Kind.BEST_PRACTICE, **{folder: kind for kind, (folder, _) in
+                                                            SUBJECT_KINDS.items()}}.get(path.parent.name)
+    return None
 
 
 def load_metadata(path: Path) -> MethodRecord:
@@ -186,11 +236,11 @@ def load_all_metadata(root: Path | None = None) -> dict[str, MethodRecord]:
 # ``algorithms/models/<key>.metadata.json``, beside the code they describe. Same Problem
 # machinery, own schema; the key is the file name before ``.metadata.json``.
 
-SUBJECT_SUFFIX = ".metadata.json"
+SUBJECT_SUFFIX = SUFFIX
 # kind -> (folder under the package root, schema)
-SUBJECT_KINDS: Mapping[str, tuple[str, Path]] = MappingProxyType({
-    "dataset": ("data", DATASET_SCHEMA_PATH),
-    "model_family": ("models", MODEL_FAMILY_SCHEMA_PATH),
+SUBJECT_KINDS: Mapping[Kind, tuple[str, Path]] = MappingProxyType({
+    Kind.DATASET: ("data", DATASET_SCHEMA_PATH),
+    Kind.MODEL_FAMILY: ("models", MODEL_FAMILY_SCHEMA_PATH),
 })
 
 
@@ -210,19 +260,19 @@ class SubjectRecord:
         return {"key": self.key, **_thaw(self.raw)}
 
 
-def _discover_subjects(kind: str, root: Path | None) -> list[Path]:
+def _discover_subjects(kind: Kind, root: Path | None) -> list[Path]:
     folder = (Path(root) if root is not None else PACKAGE_ROOT) / SUBJECT_KINDS[kind][0]
     return sorted(folder.glob("*" + SUBJECT_SUFFIX))
 
 
 def discover_dataset_files(root: Path | None = None) -> list[Path]:
     """Every ``<root>/data/<key>.metadata.json``, sorted."""
-    return _discover_subjects("dataset", root)
+    return _discover_subjects(Kind.DATASET, root)
 
 
 def discover_model_family_files(root: Path | None = None) -> list[Path]:
     """Every ``<root>/models/<key>.metadata.json``, sorted."""
-    return _discover_subjects("model_family", root)
+    return _discover_subjects(Kind.MODEL_FAMILY, root)
 
 
 def validate_subject_files(paths: Iterable[Path], kind: str) -> tuple[dict[str, SubjectRecord], list[Problem]]:
@@ -255,15 +305,16 @@ def _load_all_subjects(kind: str, root: Path | None) -> dict[str, SubjectRecord]
 
 def load_all_datasets(root: Path | None = None) -> dict[str, SubjectRecord]:
     """All dataset/task records under ``root`` (default: the package), keyed and sorted by key."""
-    return _load_all_subjects("dataset", root)
+    return _load_all_subjects(Kind.DATASET, root)
 
 
 def load_all_model_families(root: Path | None = None) -> dict[str, SubjectRecord]:
     """All model-family records under ``root`` (default: the package), keyed and sorted by key."""
-    return _load_all_subjects("model_family", root)
+    return _load_all_subjects(Kind.MODEL_FAMILY, root)
 
 
 def _check_subject_file(path: Path, kind: str) -> tuple[SubjectRecord | None, list[Problem]]:
+    kind = Kind(kind)
     if not path.name.endswith(SUBJECT_SUFFIX):
         return None, [Problem(path, "", f"the file name must end in {SUBJECT_SUFFIX!r} — rename it")]
     key = path.name[: -len(SUBJECT_SUFFIX)]
@@ -284,18 +335,64 @@ def _read_json(path: Path) -> tuple[Any, str, list[Problem]]:
     except UnicodeDecodeError as exc:
         return None, "", [Problem(path, "", f"not UTF-8 text ({exc.reason}) — save the file as UTF-8")]
     try:
-        return json.loads(text), text, []
+        data = json.loads(text, object_pairs_hook=_KeyedObject.from_pairs)
     except json.JSONDecodeError as exc:
         return None, "", [Problem(path, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: "
                                             f"{exc.msg} — fix the syntax", exc.lineno)]
+    duplicates = [Problem(path, _pointer(where), f"duplicate key {key!r}: JSON keeps only the last value "
+                                                 "— remove one of them", _locate_repeat(text, where, key))
+                  for where, key in _duplicate_keys(data)]
+    return (None, "", duplicates) if duplicates else (_plain_json(data), text, [])
+
+
+class _KeyedObject(dict):
+    """A parsed JSON object that remembers the keys it held more than once."""
+
+    duplicates: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> _KeyedObject:
+        obj = cls(pairs)
+        if len(obj) != len(pairs):
+            seen: set[str] = set()
+            obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+        return obj
+
+
+def _duplicate_keys(value: Any, where: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], str]]:
+    found: list[tuple[tuple[Any, ...], str]] = []
+    if isinstance(value, dict):
+        found += [(where, key) for key in getattr(value, "duplicates", ())]
+        for key, item in value.items():
+            found += _duplicate_keys(item, (*where, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _duplicate_keys(item, (*where, index))
+    return found
+
+
+def _plain_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_json(v) for v in value]
+    return value
 
 
 @cache
 def schema_validator(schema_path: Path) -> jsonschema.protocols.Validator:
-    """The checked validator of a JSON Schema file (draft from its ``$schema``), cached."""
+    """The checked validator of a JSON Schema file (draft from its ``$schema``), cached.
+
+    The method schema's ``kind`` enum must be :data:`METHOD_KINDS`: :class:`Kind` is the one list.
+    """
     schema = json.loads(schema_path.read_text(encoding="utf-8"))
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
+    if Path(schema_path).name == SCHEMA_PATH.name:
+        enum_values = schema["$defs"]["method"]["properties"]["kind"]["enum"]
+        if enum_values != [k.value for k in METHOD_KINDS]:
+            raise RuntimeError(f"{schema_path}: the kind enum {enum_values} differs from algorithms.metadata.Kind "
+                               f"({[k.value for k in METHOD_KINDS]}) — make them the same")
     return cls(schema)
 
 
@@ -304,11 +401,19 @@ def schema_validator(schema_path: Path) -> jsonschema.protocols.Validator:
 
 
 def _check_file(path: Path) -> tuple[MethodRecord | None, list[Problem]]:
-    folder = path.parent.name
-    data, problems = _check_document(path, SCHEMA_PATH, folder, "one method keyed by its folder name")
+    key = metadata_key(path)
+    place = expected_kind(path)
+    holds = "one method keyed by its folder name" if place is Kind.METHOD else "one entry keyed by its file name"
+    data, problems = _check_document(path, SCHEMA_PATH, key, holds)
     if data is None:
         return None, problems
-    return _record(folder, path, data[folder]), []
+    kind = data[key]["kind"]
+    if place in METHOD_KINDS and kind != place.value:
+        where = ("algorithms/<key>/metadata.json" if kind == Kind.METHOD
+                 else f"algorithms/{BEST_PRACTICE_FOLDER}/<key>{SUFFIX}, beside the Trainer option it documents")
+        return None, [Problem(path, f"/{key}/kind", f"a {kind} lives in {where} — move the file or fix the kind",
+                              _locate_text(path.read_text(encoding="utf-8"), [key, "kind"]))]
+    return _record(key, path, data[key]), []
 
 
 def _check_document(path: Path, schema_path: Path, key: str, holds: str
@@ -428,6 +533,18 @@ def _explain(err: jsonschema.ValidationError) -> str:
 def _json_type(value: Any) -> str:
     return {dict: "object", list: "array", str: "string", bool: "boolean",
             int: "integer", float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _locate_repeat(text: str, where: tuple[Any, ...], key: str) -> int | None:
+    """The line of the second ``"key":`` inside the object at ``where`` (best effort)."""
+    first = _locate_text(text, [*where, key])
+    if first is None:
+        return None
+    start = sum(len(line) + 1 for line in text.splitlines()[:first - 1])
+    pattern = re.compile(r'"' + re.escape(key) + r'"\s*:')
+    match = pattern.search(text, start)
+    again = pattern.search(text, match.end()) if match else None
+    return text.count("\n", 0, again.start()) + 1 if again else first
 
 
 def _locate(path: Path, parts: list[Any]) -> int | None:

@@ -89,8 +89,10 @@ def make_site(root: Path, n: int) -> tuple[Path, Path]:
     meta, src = root / "metadata", root / "source"
     for i in range(n):
         key, data = synthetic_metadata(i)
-        (meta / key).mkdir(parents=True)
-        (meta / key / "metadata.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
+        path = (meta / "core" / f"{key}.metadata.json" if data[key]["kind"] == "best_practice"
+                else meta / key / "metadata.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2), encoding="utf-8")
         (src / "method_cards").mkdir(parents=True, exist_ok=True)
         (src / "method_cards" / f"{key}.md").write_text(synthetic_card(i), encoding="utf-8")
     for name in ("index.rst", "writing_cards.md"):

@@ -19,13 +19,24 @@ from algorithms.metadata import (
 )
 
 METHODS = ["cutmix", "label_smoothing", "mixup"]
+BEST_PRACTICES = ["data_parallel", "ddp", "deepspeed_zero", "fsdp", "half_precision", "mixed_precision"]
 
 
-def test_every_method_loads_and_is_keyed_by_folder():
+def test_every_method_loads_and_is_keyed_by_its_place():
     records = load_all_metadata()
-    assert set(METHODS) <= set(records)
+    assert set(METHODS) | set(BEST_PRACTICES) <= set(records)
     for key, record in records.items():
-        assert record.key == key == record.path.parent.name
+        assert record.key == key
+        if record.kind == "method":  # one folder per method
+            assert record.path == PACKAGE_ROOT / key / "metadata.json"
+        else:  # beside the Trainer code it documents
+            assert record.kind == "best_practice"
+            assert record.path == PACKAGE_ROOT / "core" / f"{key}.metadata.json"
+
+
+def test_no_folder_holds_only_metadata():
+    for path in PACKAGE_ROOT.glob("*/metadata.json"):
+        assert (path.parent / "__init__.py").exists() and (path.parent / f"{path.parent.name}.py").exists(), path
 
 
 def test_records_are_frozen():
@@ -128,7 +139,12 @@ def test_best_practice_needs_trainer_option_but_not_a_class(tree: Path):
     with pytest.raises(MetadataError, match="missing required field 'trainer_option'"):
         load_metadata(path)
     _edit(tree, lambda d: d.update(trainer_option={"precision": "amp_bf16"}))
-    assert load_metadata(path).is_best_practice
+    with pytest.raises(MetadataError, match="a best_practice lives in algorithms/core/<key>.metadata.json"):
+        load_metadata(path)  # valid, but in a method's folder
+    moved = tree / "core" / "cutmix.metadata.json"
+    moved.parent.mkdir()
+    path.rename(moved)
+    assert load_metadata(moved).is_best_practice
 
 
 def test_method_needs_a_class(tree: Path):
@@ -136,9 +152,10 @@ def test_method_needs_a_class(tree: Path):
     assert any("/cutmix/class_name" in line for line in _problems(tree))
 
 
-def test_discovery_sorted_by_folder():
-    names = [p.parent.name for p in discover_metadata_files()]
-    assert names == sorted(names)
+def test_discovery_sorted_by_key():
+    names = [p.parent.name if p.name == "metadata.json" else p.name.removesuffix(".metadata.json")
+             for p in discover_metadata_files()]
+    assert names == sorted(names) and "ddp" in names and "cutmix" in names
 
 
 def test_missing_kind_is_one_problem_not_a_cascade(tree: Path):

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from algorithms.tooling import compare  # noqa: E402
-from algorithms.tooling.files import write_atomic  # noqa: E402
+from methods_tools import compare  # noqa: E402
+from methods_tools.files import write_atomic  # noqa: E402
 
 DEFAULT_CONFIGS = ",".join([
     "fp32:single", "fp16:single", "bf16:single", "amp_fp16:single", "amp_bf16:single",
@@ -37,8 +37,8 @@ DEFAULT_CONFIGS = ",".join([
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="tools/compare_training.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="resnet20", help=f"one of {', '.join(compare.MODELS)}")
-    p.add_argument("--data", default="digits", help=f"one of {', '.join(compare.DATASETS)}")
+    p.add_argument("--model", default="resnet20", help=f"one of {', '.join(compare.model_names())}")
+    p.add_argument("--data", default="digits", help=f"one of {', '.join(compare.dataset_names())}")
     p.add_argument("--data-root", help="cifar10: the extracted cifar-10-batches-py directory")
     p.add_argument("--image-size", type=int, help="resize inputs (default: the model's own, 32 or 224)")
     p.add_argument("--epochs", type=int, default=2)

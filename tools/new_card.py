@@ -6,9 +6,9 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # algorithms, from a checkout without installing
 
-from algorithms.tooling.commands import new_card_main  # noqa: E402
+from methods_tools.commands import new_card_main  # noqa: E402
 
 if __name__ == "__main__":
     raise SystemExit(new_card_main())

@@ -1,16 +1,32 @@
 """The training loop the methods plug into.
 
 ``from algorithms.core import Algorithm, Event, State, Engine, Trainer``
+
+Names are imported on first use (PEP 562), so ``algorithms.core.options`` (the torch-free names
+of precisions and parallel modes) can be imported without torch.
 """
 
-from .algorithm import Algorithm
-from .distributed import PARALLELS
-from .engine import Engine, Trace
-from .event import Event
-from .precision import PRECISIONS
-from .state import State, batch_get_item, batch_set_item
-from .time import Duration, Timestamp, TimeUnit
-from .trainer import Trainer
+from __future__ import annotations
 
-__all__ = ["PARALLELS", "PRECISIONS", "Algorithm", "Duration", "Engine", "Event", "State", "TimeUnit",
-           "Timestamp", "Trace", "Trainer", "batch_get_item", "batch_set_item"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Algorithm": "algorithm", "Engine": "engine", "Trace": "engine", "Event": "event",
+    "PARALLELS": "options", "PRECISIONS": "options", "State": "state", "batch_get_item": "state",
+    "batch_set_item": "state", "Duration": "time", "Timestamp": "time", "TimeUnit": "time", "Trainer": "trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .options import DISTRIBUTED, PARALLELS
+
 __all__ = [
     "DISTRIBUTED",
     "PARALLELS",
@@ -41,8 +43,6 @@ __all__ = [
     "wrap_model",
 ]
 
-PARALLELS = ("single", "dp", "ddp", "fsdp", "deepspeed")
-DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
 
 
 def check_parallel(parallel: str) -> str:

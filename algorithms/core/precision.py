@@ -15,9 +15,10 @@ import contextlib
 
 import torch
 
+from .options import PRECISIONS
+
 __all__ = ["PRECISIONS", "autocast", "check_precision", "grad_scaler", "model_dtype"]
 
-PRECISIONS = ("fp32", "fp16", "bf16", "amp_fp16", "amp_bf16")
 
 
 def check_precision(precision: str) -> str:

@@ -8,6 +8,6 @@
 =============  ==========================================================================
 """
 
-from .datasets import DATASETS, DataSplits, cifar10, digits, get_dataset, synthetic
+from .datasets import DataSplits, cifar10, digits, get_dataset, synthetic
 
-__all__ = ["DATASETS", "DataSplits", "cifar10", "digits", "get_dataset", "synthetic"]
+__all__ = ["DataSplits", "cifar10", "digits", "get_dataset", "synthetic"]

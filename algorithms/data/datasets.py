@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, TensorDataset
 
-__all__ = ["DATASETS", "DataSplits", "cifar10", "digits", "get_dataset", "synthetic"]
+from ..core.options import dataset_names
+
+__all__ = ["DataSplits", "cifar10", "digits", "get_dataset", "synthetic"]
 
 # Per-channel statistics of the CIFAR-10 training set (as commonly used with torchvision).
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -141,11 +143,9 @@ def synthetic(image_size: int | None = None, train_size: int = 50_000, test_size
                       num_classes=num_classes, image_size=size, has_accuracy=False)
 
 
-DATASETS = ("cifar10", "digits", "synthetic")
-
-
 def get_dataset(name: str, root: str | Path | None = None, image_size: int | None = None) -> DataSplits:
-    """The data set ``name`` (one of :data:`DATASETS`); ``root`` is needed for ``cifar10``."""
+    """The data set ``name`` (one of :func:`algorithms.core.options.dataset_names`); ``root`` is
+    needed for ``cifar10``."""
     if name == "cifar10":
         if root is None:
             raise ValueError("data 'cifar10' needs its directory: pass the extracted cifar-10-batches-py folder")
@@ -154,4 +154,4 @@ def get_dataset(name: str, root: str | Path | None = None, image_size: int | Non
         return digits(image_size)
     if name == "synthetic":
         return synthetic(image_size)
-    raise ValueError(f"data {name!r} is not known — use one of {', '.join(DATASETS)}")
+    raise ValueError(f"data {name!r} is not known — use one of {', '.join(dataset_names())}")

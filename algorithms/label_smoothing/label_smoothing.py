@@ -10,10 +10,11 @@ from typing import Any
 
 import torch
 
-from .._mixing import check_batch_sizes, target_dtype, to_distribution
+from .._mixing import check_batch_sizes
 from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
+from ..targets import target_dtype, to_distribution
 
 __all__ = ["LabelSmoothing", "smooth_labels"]
 

@@ -20,12 +20,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
-__all__ = ["MODELS", "BasicBlock", "Bottleneck", "ResNet", "get_model", "resnet18", "resnet20",
+from ..core.options import model_names
+
+__all__ = ["BasicBlock", "Bottleneck", "ResNet", "get_model", "resnet18", "resnet20",
            "resnet50", "resnet56"]
 
 
@@ -154,16 +154,10 @@ def resnet50(num_classes: int = 1000) -> ResNet:
     return ResNet(Bottleneck, [3, 4, 6, 3], [64, 128, 256, 512], num_classes)
 
 
-MODELS: dict[str, Callable[[int], ResNet]] = {
-    "resnet20": resnet20, "resnet56": resnet56, "resnet18": resnet18, "resnet50": resnet50,
-}
-
-#: The input size each model is designed for.
-INPUT_SIZE = {"resnet20": 32, "resnet56": 32, "resnet18": 224, "resnet50": 224}
-
-
 def get_model(name: str, num_classes: int) -> ResNet:
-    """The reference model ``name`` (a key of :data:`MODELS`) with ``num_classes`` outputs."""
-    if name not in MODELS:
-        raise ValueError(f"model {name!r} is not known — use one of {', '.join(MODELS)}")
-    return MODELS[name](num_classes)
+    """The reference model ``name`` (a member of the model-family metadata, see
+    :func:`algorithms.core.options.model_names`) with ``num_classes`` outputs."""
+    names = model_names()
+    if name not in names:
+        raise ValueError(f"model {name!r} is not known — use one of {', '.join(names)}")
+    return globals()[name](num_classes)

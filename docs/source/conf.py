@@ -16,7 +16,7 @@ import sphinxcontrib.katex
 
 DOCS_SOURCE = Path(__file__).resolve().parent
 REPO_ROOT = DOCS_SOURCE.parents[1]
-for path in (REPO_ROOT, DOCS_SOURCE / "_ext"):
+for path in (REPO_ROOT, REPO_ROOT / "tools", DOCS_SOURCE / "_ext"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 

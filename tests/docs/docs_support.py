@@ -43,9 +43,12 @@ def method_entry(name: str, *, kind: str = "method", tldr: str = "Does a thing."
 
 
 def write_metadata(root: Path, entries: dict[str, dict]) -> Path:
+    """A package tree: methods in ``<key>/metadata.json``, best practices in ``core/<key>.metadata.json``."""
     for key, entry in entries.items():
-        (root / key).mkdir(parents=True, exist_ok=True)
-        (root / key / "metadata.json").write_text(json.dumps({key: entry}, indent=2), encoding="utf-8")
+        path = (root / "core" / f"{key}.metadata.json" if entry["kind"] == "best_practice"
+                else root / key / "metadata.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({key: entry}, indent=2), encoding="utf-8")
     return root
 
 

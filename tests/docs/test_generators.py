@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 from docs_support import SYNTHETIC, TABLES, method_entry, write_metadata
-
-from algorithms.tooling.files import generator_cli
-from algorithms.tooling.markup import md_code, md_text, md_url, one_line
+from methods_tools.files import generator_cli
+from methods_tools.markup import md_code, md_text, md_url, one_line
 
 GENERATORS = sorted(TABLES.glob("update_*.py"))
 OURS = ["update_alg_tables.py", "update_methods_overview.py", "update_navigation.py"]

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 from docs_support import HOSTILE, SYNTHETIC, sphinx_build, write_source_tree
-
-from algorithms.tooling.markup import md_url, one_line
+from methods_tools.markup import md_url, one_line
 
 bs4 = pytest.importorskip("bs4", reason="BeautifulSoup comes with the [docs] extra (furo needs it)")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms.models import INPUT_SIZE, MODELS, get_model
+from algorithms.core.options import model_input_sizes, model_names
+from algorithms.models import get_model
 
 BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 
@@ -82,10 +83,10 @@ def test_cifar_resnets_have_depth_6n_plus_2(name, blocks_per_stage):
     assert model.fc.in_features == 64
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", sorted(model_names()))
 def test_forward_shape_and_input_size(name):
     model = get_model(name, num_classes=7).eval()
-    size = 64 if INPUT_SIZE[name] == 224 else 32  # 224-px models pool adaptively; keep the test small
+    size = 64 if model_input_sizes()[name] == 224 else 32  # 224-px models pool adaptively; keep the test small
     with torch.no_grad():
         assert model(torch.randn(2, 3, size, size)).shape == (2, 7)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from algorithms.tooling import cards
+from methods_tools import cards
 
 
 def run_card_code(text: str, label: str) -> dict:

@@ -17,8 +17,7 @@ def scratch(tmp_path: Path) -> tuple[Path, Path]:
     """``(repo_root, package_root)``: every metadata file and the card templates, no cards."""
     repo = tmp_path / "repo"
     package = repo / "algorithms"
-    for path in [*PACKAGE_ROOT.glob("*/metadata.json"), *PACKAGE_ROOT.glob("data/*.metadata.json"),
-                 *PACKAGE_ROOT.glob("models/*.metadata.json")]:
+    for path in [*PACKAGE_ROOT.glob("*/metadata.json"), *PACKAGE_ROOT.glob("*/*.metadata.json")]:
         target = package / path.relative_to(PACKAGE_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)

@@ -15,18 +15,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-import algorithms
-import algorithms.functional
-from algorithms.metadata import load_all_datasets, load_all_metadata, load_all_model_families
-from algorithms.tooling import checks
-from algorithms.tooling.commands import (
+from methods_tools import checks
+from methods_tools.commands import (
     check_cards_main,
     check_functional_main,
     new_card_main,
     validate_metadata_main,
 )
-from algorithms.tooling.scaffold import card_path
+from methods_tools.scaffold import card_path
+
+import algorithms
+import algorithms.functional
+from algorithms.metadata import load_all_datasets, load_all_metadata, load_all_model_families
 
 # ---------------------------------------------------------------------------------------------
 # edits
@@ -180,9 +180,14 @@ CASES = [
      _functional, "'beta' is not a parameter of CutMix"),
     ("parameter-unlisted", _json("cutmix/metadata.json", lambda d: d["plumbing"].remove("target_key")),
      _functional, "'target_key' is neither in hyperparameters nor in plumbing"),
-    ("trainer-option-unknown", _json("mixup/metadata.json", lambda d: d.update(
-        kind="best_practice", class_name=None, functional=None, trainer_option={"precison": "bf16"},
-        hyperparameters={}, plumbing=[])), _functional, "'precison' is not a parameter of algorithms.core.Trainer"),
+    ("trainer-option-unknown", _json("core/ddp.metadata.json", lambda d: d.update(trainer_option={"precison": "bf16"})),
+     _functional, "'precison' is not a parameter of algorithms.core.Trainer"),
+    ("best-practice-in-a-method-folder", _json("mixup/metadata.json", lambda d: d.update(
+        kind="best_practice", class_name=None, functional=None, trainer_option={"precision": "bf16"},
+        hyperparameters={}, plumbing=[])), _validate, "a best_practice lives in algorithms/core/<key>.metadata.json"),
+    ("duplicate-key", _text("cutmix/metadata.json", '{\n  "cutmix": {\n    "name": "CutMix",\n'
+                                                    '    "name": "CutMix 2"\n  }\n}\n'),
+     _validate, "/cutmix: duplicate key 'name'"),
     ("dataset-builder-missing", _json("data/synthetic.metadata.json", lambda d: d.update(builder="synth")),
      _functional, "algorithms.data.synth is not a function the package exports"),
     ("model-builder-missing", _json("models/resnet.metadata.json", lambda d: d["members"][2].update(builder="rn18")),

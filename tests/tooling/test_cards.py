@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from algorithms.tooling import cards
+from methods_tools import cards
 
 CARD = """\
 # Title

@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from algorithms.results import load_results, results_problems
-from algorithms.tooling import compare
+from methods_tools import compare
+from methods_tools.results import load_results, results_problems
 
 REPO = Path(__file__).resolve().parents[2]
 

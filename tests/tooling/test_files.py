@@ -4,8 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from algorithms.tooling.files import generator_cli, write_atomic, write_if_changed
+from methods_tools.files import generator_cli, write_atomic, write_if_changed
 
 
 def test_write_atomic_refuses_to_overwrite_without_force(tmp_path: Path):

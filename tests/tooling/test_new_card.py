@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 from card_support import run_card_code
+from methods_tools import cards
+from methods_tools.checks import check_cards, template_sections
+from methods_tools.commands import new_card_main
+from methods_tools.scaffold import TEMPLATES, card_path, render_card
 
 from algorithms.metadata import PACKAGE_ROOT, load_all_datasets, load_all_metadata, load_all_model_families
-from algorithms.tooling import cards
-from algorithms.tooling.checks import check_cards, template_sections
-from algorithms.tooling.commands import new_card_main
-from algorithms.tooling.scaffold import TEMPLATES, card_path, render_card
 
 REPO_ROOT = PACKAGE_ROOT.parent
 
@@ -116,8 +116,7 @@ def test_cli_script_runs_from_the_checkout():
                                     {"parallel": "fsdp"}])
 def test_best_practice_scaffold_has_no_table_passes_checks_and_runs(scratch, option, tmp_path, monkeypatch):
     repo, package = scratch
-    (package / "bp").mkdir()
-    (package / "bp" / "metadata.json").write_text(json.dumps({"bp": {
+    (package / "core" / "bp.metadata.json").write_text(json.dumps({"bp": {
         "name": "Some precision", "kind": "best_practice", "class_name": None, "functional": None,
         "trainer_option": option, "tldr": "Trains in lower precision.", "attribution": "Someone, 2018",
         "link": "https://example.org", "domains": ["general"], "tags": ["precision"], "summary": "Casts.",

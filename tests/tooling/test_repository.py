@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from card_support import run_card_code
+from methods_tools import cards
+from methods_tools.checks import check_builders, check_cards, check_functional, validate_metadata
 
 from algorithms.metadata import PACKAGE_ROOT
-from algorithms.tooling import cards
-from algorithms.tooling.checks import check_builders, check_cards, check_functional, validate_metadata
 
 REPO_ROOT = PACKAGE_ROOT.parent
 DOCS = REPO_ROOT / "docs" / "source"
@@ -39,7 +39,7 @@ def test_every_card_agrees_with_code_and_metadata():
 
 
 def test_validate_metadata_imports_neither_torch_nor_method_code():
-    code = ("import sys; from algorithms.tooling.commands import validate_metadata_main as m; rc = m([]); "
+    code = ("import sys; from methods_tools.commands import validate_metadata_main as m; rc = m([]); "
             "print(rc, sorted(n for n in sys.modules if n == 'torch' or n.startswith('algorithms.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     rc, modules = out.stdout.strip().splitlines()[-1].split(" ", 1)

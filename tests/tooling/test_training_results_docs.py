@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from methods_tools.files import generator_cli
+from methods_tools.results import discover_results, load_results, results_problems
 
 from algorithms.metadata import load_all_metadata
-from algorithms.results import discover_results, load_results, results_problems
-from algorithms.tooling.files import generator_cli
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "docs" / "source" / "tables" / "update_training_results.py"
@@ -156,8 +156,8 @@ def test_a_best_practice_for_an_option_the_comparison_does_not_vary_gets_no_rows
              "trainer_option": {"grad_clip_norm": 1.0}, "tldr": "Clips.", "attribution": "Someone, 2013",
              "link": "https://example.org", "domains": ["general"], "tags": ["optimization"], "summary": "Clips.",
              "use": "Anywhere.", "math_equivalent": False, "hyperparameters": {}, "plumbing": []}
-    (metadata / "clipping").mkdir(parents=True)
-    (metadata / "clipping" / "metadata.json").write_text(json.dumps({"clipping": entry}))
+    (metadata / "core").mkdir(parents=True)
+    (metadata / "core" / "clipping.metadata.json").write_text(json.dumps({"clipping": entry}))
     outputs = _generator().render(metadata_root=metadata, source_dir=tmp_path / "src",
                                   results_root=tmp_path / "results")
     snippet = outputs[tmp_path / "src" / "tables/results/clipping.md.inc"]

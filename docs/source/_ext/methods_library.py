@@ -20,6 +20,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from methods_tools.files import write_if_changed
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.config import Config
@@ -27,7 +28,6 @@ from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
 from algorithms.metadata import discover_metadata_files, validate_files
-from algorithms.tooling.files import write_if_changed
 
 logger = logging.getLogger(__name__)
 

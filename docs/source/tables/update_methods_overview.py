@@ -15,10 +15,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 if str(HERE.parents[2]) not in sys.path:  # run as a script from a checkout
-    sys.path.insert(0, str(HERE.parents[2]))
+    sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[2] / "tools")]
 
-from algorithms.tooling.docsgen import render_methods_page  # noqa: E402
-from algorithms.tooling.files import generator_cli  # noqa: E402
+from methods_tools.docsgen import render_methods_page  # noqa: E402
+from methods_tools.files import generator_cli  # noqa: E402
 
 TEMPLATE = "methods_overview.md.j2"
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 if str(HERE.parents[2]) not in sys.path:  # run as a script from a checkout
-    sys.path.insert(0, str(HERE.parents[2]))
+    sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[2] / "tools")]
 
-from algorithms.tooling.docsgen import jinja_environment, load_methods  # noqa: E402
-from algorithms.tooling.files import generator_cli  # noqa: E402
-from algorithms.tooling.markup import safe_token  # noqa: E402
+from methods_tools.docsgen import jinja_environment, load_methods  # noqa: E402
+from methods_tools.files import generator_cli  # noqa: E402
+from methods_tools.markup import safe_token  # noqa: E402
 
 TEMPLATE = "navigation.rst.inc.j2"
 OUTPUT = Path("tables") / "navigation.rst.inc"

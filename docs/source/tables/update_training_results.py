@@ -25,12 +25,13 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 if str(HERE.parents[2]) not in sys.path:  # run as a script from a checkout
-    sys.path.insert(0, str(HERE.parents[2]))
+    sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[2] / "tools")]
+
+from methods_tools.files import generator_cli  # noqa: E402
+from methods_tools.markup import md_code, md_text, one_line  # noqa: E402
+from methods_tools.results import RESULTS_DIR, discover_results, load_results  # noqa: E402
 
 from algorithms.metadata import load_all_metadata  # noqa: E402
-from algorithms.results import RESULTS_DIR, discover_results, load_results  # noqa: E402
-from algorithms.tooling.files import generator_cli  # noqa: E402
-from algorithms.tooling.markup import md_code, md_text, one_line  # noqa: E402
 
 PAGE = Path("training_configurations.md")
 SNIPPETS = Path("tables") / "results"

@@ -72,7 +72,7 @@ def check_cards_main(argv: Sequence[str] | None = None, *, repo_root: Path | Non
 def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None = None,
                   package_root: Path | None = None) -> int:
     """``new_card NAME [--kind K] [--force] [--dry-run]``; the roots stand in for the repository in tests."""
-    from algorithms.tooling.files import write_atomic
+    from methods_tools.files import write_atomic
 
     from .codeinfo import CodeLookupError
     from .scaffold import KINDS, UnknownName, card_path, render_card

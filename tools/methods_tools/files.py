@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from ..metadata import display_path
+from algorithms.metadata import display_path
 
 __all__ = ["generator_cli", "stale_outputs", "write_atomic", "write_if_changed"]
 

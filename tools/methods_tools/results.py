@@ -1,7 +1,8 @@
 """Load and validate the results files of ``tools/compare_training.py`` (``results/*.json``).
 
-The schema beside this module (``results.schema.json``) is checked when a file is written and
-whenever the docs read one. Like :mod:`algorithms.metadata`, this module imports no torch.
+The schema (``algorithms/results.schema.json``, with the package's other schemas) is checked when
+a file is written and whenever the docs read one. This module imports no torch. The results
+live in a checkout (``results/``), not in the installed package.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .metadata import PACKAGE_ROOT, schema_validator
+from algorithms.metadata import PACKAGE_ROOT, schema_validator
+
+from . import REPO_ROOT
 
 __all__ = ["RESULTS_DIR", "RESULTS_SCHEMA_PATH", "ResultsError", "discover_results", "load_results",
            "results_problems"]
 
 RESULTS_SCHEMA_PATH = PACKAGE_ROOT / "results.schema.json"
-RESULTS_DIR = PACKAGE_ROOT.parent / "results"
+RESULTS_DIR = REPO_ROOT / "results"
 
 
 class ResultsError(ValueError):

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.metadata import (
-    PACKAGE_ROOT,
+    METHOD_KINDS,
+    Kind,
     MethodRecord,
     Problem,
     _locate,
@@ -22,6 +23,7 @@ from algorithms.metadata import (
     discover_metadata_files,
     discover_model_family_files,
     display_path,
+    expected_kind,
     load_all_datasets,
     load_all_metadata,
     load_all_model_families,
@@ -29,7 +31,7 @@ from algorithms.metadata import (
     validate_subject_files,
 )
 
-from . import cards
+from . import REPO_ROOT, cards
 
 __all__ = [
     "check_cards",
@@ -37,12 +39,10 @@ __all__ = [
     "check_builders",
     "check_card_table",
     "check_functional",
-    "classify",
     "template_sections",
     "validate_metadata",
 ]
 
-REPO_ROOT = PACKAGE_ROOT.parent
 
 # Text in metadata is plain text; the site escapes it, and this catches markup at commit time.
 _MARKUP = re.compile(r"<\s*[A-Za-z/!?]|```|:::|\{[A-Za-z][\w:-]*\}`|(?:^|\n)\s*\.\. [\w-]+::")
@@ -52,36 +52,26 @@ _MARKUP = re.compile(r"<\s*[A-Za-z/!?]|```|:::|\{[A-Za-z][\w:-]*\}`|(?:^|\n)\s*\
 # validate_metadata: schema + cross-file rules + no markup; no torch
 
 
-def classify(path: Path) -> str | None:
-    """``method`` for ``*/metadata.json``, ``dataset``/``model_family`` for
-    ``data/<key>.metadata.json`` / ``models/<key>.metadata.json``, else None."""
-    path = Path(path)
-    if path.name == "metadata.json":
-        return "method"
-    if path.name.endswith(".metadata.json"):
-        return {"data": "dataset", "models": "model_family"}.get(path.parent.name)
-    return None
-
-
 def validate_metadata(paths: Iterable[Path] | None = None, package_root: Path | None = None) -> list[Problem]:
-    """Validate metadata files (default: every method, data set and model family)."""
+    """Validate metadata files (default: every method, best practice, data set and model family)."""
     if paths is None:
         paths = [*discover_metadata_files(package_root), *discover_dataset_files(package_root),
                  *discover_model_family_files(package_root)]
-    groups: dict[str, list[Path]] = {"method": [], "dataset": [], "model_family": []}
+    groups: dict[Kind, list[Path]] = {Kind.METHOD: [], Kind.DATASET: [], Kind.MODEL_FAMILY: []}
     problems: list[Problem] = []
     for path in map(Path, paths):
-        kind = classify(path)
+        kind = expected_kind(path)
         if kind is None:
             problems.append(Problem(path, "", "not a metadata file: expected algorithms/<method>/metadata.json, "
+                                              "algorithms/core/<key>.metadata.json (a best practice), "
                                               "algorithms/data/<key>.metadata.json or "
                                               "algorithms/models/<key>.metadata.json — check the path"))
         else:
-            groups[kind].append(path)
-    records, found = validate_files(groups["method"])
+            groups[Kind.METHOD if kind in METHOD_KINDS else kind].append(path)
+    records, found = validate_files(groups[Kind.METHOD])
     problems += found
     everything: list[tuple[Path, str, Mapping[str, Any]]] = [(r.path, r.key, r.raw) for r in records.values()]
-    for kind in ("dataset", "model_family"):
+    for kind in (Kind.DATASET, Kind.MODEL_FAMILY):
         subjects, found = validate_subject_files(groups[kind], kind)
         problems += found
         everything += [(r.path, r.key, r.raw) for r in subjects.values()]

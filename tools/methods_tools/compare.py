@@ -1,7 +1,7 @@
 """Compare training configurations (precision x parallel mode): the logic of
 ``tools/compare_training.py``.
 
-Each configuration runs in its own process, :mod:`algorithms.tooling.compare_worker`; the
+Each configuration runs in its own process, :mod:`methods_tools.compare_worker`; the
 distributed ones (ddp, fsdp, deepspeed) under ``python -m torch.distributed.run --standalone``.
 A configuration that fails is recorded with its error and the rest go on; one the machine
 cannot run (DeepSpeed not installed) is recorded as skipped with the reason. The results are
@@ -26,16 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from algorithms.results import RESULTS_DIR, results_problems
+from algorithms.core.options import DISTRIBUTED, PARALLELS, PRECISIONS, dataset_names, model_input_sizes, model_names
+
+from .results import RESULTS_DIR, results_problems
 
 __all__ = ["Config", "CompareOptions", "environment", "parse_configs", "run_comparison", "run_config",
            "default_output_path"]
 
-PRECISIONS = ("fp32", "fp16", "bf16", "amp_fp16", "amp_bf16")
-PARALLELS = ("single", "dp", "ddp", "fsdp", "deepspeed")
-DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
-MODELS = ("resnet20", "resnet56", "resnet18", "resnet50")
-DATASETS = ("cifar10", "digits", "synthetic")
 
 Progress = Callable[[str], None]
 
@@ -170,7 +167,7 @@ def _empty_run(config: Config, world_size: int, status: str, reason: str | None)
 
 def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc: int) -> list[str]:
     """The command line that runs ``config``: the worker, under torchrun when it is distributed."""
-    args = ["-m", "algorithms.tooling.compare_worker", "--model", options.model, "--data", options.data,
+    args = ["-m", "methods_tools.compare_worker", "--model", options.model, "--data", options.data,
             "--epochs", str(options.epochs), "--batch-size", str(options.batch_size),
             "--precision", config.precision, "--parallel", config.parallel, "--seed", str(options.seed),
             "--lr", str(options.lr), "--workers", str(options.workers), "--out-dir", str(out_dir)]
@@ -280,8 +277,6 @@ def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
 def run_comparison(options: CompareOptions, progress: Progress = lambda line: None) -> dict[str, Any]:
     """Run every configuration of ``options`` and return the validated results document."""
     env = environment()
-    from algorithms.models import INPUT_SIZE
-
     runs = []
     total = len(options.configs)
     for i, config in enumerate(options.configs, start=1):
@@ -296,7 +291,7 @@ def run_comparison(options: CompareOptions, progress: Progress = lambda line: No
         "environment": env,
         "settings": {
             "model": options.model, "data": options.data,
-            "image_size": options.image_size or INPUT_SIZE[options.model], "epochs": options.epochs,
+            "image_size": options.image_size or model_input_sizes()[options.model], "epochs": options.epochs,
             "batch_size": options.batch_size, "max_batches": options.max_batches, "nproc": options.nproc,
             "seed": options.seed, "lr": options.lr, "command": options.command,
         },
@@ -312,10 +307,10 @@ def check_options(model: str, data: str, data_root: str | None, epochs: int, bat
                   max_batches: int | None, nproc: int) -> list[str]:
     """One line per bad option (empty when they are fine)."""
     problems = []
-    if model not in MODELS:
-        problems.append(f"--model: {model!r} — use one of {', '.join(MODELS)}")
-    if data not in DATASETS:
-        problems.append(f"--data: {data!r} — use one of {', '.join(DATASETS)}")
+    if model not in model_names():
+        problems.append(f"--model: {model!r} — use one of {', '.join(model_names())}")
+    if data not in dataset_names():
+        problems.append(f"--data: {data!r} — use one of {', '.join(dataset_names())}")
     if data == "cifar10" and (data_root is None or not Path(data_root).is_dir()):
         problems.append(f"--data-root: {data_root!r} is not a directory — cifar10 reads the extracted "
                         "cifar-10-batches-py folder (nothing is downloaded)")

@@ -1,6 +1,6 @@
 """Run ONE training configuration and write its measurements: the worker of compare_training.
 
-Launched by :mod:`algorithms.tooling.compare` as ``python -m algorithms.tooling.compare_worker``
+Launched by :mod:`methods_tools.compare` as ``python -m methods_tools.compare_worker``
 (single, dp) or under ``python -m torch.distributed.run`` (ddp, fsdp, deepspeed). Every process
 writes ``rank<r>.json`` into ``--out-dir``; the parent merges them. An exception is recorded in
 that file (status ``failed``) rather than lost, and the exit status is 1.
@@ -23,9 +23,10 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.core.distributed import is_distributed, rank_and_world_size
+from algorithms.core.options import model_input_sizes
 from algorithms.data import get_dataset
-from algorithms.models import INPUT_SIZE, get_model
-from algorithms.tooling.files import write_atomic
+from algorithms.models import get_model
+from methods_tools.files import write_atomic
 
 __all__ = ["main", "run_one"]
 
@@ -124,7 +125,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration in this process and return its measurements."""
     parallel, precision = args.parallel, args.precision
     label = f"{precision}:{parallel}"
-    splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or INPUT_SIZE[args.model])
+    splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or model_input_sizes()[args.model])
     rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
     train_sampler, test_set = None, splits.test
     if is_distributed(parallel):
@@ -189,7 +190,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m algorithms.tooling.compare_worker", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m methods_tools.compare_worker", description=__doc__)
     p.add_argument("--model", required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--data-root")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import jinja2
 
-from ..metadata import MethodRecord, load_all_metadata
+from algorithms.metadata import MethodRecord, load_all_metadata
+
 from .markup import md_code, md_text, md_url, one_line, safe_token
 
 __all__ = ["css_class_value", "jinja_environment", "kind_label", "load_methods", "method_option",

@@ -20,12 +20,12 @@ from typing import Any
 import jinja2
 
 from algorithms.metadata import (
-    PACKAGE_ROOT,
     load_all_datasets,
     load_all_metadata,
     load_all_model_families,
 )
 
+from . import REPO_ROOT
 from .cards import HYPERPARAMETER_SECTION
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "render_card",
 ]
 
-REPO_ROOT = PACKAGE_ROOT.parent
 TEMPLATE_DIR = Path("docs/source/templates")
 # kind -> (card folder under docs/source, Jinja template, RST template that fixes its sections)
 KINDS = ("method", "dataset", "model")
