@@ -18,7 +18,15 @@ def batch_get_item(batch: Any, key: int | str) -> Any:
     try:
         return batch[key]
     except (KeyError, IndexError, TypeError) as exc:
-        raise KeyError(f"batch has no item {key!r} (batch type {type(batch).__name__})") from exc
+        raise KeyError(f"batch has no item {key!r} ({_describe(batch)})") from exc
+
+
+def _describe(batch: Any) -> str:
+    if isinstance(batch, Mapping):
+        return f"a {type(batch).__name__} with keys {list(batch)}"
+    if isinstance(batch, (list, tuple)):
+        return f"a {type(batch).__name__} of {len(batch)} items"
+    return f"batch type {type(batch).__name__}"
 
 
 def batch_set_item(batch: Any, key: int | str, value: Any) -> Any:

@@ -36,7 +36,7 @@ from .distributed import (
 from .engine import Engine
 from .event import Event
 from .precision import autocast, check_precision, grad_scaler, model_dtype
-from .state import State
+from .state import State, batch_get_item
 from .time import Duration, TimeUnit
 
 __all__ = ["Trainer"]
@@ -49,7 +49,8 @@ class Trainer:
 
     Args:
         model: the network; moved to ``device`` (and cast for ``fp16``/``bf16``).
-        train_dataloader: an iterable of ``(input, target)`` batches; re-iterated every epoch.
+        train_dataloader: an iterable of batches: tuples, lists or dicts holding the input and
+            the target at ``input_key`` and ``target_key``; re-iterated every epoch.
         max_duration: how long to train: ``"2ep"``, ``"100ba"`` or ``"512sp"``.
         optimizer: an optimizer, or a function ``params -> optimizer`` that the Trainer calls
             after wrapping the model (required for ``fsdp``, whose sharded parameters exist only
@@ -71,6 +72,11 @@ class Trainer:
         seed: seeds torch's global generator and the algorithms' generators.
         schedulers: learning-rate schedulers, stepped after every optimizer step.
         grad_clip_norm: clip the gradient norm to this value (after unscaling under AMP).
+        input_key: where the model's input is in each batch: an index of a tuple or list
+            batch, or a key of a dict batch such as ``"input_ids"``; the model is called on
+            ``batch[input_key]`` and its batch size counts the samples.
+        target_key: where the target is in each batch, e.g. ``"labels"``; the loss is
+            ``loss_fn(outputs, batch[target_key])``. Give the methods the same keys.
     """
 
     def __init__(
@@ -90,6 +96,8 @@ class Trainer:
         logger: Any = None,
         parallel: str = "single",
         zero_stage: int = 2,
+        input_key: int | str = 0,
+        target_key: int | str = 1,
     ):
         check_precision(precision)
         check_parallel(parallel)
@@ -122,6 +130,8 @@ class Trainer:
         self.eval_dataloader = eval_dataloader
         self.grad_clip_norm = grad_clip_norm
         self.parallel = parallel
+        self.input_key = input_key
+        self.target_key = target_key
         given = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
         self.state = State(
             model=model, max_duration=duration, optimizers=(given,) if given else (),
@@ -170,6 +180,15 @@ class Trainer:
 
         return move(batch)
 
+    def _batch_item(self, batch: Any, which: str) -> Any:
+        """``batch[self.input_key]`` or ``batch[self.target_key]``, or a KeyError naming the key."""
+        key = getattr(self, which)
+        try:
+            return batch_get_item(batch, key)
+        except KeyError as exc:
+            raise KeyError(f"Trainer({which}={key!r}): {exc.args[0]}; pass the {which} that names "
+                           f"the batch's {which.removesuffix('_key')}") from None
+
     def _done(self) -> bool:
         return self.state.reached(self.state.max_duration)
 
@@ -194,11 +213,12 @@ class Trainer:
                 run(Event.AFTER_DATALOADER)
                 run(Event.BEFORE_FORWARD)
                 with autocast(state.precision, state.device):
-                    state.outputs = forward(state.batch_get_item(0))
+                    state.outputs = forward(self._batch_item(state.batch, "input_key"))
                 run(Event.AFTER_FORWARD)
                 run(Event.BEFORE_LOSS)
                 with autocast(state.precision, state.device):
-                    state.loss = state.loss_fn(state.outputs.float(), state.batch_get_item(1))
+                    state.loss = state.loss_fn(state.outputs.float(),
+                                               self._batch_item(state.batch, "target_key"))
                 run(Event.AFTER_LOSS)
                 run(Event.BEFORE_BACKWARD)
                 if self._deepspeed is not None:
@@ -222,7 +242,7 @@ class Trainer:
                 ts = state.timestamp
                 ts.batch += 1
                 ts.batch_in_epoch += 1
-                ts.sample += _batch_size(state.batch)
+                ts.sample += int(self._batch_item(state.batch, "input_key").shape[0])
                 run(Event.BATCH_END)
                 if state.max_duration.unit is not TimeUnit.EPOCH and self._done():
                     break
@@ -238,6 +258,11 @@ class Trainer:
     def eval(self, dataloader: Iterable[Any] | None = None) -> dict[str, float]:
         """Accuracy (top-1) and mean loss over ``dataloader`` (default: ``eval_dataloader``).
 
+        The loss is averaged over samples (the input's batch size). The accuracy is the fraction
+        of labelled positions whose most likely class is right: one per example for targets
+        ``(N,)``, one per pixel or token for dense targets; negative labels (ignored positions)
+        are not counted.
+
         In a distributed run each process evaluates the batches its loader yields and the sums
         are all-reduced, so with a ``DistributedSampler`` every rank returns the global figures.
         """
@@ -248,28 +273,28 @@ class Trainer:
         self.engine.run_event(Event.EVAL_START)
         state.model.eval()
         # Accumulate on the device; one host transfer at the end, not one per batch.
-        correct = torch.zeros((), device=state.device, dtype=torch.float64)
-        loss_sum = torch.zeros((), device=state.device, dtype=torch.float64)
+        correct, labelled, loss_sum = (torch.zeros((), device=state.device, dtype=torch.float64)
+                                       for _ in range(3))
         count = 0
         for batch in dataloader:
-            inputs, targets = self._to_device(batch)[:2]
+            batch = self._to_device(batch)
+            inputs = self._batch_item(batch, "input_key")
+            targets = self._batch_item(batch, "target_key")
             with autocast(state.precision, state.device):
                 outputs = state.model(inputs)
             outputs = outputs.float()
-            labels = targets.argmax(dim=1) if targets.is_floating_point() else targets
-            n = labels.shape[0]
+            n = int(inputs.shape[0])
             loss_sum += state.loss_fn(outputs, targets).double() * n
-            correct += (outputs.argmax(dim=1) == labels).sum()
+            labels = targets.argmax(dim=1) if targets.is_floating_point() else targets
+            counted = labels >= 0
+            correct += ((outputs.argmax(dim=1) == labels) & counted).sum()
+            labelled += counted.sum()
             count += n
         self.engine.run_event(Event.EVAL_END)
-        totals = torch.stack([correct, loss_sum, torch.tensor(float(count), dtype=torch.float64,
-                                                               device=state.device)])
-        correct, loss_sum, count = all_reduce_sum(totals).tolist()
+        totals = torch.stack([correct, labelled, loss_sum,
+                              torch.tensor(float(count), dtype=torch.float64, device=state.device)])
+        correct, labelled, loss_sum, count = all_reduce_sum(totals).tolist()
         if count == 0:
             raise ValueError("the eval dataloader yielded no samples")
-        return {"accuracy": float(correct) / count, "loss": float(loss_sum) / count}
-
-
-def _batch_size(batch: Any) -> int:
-    first = batch[0] if isinstance(batch, (list, tuple)) else next(iter(batch.values()))
-    return int(first.shape[0])
+        accuracy = correct / labelled if labelled else float("nan")
+        return {"accuracy": accuracy, "loss": loss_sum / count}

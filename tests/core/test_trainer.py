@@ -96,3 +96,86 @@ def test_bad_arguments():
         Trainer(torch.nn.Linear(6, 3), [], "1ep").fit()
     with pytest.raises(TypeError, match="not an Algorithm"):
         Trainer(torch.nn.Linear(6, 3), _data(), "1ep", algorithms=[object()])
+
+
+class _DictModel(torch.nn.Module):
+    """A classifier over ``(N, 6)`` features that logs the inputs it was called on."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 3)
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x)
+        return self.linear(x)
+
+
+def _dict_data(n=3, bs=8):
+    return [{"input_ids": x, "labels": y, "mask": torch.ones(bs)} for x, y in _data(n, bs)]
+
+
+def test_dict_batches_train_and_eval_with_input_and_target_keys():
+    data = _dict_data()
+    model = _DictModel()
+    t = Trainer(model, data, "2ep", input_key="input_ids", target_key="labels", seed=0)
+    before = t.eval(data)
+    t.fit()
+    after = t.eval(data)
+    assert t.state.timestamp.sample == 2 * 3 * 8  # samples are the input's batch size
+    assert all(x.shape == (8, 6) for x in model.seen)
+    assert after["loss"] < before["loss"]
+    # the same data as tuples gives the same figures: the keys only say where things are
+    tuples = Trainer(torch.nn.Linear(6, 3), _data(), "1ba")
+    tuples.state.model.load_state_dict(model.linear.state_dict())
+    assert tuples.eval(_data()) == pytest.approx(after)
+
+
+def test_sample_count_is_the_input_batch_size_whatever_the_key_order():
+    # the first dict value is not the input here: its length must not count the samples
+    data = [{"labels": y, "extra": torch.zeros(100), "input_ids": x} for x, y in _data(2, bs=4)]
+    t = Trainer(torch.nn.Linear(6, 3), data, "1ep", input_key="input_ids", target_key="labels")
+    t.fit()
+    assert t.state.timestamp.sample == 8
+
+
+def test_eval_accuracy_counts_every_labelled_token_and_skips_ignored_ones():
+    class PerToken(torch.nn.Module):  # (N, L, 6) features -> (N, 3, L) logits
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.linear(x).transpose(1, 2)
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, 5, 6, generator=g), torch.randint(0, 3, (4, 5), generator=g)
+    y[0, :2] = -100  # padding
+    t = Trainer(PerToken(), [{"x": x, "y": y}], "1ba", input_key="x", target_key="y")
+    got = t.eval([{"x": x, "y": y}])
+    with torch.no_grad():
+        pred = t.state.model(x).argmax(1)
+    keep = y >= 0
+    assert got["accuracy"] == pytest.approx(((pred == y) & keep).sum().item() / keep.sum().item())
+    assert got["loss"] == pytest.approx(
+        torch.nn.functional.cross_entropy(t.state.model(x).detach(), y).item())
+
+
+@pytest.mark.parametrize(("keys", "pattern"), [
+    ({"input_key": "inputs", "target_key": "labels"},
+     r"Trainer\(input_key='inputs'\): batch has no item 'inputs' \(a dict with keys \['input_ids', 'labels', "
+     r"'mask'\]\)"),
+    ({"input_key": "input_ids", "target_key": "label"},
+     r"Trainer\(target_key='label'\): batch has no item 'label'.*target_key"),
+])
+def test_a_wrong_key_is_a_key_error_naming_the_key(keys, pattern):
+    data = _dict_data(1)
+    with pytest.raises(KeyError, match=pattern):
+        Trainer(torch.nn.Linear(6, 3), data, "1ba", **keys).fit()
+    with pytest.raises(KeyError, match=pattern):
+        Trainer(torch.nn.Linear(6, 3), data, "1ba", **keys).eval(data)
+
+
+def test_tuple_batches_with_a_dict_key_name_the_tuple():
+    with pytest.raises(KeyError, match=r"input_key='x'.*a list of 2 items"):
+        Trainer(torch.nn.Linear(6, 3), [list(b) for b in _data(1)], "1ba", input_key="x").fit()
