@@ -101,11 +101,11 @@ class MixingAlgorithm(Algorithm):
             self._target = target
             state.batch_set_item(self.input_key, mixed)
             return
-        num_classes = state.outputs.shape[1]
-        dtype = target_dtype(state.outputs.dtype)
         if event is Event.BEFORE_LOSS:
+            outputs = state.outputs
             state.batch_set_item(self.target_key, interpolate_targets(
-                self._target, self._target_perm, self._weight_perm, num_classes, dtype))
+                self._target, self._target_perm, self._weight_perm,
+                dtype=target_dtype(outputs.dtype), logits_shape=outputs.shape))
         else:  # AFTER_LOSS, interpolate_loss=True
             outputs = state.outputs.float()
             state.loss = (state.loss_fn(outputs, self._target) * (1.0 - self._weight_perm)

@@ -1,42 +1,95 @@
-"""Target utilities: class indices to distributions, and mixtures of targets.
+"""Target utilities: one-hot, smoothing and mixing of classification targets.
 
 Every method that changes targets (label smoothing, CutMix, MixUp, ...) builds on these, so a
-target has one meaning across the library.
+target has one meaning across the library:
+
+- **class indices**: an integer tensor ``(N, ...)``, one class per example (or per pixel or
+  token: ``(N, H, W)``, ``(N, L)``). A negative index (such as PyTorch's ``ignore_index=-100``)
+  marks a position to ignore: its one-hot vector is all zeros, as in Composer's
+  ``ensure_targets_one_hot``.
+- **class distributions**: a tensor ``(N, C, ...)`` with the classes on ``dim=1``, the layout of
+  the logits: one-hot, smoothed or mixed probabilities, in any dtype (an integer one-hot too).
+
+Given the logits' shape the target's shape tells the two apart, as Composer's
+``infer_target_type`` does: a target of the logits' shape is a distribution, one with the class
+dimension missing holds indices. Without it, integer targets are indices and floating targets
+are distributions.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 
-__all__ = ["check_class_range", "interpolate_targets", "target_dtype", "to_distribution"]
+__all__ = ["check_class_range", "check_smoothing", "class_indices", "interpolate_targets",
+           "is_class_indices", "one_hot", "smooth_targets", "target_dtype", "to_distribution"]
 
 
-def to_distribution(target: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
-    """Class indices ``(N,)`` to one-hot rows, or probability rows ``(N, C)`` passed through."""
-    if target.is_floating_point():
-        if target.ndim != 2 or target.shape[1] != num_classes:
-            raise ValueError(f"target: probabilities must have shape (N, {num_classes}), got "
-                             f"{tuple(target.shape)}")
-        return target.to(dtype)
-    if target.ndim != 1:
-        raise ValueError(f"target: class indices must have shape (N,), got {tuple(target.shape)}")
+def is_class_indices(target: torch.Tensor, logits_shape: Sequence[int] | None = None) -> bool:
+    """Whether ``target`` holds class indices (``True``) or class distributions (``False``).
+
+    Raises ``ValueError`` when ``target`` fits neither against logits of ``logits_shape``, or
+    holds indices that are not integers.
+    """
+    if logits_shape is None:
+        indices = not target.is_floating_point()
+    else:
+        logits_shape = tuple(logits_shape)
+        index_shape = logits_shape[:1] + logits_shape[2:]
+        if tuple(target.shape) == logits_shape:
+            return False
+        if tuple(target.shape) != index_shape:
+            raise ValueError(f"target: shape {tuple(target.shape)} fits logits of shape {logits_shape} "
+                             f"neither as class indices {index_shape} nor as class probabilities "
+                             f"{logits_shape}")
+        indices = True
+    if indices and (target.is_floating_point() or target.is_complex() or target.dtype == torch.bool):
+        raise ValueError(f"target: class indices must be an integer tensor, got {target.dtype}")
+    return indices
+
+
+def one_hot(target: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Class indices ``(N, ...)`` to one-hot vectors ``(N, num_classes, ...)`` (classes on ``dim=1``).
+
+    A negative index gets an all-zero vector: the position is ignored.
+    """
     check_class_range(target, num_classes)
-    return torch.nn.functional.one_hot(target.long(), num_classes).to(dtype)
+    classes = torch.arange(num_classes, device=target.device).view(1, -1, *([1] * (target.ndim - 1)))
+    return (target.unsqueeze(1) == classes).to(dtype)
+
+
+def to_distribution(target: torch.Tensor, num_classes: int, dtype: torch.dtype,
+                    logits_shape: Sequence[int] | None = None) -> torch.Tensor:
+    """Class indices to one-hot vectors, or class distributions passed through, in ``dtype``."""
+    if is_class_indices(target, logits_shape):
+        return one_hot(target, num_classes, dtype)
+    if target.ndim < 2 or target.shape[1] != num_classes:
+        raise ValueError(f"target: probabilities must have {num_classes} classes on dim 1, "
+                         f"(N, {num_classes}, ...), got shape {tuple(target.shape)}")
+    return target.to(dtype)
 
 
 def check_class_range(target: torch.Tensor, num_classes: int) -> None:
-    """Class indices in ``[0, num_classes)``.
+    """Class indices below ``num_classes`` (negative ones are ignored positions).
 
     On the CPU the check costs nothing extra and raises ``ValueError``; on an accelerator it is
     an asynchronous device assert, so the hot path never waits for the device.
     """
-    in_range = (target >= 0) & (target < num_classes)
+    in_range = target < num_classes
     if target.device.type == "cpu":
         if not bool(in_range.all()):
             bad = target[~in_range].unique()[:5].tolist()
-            raise ValueError(f"target: class indices must be in [0, {num_classes}), found {bad}")
+            raise ValueError(f"target: class indices must be in [0, {num_classes}) (negative: "
+                             f"ignored), found {bad}")
     else:
-        torch._assert_async(in_range.all(), f"target: class indices must be in [0, {num_classes})")
+        torch._assert_async(in_range.all(), f"target: class indices must be below {num_classes}")
+
+
+def class_indices(target: torch.Tensor, logits_shape: Sequence[int]) -> torch.Tensor:
+    """The class of each position: the indices themselves, or a distribution's most likely class."""
+    return target if is_class_indices(target, logits_shape) else target.argmax(dim=1)
 
 
 def target_dtype(input_dtype: torch.dtype) -> torch.dtype:
@@ -45,14 +98,47 @@ def target_dtype(input_dtype: torch.dtype) -> torch.dtype:
         else torch.float32
 
 
+def check_smoothing(smoothing: float) -> float:
+    """``smoothing`` as a float in ``[0, 1]``, or ``ValueError`` naming it."""
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) \
+            or not math.isfinite(smoothing) or not 0 <= smoothing <= 1:
+        raise ValueError(f"smoothing={smoothing!r}: must be in [0, 1]")
+    return float(smoothing)
+
+
+def smooth_targets(target: torch.Tensor, smoothing: float, num_classes: int,
+                   dtype: torch.dtype = torch.float32,
+                   logits_shape: Sequence[int] | None = None) -> torch.Tensor:
+    """``(1 - smoothing) * dist(target) + smoothing / num_classes``, classes on ``dim=1``.
+
+    An ignored position (a negative class index) stays all zeros, so it still adds nothing to a
+    cross-entropy against the result; Composer's ``smooth_labels`` gives it ``smoothing / C``
+    in every class instead.
+    """
+    smoothing = check_smoothing(smoothing)
+    dist = to_distribution(target, num_classes, dtype, logits_shape)
+    uniform = smoothing / num_classes
+    if is_class_indices(target, logits_shape):
+        return dist * (1.0 - smoothing) + (target >= 0).unsqueeze(1).to(dtype) * uniform
+    return dist * (1.0 - smoothing) + uniform
+
+
 def interpolate_targets(target: torch.Tensor, target_perm: torch.Tensor, mixing: float,
                         num_classes: int | None = None,
-                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``(1 - mixing) * dist(target) + mixing * dist(target_perm)``, rows summing to 1."""
+                        dtype: torch.dtype = torch.float32,
+                        logits_shape: Sequence[int] | None = None) -> torch.Tensor:
+    """``(1 - mixing) * dist(target) + mixing * dist(target_perm)``, classes on ``dim=1``.
+
+    ``num_classes`` defaults to ``logits_shape[1]``, else to the classes of a distribution
+    target; it is required for class indices without ``logits_shape``.
+    """
     if num_classes is None:
-        if not target.is_floating_point():
+        if logits_shape is not None:
+            num_classes = logits_shape[1]
+        elif target.is_floating_point() and target.ndim >= 2:
+            num_classes = target.shape[1]
+        else:
             raise ValueError("num_classes is required when targets are class indices")
-        num_classes = target.shape[1]
-    a = to_distribution(target, num_classes, dtype)
-    b = to_distribution(target_perm, num_classes, dtype)
+    a = to_distribution(target, num_classes, dtype, logits_shape)
+    b = to_distribution(target_perm, num_classes, dtype, logits_shape)
     return a * (1.0 - mixing) + b * mixing

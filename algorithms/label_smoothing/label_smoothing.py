@@ -5,7 +5,6 @@ Szegedy et al., "Rethinking the Inception Architecture for Computer Vision", CVP
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -14,28 +13,29 @@ from .._mixing import check_batch_sizes
 from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
-from ..targets import target_dtype, to_distribution
+from ..targets import check_smoothing, smooth_targets, target_dtype
 
 __all__ = ["LabelSmoothing", "smooth_labels"]
 
 
-def _check_smoothing(smoothing: float) -> float:
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) \
-            or not math.isfinite(smoothing) or not 0 <= smoothing <= 1:
-        raise ValueError(f"smoothing={smoothing!r}: must be in [0, 1]")
-    return float(smoothing)
-
-
 def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
-    """``(1 - smoothing) * onehot(target) + smoothing / K`` for ``K = logits.shape[1]`` classes.
+    """``(1 - smoothing) * onehot(target) + smoothing / C`` for ``C = logits.shape[1]`` classes.
+
+    Accepts what ``composer.functional.smooth_labels`` accepts: class indices with the class
+    dimension of the logits missing, or one-hot or probability targets of the logits' own shape.
 
     Args:
-        logits: model outputs ``(N, K, ...)``; only their shape is used.
-        target: class indices ``(N,)`` or probabilities ``(N, K)``; not modified.
+        logits: model outputs ``(N, C, ...)``, classes on ``dim=1``; only their shape and dtype
+            are used.
+        target: class indices ``(N, ...)`` (``(N,)`` for classification, ``(N, H, W)`` for
+            segmentation), or one-hot or probability targets ``(N, C, ...)`` in any dtype; not
+            modified. A negative index (such as ``-100``) marks an ignored position, whose
+            smoothed target stays all zeros.
         smoothing: weight of the uniform distribution, in ``[0, 1]``.
 
     Returns:
-        Smoothed class probabilities ``(N, K)``, float32 (float64 for float64 logits).
+        Smoothed class probabilities of the logits' shape ``(N, C, ...)``, float32 (float64 for
+        float64 logits), on the target's device.
 
     Example::
 
@@ -44,11 +44,11 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
         >>> smooth_labels(torch.zeros(1, 4), torch.tensor([2]), smoothing=0.5).tolist()
         [[0.125, 0.125, 0.625, 0.125]]
     """
-    smoothing = _check_smoothing(smoothing)
+    smoothing = check_smoothing(smoothing)
     check_batch_sizes(logits, target)
-    num_classes = logits.shape[1]
-    dist = to_distribution(target, num_classes, target_dtype(logits.dtype))
-    return dist * (1.0 - smoothing) + smoothing / num_classes
+    if logits.ndim < 2:
+        raise ValueError(f"logits: need classes on dim 1, (N, C, ...), got shape {tuple(logits.shape)}")
+    return smooth_targets(target, smoothing, logits.shape[1], target_dtype(logits.dtype), logits.shape)
 
 
 class LabelSmoothing(Algorithm):
@@ -71,7 +71,7 @@ class LabelSmoothing(Algorithm):
     """
 
     def __init__(self, smoothing: float = 0.1, target_key: int | str = 1):
-        self.smoothing = _check_smoothing(smoothing)
+        self.smoothing = check_smoothing(smoothing)
         self.target_key = target_key
         self._original: torch.Tensor | None = None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms import CutMix, LabelSmoothing, MixUp
+from algorithms import CutMix, MixUp
 from algorithms.core import Algorithm, Event, Trainer
 
 
@@ -96,33 +96,6 @@ def test_mixup_interpolated_loss_matches_definition():
     ce = torch.nn.functional.cross_entropy
     expected = (1 - m) * ce(seen["out"], y) + m * ce(seen["out"], y_perm)
     torch.testing.assert_close(seen["loss"], expected)
-
-
-def test_label_smoothing_smooths_loss_target_and_restores_it():
-    batches = _batches()
-    _, rec_ls = _fit(LabelSmoothing(smoothing=0.2), batches)
-    # after the loss, the original labels are back in the batch
-    for target, (_, y) in zip(rec_ls.targets, batches, strict=True):
-        assert torch.equal(target, y)
-
-
-def test_label_smoothing_changes_the_loss_by_definition():
-    batches = _batches(n=1)
-    losses = {}
-
-    class Spy(Algorithm):
-        def match(self, event, state):
-            return event is Event.AFTER_LOSS
-
-        def apply(self, event, state, logger=None):
-            losses["loss"], losses["out"] = state.loss.detach(), state.outputs.detach()
-
-    Trainer(_model(), batches, "1ba", algorithms=[LabelSmoothing(0.3), Spy()], seed=0).fit()
-    out, y = losses["out"], batches[0][1]
-    expected_target = torch.full_like(out, 0.3 / 4)
-    expected_target[torch.arange(len(y)), y] += 0.7
-    expected = -(expected_target * out.log_softmax(1)).sum(1).mean()
-    torch.testing.assert_close(losses["loss"], expected)
 
 
 def test_seeded_runs_repeat():

@@ -1,0 +1,239 @@
+"""Label smoothing: the functional form and the class, checked against the definition
+``(1 - s) * onehot(y) + s / C``.
+
+The first tests assert what Composer's own tests of ``smooth_labels`` and ``LabelSmoothing``
+assert (``tests/algorithms/test_label_smoothing.py``): classification and segmentation logits,
+class-index and integer one-hot targets, smoothing from 0 to 1, and the class restoring the
+original target after the loss.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import algorithms.functional as cf
+from algorithms import LabelSmoothing
+from algorithms.core import Algorithm, Event, State, Trainer
+from algorithms.core.time import Duration
+
+SMOOTHINGS = [0, 0.1, 0.5, 0.9, 1.0]
+
+
+def reference(onehot: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """The definition, on a one-hot (or probability) target with the classes on dim 1."""
+    return onehot.float() * (1 - smoothing) + smoothing / onehot.shape[1]
+
+
+def _classification(n, c, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    indices = torch.randint(0, c, (n,), generator=g)
+    return F.softmax(torch.randn(n, c, generator=g), dim=1), indices, F.one_hot(indices, c)
+
+
+def _segmentation(n, c, h, w, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    indices = torch.randint(0, c, (n, h, w), generator=g)
+    onehot = torch.movedim(F.one_hot(indices, c), -1, 1).contiguous()  # (N, C, H, W), int64
+    return F.softmax(torch.randn(n, c, h, w, generator=g), dim=1), indices, onehot
+
+
+TENSORS = {
+    "binary": _classification(64, 2),
+    "classification": _classification(64, 10),
+    "segmentation-2": _segmentation(64, 2, 5, 5),
+    "segmentation-10": _segmentation(64, 10, 5, 5),
+}
+
+
+def _state(outputs, target):
+    state = State(model=torch.nn.Identity(), max_duration=Duration.parse("1ep"))
+    state.batch, state.outputs = (torch.Tensor(), target), outputs
+    return state
+
+
+@pytest.mark.parametrize("smoothing", SMOOTHINGS)
+@pytest.mark.parametrize("tensors", TENSORS.values(), ids=TENSORS.keys())
+def test_indices_and_integer_one_hot_give_the_definition(tensors, smoothing):
+    logits, indices, onehot = tensors
+    expected = reference(onehot, smoothing)
+    # assert_close also checks dtype (float32) and shape (the logits')
+    torch.testing.assert_close(cf.smooth_labels(logits, onehot, smoothing), expected)
+    torch.testing.assert_close(cf.smooth_labels(logits, indices, smoothing), expected)
+
+
+@pytest.mark.parametrize("smoothing", SMOOTHINGS)
+@pytest.mark.parametrize("target_type", ["onehot", "indices"])
+@pytest.mark.parametrize("tensors", TENSORS.values(), ids=TENSORS.keys())
+def test_the_class_smooths_before_the_loss_and_restores_after(tensors, target_type, smoothing):
+    outputs, indices, onehot = tensors
+    target = indices if target_type == "indices" else onehot
+    algorithm = LabelSmoothing(smoothing=smoothing)
+    state = _state(outputs, target)
+    algorithm.apply(Event.BEFORE_LOSS, state, None)
+    torch.testing.assert_close(state.batch[1], reference(onehot, smoothing))
+    algorithm.apply(Event.AFTER_LOSS, state, None)
+    torch.testing.assert_close(state.batch[1], target)
+
+
+def test_the_class_runs_before_and_after_the_loss_only():
+    algorithm = LabelSmoothing()
+    state = _state(*TENSORS["binary"][:2])
+    assert [e for e in Event if algorithm.match(e, state)] == [Event.BEFORE_LOSS, Event.AFTER_LOSS]
+
+
+# -- target forms beyond Composer's tests -----------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                                   torch.int32, torch.uint8, torch.bool])
+def test_one_hot_or_probability_targets_in_any_dtype(dtype):
+    logits, _, onehot = TENSORS["segmentation-10"]
+    got = cf.smooth_labels(logits, onehot.to(dtype), 0.2)
+    torch.testing.assert_close(got, reference(onehot, 0.2))
+
+
+def test_probabilities_are_smoothed_by_the_same_formula():
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    torch.testing.assert_close(cf.smooth_labels(torch.zeros(2, 3), p, 0.3), 0.7 * p + 0.1)
+
+
+def test_token_targets_of_a_sequence_model():
+    logits, y = torch.randn(2, 7, 5), torch.randint(0, 7, (2, 5))  # (N, C, L), (N, L)
+    expected = reference(torch.movedim(F.one_hot(y, 7), -1, 1), 0.1)
+    torch.testing.assert_close(cf.smooth_labels(logits, y, 0.1), expected)
+
+
+@pytest.mark.parametrize("ignored", [-100, -1])
+def test_ignored_positions_stay_all_zero_and_add_no_loss(ignored):
+    """A negative index is an ignored position, as in Composer's one-hot conversion; its smoothed
+    target stays zero (Composer's smooth_labels would give it s / C in every class), so the soft
+    cross-entropy equals PyTorch's cross_entropy(label_smoothing=s, ignore_index=...) summed."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 3, 2, 5, generator=g)
+    y = torch.randint(0, 3, (4, 2, 5), generator=g)
+    y[0, :, :3] = ignored
+    y[2] = ignored
+    s = cf.smooth_labels(logits, y, 0.3)
+    keep = (y >= 0).unsqueeze(1)
+    expected = reference(torch.movedim(F.one_hot(y.clamp(min=0), 3), -1, 1), 0.3) * keep
+    torch.testing.assert_close(s, expected)
+    torch.testing.assert_close(
+        F.cross_entropy(logits, s, reduction="sum"),
+        F.cross_entropy(logits, y, label_smoothing=0.3, ignore_index=ignored, reduction="sum"))
+
+
+@pytest.mark.parametrize(("logits_dtype", "expected"), [
+    (torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float32),
+    (torch.float64, torch.float64)])
+def test_result_is_at_least_float32(logits_dtype, expected):
+    s = cf.smooth_labels(torch.zeros(2, 3, dtype=logits_dtype), torch.tensor([0, 2]), 0.1)
+    assert s.dtype == expected
+
+
+def test_neither_logits_nor_target_is_modified():
+    logits, indices, onehot = TENSORS["segmentation-2"]
+    copies = [t.clone() for t in (logits, indices, onehot)]
+    cf.smooth_labels(logits, indices, 0.4)
+    cf.smooth_labels(logits, onehot, 0.4)
+    for t, c in zip((logits, indices, onehot), copies, strict=True):
+        assert torch.equal(t, c)
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"),
+    [
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=1.5), r"smoothing=1.5"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=True), r"smoothing=True"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0, 3])), r"target: .*\[0, 3\).*\[3\]"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0.0, 1.0])), r"target: .*integer.*float32"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.zeros(2, 4)), r"target: shape \(2, 4\).*\(2, 3\)"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3, 4), torch.zeros(2, 5, dtype=torch.long)),
+         r"target: shape \(2, 5\).*indices \(2, 4\)"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(3)), r"batch size"),
+        (lambda: cf.smooth_labels(torch.randn(2), torch.arange(2)), r"logits: .*\(N, C, \.\.\.\)"),
+    ],
+)
+def test_bad_input_raises_value_error_naming_the_argument(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()
+
+
+@pytest.mark.parametrize("smoothing", [-0.1, 2, float("nan")])
+def test_bad_smoothing_fails_at_construction(smoothing):
+    with pytest.raises(ValueError, match=rf"smoothing={smoothing!r}"):
+        LabelSmoothing(smoothing=smoothing)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(2, 11), st.sampled_from([torch.float32, torch.bfloat16]),
+       st.integers(0, 2**31 - 1), st.floats(0, 1))
+def test_smoothed_rows_are_distributions(n, k, dtype, seed, smoothing):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, k, generator=g).to(dtype)
+    y = torch.randint(0, k, (n,), generator=g)
+    y0 = y.clone()
+    s = cf.smooth_labels(logits, y, smoothing)
+    assert torch.equal(y, y0)
+    assert s.shape == (n, k)
+    torch.testing.assert_close(s.sum(1), torch.ones(n))
+    assert (s >= 0).all()
+    if 1 - smoothing > 1e-3:  # the true class keeps the largest probability (float32 ties near 1)
+        assert torch.equal(s.argmax(1), y)
+
+
+# -- in the Trainer ---------------------------------------------------------------------------
+
+class _Spy(Algorithm):
+    """Keeps the outputs, the loss and the target the batch holds after the loss."""
+
+    def __init__(self):
+        self.seen = []
+
+    def match(self, event, state):
+        return event is Event.AFTER_LOSS
+
+    def apply(self, event, state, logger=None):
+        self.seen.append((state.outputs.detach(), state.loss.detach(), state.batch_get_item(1)))
+
+
+def _image_batches(n=2, bs=6, k=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(bs, 3, 8, 8, generator=g), torch.randint(0, k, (bs,), generator=g))
+            for _ in range(n)]
+
+
+def _classifier(k=4):
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
+                               torch.nn.Flatten(), torch.nn.Linear(4, k))
+
+
+def test_in_the_trainer_the_loss_is_cross_entropy_against_the_smoothed_target():
+    batches, spy = _image_batches(), _Spy()
+    Trainer(_classifier(), batches, "2ba", algorithms=[LabelSmoothing(0.3), spy], seed=0).fit()
+    for (out, loss, target_after), (_, y) in zip(spy.seen, batches, strict=True):
+        expected = -(reference(F.one_hot(y, 4), 0.3) * out.log_softmax(1)).sum(1).mean()
+        torch.testing.assert_close(loss, expected)
+        assert target_after is y  # the original labels are back for whatever runs after the loss
+
+
+def test_in_the_trainer_segmentation_targets_are_smoothed_per_pixel():
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(2, 3, 6, 6, generator=g), torch.randint(0, 5, (2, 6, 6), generator=g))]
+    spy = _Spy()
+    Trainer(torch.nn.Conv2d(3, 5, 1), batches, "1ba", algorithms=[LabelSmoothing(0.2), spy]).fit()
+    (out, loss, _), = spy.seen
+    torch.testing.assert_close(loss, F.cross_entropy(out, batches[0][1], label_smoothing=0.2))
+
+
+@pytest.mark.cuda
+def test_on_cuda_without_changing_device():
+    dev = torch.device("cuda")
+    y = torch.randint(0, 10, (8, 4, 4), device=dev)
+    y[0] = -100
+    s = cf.smooth_labels(torch.randn(8, 10, 4, 4, device=dev, dtype=torch.bfloat16), y)
+    assert s.device == y.device and s.dtype == torch.float32
+    torch.testing.assert_close(s.sum(1)[1:], torch.ones(7, 4, 4, device=dev))
+    assert s[0].eq(0).all()
