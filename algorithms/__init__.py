@@ -20,10 +20,12 @@ __version__ = "0.1.0"
 
 @cache
 def _exports() -> dict[str, str]:
-    """Class name -> the method folder (subpackage) that defines it, from the metadata."""
-    from .metadata import load_all_metadata
+    """Class name -> the method folder (subpackage) that defines it, from the metadata that is
+    valid (``nox -s check`` reports the rest; one method's broken file must not hide the others)."""
+    from .metadata import discover_metadata_files, validate_files
 
-    return {r.class_name: r.key for r in load_all_metadata().values() if r.class_name}
+    records, _ = validate_files(discover_metadata_files())
+    return {r.class_name: r.key for r in records.values() if r.class_name}
 
 
 def export_from_method(package: str, exports: dict[str, str], name: str) -> Any:

@@ -22,9 +22,10 @@ _SHARED = {"interpolate_targets": "targets"}
 @cache
 def _exports() -> dict[str, str]:
     """Function name -> the module under ``algorithms`` that defines it."""
-    from .metadata import load_all_metadata
+    from .metadata import discover_metadata_files, validate_files
 
-    return {**_SHARED, **{r.functional: r.key for r in load_all_metadata().values() if r.functional}}
+    records, _ = validate_files(discover_metadata_files())
+    return {**_SHARED, **{r.functional: r.key for r in records.values() if r.functional}}
 
 
 def __getattr__(name: str) -> Any:
