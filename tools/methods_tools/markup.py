@@ -4,18 +4,28 @@ Text from ``metadata.json`` must reach the site as plain text: a TL;DR holding `
 a ```` ```{eval-rst} ```` fence, a ``{role}`x``` or an RST directive must not become markup.
 CommonMark lets a backslash escape any ASCII punctuation, so escaping every one of them (and
 folding whitespace, so no line can start a block) leaves nothing for the parser to interpret.
+
+These are the filters of the one Jinja environment (:func:`methods_tools.docsgen.jinja_environment`)
+that every generated page and the card scaffold render with.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import string
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote
 
-__all__ = ["md_code", "md_text", "md_url", "one_line", "safe_token"]
+__all__ = ["json_literal", "literal", "md_code", "md_paragraph", "md_text", "md_url", "one_line", "safe_token"]
 
 _PUNCTUATION = frozenset(string.punctuation)
 _TOKEN = re.compile(r"^[a-z][a-z0-9_]*$")
+# What opens a block when it starts a line: a heading, list, quote, MyST comment, colon fence or
+# target, a setext underline, a thematic break, a code fence, a table row, an HTML block, an
+# ordered list item ("1." or "1)").
+_BLOCK_START = re.compile(r"^(?:[#+\-*>%:=(_~`|<]|\d{1,9}[.)])")
 
 
 def one_line(text: str) -> str:
@@ -26,6 +36,50 @@ def one_line(text: str) -> str:
 def md_text(text: str) -> str:
     """Plain text for a MyST paragraph, table cell, heading or directive argument."""
     return "".join("\\" + ch if ch in _PUNCTUATION else ch for ch in one_line(text))
+
+
+def md_paragraph(text: str) -> str:
+    """:func:`md_text` for text that starts a line of its own (a card's TL;DR, a summary).
+
+    Nothing it returns can open a block: a leading heading ``#``, list ``+ - *``, quote ``>``,
+    MyST comment ``%``, colon fence ``:``, target ``(``, underline ``=``, fence, table row, HTML
+    block or ordered-list number (``1.``, ``1)``) is escaped. :func:`md_text` already escapes
+    every punctuation character; this guard states the line-start rule on its own, so it holds
+    whatever the inline escaping becomes.
+
+    >>> print(md_paragraph("1. first"), md_paragraph("# not a heading"))
+    1\\. first \\# not a heading
+    """
+    escaped = md_text(text)
+    match = _BLOCK_START.match(escaped)
+    if match is None:
+        return escaped
+    opener = match.group()
+    return escaped[: len(opener) - 1] + "\\" + escaped[len(opener) - 1:]
+
+
+def _plain(value: Any) -> Any:
+    """Frozen metadata values as plain Python data: tuples (JSON arrays) as lists, mappings as dicts."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def literal(value: Any) -> str:
+    """``value`` as the Python literal a reader would type: ``repr``, with JSON arrays (and the
+    tuples the loader freezes them into) shown as lists and mappings as dicts.
+
+    >>> literal((0.5, None)), literal("x"), literal({"a": (1, 2)})
+    ('[0.5, None]', "'x'", "{'a': [1, 2]}")
+    """
+    return repr(_plain(value))
+
+
+def json_literal(value: Any) -> str:
+    """``value`` as JSON (``"amp_bf16"``, ``[1, 2]``, ``null``), frozen metadata values included."""
+    return json.dumps(_plain(value))
 
 
 def md_code(text: str) -> str:
@@ -49,7 +103,7 @@ def md_url(url: str) -> str:
     return quote(url, safe=":/?#[]@!$&'*+,;=%~-._")
 
 
-def safe_token(value: str, what: str) -> str:
+def safe_token(value: str, what: str = "token") -> str:
     """A closed-vocabulary value (domain, tag, kind, key) used in CSS classes and roles."""
     if not _TOKEN.match(str(value)):
         raise ValueError(f"{value!r} is not a valid {what} (lower case, digits, underscores) — fix the metadata")

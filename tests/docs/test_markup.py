@@ -1,0 +1,76 @@
+"""The escaping filters every page renders with."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+from methods_tools import markup
+from methods_tools.markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line
+
+HOSTILE_TEXTS = [
+    '<script>alert("x")</script>', "```{eval-rst}\n.. raw:: html\n```", "{role}`x`", "{math}`x`", "$x$",
+    "| a | b |", "**b** _i_ [l](u) ![i](x)", "# heading", "1. list", "1) list", "- item", "+ item", "* item",
+    "> quote", "% comment", ":::{note}", "(target)=", "===", "---", ".. raw:: html", "&amp; &#60;", "a\\b",
+    "    indented code", "\n\n# after blank lines",
+]
+
+
+def _html_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _commonmark(source: str) -> str:
+    markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py comes with the [docs] extra")
+    return markdown_it.MarkdownIt("commonmark").enable("table").render(source)
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_md_text_renders_as_the_same_plain_text(text):
+    """The definition of escaping: CommonMark renders md_text(x) as exactly the text x."""
+    assert _commonmark(md_text(text)) == f"<p>{_html_escape(one_line(text))}</p>\n"
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_md_paragraph_at_line_start_is_one_plain_paragraph(text):
+    """A paragraph of its own (between blank lines, as a card's TL;DR is) stays one paragraph of text."""
+    assert _commonmark(f"Before.\n\n{md_paragraph(text)}\n\nAfter.\n") == (
+        f"<p>Before.</p>\n<p>{_html_escape(one_line(text))}</p>\n<p>After.</p>\n")
+
+
+def test_md_paragraph_escapes_a_block_opener_even_where_inline_escaping_would_not(monkeypatch):
+    """The line-start rule holds on its own: with no inline escaping at all, a leading block opener
+    is still escaped, and only the opener."""
+    monkeypatch.setattr(markup, "md_text", one_line)
+    assert md_paragraph("# Title") == "\\# Title"
+    assert md_paragraph("- a - b") == "\\- a - b"
+    assert md_paragraph("> q") == "\\> q"
+    assert md_paragraph("1. first") == "1\\. first"
+    assert md_paragraph("12) twelfth") == "12\\) twelfth"
+    assert md_paragraph("(target)=") == "\\(target)="
+    assert md_paragraph("% x") == "\\% x"
+    assert md_paragraph(":::{note}") == "\\:::{note}"
+    assert md_paragraph("=") == "\\="
+    assert md_paragraph("Plain 1. text") == "Plain 1. text"
+    assert md_paragraph("2026 was a year") == "2026 was a year"
+
+
+def test_literal_is_the_python_literal_with_arrays_as_lists():
+    assert literal("amp_bf16") == "'amp_bf16'"
+    assert literal(0.5) == "0.5" and literal(None) == "None" and literal(True) == "True"
+    assert literal((0.0, None)) == "[0.0, None]"  # a JSON array, frozen into a tuple by the loader
+    assert literal([1, (2, 3)]) == "[1, [2, 3]]"
+    assert literal(MappingProxyType({"a": (1,)})) == "{'a': [1]}"
+    assert literal("<script>") == "'<script>'"  # a literal, not escaped: it goes inside md_code
+
+
+def test_json_literal_accepts_frozen_metadata():
+    assert json_literal(MappingProxyType({"precision": "amp_bf16", "r": (1, None)})) == (
+        '{"precision": "amp_bf16", "r": [1, null]}')
+
+
+def test_md_code_and_md_url():
+    assert md_code("a`b") == "`` a`b ``"
+    assert md_url("https://x.invalid/a b)(<c>") == "https://x.invalid/a%20b%29%28%3Cc%3E"
+    with pytest.raises(ValueError, match="only https://"):
+        md_url("javascript:alert(1)")
