@@ -1,10 +1,11 @@
 """Sphinx configuration of the Methods Library site.
 
 Build: ``nox -s docs`` (or ``sphinx-build -W --keep-going -b html docs/source docs/build/html``).
-Every ``tables/update_*.py`` generator is found by glob and run at the start of each build
-(``_ext/methods_library.py``), so generated pages never go stale. Metadata is loaded only
-through ``algorithms.metadata``. The site is offline: KaTeX's CSS and fonts are bundled in
-``_static/katex`` (the extension ships the matching JS), and nothing loads from another host.
+The generated pages (``methods_tools.pages``: table, overview, training results, navigation) are
+rendered at the start of each build (``_ext/methods_library.py``), so they never go stale and are
+never committed. Metadata is loaded only through ``algorithms.metadata``. The site is offline:
+KaTeX's CSS and fonts are bundled in ``_static/katex`` (the extension ships the matching JS), and
+nothing loads from another host.
 """
 
 from __future__ import annotations
@@ -39,11 +40,6 @@ exclude_patterns = ["_build", "**/.*", "tables/*.j2"]
 templates_path: list[str] = []
 # Metadata text, option names (--check) and code-like prose must appear exactly as written.
 smartquotes = False
-
-# Every generator, by glob: a new tables/update_*.py is picked up without editing this file.
-# The navigation runs last: it lists pages other generators write (training_configurations).
-methods_generators = [str(p) for p in sorted((DOCS_SOURCE / "tables").glob("update_*.py"),
-                                             key=lambda p: (p.name == "update_navigation.py", p.name))]
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 myst_heading_anchors = 3

@@ -1,33 +1,22 @@
-"""The docs generators: what they list, how they escape, and that --check catches stale output."""
+"""The generated pages: one list of generators, what each lists, how it escapes, and the one
+``--check`` entry point (``tools/generate_pages.py``)."""
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from docs_support import SYNTHETIC, TABLES, method_entry, write_metadata
-from methods_tools.files import generator_cli
-from methods_tools.markup import md_code, md_text, md_url, one_line
+from docs_support import DOCS_SOURCE, REPO_ROOT, SYNTHETIC, write_metadata
+from methods_tools import pages
+from methods_tools.markup import md_code, md_text, md_url
+from methods_tools.training_pages import render_training_results
 
-GENERATORS = sorted(TABLES.glob("update_*.py"))
-OURS = ["update_alg_tables.py", "update_methods_overview.py", "update_navigation.py"]
-
-
-def load(name: str):
-    path = TABLES / name
-    spec = importlib.util.spec_from_file_location(f"gen_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def render_one(name: str, metadata: Path, src: Path) -> tuple[Path, str]:
-    (out, text), = load(name).render(metadata_root=metadata, source_dir=src).items()
-    return out, text
+from algorithms.metadata import load_all_metadata
 
 
 def css(value: str) -> str:
@@ -39,9 +28,24 @@ def by_name(entries: dict[str, dict]) -> list[str]:
     return sorted(entries, key=lambda k: (entries[k]["name"].casefold(), k))
 
 
+def render(metadata: Path, src: Path, *generators, results: Path | None = None) -> dict[Path, str]:
+    """What ``generators`` render for ``metadata`` (no results files unless ``results``)."""
+    generated = pages.generate(src, metadata_root=metadata, results_root=results or src / "no-results",
+                               generators=generators)
+    assert generated.problems == []
+    return dict(generated.outputs)
+
+
+def test_the_generators_are_listed_once_in_order():
+    """The navigation lists pages other generators write, so it comes after them; no generator is
+    found by file name (no script per page is left to find)."""
+    assert pages.GENERATORS == (pages.algorithms_table, pages.methods_overview, render_training_results,
+                                pages.navigation)
+    assert list((DOCS_SOURCE / "tables").glob("*.py")) == []
+
+
 def test_table_has_one_row_per_method_in_name_order(synthetic_metadata, tmp_path):
-    out, text = render_one("update_alg_tables.py", synthetic_metadata, tmp_path)
-    assert out == tmp_path / "tables" / "algorithms_table.md"
+    text = render(synthetic_metadata, tmp_path, pages.algorithms_table)[Path("tables/algorithms_table.md")]
     rows = [line for line in text.splitlines() if line.startswith("| [")]
     assert [re.search(r"\(\.\./method_cards/(\w+)\.md\)", row).group(1) for row in rows] == by_name(SYNTHETIC)
     for key, row in zip(by_name(SYNTHETIC), rows, strict=True):
@@ -58,8 +62,7 @@ def test_table_has_one_row_per_method_in_name_order(synthetic_metadata, tmp_path
 
 
 def test_overview_has_one_filterable_card_per_method(synthetic_metadata, tmp_path):
-    out, text = render_one("update_methods_overview.py", synthetic_metadata, tmp_path)
-    assert out == tmp_path / "method_cards" / "methods_overview.md"
+    text = render(synthetic_metadata, tmp_path, pages.methods_overview)[Path("method_cards/methods_overview.md")]
     cards = re.findall(r":::\{grid-item-card\} (.*)\n:link: (\w+)\n:link-type: doc\n:class-item: (.*)\n", text)
     assert [link for _, link, _ in cards] == by_name(SYNTHETIC)
     for title, key, classes in cards:
@@ -71,8 +74,9 @@ def test_overview_has_one_filterable_card_per_method(synthetic_metadata, tmp_pat
         assert md_text(entry["tldr"]) in text
 
 
-def test_navigation_lists_cards_by_name_and_only_existing_sections(synthetic_metadata, tmp_path):
-    _, text = render_one("update_navigation.py", synthetic_metadata, tmp_path)
+def test_navigation_lists_cards_by_name_and_only_pages_that_exist(synthetic_metadata, tmp_path):
+    nav = Path("tables/navigation.rst.inc")
+    text = render(synthetic_metadata, tmp_path, pages.navigation)[nav]
     entries = re.findall(r"^   (\S+)$", text, flags=re.M)
     assert entries == ["method_cards/methods_overview", "tables/algorithms_table",
                        *[f"method_cards/{k}" for k in by_name(SYNTHETIC)]]
@@ -80,83 +84,76 @@ def test_navigation_lists_cards_by_name_and_only_existing_sections(synthetic_met
 
     (tmp_path / "dataset_cards").mkdir()
     (tmp_path / "dataset_cards" / "imagenet.md").write_text("# ImageNet\n")
-    (tmp_path / "training_configurations.md").write_text("# Training\n")
-    _, text = render_one("update_navigation.py", synthetic_metadata, tmp_path)
+    # the training page is listed because the generator before the navigation rendered it
+    text = render(synthetic_metadata, tmp_path, render_training_results, pages.navigation)[nav]
     assert ":caption: Dataset and Task Cards" in text and "   dataset_cards/imagenet" in text
     assert ":caption: Training Configurations" in text and "   training_configurations" in text
     assert ":caption: Model Family Cards" not in text
 
 
-@pytest.mark.parametrize("name", OURS)
-def test_check_names_stale_file_and_writes_nothing(name, synthetic_metadata, tmp_path, capsys):
-    src = tmp_path / "src"
-    render = load(name).render
+def test_outputs_are_the_stable_paths_the_cards_and_index_include():
+    generated = pages.generate()
+    assert generated.problems == []
+    best = {k for k, r in load_all_metadata().items() if r.is_best_practice and r.trainer_option}
+    outputs = set(generated.outputs)
+    assert {Path("tables/algorithms_table.md"), Path("method_cards/methods_overview.md"),
+            Path("tables/navigation.rst.inc"), Path("training_configurations.md")} <= outputs
+    assert {Path(f"tables/results/{k}.md.inc") for k in best} <= outputs
+    assert all(not p.is_absolute() for p in outputs)
 
-    def bound():
-        return render(metadata_root=synthetic_metadata, source_dir=src)
 
-    (out, _), = bound().items()
-    assert generator_cli(bound, ["--check"]) == 1  # missing output is stale
+def test_check_renders_everything_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert pages.main(["--check", "--out", str(out)]) == 0
     assert not out.exists()
-    assert generator_cli(bound, []) == 0 and out.exists()
-    assert generator_cli(bound, ["--check"]) == 0
-    capsys.readouterr()
-
-    # metadata changes, the committed output does not: stale
-    write_metadata(synthetic_metadata, {"new_one": method_entry("New One")})
-    before = out.read_bytes()
-    assert generator_cli(bound, ["--check"]) == 1
-    assert str(out.name) in capsys.readouterr().err
-    assert out.read_bytes() == before
+    assert "generated pages render" in capsys.readouterr().out
+    assert pages.main(["--out", str(out)]) == 0
+    assert (out / "tables" / "algorithms_table.md").is_file() and (out / "training_configurations.md").is_file()
+    first = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert pages.main(["--out", str(out)]) == 0  # nothing changed: nothing rewritten
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == first
+    assert capsys.readouterr().out.splitlines()[-1].endswith(", 0 changed")
 
 
-@pytest.mark.parametrize("name", OURS)
-def test_bad_metadata_is_one_line_per_problem_and_exit_1(name, tmp_path, capsys):
-    bad = write_metadata(tmp_path / "metadata", {"broken": {**method_entry("Broken"), "domains": ["space"]}})
-    src = tmp_path / "src"
-    render = load(name).render
-    assert generator_cli(lambda: render(metadata_root=bad, source_dir=src), []) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "broken/metadata.json" in err[0] and "/broken/domains/0" in err[0]
-    assert "Traceback" not in "\n".join(err)
-    assert not src.exists()
+def test_bad_metadata_is_one_line_per_problem_exit_1_and_nothing_written(tmp_path, capsys, monkeypatch):
+    from docs_support import method_entry
+
+    bad = write_metadata(tmp_path / "metadata",
+                         {"broken": {**method_entry("Broken"), "domains": ["space"], "link": "http://x.invalid"}})
+    monkeypatch.setattr(pages, "generate", functools.partial(pages.generate, metadata_root=bad))
+    out = tmp_path / "out"
+    for argv in (["--check"], ["--out", str(out)]):
+        assert pages.main(argv) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 2 and all("broken/metadata.json" in line for line in err)
+        assert any("/broken/domains/0" in line for line in err) and any("/broken/link" in line for line in err)
+        assert "Traceback" not in "\n".join(err)
+    assert not out.exists()
 
 
-@pytest.mark.parametrize("path", GENERATORS, ids=lambda p: p.name)
-def test_every_generator_runs_as_a_script(path):
-    result = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    assert "--check" in result.stdout
-
-
-@pytest.mark.parametrize("text", [
-    '<script>alert("x")</script>', "```{eval-rst}\n.. raw:: html\n```", "{math}`x`", "$x$", "| a | b |",
-    "**b** _i_ [l](u) ![i](x)", "# heading", "1. list", "- item", ".. raw:: html", "&amp; &#60;", "a\\b",
+@pytest.mark.parametrize(("template", "typo", "expected"), [
+    ("algorithms_table.md.j2", "{{ recrod.name }}", ": template: 'recrod' is undefined — fix the template"),
+    ("navigation.rst.inc.j2", "{% for %}", ": template: Expected an expression, got 'end of statement block' — fix"),
+    ("navigation.rst.inc.j2", '{{ "a" + 1 }}', ': template: can only concatenate str (not "int") to str — fix'),
+    # a value a filter refuses: named at the template line that used it
+    ("methods_overview.md.j2", '{{ "http://x.invalid" | md_url }}', ": 'http://x.invalid': only https:// links"),
 ])
-def test_md_text_renders_as_the_same_plain_text(text):
-    """The definition of escaping: CommonMark renders md_text(x) as exactly the text x."""
-    markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py comes with the [docs] extra")
-    html = markdown_it.MarkdownIt("commonmark").enable("table").render(md_text(text))
-    assert html == f"<p>{_html_escape(one_line(text))}</p>\n"
+def test_a_template_error_is_one_line_naming_the_template(template, typo, expected, synthetic_metadata, tmp_path,
+                                                          monkeypatch):
+    templates = Path(shutil.copytree(pages.TEMPLATE_DIR, tmp_path / "templates"))
+    lines = (templates / template).read_text().splitlines()
+    lines.insert(3, typo)
+    (templates / template).write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(pages, "TEMPLATE_DIR", templates)
+    generated = pages.generate(tmp_path / "src", metadata_root=synthetic_metadata, results_root=tmp_path / "none")
+    assert generated.outputs == {}
+    problem, = generated.problems
+    assert problem.startswith(f"{templates / template}:4: ") or problem.startswith(f"templates/{template}:4: ")
+    assert expected in problem
 
 
-def test_md_code_and_md_url():
-    assert md_code("a`b") == "`` a`b ``"
-    assert md_url("https://x.invalid/a b)(<c>") == "https://x.invalid/a%20b%29%28%3Cc%3E"
-    with pytest.raises(ValueError, match="only https://"):
-        md_url("javascript:alert(1)")
-
-
-def _html_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-
-
-def test_conf_runs_every_generator_and_navigation_last():
-    """conf.py finds generators by glob; the navigation, which lists their pages, runs last."""
-    pytest.importorskip("sphinxcontrib.katex", reason="conf.py needs the [docs] extra")
-    spec = importlib.util.spec_from_file_location("docs_conf", TABLES.parent / "conf.py")
-    conf = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(conf)
-    names = [Path(p).name for p in conf.methods_generators]
-    assert sorted(names) == [p.name for p in GENERATORS]
-    assert names[-1] == "update_navigation.py"
+def test_the_command_line_runs_from_a_checkout():
+    result = subprocess.run([sys.executable, "tools/generate_pages.py", "--help"], cwd=REPO_ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "--check" in result.stdout and "--out" in result.stdout

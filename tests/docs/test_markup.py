@@ -1,11 +1,13 @@
-"""The escaping filters every page renders with."""
+"""The one set of escaping filters and the one Jinja environment every page renders with."""
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
+import jinja2
 import pytest
 from methods_tools import markup
+from methods_tools.docsgen import FILTERS, jinja_environment
 from methods_tools.markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line
 
 HOSTILE_TEXTS = [
@@ -74,3 +76,28 @@ def test_md_code_and_md_url():
     assert md_url("https://x.invalid/a b)(<c>") == "https://x.invalid/a%20b%29%28%3Cc%3E"
     with pytest.raises(ValueError, match="only https://"):
         md_url("javascript:alert(1)")
+
+
+def test_one_environment_holds_every_filter(tmp_path):
+    assert set(FILTERS) == {"md_text", "md_paragraph", "md_code", "md_url", "one_line", "token", "kind_label",
+                            "css", "literal", "json"}
+    (tmp_path / "t.md.j2").write_text(
+        "{{ tldr | md_paragraph }}\n{{ key | token }} {{ kind | kind_label }} {{ tag | css('tag') }}\n"
+        "{{ option | literal | md_code }} {{ option | json }}\n")
+    env = jinja_environment(tmp_path)
+    assert set(FILTERS) <= set(env.filters)
+    text = env.get_template("t.md.j2").render(tldr="# <script>", key="cutmix", kind="best_practice",
+                                              tag="data_augmentation", option=(1, 2))
+    assert text == "\\# \\<script\\>\ncutmix best practice data-augmentation\n`[1, 2]` [1, 2]\n"
+
+
+def test_a_template_typo_is_an_error_not_an_empty_string(tmp_path):
+    (tmp_path / "t.j2").write_text("{{ recrod.name }}")
+    with pytest.raises(jinja2.UndefinedError):
+        jinja_environment(tmp_path).get_template("t.j2").render(record={})
+
+
+def test_token_refuses_what_is_not_a_vocabulary_value(tmp_path):
+    (tmp_path / "t.j2").write_text("{{ key | token('method key') }}")
+    with pytest.raises(ValueError, match="not a valid method key"):
+        jinja_environment(tmp_path).get_template("t.j2").render(key="a b")

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
-from methods_tools.files import generator_cli, write_atomic, write_if_changed
+from methods_tools.files import write_atomic, write_if_changed
 
 
 def test_write_atomic_refuses_to_overwrite_without_force(tmp_path: Path):
@@ -24,20 +24,6 @@ def test_write_if_changed_keeps_mtime_when_equal(tmp_path: Path):
     os.utime(p, (1, 1))
     assert write_if_changed(p, "x") is False
     assert p.stat().st_mtime == 1
-
-
-def test_generator_cli_check_names_stale_files_and_writes_nothing(tmp_path: Path, capsys):
-    good, stale, missing = tmp_path / "good.md", tmp_path / "stale.md", tmp_path / "missing.md"
-    good.write_text("g")
-    stale.write_text("old")
-    outputs = {good: "g", stale: "new", missing: "m"}
-    assert generator_cli(lambda: outputs, ["--check"], prog="gen.py") == 1
-    err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2 and "stale.md: stale" in err[0] and "missing.md: stale" in err[1]
-    assert stale.read_text() == "old" and not missing.exists()
-    assert generator_cli(lambda: outputs, [], prog="gen.py") == 0
-    assert generator_cli(lambda: outputs, ["--check"], prog="gen.py") == 0
-    assert stale.read_text() == "new" and missing.read_text() == "m"
 
 
 def test_written_files_are_readable_like_plain_files(tmp_path: Path):

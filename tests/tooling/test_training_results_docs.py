@@ -1,28 +1,25 @@
-"""docs/source/tables/update_training_results.py: the page, charts and card rows from results files."""
+"""methods_tools.training_pages: the training-configurations page, its charts and the cards' rows."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-from methods_tools.files import generator_cli
+from methods_tools import pages, training_pages
 from methods_tools.results import discover_results, load_results, results_problems
 
 from algorithms.metadata import load_all_metadata
 
-REPO = Path(__file__).resolve().parents[2]
-GENERATOR = REPO / "docs" / "source" / "tables" / "update_training_results.py"
 HOSTILE = '<script>alert(1)</script> ```{eval-rst} | pipe |'
+CHART = Path("tables/results/cpu-test.svg")
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("update_training_results", GENERATOR)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _render(results: Path, out: Path, metadata_root: Path | None = None) -> pages.Generated:
+    """The training generator alone, as the docs build runs it (``out``: where earlier charts lie)."""
+    return pages.generate(out, metadata_root=metadata_root, results_root=results,
+                          generators=(training_pages.render_training_results,))
 
 
 def _run(config, status="ok", **extra):
@@ -64,30 +61,56 @@ def rendered(tmp_path):
     document = _document()
     assert results_problems(document) == []
     (results / "cpu-test.json").write_text(json.dumps(document))
-    src = tmp_path / "src"
-    return _generator().render(source_dir=src, results_root=results), src
+    generated = _render(results, tmp_path / "src")
+    assert generated.problems == []
+    return generated.outputs
 
 
 def test_outputs_page_chart_and_one_snippet_per_best_practice(rendered):
-    outputs, src = rendered
     best = sorted(k for k, r in load_all_metadata().items() if r.is_best_practice)
     assert len(best) == 6
-    expected = {src / "training_configurations.md", src / "tables/results/cpu-test.svg",
-                *(src / f"tables/results/{k}.md.inc" for k in best)}
-    assert set(outputs) == expected
+    expected = {Path("training_configurations.md"), CHART, *(Path(f"tables/results/{k}.md.inc") for k in best)}
+    assert set(rendered) == expected
 
 
 def test_rendering_is_byte_stable(rendered, tmp_path):
-    outputs, src = rendered
-    again = _generator().render(source_dir=src, results_root=tmp_path / "results")
-    assert again == outputs
-    svg = outputs[src / "tables/results/cpu-test.svg"]
+    again = _render(tmp_path / "results", tmp_path / "elsewhere").outputs  # no earlier chart there: drawn again
+    assert again == rendered
+    svg = rendered[CHART]
     assert svg.lstrip().startswith("<?xml") and "<dc:date>" not in svg
 
 
+def test_an_unchanged_chart_is_reused_not_redrawn(rendered, tmp_path, monkeypatch):
+    out = tmp_path / "src"
+    pages.write_outputs(rendered, out)
+
+    def no_drawing(*args):
+        raise AssertionError("redrawn although its inputs are unchanged")
+
+    monkeypatch.setattr(training_pages, "_draw_chart", no_drawing)
+    assert _render(tmp_path / "results", out).outputs[CHART] == rendered[CHART]
+
+    drawn = []
+    monkeypatch.setattr(training_pages, "_draw_chart", lambda document, key: drawn.append(key) or "<svg/>")
+    document = json.loads((tmp_path / "results" / "cpu-test.json").read_text())
+    document["runs"][0]["wall_s"] = 11.0
+    (tmp_path / "results" / "cpu-test.json").write_text(json.dumps(document))
+    assert _render(tmp_path / "results", out).outputs[CHART] == "<svg/>" and len(drawn) == 1
+
+
+def test_the_chart_hash_covers_the_document_and_the_matplotlib_version(monkeypatch):
+    document = _document()
+    key = training_pages._chart_key(document)
+    assert key.startswith("sha256:") and key == training_pages._chart_key(copy.deepcopy(document))
+    changed = copy.deepcopy(document)
+    changed["environment"]["hardware"] = "Other CPU"
+    assert training_pages._chart_key(changed) != key
+    monkeypatch.setattr(training_pages.importlib.metadata, "version", lambda name: "0.0")
+    assert training_pages._chart_key(document) != key
+
+
 def test_page_rows_name_hardware_and_escape_text(rendered):
-    outputs, src = rendered
-    page = outputs[src / "training_configurations.md"]
+    page = rendered[Path("training_configurations.md")]
     assert "Test CPU \\*bold\\*" in page and "results/cpu-test.json" in page
     assert "<script>" not in page and "```{eval-rst}" not in page
     rows = [line for line in page.splitlines() if line.startswith("| `")]
@@ -96,7 +119,19 @@ def test_page_rows_name_hardware_and_escape_text(rendered):
     assert "| 10.0 | 4.0 | 64.0 | 300 | 1.00 |" in rows[0]  # wall, last epoch, throughput, MiB, model MiB
     assert "50.0 %" in rows[0]
     assert "skipped: \\<script\\>" in rows[3]
-    assert "quoted" in page and "1979" in page  # the source's figures, labelled as quoted
+    assert "```{image} tables/results/cpu-test.svg" in page
+
+
+def test_the_reference_experiment_is_quoted_and_named_for_readers(rendered):
+    page = rendered[Path("training_configurations.md")]
+    assert "## A reference experiment (quoted)" in page
+    prose = " ".join(page.split())
+    assert "quoted, not measured" in prose and "a pretrained ResNet-50 fine-tuned on CIFAR-10 for 5 epochs at " \
+        "batch 128 on four Tesla P40 GPUs" in prose
+    assert "| Single precision \\(fp32\\) | 1979 | 11.24 | 85 % |" in page
+    assert "| DeepSpeed | — | — | — |" in page
+    for text in rendered.values():
+        assert "source experiment" not in text.lower() and "issue" not in text.lower()
 
 
 @pytest.mark.parametrize(("key", "configs", "ratios"), [
@@ -106,8 +141,7 @@ def test_page_rows_name_hardware_and_escape_text(rendered):
     ("fsdp", [], []),  # this file has no fsdp run: the card says so instead of showing the baseline alone
 ])
 def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, configs, ratios):
-    outputs, src = rendered
-    snippet = outputs[src / f"tables/results/{key}.md.inc"]
+    snippet = rendered[Path(f"tables/results/{key}.md.inc")]
     rows = [line.split(" | ") for line in snippet.splitlines() if line.startswith("| `")]
     assert [r[0].strip("| `") for r in rows] == configs
     assert [r[4] for r in rows] == ratios  # time relative to fp32:single, computed from wall_s
@@ -115,33 +149,34 @@ def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, conf
         assert "Test CPU" in snippet and "results/cpu-test.json" in snippet
     else:
         assert "No committed results file measures `parallel='fsdp'` yet." in snippet
+    assert snippet.rstrip().endswith("All configurations: [Training configurations](../training_configurations.md).")
 
 
-def test_an_invalid_results_file_is_one_line_per_problem_and_writes_nothing(tmp_path, capsys):
+def test_an_invalid_results_file_is_one_line_per_problem_and_writes_nothing(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     document = _document()
     document["runs"][0]["status"] = "great"
     del document["environment"]["torch"]
     (results / "bad.json").write_text(json.dumps(document))
-    src = tmp_path / "src"
-    render = _generator().render
-    assert generator_cli(lambda: render(source_dir=src, results_root=results), []) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(line.startswith(str(results / "bad.json")) for line in err)
-    assert any("/runs/0/status" in line for line in err) and any("/environment:" in line for line in err)
-    assert not src.exists()
+    (results / "broken.json").write_text('{"schema_version": 1,\n "runs": [}')
+    generated = _render(results, tmp_path / "src")
+    assert generated.outputs == {}
+    bad = [line for line in generated.problems if line.startswith(str(results / "bad.json"))]
+    assert len(bad) == 2 and len(generated.problems) == 3
+    assert any("/runs/0/status" in line for line in bad) and any("/environment:" in line for line in bad)
+    assert generated.problems[-1].startswith(f"{results / 'broken.json'}:2: not valid JSON")
+    assert not (tmp_path / "src").exists()
 
 
-def test_committed_results_validate_and_the_docs_are_current():
+def test_committed_results_validate_and_render():
     pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
     paths = discover_results()
     assert paths, "commit a results file made by tools/compare_training.py"
     for path in paths:
         document = load_results(path)
         assert document["runs"] and document["environment"]["hardware"]
-    generator = _generator()
-    assert generator_cli(generator.render, ["--check"]) == 0, "run python docs/source/tables/update_training_results.py"
+    assert pages.generate().problems == []
 
 
 def test_the_schema_requires_a_reason_for_runs_that_are_not_ok():
@@ -158,8 +193,7 @@ def test_a_best_practice_for_an_option_the_comparison_does_not_vary_gets_no_rows
              "use": "Anywhere.", "math_equivalent": False, "hyperparameters": {}, "plumbing": []}
     (metadata / "core").mkdir(parents=True)
     (metadata / "core" / "clipping.metadata.json").write_text(json.dumps({"clipping": entry}))
-    outputs = _generator().render(metadata_root=metadata, source_dir=tmp_path / "src",
-                                  results_root=tmp_path / "results")
-    snippet = outputs[tmp_path / "src" / "tables/results/clipping.md.inc"]
+    generated = _render(tmp_path / "results", tmp_path / "src", metadata_root=metadata)
+    snippet = generated.outputs[Path("tables/results/clipping.md.inc")]
     assert "No committed results file measures `grad_clip_norm=1.0` yet." in snippet
     assert "| `" not in snippet

@@ -1,66 +1,79 @@
-"""Shared pieces of the docs generators in ``docs/source/tables/update_*.py``.
+"""The one Jinja environment of the docs: every generated page and the card scaffold render with it.
 
-Each generator is a module with ``render(metadata_root=None, source_dir=None) -> {Path: content}``
-(every output, full content) and a ``generator_cli`` command line. ``conf.py`` finds them by glob
-and writes their outputs at the start of every build; the tests and the scale benchmark call
-``render`` with a synthetic metadata tree and a temporary source directory.
+:func:`jinja_environment` holds the whole set of filters (:data:`FILTERS`); the escaping ones
+come from :mod:`.markup`. :class:`Site` is what every page generator reads; the generators
+themselves are listed in :mod:`.pages`.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
-from algorithms.metadata import MethodRecord, load_all_metadata
+from algorithms.metadata import MethodRecord
 
-from .markup import md_code, md_text, md_url, one_line, safe_token
+from .files import Content
+from .markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line, safe_token
 
-__all__ = ["css_class_value", "jinja_environment", "kind_label", "load_methods", "method_option",
-           "render_methods_page"]
+__all__ = ["FILTERS", "KIND_LABELS", "Content", "Site", "css_class_value", "jinja_environment", "kind_label",
+           "method_option", "sorted_methods"]
+
 
 KIND_LABELS = {"method": "method", "best_practice": "best practice"}
 
 
-def jinja_environment(template_dir: Path) -> jinja2.Environment:
-    """Templates beside the generator; a typo in a template is an error, not an empty string."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(template_dir)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,  # Markdown, not HTML: every metadata value goes through an md_* filter
-    )
-    env.filters.update(md_text=md_text, md_code=md_code, md_url=md_url, one_line=one_line,
-                       token=safe_token, kind_label=kind_label, css=css_class_value)
-    return env
-
-
-def render_methods_page(template_dir: Path, template: str, output: Path,
-                        metadata_root: Path | None = None) -> dict[Path, str]:
-    """``{output: text}``: ``template`` rendered with ``methods``, the (record, option) pairs in
-    display-name order."""
-    methods = [(record, method_option(record)) for record in load_methods(metadata_root)]
-    return {output: jinja_environment(template_dir).get_template(template).render(methods=methods)}
-
-
-def load_methods(metadata_root: Path | None = None) -> list[MethodRecord]:
-    """Every method record, in display-name order (case-insensitive, then key)."""
-    records: Mapping[str, MethodRecord] = load_all_metadata(metadata_root)
-    return sorted(records.values(), key=lambda r: (r.name.casefold(), r.key))
-
-
-def css_class_value(value: str, what: str) -> str:
+def css_class_value(value: str, what: str = "token") -> str:
     """A vocabulary value as docutils writes it in a class name (it turns ``_`` into ``-``), so the
     generated Markdown, the HTML and the filter script all use the same spelling."""
     return safe_token(value, what).replace("_", "-")
 
 
 def kind_label(kind: str) -> str:
+    """``best_practice`` -> ``best practice``: how a page names a record's kind."""
     return KIND_LABELS[safe_token(kind, "kind")]
+
+
+FILTERS: Mapping[str, Callable[..., str]] = {
+    "md_text": md_text,  # inline text: paragraph, table cell, heading, directive argument
+    "md_paragraph": md_paragraph,  # text that starts a line of its own
+    "md_code": md_code,  # an inline code span, verbatim
+    "md_url": md_url,  # an https:// link destination
+    "one_line": one_line,  # whitespace folded, nothing escaped (directive options: Sphinx escapes them)
+    "token": safe_token,  # a closed-vocabulary value (key, domain, tag, kind), refused otherwise
+    "kind_label": kind_label,
+    "css": css_class_value,
+    "literal": literal,  # a Python literal (JSON arrays as lists)
+    "json": json_literal,
+}
+
+
+def jinja_environment(template_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> jinja2.Environment:
+    """The environment for the templates in ``template_dir`` (a folder, or folders searched in order).
+
+    A typo in a template is an error, not an empty string (``StrictUndefined``). Nothing is
+    escaped automatically: the output is Markdown or reStructuredText, not HTML, so every
+    metadata value goes through one of :data:`FILTERS`.
+    """
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(template_dir),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(FILTERS)
+    return env
+
+
+def sorted_methods(records: Mapping[str, MethodRecord]) -> list[MethodRecord]:
+    """Every method record in display-name order (case-insensitive, then key)."""
+    return sorted(records.values(), key=lambda r: (r.name.casefold(), r.key))
 
 
 def method_option(record: MethodRecord) -> str | None:
@@ -69,6 +82,24 @@ def method_option(record: MethodRecord) -> str | None:
         return f"cf.{record.functional}"
     if record.trainer_option:
         (name, value), = record.trainer_option.items()
-        literal = json.dumps(value) if isinstance(value, str) else repr(value)
-        return f"{name}={literal}"
+        return f"{name}={json_literal(value) if isinstance(value, str) else literal(value)}"
     return None
+
+
+@dataclass
+class Site:
+    """What every page generator reads; :func:`methods_tools.pages.generate` builds it once per run.
+
+    Output paths are relative to the docs source (``tables/algorithms_table.md``), so the same
+    render can be written into ``docs/source``, a copy of it, or any ``--out`` folder.
+    """
+
+    source_dir: Path  # the docs source tree: its card folders are inputs
+    out_dir: Path  # where the pages are written, and where a previous run's charts may be reused
+    env: jinja2.Environment
+    methods: list[MethodRecord]  # every method and best practice, in display-name order
+    results: list[tuple[Path, Mapping[str, Any]]]  # every validated results file, by file name
+    rendered: dict[Path, Content] = field(default_factory=dict)  # what the generators before this one made
+
+    def render(self, template: str, **context: Any) -> str:
+        return self.env.get_template(template).render(**context)

@@ -1,17 +1,12 @@
-"""Atomic, change-only file writes and the shared command line of the docs generators."""
+"""Atomic, change-only file writes (the generated pages, the scaffold, the results files)."""
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from algorithms.metadata import display_path
-
-__all__ = ["generator_cli", "stale_outputs", "write_atomic", "write_if_changed"]
+__all__ = ["Content", "write_atomic", "write_if_changed"]
 
 Content = str | bytes
 
@@ -56,36 +51,3 @@ def write_if_changed(path: Path, content: Content) -> bool:
         return False
     write_atomic(path, data, force=True)
     return True
-
-
-def stale_outputs(outputs: Mapping[Path, Content]) -> list[Path]:
-    """The paths whose content on disk differs from (or lacks) what ``outputs`` says."""
-    return [p for p, c in outputs.items() if not Path(p).exists() or Path(p).read_bytes() != _as_bytes(c)]
-
-
-def generator_cli(render: Callable[[], Mapping[Path, Content]], argv: Sequence[str] | None = None,
-                  description: str | None = None, prog: str | None = None) -> int:
-    """The command line every docs generator shares: write changed outputs, or ``--check``.
-
-    ``render()`` returns every output path with its full content. With ``--check`` nothing is
-    written; each stale file is named on its own line and the exit status is 1.
-    """
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 and name every generated file that is stale")
-    args = parser.parse_args(argv)
-    try:
-        outputs = render()
-    except ValueError as exc:  # includes MetadataError: one line per problem already
-        print(exc, file=sys.stderr)
-        return 1
-    if args.check:
-        stale = stale_outputs(outputs)
-        for path in stale:
-            print(f"{display_path(path)}: stale — regenerate it with: python {prog or sys.argv[0]}",
-                  file=sys.stderr)
-        return 1 if stale else 0
-    for path, content in outputs.items():
-        print(f"{'updated' if write_if_changed(path, content) else 'unchanged'}: {display_path(path)}")
-    return 0
-

@@ -1,83 +1,46 @@
 """Sphinx extension of the Methods Library site.
 
-* ``builder-inited``: run every generator listed in ``methods_generators`` (conf.py finds them by
-  glob) and write its outputs where the content changed, so the table, the overview and the
-  navigation are rebuilt by every build. Bad metadata is reported as one error line per problem
-  (``-W`` then fails the build) and the generated pages are left as they were.
-* ``config-inited``: put the metadata (through ``algorithms.metadata`` only) into ``html_context``.
+* ``builder-inited``: render every generated page (``methods_tools.pages.GENERATORS``, in order:
+  the table, the overview, the training results, the navigation) into the source tree, writing
+  only what changed, so every build regenerates them and none is committed. Bad metadata, a bad
+  results file or a template error is reported as one error line per problem (``-W`` then fails
+  the build) and nothing is written.
 * ``html-page-context``: a sidebar whose size does not grow with the number of cards.
-  Furo renders the whole toctree into every page, so a site of N cards costs N^2 (measured in
-  issue 3: 64 s for 300 cards against 3 s for 30). Here a toctree section with more than
-  ``methods_nav_card_limit`` entries shows only its pages that are not cards plus the current
-  page; the overview and the table lead to the rest. ``benchmarks/docs_scale.py`` measures both.
+  Furo renders the whole toctree into every page, so a site of N cards costs N^2 (64 s for 300
+  cards against 3 s for 30). Here a toctree section with more than ``methods_nav_card_limit``
+  entries shows only its pages that are not cards plus the current page; the overview and the
+  table lead to the rest. ``benchmarks/docs_scale.py`` measures both.
 """
 
 from __future__ import annotations
 
 import html
-import importlib.util
-import inspect
 from pathlib import Path
 from typing import Any
 
-from methods_tools.files import write_if_changed
+from methods_tools import pages
 from sphinx import addnodes
 from sphinx.application import Sphinx
-from sphinx.config import Config
-from sphinx.errors import ExtensionError
 from sphinx.util import logging
-
-from algorithms.metadata import discover_metadata_files, validate_files
 
 logger = logging.getLogger(__name__)
 
 CARD_FOLDERS = ("method_cards/", "dataset_cards/", "model_cards/")
-OVERVIEW = "method_cards/methods_overview"
+OVERVIEW = pages.METHODS_OVERVIEW.with_suffix("").as_posix()
 
 
-def _metadata_root(config: Config) -> Path | None:
-    return Path(config.methods_metadata_root) if config.methods_metadata_root else None
-
-
-def _load_generator(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"methods_docs_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ExtensionError(f"{path}: cannot load generator")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "render", None)):
-        raise ExtensionError(f"{path}: a generator must define render() -> {{Path: content}}")
-    return module
-
-
-def run_generators(app: Sphinx) -> None:
+def generate_pages(app: Sphinx) -> None:
     # User mistakes are logged as errors, one line each (so -W fails the build), never raised:
     # Sphinx answers any exception with a traceback and a plea to report a Sphinx bug.
-    if getattr(app, "_methods_metadata_problems", 0):
-        logger.error("methods_library: generated pages not updated — fix the metadata problems above")
-        return
-    options = {"metadata_root": _metadata_root(app.config), "source_dir": Path(app.srcdir)}
-    for path in map(Path, app.config.methods_generators):
-        render = _load_generator(path).render
-        accepted = inspect.signature(render).parameters
-        try:
-            outputs = render(**{k: v for k, v in options.items() if k in accepted})
-        except ValueError as exc:  # bad input: one line per problem, and nothing written
-            for line in str(exc).splitlines():
-                logger.error("%s: %s", path.name, line)
-            continue
-        for out, content in outputs.items():
-            if write_if_changed(out, content):
-                logger.info("methods_library: wrote %s", out)
-
-
-def set_html_context(app: Sphinx, config: Config) -> None:
-    records, problems = validate_files(discover_metadata_files(_metadata_root(config)))
-    for problem in problems:
+    root = app.config.methods_metadata_root
+    generated = pages.generate(Path(app.srcdir), metadata_root=Path(root) if root else None)
+    for problem in generated.problems:
         logger.error("%s", problem)
-    app._methods_metadata_problems = len(problems)
-    methods = [records[k].as_dict() for k in sorted(records)]
-    config.html_context = {**config.html_context, "methods": methods}
+    if generated.problems:
+        logger.error("methods_library: generated pages not updated — fix the problems above")
+        return
+    for path in pages.write_outputs(generated.outputs, Path(app.srcdir)):
+        logger.info("methods_library: wrote %s", path)
 
 
 # --- the bounded sidebar ---------------------------------------------------------------------
@@ -136,13 +99,11 @@ def bounded_toctree(app: Sphinx, pagename: str, templatename: str, context: dict
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
-    app.add_config_value("methods_generators", [], "env", list)
     app.add_config_value("methods_metadata_root", None, "env")
     app.add_config_value("methods_nav_card_limit", 30, "html", int)
-    app.connect("config-inited", set_html_context)
-    app.connect("builder-inited", run_generators)
+    app.connect("builder-inited", generate_pages)
     app.connect("html-page-context", bounded_toctree, priority=400)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
 
 
-__all__ = ["bounded_toctree", "render_sidebar", "run_generators", "set_html_context", "setup"]
+__all__ = ["bounded_toctree", "generate_pages", "render_sidebar", "setup"]

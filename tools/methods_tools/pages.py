@@ -1,0 +1,193 @@
+"""Every generated page of the docs, listed once (:data:`GENERATORS`), in the order they render.
+
+The pages are build outputs, never committed (``.gitignore``): the Sphinx extension
+(``docs/source/_ext/methods_library.py``) renders them into the source tree at the start of every
+build, and ``python tools/generate_pages.py [--check] [--out DIR]`` renders them by hand, where
+``--check`` writes nothing and names every problem (bad metadata, a bad results file, a template
+error), one line each.
+
+A generator is a function ``(site: Site) -> {path relative to the docs source: content}``, its
+templates are ``docs/source/tables/*.j2``, rendered with the one environment of
+:func:`.docsgen.jinja_environment`. A generator sees what the ones before it rendered
+(``site.rendered``): the navigation, last, lists the training-configurations page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from algorithms.metadata import discover_metadata_files, display_path, validate_files
+
+from . import REPO_ROOT
+from .docsgen import Content, Site, jinja_environment, method_option, sorted_methods
+from .files import write_if_changed
+from .markup import safe_token
+from .results import ResultsError, discover_results, load_results
+from .training_pages import PAGE as TRAINING_PAGE
+from .training_pages import render_training_results
+
+__all__ = ["ALGORITHMS_TABLE", "DOCS_SOURCE", "GENERATORS", "METHODS_OVERVIEW", "NAVIGATION", "TEMPLATE_DIR",
+           "TRAINING_PAGE", "Generated", "generate", "main", "write_outputs"]
+
+DOCS_SOURCE = REPO_ROOT / "docs" / "source"
+TEMPLATE_DIR = DOCS_SOURCE / "tables"
+
+ALGORITHMS_TABLE = Path("tables") / "algorithms_table.md"
+METHODS_OVERVIEW = Path("method_cards") / "methods_overview.md"
+NAVIGATION = Path("tables") / "navigation.rst.inc"  # .inc: Sphinx does not read it as a page
+
+Generator = Callable[[Site], Mapping[Path, Content]]
+
+
+def algorithms_table(site: Site) -> dict[Path, Content]:
+    """One row per method and best practice."""
+    methods = [(record, method_option(record)) for record in site.methods]
+    return {ALGORITHMS_TABLE: site.render("algorithms_table.md.j2", methods=methods)}
+
+
+def methods_overview(site: Site) -> dict[Path, Content]:
+    """A grid of cards, each with ``ml-domain-*``, ``ml-tag-*`` and ``ml-kind-*`` classes by which
+    the page's filter (``_static/methods_overview.js``) shows and hides them."""
+    methods = [(record, method_option(record)) for record in site.methods]
+    return {METHODS_OVERVIEW: site.render("methods_overview.md.j2", methods=methods)}
+
+
+_CARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _cards(folder: Path) -> list[str]:
+    """Docnames of the Markdown cards in ``folder``, by file name."""
+    paths = sorted(folder.glob("*.md"))
+    bad = [p.name for p in paths if not _CARD_NAME.match(p.stem)]
+    if bad:
+        raise ValueError(f"{display_path(folder)}: card file name(s) {', '.join(bad)} — use letters, digits, "
+                         "'_', '-', '.'")
+    return [f"{folder.name}/{p.stem}" for p in paths]
+
+
+def navigation(site: Site) -> dict[Path, Content]:
+    """The toctrees ``index.rst`` includes.
+
+    "Methods Library" lists the overview, the table, then every method card in name order, taken
+    from the metadata (so a method without a card fails the build with "nonexisting document",
+    and a card without metadata with "not included in any toctree"). The training page, dataset
+    cards and model-family cards get a section only when they exist, so an empty folder never
+    produces a warning.
+    """
+    method_cards = [f"method_cards/{safe_token(r.key, 'method key')}" for r in site.methods]
+    sections = [("Dataset and Task Cards", _cards(site.source_dir / "dataset_cards")),
+                ("Model Family Cards", _cards(site.source_dir / "model_cards"))]
+    training_pages = [TRAINING_PAGE.with_suffix("").as_posix()] if TRAINING_PAGE in site.rendered else []
+    return {NAVIGATION: site.render("navigation.rst.inc.j2", method_cards=method_cards, training_pages=training_pages,
+                                    sections=[s for s in sections if s[1]])}
+
+
+# In order: the navigation lists pages the generators before it write.
+GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_training_results, navigation)
+
+
+@dataclass(frozen=True)
+class Generated:
+    """Every page with its content (paths relative to the docs source), or the problems that
+    stopped the render (one line each; then ``outputs`` is empty)."""
+
+    outputs: Mapping[Path, Content]
+    problems: Sequence[str]
+
+
+def generate(source_dir: Path | None = None, *, out_dir: Path | None = None, metadata_root: Path | None = None,
+             results_root: Path | None = None, generators: Sequence[Generator] = GENERATORS) -> Generated:
+    """Render every page of ``generators`` in order; write nothing.
+
+    ``source_dir`` (default ``docs/source``) holds the card folders; ``out_dir`` (default
+    ``source_dir``) is where the pages will go, and where an unchanged chart is reused from.
+    Metadata and results are read and validated once, for all generators.
+    """
+    source_dir = Path(source_dir) if source_dir is not None else DOCS_SOURCE
+    records, metadata_problems = validate_files(discover_metadata_files(metadata_root))
+    problems = [str(p) for p in metadata_problems]
+    results = []
+    for path in discover_results(results_root):
+        try:
+            results.append((path, load_results(path)))
+        except ResultsError as exc:
+            problems += str(exc).splitlines()
+    if problems:
+        return Generated({}, problems)
+    site = Site(source_dir=source_dir, out_dir=Path(out_dir) if out_dir is not None else source_dir,
+                env=jinja_environment(TEMPLATE_DIR), methods=sorted_methods(records), results=results)
+    for generator in generators:
+        try:
+            site.rendered.update(generator(site))
+        except Exception as exc:
+            lines = _problem_lines(exc)
+            if lines is None:
+                raise
+            problems += lines
+    return Generated({} if problems else dict(site.rendered), problems)
+
+
+def _problem_lines(exc: Exception) -> list[str] | None:
+    """The lines that report ``exc``, or None when it is a bug in Python code, not a problem with
+    the inputs or the templates.
+
+    An error in a template is ``template:line: template: what is wrong — fix the template``; a
+    value a filter refuses is named at the template line that used it; any other refused value
+    (:class:`ValueError`) is its own lines, which name their file.
+    """
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        where, message = f"{display_path(Path(exc.filename or exc.name or '?'))}:{exc.lineno}", exc.message
+    elif isinstance(exc, jinja2.TemplateNotFound):
+        where, message = display_path(TEMPLATE_DIR), f"no template named {exc.name!r}"
+    else:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(".j2")]
+        if not frames:
+            return str(exc).splitlines() if isinstance(exc, ValueError) else None
+        where, message = f"{display_path(Path(frames[-1].filename))}:{frames[-1].lineno}", str(exc)
+    message = " ".join(str(message).split())
+    if isinstance(exc, ValueError):
+        return [f"{where}: {message}"]
+    return [f"{where}: template: {message} — fix the template"]
+
+
+def write_outputs(outputs: Mapping[Path, Content], out_dir: Path) -> list[Path]:
+    """Write each page under ``out_dir`` whose content changed (atomically); return those written."""
+    written = []
+    for relative, content in outputs.items():
+        path = Path(out_dir) / relative
+        if write_if_changed(path, content):
+            written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``tools/generate_pages.py``: render every generated page; ``--check`` writes nothing."""
+    parser = argparse.ArgumentParser(prog="tools/generate_pages.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="render every page and write nothing; exit 1 with one line per problem")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="write the pages under DIR instead of docs/source (the card folders are still "
+                             "read from docs/source)")
+    args = parser.parse_args(argv)
+    out_dir = args.out if args.out is not None else DOCS_SOURCE
+    generated = generate(DOCS_SOURCE, out_dir=out_dir)
+    for problem in generated.problems:
+        print(problem, file=sys.stderr)
+    if generated.problems:
+        return 1
+    if args.check:
+        print(f"{len(generated.outputs)} generated pages render without a problem")
+        return 0
+    written = write_outputs(generated.outputs, out_dir)
+    for path in written:
+        print(f"wrote {display_path(path)}")
+    print(f"{len(generated.outputs)} generated pages in {display_path(out_dir)}, {len(written)} changed")
+    return 0
