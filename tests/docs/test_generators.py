@@ -102,6 +102,17 @@ def test_outputs_are_the_stable_paths_the_cards_and_index_include():
     assert all(not p.is_absolute() for p in outputs)
 
 
+def test_no_generated_page_is_committed_and_git_ignores_every_one():
+    if shutil.which("git") is None or not (REPO_ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    outputs = [(Path("docs/source") / p).as_posix() for p in pages.generate().outputs]
+    tracked = subprocess.run(["git", "ls-files", "--", *outputs], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert tracked.stdout.split() == []
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "--", *outputs], cwd=REPO_ROOT,
+                             capture_output=True, text=True)
+    assert sorted(ignored.stdout.split()) == sorted(outputs)
+
+
 def test_check_renders_everything_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     assert pages.main(["--check", "--out", str(out)]) == 0
