@@ -48,7 +48,7 @@ def cutmix_batch(
         length: side of the box as a fraction of the image's sides, in ``(0, 1]``. If ``None``,
             the box area is ``1 - lambda`` with ``lambda ~ Beta(alpha, alpha)``.
         alpha: Beta concentration, ``>= 0``; ``0`` cuts nothing.
-        bbox: a fixed box; overrides ``length`` and ``alpha``.
+        bbox: a fixed box; overrides ``alpha``. Give ``length`` or ``bbox``, not both.
         indices: which example each example takes its box from; default a random permutation.
         uniform_sampling: sample the box centre so every pixel is equally likely to be cut
             (the box may then be clipped by the border); otherwise the centre is uniform in the image.
@@ -73,6 +73,8 @@ def cutmix_batch(
         raise ValueError(f"input: CutMix needs an image batch (N, C, H, W), got shape {tuple(input.shape)}")
     check_batch_sizes(input, target)
     check_alpha(alpha)
+    if bbox is not None and length is not None:
+        raise ValueError(f"length={length!r}, bbox={bbox!r}: give one of them, not both")
     n, height, width = input.shape[0], input.shape[-2], input.shape[-1]
     if indices is None:
         indices = sample_permutation(n, input.device, generator)
@@ -151,6 +153,10 @@ class CutMix(MixingAlgorithm):
 
     def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
             ) -> tuple[torch.Tensor, torch.Tensor, float]:
+        if target.ndim > 2:
+            raise ValueError(f"target: CutMix mixes one label per image, class indices (N,) or "
+                             f"probabilities (N, C); got shape {tuple(target.shape)} (dense targets "
+                             "such as segmentation masks are not supported)")
         mixed, target_perm, area, _ = cutmix_batch(
             input, target, alpha=self.alpha, uniform_sampling=self.uniform_sampling,
             generator=self.generator(state))
