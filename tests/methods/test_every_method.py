@@ -1,0 +1,200 @@
+"""What every method must do, parametrized over the metadata registry.
+
+A new method folder (``algorithms/<key>/`` with ``metadata.json`` of kind ``method``) is covered
+here at once: nothing below names a method. What a method is given comes from its metadata
+(``domains``) and from the parameter names of its functional form.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+
+import algorithms
+import algorithms.functional as cf
+from algorithms.core import Algorithm, Event, Trainer
+from algorithms.metadata import Kind, load_all_metadata
+
+METHODS = [r for r in load_all_metadata().values() if r.kind == Kind.METHOD]
+WITH_CLASS = [r for r in METHODS if r.class_name]
+WITH_FUNCTIONAL = [r for r in METHODS if r.functional]
+WITH_BOTH = [r for r in WITH_CLASS if r.functional]
+NUM_CLASSES = 4
+
+
+def _ids(records):
+    return [r.key for r in records]
+
+
+def _cls(record):
+    return getattr(algorithms, record.class_name)
+
+
+def _functional(record):
+    return getattr(cf, record.functional)
+
+
+# -- workloads: a small model and batches per domain ------------------------------------------
+
+def _vision():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(4, NUM_CLASSES))
+    return model, lambda g, bs: torch.randn(bs, 3, 8, 8, generator=g)
+
+
+def _nlp(length=5, vocab=11):
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, 8), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * length, NUM_CLASSES))
+    return model, lambda g, bs: torch.randint(0, vocab, (bs, length), generator=g)
+
+
+def _general():
+    return torch.nn.Linear(5, NUM_CLASSES), lambda g, bs: torch.randn(bs, 5, generator=g)
+
+
+# The first of a method's domains found here picks its workload; the order prefers images.
+WORKLOADS = {"vision": _vision, "nlp": _nlp, "general": _general}
+
+
+def _workload(record, n_batches=2, batch_size=6, seed=0):
+    """``(model, [(input, target), ...])`` for the method's first domain that has a workload."""
+    domain = next((d for d in WORKLOADS if d in record.domains), None)
+    if domain is None:
+        pytest.fail(f"{record.key}: no workload for domains {list(record.domains)} — add one to "
+                    f"WORKLOADS in {__file__}")
+    torch.manual_seed(seed)
+    model, make_input = WORKLOADS[domain]()
+    g = torch.Generator().manual_seed(seed)
+    batches = [(make_input(g, batch_size), torch.randint(0, NUM_CLASSES, (batch_size,), generator=g))
+               for _ in range(n_batches)]
+    return model, batches
+
+
+def _functional_arguments(record):
+    """The required arguments of the functional form, built from their names."""
+    g = torch.Generator().manual_seed(0)
+    _, [(inputs, target)] = _workload(record, n_batches=1)
+    makers = {
+        "input": lambda: inputs,
+        "target": lambda: target,
+        "logits": lambda: torch.randn(len(target), NUM_CLASSES, generator=g),
+    }
+    args = {}
+    for name, param in inspect.signature(_functional(record)).parameters.items():
+        if param.default is not inspect.Parameter.empty or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if name not in makers:
+            pytest.fail(f"{record.functional}: no test input for parameter {name!r} — add it to "
+                        f"_functional_arguments in {__file__}")
+        args[name] = makers[name]()
+    return args
+
+
+class _Losses(Algorithm):
+    """Records the loss of every step, after every other algorithm has changed it."""
+
+    def __init__(self):
+        self.losses = []
+
+    def match(self, event, state):
+        return event is Event.BEFORE_BACKWARD
+
+    def apply(self, event, state, logger=None):
+        self.losses.append(state.loss.detach())
+
+
+class _SeenBatches(Algorithm):
+    """Records the batch the loss was computed on (before anything restores it)."""
+
+    def __init__(self):
+        self.batches = []
+
+    def match(self, event, state):
+        return event is Event.BEFORE_LOSS
+
+    def apply(self, event, state, logger=None):
+        self.batches.append([t.detach().clone() for t in state.batch])
+
+
+# -- the shared tests --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
+def test_constructs_with_its_defaults_and_trains_two_batches(record):
+    algo = _cls(record)()
+    assert isinstance(algo, Algorithm)
+    model, batches = _workload(record)
+    losses = _Losses()
+    trainer = Trainer(model, batches, "2ba", algorithms=[algo, losses], seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.state.timestamp.batch == 2
+    assert len(losses.losses) == 2 and all(torch.isfinite(loss) for loss in losses.losses)
+    assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
+    assert any(algo.name in t.algorithms for t in trainer.engine.trace)  # it ran
+
+
+@pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
+def test_training_leaves_the_callers_batches_unchanged(record):
+    model, batches = _workload(record)
+    before = copy.deepcopy(batches)
+    Trainer(model, batches, "2ba", algorithms=[_cls(record)()], seed=0, device="cpu").fit()
+    for batch, original in zip(batches, before, strict=True):
+        for t, t0 in zip(batch, original, strict=True):
+            assert torch.equal(t, t0)
+
+
+@pytest.mark.parametrize("record", WITH_FUNCTIONAL, ids=_ids(WITH_FUNCTIONAL))
+def test_the_functional_form_leaves_its_arguments_unchanged(record):
+    args = _functional_arguments(record)
+    before = {k: v.clone() for k, v in args.items()}
+    _functional(record)(**args)
+    for name, value in args.items():
+        assert torch.equal(value, before[name]), f"{record.functional} changed its argument {name!r}"
+
+
+@pytest.mark.parametrize("record", WITH_BOTH, ids=_ids(WITH_BOTH))
+def test_functional_defaults_equal_the_class_defaults(record):
+    functional = inspect.signature(_functional(record)).parameters
+    constructor = inspect.signature(_cls(record)).parameters
+    shared = functional.keys() & constructor.keys()
+    assert {n: functional[n].default for n in shared} == {n: constructor[n].default for n in shared}
+
+
+@pytest.mark.skipif(not hasattr(Algorithm, "state_dict"),
+                    reason="Algorithm.state_dict()/load_state_dict() do not exist yet (algorithms/core/algorithm.py)")
+@pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
+def test_state_dict_round_trip_resumes_the_same_draws(record):
+    """A copy restored from ``state_dict()`` has the same state and goes on exactly as the
+    original does: the batches the loss sees after resuming are the same."""
+    cls = _cls(record)
+    model, batches = _workload(record, n_batches=3)
+    original = cls()
+    Trainer(copy.deepcopy(model), batches[:1], "1ba", algorithms=[original], seed=0, device="cpu").fit()
+    restored = cls()
+    restored.load_state_dict(copy.deepcopy(original.state_dict()))
+    assert _equal_state(restored.state_dict(), original.state_dict())
+
+    def resume(algo):
+        seen = _SeenBatches()
+        Trainer(copy.deepcopy(model), batches[1:], "2ba", algorithms=[algo, seen], seed=1, device="cpu").fit()
+        return seen.batches
+
+    for a, b in zip(resume(original), resume(restored), strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _equal_state(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_equal_state, a, b))
+    return a == b
+
+
+def test_the_registry_has_methods():
+    """Guards the parametrization above against an empty registry (which would pass silently)."""
+    assert WITH_CLASS and WITH_FUNCTIONAL and WITH_BOTH

@@ -1,0 +1,81 @@
+"""The target utilities every method shares (``algorithms.targets``).
+
+The one-hot tests assert what Composer's tests of its one-hot conversion assert
+(``tests/loss/test_utils.py``: ``_one_hot`` equals ``F.one_hot`` with the classes moved to
+``dim=1``; ``ensure_targets_one_hot`` maps a negative index to an all-zero vector;
+``infer_target_type`` tells indices from one-hot by shape), over the same target shapes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import algorithms.functional as cf
+from algorithms.targets import interpolate_targets, is_class_indices, one_hot, smooth_targets, to_distribution
+
+TARGET_SHAPES = [((8,), 2), ((8,), 10), ((8, 5, 5), 2), ((8, 5, 5), 10), ((8, 5, 7, 11), 10)]
+
+
+@pytest.mark.parametrize(("shape", "num_classes"), TARGET_SHAPES)
+def test_one_hot_is_torchs_with_classes_on_dim_1(shape, num_classes):
+    y = torch.randint(0, num_classes, shape, generator=torch.Generator().manual_seed(0))
+    expected = torch.movedim(F.one_hot(y, num_classes), -1, 1).float()
+    torch.testing.assert_close(one_hot(y, num_classes), expected)
+
+
+@pytest.mark.parametrize("logits_shape", [(64, 2), (64, 10), (64, 2, 5, 5), (64, 10, 5, 7, 11)])
+def test_negative_indices_get_all_zero_vectors(logits_shape):
+    g = torch.Generator().manual_seed(0)
+    index_shape = logits_shape[:1] + logits_shape[2:]
+    y = torch.randint(-1, logits_shape[1], index_shape, generator=g)
+    expected = torch.movedim(F.one_hot(y.clamp(min=0), logits_shape[1]), -1, 1).float()
+    expected *= (y >= 0).unsqueeze(1)
+    torch.testing.assert_close(to_distribution(y, logits_shape[1], torch.float32, logits_shape), expected)
+
+
+@pytest.mark.parametrize("logits_shape", [(64, 2), (64, 10), (64, 2, 5, 5), (64, 10, 5, 7, 11)])
+def test_the_shape_tells_indices_from_distributions(logits_shape):
+    y = torch.zeros(logits_shape[:1] + logits_shape[2:], dtype=torch.long)
+    assert is_class_indices(y, logits_shape)
+    assert not is_class_indices(torch.zeros(logits_shape, dtype=torch.long), logits_shape)
+    assert not is_class_indices(torch.zeros(logits_shape), logits_shape)
+
+
+def test_without_logits_the_dtype_tells_them_apart():
+    assert is_class_indices(torch.tensor([0, 1]))
+    assert not is_class_indices(torch.tensor([[0.0, 1.0]]))
+
+
+def test_interpolate_targets_definition():
+    t = cf.interpolate_targets(torch.tensor([0, 2]), torch.tensor([1, 2]), 0.25, num_classes=3)
+    torch.testing.assert_close(t, torch.tensor([[0.75, 0.25, 0.0], [0.0, 0.0, 1.0]]))
+
+
+def test_interpolate_targets_of_dense_indices_with_the_logits_shape():
+    y, y_perm = torch.randint(0, 3, (2, 4, 4)), torch.randint(0, 3, (2, 4, 4))
+    t = interpolate_targets(y, y_perm, 0.3, logits_shape=(2, 3, 4, 4))
+    torch.testing.assert_close(t, 0.7 * one_hot(y, 3) + 0.3 * one_hot(y_perm, 3))
+
+
+def test_smooth_targets_definition():
+    p = torch.tensor([[0.5, 0.5, 0.0]])
+    torch.testing.assert_close(smooth_targets(p, 0.3, 3), 0.7 * p + 0.1)
+    torch.testing.assert_close(smooth_targets(torch.tensor([2, -100]), 0.3, 3),
+                               torch.tensor([[0.1, 0.1, 0.8], [0.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"),
+    [
+        (lambda: interpolate_targets(torch.tensor([0, 5]), torch.tensor([0, 1]), 0.5, 3), r"target: .*\[5\]"),
+        (lambda: interpolate_targets(torch.tensor([0, 1]), torch.tensor([0, 1]), 0.5), r"num_classes is required"),
+        (lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32), r"target: .*3 classes on dim 1.*\(2, 4\)"),
+        (lambda: smooth_targets(torch.tensor([0]), 1.5, 3), r"smoothing=1.5"),
+        (lambda: one_hot(torch.tensor([3]), 3), r"\[0, 3\).*\[3\]"),
+    ],
+)
+def test_bad_input_raises_value_error(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()
