@@ -7,6 +7,7 @@ A plain module (imported as ``docs_support``), not a conftest, so its name canno
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,6 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS_SOURCE = REPO_ROOT / "docs" / "source"
-TABLES = DOCS_SOURCE / "tables"
 
 # Text that would become markup if a generator forgot to escape it.
 HOSTILE = (
@@ -62,10 +62,23 @@ SYNTHETIC = {
 }
 
 
+def copy_docs_source(dst: Path) -> Path:
+    """The files a clone of the checkout has under ``docs/source`` (tracked, or new and not
+    ignored), copied to ``dst``: no generated page, no build output. Without git, the whole tree."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
+                            cwd=DOCS_SOURCE, capture_output=True)
+    if listed.returncode != 0:
+        return Path(shutil.copytree(DOCS_SOURCE, dst, ignore=shutil.ignore_patterns("__pycache__")))
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        source = DOCS_SOURCE / name
+        if source.is_file():  # a file deleted in the working tree is still listed as tracked
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dst / name)
+    return dst
+
+
 def write_source_tree(src: Path, keys) -> Path:
     """A docs source tree holding the real index and templates plus a one-page card per key."""
-    import shutil
-
     (src / "method_cards").mkdir(parents=True, exist_ok=True)
     for key in keys:
         (src / "method_cards" / f"{key}.md").write_text(f"# Card {key}\n\nText with $x^2$ math.\n", encoding="utf-8")

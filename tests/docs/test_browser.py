@@ -2,7 +2,8 @@
 
 The site is built by the ``real_site`` fixture (as ``nox -s docs`` builds it) and served from
 127.0.0.1; every request to anything else is recorded and aborted, and the test fails if there
-was one. A screenshot of the overview is saved to ``artifacts/overview.png`` (git-ignored).
+was one. A screenshot of the overview is saved as ``overview.png`` in ``$METHODS_SCREENSHOT_DIR``
+when that is set, else in the test's temporary directory (never in the checkout).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from docs_support import REPO_ROOT
 
 from algorithms.metadata import load_all_metadata
 
@@ -24,7 +24,6 @@ playwright_api = pytest.importorskip(
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SCREENSHOT = REPO_ROOT / "artifacts" / "overview.png"
 
 
 def find_chromium() -> str | None:
@@ -90,7 +89,7 @@ def visible_cards(page) -> set[str]:
     return {h.removesuffix(".html") for h in hrefs}
 
 
-def test_overview_filters_hide_and_show_the_right_cards(page, site_url):
+def test_overview_filters_hide_and_show_the_right_cards(page, site_url, tmp_path):
     records = load_all_metadata()
     page.goto(site_url + "method_cards/methods_overview.html")
     assert visible_cards(page) == set(records)
@@ -115,9 +114,10 @@ def test_overview_filters_hide_and_show_the_right_cards(page, site_url):
     assert visible_cards(page) == {k for k, r in records.items() if domain in r.domains and tag in r.tags}
     page.select_option("#ml-filter-domain", "")
     page.select_option("#ml-filter-tag", "")
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
-    print(f"overview screenshot: {SCREENSHOT}")
+    screenshot = Path(os.environ.get("METHODS_SCREENSHOT_DIR") or tmp_path) / "overview.png"
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(screenshot), full_page=True)
+    print(f"overview screenshot: {screenshot}")
 
 
 # Text left over once rendered math, code and scripts are taken out: no TeX delimiter may remain.
