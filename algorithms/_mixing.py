@@ -37,6 +37,8 @@ def check_batch_sizes(input: torch.Tensor, target: torch.Tensor) -> None:
 
 
 def check_indices(indices: torch.Tensor, n: int) -> None:
+    if not isinstance(indices, torch.Tensor):
+        raise ValueError(f"indices must be an integer tensor of shape ({n},), got {type(indices).__name__}")
     if indices.shape != (n,) or indices.is_floating_point():
         raise ValueError(f"indices must be an integer tensor of shape ({n},), got "
                          f"{indices.dtype} of shape {tuple(indices.shape)}")
@@ -101,12 +103,12 @@ class MixingAlgorithm(Algorithm):
             self._target = target
             state.batch_set_item(self.input_key, mixed)
             return
-        if event is Event.BEFORE_LOSS:
+        if event is Event.BEFORE_LOSS and not self.interpolate_loss:
             outputs = state.outputs
             state.batch_set_item(self.target_key, interpolate_targets(
                 self._target, self._target_perm, self._weight_perm,
                 dtype=target_dtype(outputs.dtype), logits_shape=outputs.shape))
-        else:  # AFTER_LOSS, interpolate_loss=True
+        elif event is Event.AFTER_LOSS and self.interpolate_loss:
             outputs = state.outputs.float()
             state.loss = (state.loss_fn(outputs, self._target) * (1.0 - self._weight_perm)
                           + state.loss_fn(outputs, self._target_perm) * self._weight_perm)

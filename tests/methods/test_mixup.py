@@ -218,3 +218,8 @@ def test_on_cuda_without_changing_device_dtype_or_memory_format():
     mixed, y_perm, _ = cf.mixup_batch(x, y)
     assert mixed.device == x.device and mixed.dtype == x.dtype and y_perm.device == y.device
     assert mixed.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_indices_must_be_a_tensor():
+    with pytest.raises(ValueError, match=r"indices must be an integer tensor of shape \(2,\), got list"):
+        cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=[1, 0])
