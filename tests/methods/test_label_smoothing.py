@@ -95,6 +95,12 @@ def test_one_hot_or_probability_targets_in_any_dtype(dtype):
     torch.testing.assert_close(got, reference(onehot, 0.2))
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_class_indices_in_any_integer_dtype(dtype):
+    logits, indices, onehot = TENSORS["segmentation-10"]
+    torch.testing.assert_close(cf.smooth_labels(logits, indices.to(dtype), 0.2), reference(onehot, 0.2))
+
+
 def test_probabilities_are_smoothed_by_the_same_formula():
     p = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
     torch.testing.assert_close(cf.smooth_labels(torch.zeros(2, 3), p, 0.3), 0.7 * p + 0.1)
