@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..targets import class_indices
 from .algorithm import Algorithm
 from .distributed import (
     all_reduce_sum,
@@ -285,7 +286,7 @@ class Trainer:
             outputs = outputs.float()
             n = int(inputs.shape[0])
             loss_sum += state.loss_fn(outputs, targets).double() * n
-            labels = targets.argmax(dim=1) if targets.is_floating_point() else targets
+            labels = class_indices(targets, outputs.shape)
             counted = labels >= 0
             correct += ((outputs.argmax(dim=1) == labels) & counted).sum()
             labelled += counted.sum()

@@ -179,3 +179,14 @@ def test_a_wrong_key_is_a_key_error_naming_the_key(keys, pattern):
 def test_tuple_batches_with_a_dict_key_name_the_tuple():
     with pytest.raises(KeyError, match=r"input_key='x'.*a list of 2 items"):
         Trainer(torch.nn.Linear(6, 3), [list(b) for b in _data(1)], "1ba", input_key="x").fit()
+
+
+def test_eval_reads_one_hot_and_probability_targets_as_their_most_likely_class():
+    data = _data(2)
+    t = Trainer(torch.nn.Linear(6, 3), data, "1ba", seed=0)
+    by_index = t.eval(data)
+    one_hot = [(x, torch.nn.functional.one_hot(y, 3)) for x, y in data]  # integer one-hot
+    assert t.eval([(x, oh.float()) for x, oh in one_hot]) == pytest.approx(by_index)
+    # the default cross-entropy takes no integer one-hot, so compare accuracies through a loss that does
+    t.state.loss_fn = lambda out, y: torch.nn.functional.cross_entropy(out, y.float() if y.ndim == 2 else y)
+    assert t.eval(one_hot)["accuracy"] == by_index["accuracy"]
