@@ -29,8 +29,16 @@ def _commonmark(source: str) -> str:
 
 @pytest.mark.parametrize("text", HOSTILE_TEXTS)
 def test_md_text_renders_as_the_same_plain_text(text):
-    """The definition of escaping: CommonMark renders md_text(x) as exactly the text x."""
-    assert _commonmark(md_text(text)) == f"<p>{_html_escape(one_line(text))}</p>\n"
+    """The definition of escaping: inside a line (where md_text goes), CommonMark renders md_text(x)
+    as exactly the text x."""
+    assert _commonmark(f"Before {md_text(text)} after") == f"<p>Before {_html_escape(one_line(text))} after</p>\n"
+
+
+def test_md_text_leaves_inert_punctuation_readable():
+    assert md_text("Cut-and-paste, 1.0 (the paper's value); a/b = 50% + c: d?") == \
+        "Cut-and-paste, 1.0 (the paper's value); a/b = 50% + c: d?"
+    assert md_text("*a* `b` [c] <d> $e$ {f} #g |h| ~i~ &j; \\k _l_ !m") == \
+        r"\*a\* \`b\` \[c\] \<d\> \$e\$ \{f\} \#g \|h\| \~i\~ \&j; \\k \_l\_ \!m"
 
 
 @pytest.mark.parametrize("text", HOSTILE_TEXTS)

@@ -2,8 +2,11 @@
 
 Text from ``metadata.json`` must reach the site as plain text: a TL;DR holding ``<script>``,
 a ```` ```{eval-rst} ```` fence, a ``{role}`x``` or an RST directive must not become markup.
-CommonMark lets a backslash escape any ASCII punctuation, so escaping every one of them (and
-folding whitespace, so no line can start a block) leaves nothing for the parser to interpret.
+CommonMark lets a backslash escape any ASCII punctuation. :func:`md_text` escapes every
+character that can open or close inline markup (and folds whitespace, so no line can start a
+block inside it); punctuation that means something only at the start of a line (``-``, ``+``,
+``1.``, ``(target)=``, ``%``, ``:::``, ``=``) is left as it is, so the cards' source stays
+readable, and :func:`md_paragraph` escapes it where the text does start a line.
 
 These are the filters of the one Jinja environment (:func:`methods_tools.docsgen.jinja_environment`)
 that every generated page and the card scaffold render with.
@@ -20,7 +23,10 @@ from urllib.parse import quote
 
 __all__ = ["json_literal", "literal", "md_code", "md_paragraph", "md_text", "md_url", "one_line", "safe_token"]
 
-_PUNCTUATION = frozenset(string.punctuation)
+# Punctuation that is inert inside a line of MyST: only its place at a line's start could make it
+# markup (md_paragraph's rule), or it never is (",", ";", "?", "'", '"', "/", "@", "^").
+_INERT = frozenset(".,;:?'\"/()=%+-@^")
+_PUNCTUATION = frozenset(string.punctuation) - _INERT
 _TOKEN = re.compile(r"^[a-z][a-z0-9_]*$")
 # What opens a block when it starts a line: a heading, list, quote, MyST comment, colon fence or
 # target, a setext underline, a thematic break, a code fence, a table row, an HTML block, an
@@ -34,7 +40,8 @@ def one_line(text: str) -> str:
 
 
 def md_text(text: str) -> str:
-    """Plain text for a MyST paragraph, table cell, heading or directive argument."""
+    """Plain text inside a MyST line: a paragraph's middle, a table cell, a heading or a directive
+    argument (text that starts a line goes through :func:`md_paragraph`)."""
     return "".join("\\" + ch if ch in _PUNCTUATION else ch for ch in one_line(text))
 
 
@@ -43,9 +50,8 @@ def md_paragraph(text: str) -> str:
 
     Nothing it returns can open a block: a leading heading ``#``, list ``+ - *``, quote ``>``,
     MyST comment ``%``, colon fence ``:``, target ``(``, underline ``=``, fence, table row, HTML
-    block or ordered-list number (``1.``, ``1)``) is escaped. :func:`md_text` already escapes
-    every punctuation character; this guard states the line-start rule on its own, so it holds
-    whatever the inline escaping becomes.
+    block or ordered-list number (``1.``, ``1)``) is escaped; :func:`md_text` leaves these inert
+    characters alone inside a line.
 
     >>> print(md_paragraph("1. first"), md_paragraph("# not a heading"))
     1\\. first \\# not a heading
