@@ -149,7 +149,7 @@ class MethodRecord:
         return self.kind == "best_practice"
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain data for templates (Jinja, ``html_context``): the JSON entry plus ``key``."""
+        """Plain data for templates: the JSON entry plus ``key``."""
         return {"key": self.key, **_thaw(self.raw)}
 
 

@@ -1,8 +1,6 @@
-"""Reading a card: sections, code blocks (with hidden set-up), the table, inline name=value."""
+"""Reading a card: sections, code blocks (with hidden set-up), generated regions, inline name=value."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 from methods_tools import cards
@@ -10,12 +8,15 @@ from methods_tools import cards
 CARD = """\
 # Title
 
-## Suggested Hyperparameters
+<!-- generated: tldr -->
 
-| Hyperparameter | Default | Suggested | Range |
-|---|---|---|---|
-| `alpha` | `1.0` | `0.5` | `(0, inf)` |
-| `mode` | `'a'` | `'a'` | `['a', 'b']` |
+Generated text.
+
+<!-- end generated: tldr -->
+
+Prose after the region.
+
+## Suggested Hyperparameters
 
 Try `alpha=0.3`, `CutMix(alpha=2, beta=3)` and `mixed = (1 - m) * x`, not `a == b`.
 
@@ -33,19 +34,17 @@ y = 2
 z = x + y
 ```
 
+```markdown
+<!-- generated: not_a_region -->
+```
+
 ## Next
 """
 
 
 def test_sections_skip_code():
     assert [(s.level, s.title, s.line) for s in cards.sections(CARD)] == [
-        (1, "Title", 1), (2, "Suggested Hyperparameters", 3), (2, "Next", 26)]
-
-
-def test_table_rows_and_lines():
-    table = cards.find_table(CARD)
-    assert table.line == 5 and table.header == ("Hyperparameter", "Default", "Suggested", "Range")
-    assert [(line, cells[0]) for line, cells in table.rows] == [(7, "`alpha`"), (8, "`mode`")]
+        (1, "Title", 1), (2, "Suggested Hyperparameters", 11), (2, "Next", 33)]
 
 
 def test_code_blocks_in_order_with_hidden_setup():
@@ -54,42 +53,36 @@ def test_code_blocks_in_order_with_hidden_setup():
         ("python", "# ## not a heading\nx = 1\n", False),
         ("python", "y = 2\n", True),
         ("python", "z = x + y\n", False),
+        ("markdown", "<!-- generated: not_a_region -->\n", False),
     ]
-    assert blocks[0].line == 13 and blocks[2].line == 23
+    assert blocks[0].line == 16 and blocks[1].line == 21 and blocks[2].line == 26
 
 
 def test_inline_assignments_keyword_style_only():
-    found = [(a.name, a.callee) for a in cards.inline_assignments(CARD)]
-    assert found == [("alpha", None), ("alpha", "CutMix"), ("beta", "CutMix")]
+    found = [(a.name, a.callee, a.value, a.line) for a in cards.inline_assignments(CARD)]
+    assert found == [("alpha", None, "0.3", 13), ("alpha", "CutMix", "2", 13), ("beta", "CutMix", "3", 13)]
 
 
-@pytest.mark.parametrize(("source", "value"), [("1.0", 1.0), ("'x'", "x"), ("None", None), ("(1, 2)", (1, 2)),
-                                               ("[True]", [True]), ("-3", -3)])
-def test_parse_literal(source, value):
-    assert cards.parse_literal(source) == value
+def test_regions_are_found_outside_code_only():
+    (region,) = cards.regions(CARD).values()
+    assert (region.name, region.line, region.end, region.body) == ("tldr", 3, 7, "\nGenerated text.\n")
 
 
-@pytest.mark.parametrize("source", ["foo()", "1 +", "os.sep", "inf", "lambda: 1"])
-def test_parse_literal_rejects_non_literals(source):
-    with pytest.raises(ValueError, match="not a Python literal"):
-        cards.parse_literal(source)
+def test_replace_regions_keeps_everything_outside_them_byte_for_byte():
+    fresh = cards.regions("<!-- generated: tldr -->\n\nNew text,\ntwo lines.\n\n<!-- end generated: tldr -->\n")
+    out = cards.replace_regions(CARD, fresh)
+    assert out == CARD.replace("Generated text.", "New text,\ntwo lines.")
+    assert cards.replace_regions(out, cards.regions(CARD)) == CARD  # and back
 
 
-def test_parse_range():
-    assert cards.parse_range("(0, inf)") == ("range", (0, math.inf))
-    assert cards.parse_range("(-inf, 1)") == ("range", (-math.inf, 1))
-    assert cards.parse_range("[False, True]") == ("choices", [False, True])
-    with pytest.raises(ValueError):
-        cards.parse_range("0..1")
-
-
-@pytest.mark.parametrize(("a", "b", "same"), [(1, 1.0, True), ((1, 2), [1, 2], True), (True, 1, False),
-                                              (False, 0, False), (0.2, 1.0, False), (None, None, True),
-                                              ("a", "a", True), ([1], [1, 2], False)])
-def test_same_value(a, b, same):
-    assert cards.same_value(a, b) is same
-
-
-def test_rst_sections_levels_follow_underline_order():
-    rst = "Title\n=====\n\nA\n-\n\nB\n~\n\nC\n-\n"
-    assert [(s.level, s.title) for s in cards.rst_sections(rst)] == [(1, "Title"), (2, "A"), (3, "B"), (2, "C")]
+@pytest.mark.parametrize(("text", "message"), [
+    ("<!-- generated: a -->\n", "region 'a' is never closed"),
+    ("<!-- end generated: a -->\n", "'end generated: a' closes no open region"),
+    ("<!-- generated: a -->\n\n<!-- generated: b -->\n", "region 'b' opens inside region 'a'"),
+    ("<!-- generated: a -->\n\n<!-- end generated: a -->\n\n<!-- generated: a -->\n\n<!-- end generated: a -->\n",
+     "a second region 'a'"),
+])
+def test_unpaired_markers_say_where(text, message):
+    with pytest.raises(cards.RegionError, match=message) as info:
+        cards.regions(text)
+    assert info.value.line >= 1

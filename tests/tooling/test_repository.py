@@ -15,8 +15,10 @@ import pytest
 from card_support import run_card_code
 from methods_tools import cards
 from methods_tools.checks import check_builders, check_cards, check_functional, validate_metadata
+from methods_tools.scaffold import LAUNCH_COMMAND, render_card
 
-from algorithms.metadata import PACKAGE_ROOT
+from algorithms.core.options import DISTRIBUTED
+from algorithms.metadata import PACKAGE_ROOT, load_all_metadata
 
 REPO_ROOT = PACKAGE_ROOT.parent
 DOCS = REPO_ROOT / "docs" / "source"
@@ -45,6 +47,11 @@ def test_validate_metadata_imports_neither_torch_nor_method_code():
     rc, modules = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert rc == "0"
     assert "torch" not in modules and "algorithms.cutmix" not in modules and "algorithms.core" not in modules
+    # pre-commit installs jsonschema alone: nothing of the docs toolchain either
+    code = ("import sys; from methods_tools.commands import validate_metadata_main as m; rc = m([]); "
+            "print(rc, sorted(n for n in sys.modules if n.split('.')[0] in ('jinja2', 'markdown_it', 'sphinx')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 []"
 
 
 def test_there_are_cards_with_code():
@@ -59,14 +66,14 @@ def test_card_code_runs(card: Path, tmp_path, monkeypatch):
 
 
 def _launch_examples() -> list[tuple[Path, str]]:
-    """Cards whose example is a ``train.py`` launched by a shell block with ``torch.distributed.run``."""
+    """Cards whose example is a ``train.py`` launched by a shell block with the scaffold's launch line."""
     found = []
     for folder in CARD_DIRS:
         for card in sorted((DOCS / folder).glob("*.md")):
             for block in cards.code_blocks(card.read_text("utf-8")):
                 if block.language in {"bash", "sh", "console"}:
                     found += [(card, line.strip()) for line in block.code.splitlines()
-                              if "torch.distributed.run" in line and line.strip().endswith("train.py")]
+                              if line.strip() == LAUNCH_COMMAND]
     return found
 
 
@@ -76,6 +83,31 @@ LAUNCH_EXAMPLES = _launch_examples()
 def test_distributed_cards_have_launch_examples():
     names = {card.name for card, _ in LAUNCH_EXAMPLES}
     assert {"ddp.md", "fsdp.md", "deepspeed_zero.md"} <= names
+
+
+@pytest.mark.parametrize("key", [k for k, r in load_all_metadata().items()
+                                 if (r.trainer_option or {}).get("parallel") in DISTRIBUTED])
+def test_the_scaffold_writes_the_launch_line_the_launch_test_runs(key):
+    blocks = cards.code_blocks(render_card("method", key))
+    assert any(b.language == "bash" and b.code.strip() == LAUNCH_COMMAND for b in blocks)
+
+
+def test_importing_the_runtime_package_loads_no_tooling():
+    """The runtime package (and every method, model and data set in it) imports nothing from tools/."""
+    code = ("import sys, importlib, algorithms, algorithms.functional as cf\n"
+            "from algorithms.metadata import load_all_metadata\n"
+            "for record in load_all_metadata().values():\n"
+            "    if record.class_name:\n"
+            "        importlib.import_module('algorithms.' + record.key)\n"
+            "        getattr(algorithms, record.class_name), getattr(cf, record.functional)\n"
+            "import algorithms.core, algorithms.models, algorithms.data\n"
+            "algorithms.core.Trainer\n"
+            "tools = [n for n, m in sys.modules.items() if n.startswith('methods_tools')\n"
+            "         or str(getattr(m, '__file__', '') or '').startswith(sys.argv[1])]\n"
+            "print(tools)")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT / "tools")], capture_output=True, text=True,
+                         cwd=REPO_ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 @pytest.mark.parametrize("card,command", LAUNCH_EXAMPLES,

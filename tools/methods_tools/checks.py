@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -15,10 +16,13 @@ from typing import Any
 
 from algorithms.metadata import (
     METHOD_KINDS,
+    PACKAGE_ROOT,
     Kind,
     MethodRecord,
     Problem,
     _locate,
+    _locate_text,
+    _pointer,
     discover_dataset_files,
     discover_metadata_files,
     discover_model_family_files,
@@ -31,15 +35,18 @@ from algorithms.metadata import (
     validate_subject_files,
 )
 
-from . import REPO_ROOT, cards
+from . import REPO_ROOT
+from .prompts import json_prompts, prompts, read_json
 
 __all__ = [
     "check_cards",
     "check_card_sections",
     "check_builders",
-    "check_card_table",
+    "check_card_regions",
     "check_functional",
-    "template_sections",
+    "check_method_placeholders",
+    "valid_records",
+    "placeholder_problems",
     "validate_metadata",
 ]
 
@@ -77,7 +84,20 @@ def validate_metadata(paths: Iterable[Path] | None = None, package_root: Path | 
         everything += [(r.path, r.key, r.raw) for r in subjects.values()]
     for path, key, raw in everything:
         problems += _markup_problems(path, [key], raw)
-    return problems
+    return _with_prompts(problems, [p for group in groups.values() for p in group])
+
+
+def _with_prompts(problems: list[Problem], paths: list[Path]) -> list[Problem]:
+    """Each ``TODO(new_card)`` prompt left in a metadata file is one problem saying what to write; a
+    schema complaint about the same value (an enum that the prompt is not in) is left out."""
+    prompted: list[Problem] = []
+    for path in paths:
+        data = read_json(path)  # None where unreadable: the schema check has said why
+        text = path.read_text(encoding="utf-8") if data is not None else ""
+        for where, hint in json_prompts(data):
+            prompted.append(Problem(path, _pointer(where), f"write this: {hint}", _locate_text(text, list(where))))
+    covered = {(p.path, p.pointer) for p in prompted}
+    return [p for p in problems if (p.path, p.pointer) not in covered] + prompted
 
 
 def _markup_problems(path: Path, where: list[Any], value: Any) -> list[Problem]:
@@ -132,14 +152,16 @@ def check_functional(records: Mapping[str, MethodRecord] | None = None, *, class
             exported = getattr(functional, "__all__", dir(functional))
             if record.functional not in exported or not callable(getattr(functional, record.functional, None)):
                 problem(record, "functional", f"{record.functional!r} is not a function exported by "
-                                              "algorithms.functional — add it there or fix the name")
+                                              f"algorithms.functional — define it in algorithms/{record.key}/ "
+                                              "(re-exported by its __init__.py) or fix the name")
         if record.class_name is None:
             continue
         exported = getattr(classes, "__all__", dir(classes))
         cls = getattr(classes, record.class_name, None) if record.class_name in exported else None
         if cls is None:
-            problem(record, "class_name", f"{record.class_name!r} is not exported by algorithms — "
-                                          "add it to algorithms/__init__.py or fix the name")
+            problem(record, "class_name", f"{record.class_name!r} is not exported by algorithms — define it "
+                                          f"in algorithms/{record.key}/ (re-exported by its __init__.py) or fix "
+                                          "the name")
             continue
         if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
             problem(record, "class_name", f"algorithms.{record.class_name} is not an Algorithm subclass — "
@@ -160,7 +182,36 @@ def check_functional(records: Mapping[str, MethodRecord] | None = None, *, class
             if name not in record.hyperparameters and name not in record.plumbing:
                 problem(record, "hyperparameters", f"{record.class_name} parameter {name!r} is neither in "
                                                    "hyperparameters nor in plumbing — add it to one")
+        form = getattr(functional, record.functional, None) if record.functional else None
+        if callable(form):
+            for name, param in parameters(form).items():
+                if name in params and not _same_value(param.default, params[name].default):
+                    problem(record, "functional", f"{record.functional}({name}={param.default!r}) but "
+                                                  f"{record.class_name}({name}={params[name].default!r}): the "
+                                                  "functional form and the class must share defaults — make "
+                                                  "them the same")
     return problems
+
+
+def check_method_placeholders(package_root: Path | None = None, repo_root: Path | None = None) -> list[Problem]:
+    """The ``TODO(new_card)`` prompts left in each method folder's code and in its own test file
+    (valid metadata or not: a new method's first prompts are there before its metadata is)."""
+    package = Path(package_root) if package_root is not None else PACKAGE_ROOT
+    tests = Path(repo_root or REPO_ROOT) / "tests" / "methods"
+    paths = []
+    for metadata in sorted(package.glob("*/metadata.json")):
+        paths += sorted(metadata.parent.glob("*.py"))
+        paths.append(tests / f"test_{metadata.parent.name}.py")
+    return placeholder_problems(paths)
+
+
+def valid_records(package_root: Path | None = None) -> tuple[dict[str, MethodRecord], list[Problem]]:
+    """The method and best-practice records whose metadata is valid, and one line per file skipped
+    (``validate_metadata`` says what is wrong with it)."""
+    records, problems = validate_files(discover_metadata_files(package_root))
+    skipped = sorted({p.path for p in problems})
+    return records, [Problem(path, "", "skipped: its metadata is invalid — python tools/validate_metadata.py "
+                                       "lists why") for path in skipped]
 
 
 def check_builders(package_root: Path | None = None) -> list[Problem]:
@@ -189,27 +240,24 @@ def check_builders(package_root: Path | None = None) -> list[Problem]:
 
 
 # ---------------------------------------------------------------------------------------------
-# check_cards: every card against its template, the code and the metadata
-
-
-def template_sections(kind: str, repo_root: Path | None = None) -> list[cards.Section]:
-    """The sections below the title of a card kind, from its RST template (the one list)."""
-    from .scaffold import TEMPLATES
-
-    root = Path(repo_root or REPO_ROOT)
-    text = (root / "docs" / "source" / "templates" / TEMPLATES[kind][1]).read_text(encoding="utf-8")
-    return [s for s in cards.rst_sections(text) if s.level > 1]
+# check_cards: every card against a fresh render (sections, generated regions), and its prose
 
 
 def check_cards(repo_root: Path | None = None, package_root: Path | None = None) -> list[Problem]:
-    """Check every method, dataset and model-family card; a record without a card is a problem."""
+    """Check every method, best-practice, dataset and model-family card; a record without a card is a
+    problem.
+
+    Each card has the sections of its kind's template in order, and each generated region equals
+    what ``new_card.py --update`` would write. Inline ``name=value`` names a real parameter, and one
+    that says it is the default states the code's default. ``TODO(new_card)`` prompts are reported.
+    """
+    from . import cards
     from .codeinfo import CodeLookupError, lookup, parameters, trainer_parameters
-    from .scaffold import card_path
+    from .scaffold import CARD_DIRS, card_path, render_card
 
     repo_root = Path(repo_root or REPO_ROOT)
-    records = load_all_metadata(package_root)
+    records, problems = valid_records(package_root)
     signatures: dict[str, dict[str, Any]] = {"Trainer": trainer_parameters()}
-    problems: list[Problem] = []
     unresolved = set()
     for record in records.values():
         try:
@@ -223,49 +271,42 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None)
             problems.append(exc.problem)
             unresolved.add(record.key)
 
-    for record in records.values():
-        if record.key in unresolved:
-            continue
-        path = card_path("method", record.key, repo_root)
+    subjects: list[tuple[str, Any]] = [(record.kind, record) for record in records.values()
+                                       if record.key not in unresolved]
+    subjects += [(Kind.DATASET, s) for s in load_all_datasets(package_root).values()]
+    subjects += [(Kind.MODEL_FAMILY, s) for s in load_all_model_families(package_root).values()]
+    for kind, record in subjects:
+        path = card_path(kind, record.key, repo_root)
         if not path.exists():
-            problems.append(_missing_card(path, record.key, "", record.path))
+            flag = "" if kind in METHOD_KINDS else f" --kind {kind}"
+            problems.append(Problem(path, "card", f"missing: {display_path(record.path)} has no card — "
+                                    f"create it with: python tools/new_card.py {record.key}{flag}"))
             continue
         text = path.read_text(encoding="utf-8")
-        problems += check_card_sections(path, text, template_sections("method", repo_root),
-                                        skip=(cards.HYPERPARAMETER_SECTION,) if record.is_best_practice else ())
-        if not record.is_best_practice:
-            problems += check_card_table(path, text, record, signatures[record.class_name])
-        own = trainer_parameters() if record.is_best_practice else {
-            **signatures[record.class_name], **signatures[record.functional]}
-        problems += _check_inline(path, text, own, signatures)
-    for kind, loader in (("dataset", load_all_datasets), ("model", load_all_model_families)):
-        for key, subject in loader(package_root).items():
-            path = card_path(kind, key, repo_root)
-            if not path.exists():
-                problems.append(_missing_card(path, key, f" --kind {kind}", subject.path))
-                continue
-            problems += check_card_sections(path, path.read_text(encoding="utf-8"),
-                                            template_sections(kind, repo_root))
+        fresh = render_card(kind, record.key, repo_root=repo_root, package_root=package_root, record=record)
+        problems += check_card_sections(path, text, cards.sections(fresh)[1:])
+        problems += check_card_regions(path, text, fresh, record.key, kind)
+        if kind in METHOD_KINDS:
+            own = trainer_parameters() if record.is_best_practice else {
+                **signatures[record.class_name], **signatures[record.functional]}
+            problems += _check_inline(path, text, own, signatures)
+    card_files = sorted({card_path(kind, "x", repo_root).parent for kind in CARD_DIRS}, key=str)
+    problems += placeholder_problems([p for folder in card_files for p in sorted(folder.glob("*.md"))])
     return problems
 
 
-def _missing_card(path: Path, key: str, flag: str, metadata: Path) -> Problem:
-    return Problem(path, "card", f"missing: {display_path(metadata)} has no card — "
-                             f"create it with: python tools/new_card.py {key}{flag}")
+def check_card_sections(path: Path, text: str, expected: list[Any]) -> list[Problem]:
+    """The card has a ``#`` title and every section of its template (``expected``: the
+    :class:`~methods_tools.cards.Section` list of a fresh render), at the template's level, in the
+    template's order (extra sections are allowed)."""
+    from . import cards
 
-
-def check_card_sections(path: Path, text: str, expected: list[cards.Section],
-                        skip: tuple[str, ...] = ()) -> list[Problem]:
-    """The card has a ``#`` title and every section of its template, at the template's level,
-    in the template's order (extra sections are allowed)."""
     found = cards.sections(text)
     problems = []
     if not found or found[0].level != 1:
         problems.append(Problem(path, "title", "the card must open with one '# Title' heading — add it", 1))
     position, last_line = 0, 1
     for section in expected:
-        if section.title in skip:
-            continue
         matches = [i for i, s in enumerate(found) if s.title == section.title and s.level == section.level]
         if not matches:
             problems.append(Problem(path, section.title, f"missing section '{'#' * section.level} "
@@ -281,114 +322,54 @@ def check_card_sections(path: Path, text: str, expected: list[cards.Section],
     return problems
 
 
-def check_card_table(path: Path, text: str, record: MethodRecord, params: Mapping[str, Any]) -> list[Problem]:
-    """The ``## Suggested Hyperparameters`` table against the code and the metadata (DESIGN.md)."""
-    from .codeinfo import REQUIRED
+def check_card_regions(path: Path, text: str, fresh: str, key: str, kind: str) -> list[Problem]:
+    """Each generated region of ``fresh`` is in the card with the same body, and the card has no
+    region ``fresh`` does not."""
+    from . import cards
 
-    heading = cards.HYPERPARAMETER_SECTION
-    span = cards.section_span(text, heading)
-    if span is None:
-        return [Problem(path, heading, f"no '## {heading}' section — add it with the table; "
-                        f"python tools/new_card.py {record.key} --dry-run prints one", 1)]
-    table = cards.find_table(text)
-    if table is None:
-        return [Problem(path, heading, "no pipe table in the section — add "
-                        "'| Hyperparameter | Default | Suggested | Range |' and one row per parameter",
-                        span[0] - 1)]
-    problems: list[Problem] = []
-    want = ("Hyperparameter", "Default", "Suggested", "Range")
-    if table.header[:4] != want:
-        return [Problem(path, heading, f"the header must start with {' | '.join(want)}, "
-                                       f"found {' | '.join(table.header)} — fix the header", table.line)]
-    seen: set[str] = set()
-    for line, cells in table.rows:
-        cells = cells + ("",) * (4 - len(cells))
-        name = cards.unquote_code(cells[0])
-        if name is None or not name.isidentifier():
-            problems.append(Problem(path, cells[0] or "table", "the first cell must be a parameter name in "
-                                    "backticks, e.g. `alpha`", line))
-            continue
-        if name in seen:
-            problems.append(Problem(path, name, "a second row for this parameter — keep one", line))
-            continue
-        seen.add(name)
-        if name not in params:
-            problems.append(Problem(path, name, f"{record.class_name} has no parameter {name!r} — fix the "
-                                    f"name or remove the row (parameters: {', '.join(params)})", line))
-            continue
-        if name in record.plumbing:
-            problems.append(Problem(path, name, "listed as plumbing in metadata.json, not a hyperparameter "
-                                    "— remove the row", line))
-            continue
-        default = params[name].default
-        if default is REQUIRED:
-            if cells[1].strip() != "required":
-                problems.append(Problem(path, name, f"card says default {cells[1]}, code says it is required "
-                                        "— write: required", line))
-        else:
-            card_value = _cell_value(path, name, "Default", cells[1], line, problems)
-            if card_value is not _BAD and not cards.same_value(card_value, default):
-                problems.append(Problem(path, name, f"card says default {card_value!r}, code says {default!r}",
-                                        line))
-        spec = record.hyperparameters.get(name)
-        if spec is None:
-            problems.append(Problem(path, name, f"metadata.json has no hyperparameters entry for {name!r} — "
-                                    "add one with its suggested value", line))
-            continue
-        card_value = _cell_value(path, name, "Suggested", cells[2], line, problems)
-        if card_value is not _BAD and not cards.same_value(card_value, spec.suggested):
-            problems.append(Problem(path, name, f"card says suggested {card_value!r}, metadata says "
-                                    f"{_plain(spec.suggested)!r}", line))
-        problems += _check_range(path, name, cells[3], spec, line)
-    for name in params:
-        if name not in seen and name not in record.plumbing:
-            problems.append(Problem(path, name, "no row for this constructor parameter — add one (every "
-                                    "parameter that is not plumbing needs a row)", table.line))
+    update = f"python tools/new_card.py {key}{'' if kind in METHOD_KINDS else f' --kind {kind}'} --update"
+    try:
+        have = cards.regions(text)
+    except cards.RegionError as exc:
+        return [Problem(path, "regions", f"{exc}", exc.line)]
+    want = cards.regions(fresh)
+    problems = []
+    for name, region in want.items():
+        if name not in have:
+            problems.append(Problem(path, name, f"no generated region {name!r} — add its markers where the template "
+                                    f"has them (python tools/new_card.py {key} --dry-run shows where), then run: "
+                                    f"{update}"))
+        elif have[name].body != region.body:
+            first = _first_difference(have[name].body, region.body)
+            problems.append(Problem(path, name, f"stale: the metadata and code say otherwise (first difference: "
+                                    f"{first}) — run: {update}", have[name].line))
+    for name, region in have.items():
+        if name not in want:
+            problems.append(Problem(path, name, f"a generated region {name!r} that this card kind does not have — "
+                                    "remove its markers", region.line))
     return problems
 
 
-_BAD = object()
+def _first_difference(have: str, want: str) -> str:
+    for a, b in zip(have.splitlines(), want.splitlines(), strict=False):
+        if a != b:
+            return f"card {a.strip()[:50]!r}, fresh {b.strip()[:50]!r}"
+    return "the number of lines"
 
 
-def _cell_value(path: Path, name: str, column: str, cell: str, line: int, problems: list[Problem]) -> Any:
-    source = cards.unquote_code(cell)
-    if source is None:
-        problems.append(Problem(path, name, f"{column} cell {cell!r} must be a Python literal in backticks, "
-                                "e.g. `1.0`", line))
-        return _BAD
-    try:
-        return cards.parse_literal(source)
-    except ValueError:
-        problems.append(Problem(path, name, f"{column} `{source}` is not a Python literal — write the value "
-                                "itself (a number, string, True/False/None, list or tuple)", line))
-        return _BAD
-
-
-def _check_range(path: Path, name: str, cell: str, spec: Any, line: int) -> list[Problem]:
-    source = cards.unquote_code(cell)
-    if spec.range is None and spec.choices is None:
-        return []
-    if source is None:
-        return [Problem(path, name, f"Range cell {cell!r} must be `(low, high)` or a list of choices in "
-                        "backticks", line)]
-    try:
-        form, value = cards.parse_range(source)
-    except ValueError as exc:
-        return [Problem(path, name, f"Range: {exc} — write `(low, high)` (inf for no bound) or `[choices]`",
-                        line)]
-    if spec.range is not None:
-        low, high = spec.range
-        want = (float("-inf") if low is None else low, float("inf") if high is None else high)
-        if form != "range" or not cards.same_value(list(value), list(want)):
-            return [Problem(path, name, f"card says range {source}, metadata says "
-                            f"({'-inf' if low is None else low}, {'inf' if high is None else high})", line)]
-    elif form != "choices" or not cards.same_value(sorted(map(repr, value)), sorted(map(repr, spec.choices))):
-        return [Problem(path, name, f"card says choices {source}, metadata says {_plain(spec.choices)!r}", line)]
-    return []
+def placeholder_problems(paths: Iterable[Path]) -> list[Problem]:
+    """One problem per ``TODO(new_card)`` prompt left in ``paths`` (those that exist)."""
+    return [Problem(path, "TODO", f"write this: {hint}", line)
+            for path in paths if Path(path).exists() for line, hint in prompts(path)]
 
 
 def _check_inline(path: Path, text: str, own: Mapping[str, Any], signatures: Mapping[str, Mapping[str, Any]]
                   ) -> list[Problem]:
+    """``name=value`` in inline code names a parameter; where the sentence says it is the default,
+    the value is the code's default."""
+    from . import cards
+    from .codeinfo import REQUIRED
+
     problems = []
     for item in cards.inline_assignments(text):
         if item.callee is None:
@@ -400,11 +381,32 @@ def _check_inline(path: Path, text: str, own: Mapping[str, Any], signatures: Map
         if item.name not in known:
             problems.append(Problem(path, item.name, f"`{item.text}` names no parameter of {owner} — "
                                     f"use one of: {', '.join(known)}", item.line))
+            continue
+        default = known[item.name].default
+        if item.value is None or default is REQUIRED or not _claims_default(item):
+            continue
+        try:
+            value = ast.literal_eval(item.value)
+        except (ValueError, SyntaxError):
+            continue
+        if not _same_value(value, default):
+            problems.append(Problem(path, item.name, f"card says the default is {item.name}={item.value}, the code's "
+                                    f"default is {default!r} — fix the card or the code", item.line))
     return problems
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
+def _claims_default(item: Any) -> bool:
+    """Whether the words around ``name=value`` call it the default ("default `alpha=1.0`",
+    "`alpha=1.0` (the default)")."""
+    at = item.context.find(item.text)
+    around = item.context[max(0, at - 25): at + len(item.text) + 25] if at >= 0 else item.context
+    return re.search(r"\bdefaults?\b", around, re.IGNORECASE) is not None
 
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equality of literals as values: ``1 == 1.0`` and lists equal tuples, but ``True != 1``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)

@@ -13,6 +13,9 @@ from pathlib import Path
 
 from algorithms.metadata import MetadataError, Problem, display_path
 
+from . import REPO_ROOT
+from .files import write_atomic, write_if_changed
+
 __all__ = ["check_cards_main", "check_functional_main", "new_card_main", "validate_metadata_main"]
 
 
@@ -40,16 +43,17 @@ def validate_metadata_main(argv: Sequence[str] | None = None, *, package_root: P
 
 
 def check_functional_main(argv: Sequence[str] | None = None, *, package_root: Path | None = None) -> int:
-    from algorithms.metadata import load_all_metadata
-
-    from .checks import check_builders, check_functional
+    from .checks import check_builders, check_functional, check_method_placeholders, valid_records
 
     argparse.ArgumentParser(
         prog="check_functional", description="Check that every metadata class_name is an Algorithm exported "
-        "by algorithms, every functional a function in algorithms.functional, hyperparameters/plumbing "
-        "match the constructor, and every data set and model builder exists.").parse_args(argv)
+        "by algorithms, every functional a function in algorithms.functional with the class's defaults, "
+        "hyperparameters/plumbing match the constructor, every data set and model builder exists, and no "
+        "TODO(new_card) prompt is left in a method's code or test file.").parse_args(argv)
     try:
-        problems = check_functional(load_all_metadata(package_root)) + check_builders(package_root)
+        records, skipped = valid_records(package_root)
+        problems = (skipped + check_functional(records) + check_builders(package_root)
+                    + check_method_placeholders(package_root))
     except MetadataError as exc:
         problems = list(exc.problems)
     return _report(problems, "ok: metadata matches the code")
@@ -60,8 +64,9 @@ def check_cards_main(argv: Sequence[str] | None = None, *, repo_root: Path | Non
     from .checks import check_cards
 
     argparse.ArgumentParser(
-        prog="check_cards", description="Check every card against its template, the code and the metadata: "
-        "sections, the Suggested Hyperparameters table, and inline name=value.").parse_args(argv)
+        prog="check_cards", description="Check every card against a fresh render from the metadata and code: "
+        "its sections, its generated regions (new_card.py NAME --update rewrites them), inline name=value, and "
+        "TODO(new_card) prompts left.").parse_args(argv)
     try:
         problems = check_cards(repo_root, package_root)
     except MetadataError as exc:
@@ -71,35 +76,127 @@ def check_cards_main(argv: Sequence[str] | None = None, *, repo_root: Path | Non
 
 def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None = None,
                   package_root: Path | None = None) -> int:
-    """``new_card NAME [--kind K] [--force] [--dry-run]``; the roots stand in for the repository in tests."""
-    from methods_tools.files import write_atomic
+    """``new_card NAME [--kind K] [--new | --update] [--force] [--dry-run]``; the roots stand in for the
+    repository in tests."""
+    from algorithms.metadata import Kind
 
+    from .cards import RegionError
     from .codeinfo import CodeLookupError
-    from .scaffold import KINDS, UnknownName, card_path, render_card
+    from .scaffold import KINDS, UnknownName, card_path, render_card, update_card
 
     parser = argparse.ArgumentParser(
-        prog="new_card", description="Scaffold a card from metadata and code: "
-        "docs/source/method_cards/<name>.md (or dataset_cards/, model_cards/ with --kind).")
+        prog="new_card", description="Write a card from metadata and code (docs/source/method_cards/<name>.md, "
+        "or dataset_cards/, model_cards/ with --kind), rewrite its generated regions (--update), or scaffold "
+        "a whole new method (--new).")
     parser.add_argument("name", help="the method's folder name (or data set / model family key)")
-    parser.add_argument("--kind", choices=KINDS, default="method", help="card kind (default: method)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing card")
-    parser.add_argument("--dry-run", action="store_true", help="print the card instead of writing it")
+    parser.add_argument("--kind", choices=KINDS, default="method",
+                        help="what NAME is (default: method; best practices are found as methods too)")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--new", action="store_true", help="scaffold a new method: algorithms/NAME/ (code and "
+                        "metadata.json), tests/methods/test_NAME.py and its card")
+    action.add_argument("--update", action="store_true", help="rewrite the card's generated regions from "
+                        "today's metadata and code, keeping the prose")
+    parser.add_argument("--class-name", help="with --new: the Algorithm class (default: NAME in CamelCase)")
+    parser.add_argument("--functional", help="with --new: the functional form (default: NAME_batch)")
+    parser.add_argument("--force", action="store_true", help="overwrite existing files")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be written instead of writing it")
     args = parser.parse_args(argv)
+    if (args.class_name or args.functional) and not args.new:
+        parser.error("--class-name and --functional go with --new")
     path = card_path(args.kind, args.name, repo_root)
+    if args.new:
+        if args.kind != Kind.METHOD.value:
+            parser.error("--new scaffolds methods only")
+        return _new_method(args, repo_root)
     try:
         content = render_card(args.kind, args.name, repo_root=repo_root, package_root=package_root)
+        if args.update:
+            if not path.exists():
+                print(f"{display_path(path)}: no card to update — write it with: python tools/new_card.py "
+                      f"{args.name}{_kind_flag(args.kind)}", file=sys.stderr)
+                return 1
+            content, missing = update_card(path.read_text(encoding="utf-8"), content)
+            if missing:
+                for name in missing:
+                    print(f"{display_path(path)}: region {name!r} is missing — add '<!-- generated: {name} -->' "
+                          f"and '<!-- end generated: {name} -->' where the template has it "
+                          f"(python tools/new_card.py {args.name}{_kind_flag(args.kind)} --dry-run shows where)",
+                          file=sys.stderr)
+                return 1
     except (UnknownName, MetadataError, CodeLookupError) as exc:
         print(exc.args[0] if isinstance(exc, UnknownName) else exc, file=sys.stderr)
+        return 1
+    except RegionError as exc:
+        print(f"{display_path(path)}:{exc.line}: regions: {exc}", file=sys.stderr)
         return 1
     if args.dry_run:
         sys.stdout.write(content)
         return 0
+    if args.update:
+        changed = write_if_changed(path, content)
+        print(f"{'updated' if changed else 'up to date'}: {display_path(path)}")
+        return 0
     if path.exists() and not args.force:
-        print(f"{display_path(path)}: exists — left unchanged; pass --force to overwrite it "
-              "(or --dry-run to print the new scaffold)", file=sys.stderr)
+        print(f"{display_path(path)}: exists — left unchanged; pass --update to rewrite its generated regions, "
+              "--force to overwrite it, or --dry-run to print a fresh one", file=sys.stderr)
         return 1
     write_atomic(path, content, force=args.force)
-    print(f"wrote {display_path(path)} — fill in the sections marked with <!-- comments -->, then run "
-          "python tools/check_cards.py")
+    print(f"wrote {display_path(path)} — replace each TODO(new_card) prompt, then run nox -s check")
     return 0
 
+
+def _kind_flag(kind: str) -> str:
+    return "" if kind == "method" else f" --kind {kind}"
+
+
+def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
+    """Scaffold the folder, metadata, test and card of a new method; nothing is written on error."""
+    import importlib
+
+    import algorithms
+    import algorithms.functional
+
+    from .codeinfo import CodeLookupError
+    from .scaffold import card_path, draft_record, render_card, scaffold_method
+
+    try:
+        files = scaffold_method(args.name, class_name=args.class_name, functional=args.functional,
+                                repo_root=repo_root)
+    except ValueError as exc:
+        print(f"{display_path(Path(repo_root or REPO_ROOT) / 'algorithms' / args.name / 'metadata.json')}: key: {exc}",
+              file=sys.stderr)
+        return 1
+    card = card_path("method", args.name, repo_root)
+    existing = [p for p in [*files, card] if p.exists()]
+    if existing and not args.force:
+        for p in existing:
+            print(f"{display_path(p)}: file: exists — nothing written; pass --force to overwrite", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        for p, content in files.items():
+            sys.stdout.write(f"==> {display_path(p)} <==\n{content}\n")
+        return 0
+    written: list[Path] = []
+    try:
+        for p, content in files.items():
+            write_atomic(p, content, force=args.force)
+            written.append(p)
+        # The card is rendered from the code just written, as every later --update renders it.
+        importlib.invalidate_caches()
+        for module in (algorithms, algorithms.functional):
+            module._exports.cache_clear()
+        metadata = next(p for p in files if p.name == "metadata.json")
+        record = draft_record(args.name, files[metadata], metadata)
+        write_atomic(card, render_card("method", args.name, repo_root=repo_root, record=record), force=args.force)
+        written.append(card)
+    except (OSError, CodeLookupError, ImportError, ValueError) as exc:
+        for p in written:
+            p.unlink(missing_ok=True)
+        print(f"new_card: {exc} — nothing written", file=sys.stderr)
+        return 1
+    for p in written:
+        print(f"wrote {display_path(p)}")
+    print(f"next: replace each TODO(new_card) prompt; `nox -s check` lists the ones left, one line each, "
+          f"and `python tools/new_card.py {args.name} --update` rewrites the card's generated regions "
+          "once metadata.json is filled in")
+    return 0

@@ -1,11 +1,20 @@
-"""Render card scaffolds from metadata and code: the logic behind ``tools/new_card.py``.
+"""Render cards and new methods from metadata and code: the logic behind ``tools/new_card.py``.
 
 A card kind is a Jinja template plus a metadata record (as in huggingface_hub's repo cards):
 method and best-practice cards come from ``algo_card.md.jinja`` and a
 :class:`~algorithms.metadata.MethodRecord` plus the code read by :mod:`.codeinfo`; dataset/task
 and model-family cards from their own templates and a :class:`~algorithms.metadata.SubjectRecord`.
-Templates render with ``StrictUndefined``, so a typo in a template is an error, not a blank.
-Every metadata string goes through :func:`md_text`, so it reads as text and never as markup.
+The template is the one list of its kind's sections, and it marks the regions that metadata and
+code own (see :mod:`.cards`): :func:`update_card` rewrites them in place and keeps the prose.
+
+:func:`scaffold_method` writes what ``new_card.py NAME --new`` creates: the method folder (code
+whose bodies say what to write, ``metadata.json``), its test file and its card. Every part left
+to the author carries a ``TODO(new_card)`` prompt, and ``nox -s check`` names each one until it
+is replaced (:mod:`.prompts`).
+
+Templates render with ``StrictUndefined`` through the one docs Jinja environment
+(:func:`methods_tools.docsgen.jinja_environment`), so every metadata string is escaped by the
+same filters as on the generated pages.
 """
 
 from __future__ import annotations
@@ -13,45 +22,53 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from algorithms.core.options import DISTRIBUTED
 from algorithms.metadata import (
+    Kind,
+    _record,
     load_all_datasets,
     load_all_metadata,
     load_all_model_families,
 )
 
 from . import REPO_ROOT
-from .cards import HYPERPARAMETER_SECTION
+from .cards import HYPERPARAMETER_SECTION, Region, regions, replace_regions
+from .docsgen import jinja_environment, method_option
+from .markup import md_text
+from .prompts import PLACEHOLDER
 
 __all__ = [
     "CARD_DIRS",
     "KINDS",
-    "REPO_ROOT",
+    "LAUNCH_COMMAND",
     "TEMPLATES",
     "UnknownName",
     "card_path",
     "closest_first",
-    "literal",
-    "md_paragraph",
-    "md_text",
     "range_literal",
     "render_card",
+    "scaffold_method",
+    "update_card",
 ]
 
 TEMPLATE_DIR = Path("docs/source/templates")
-# kind -> (card folder under docs/source, Jinja template, RST template that fixes its sections)
-KINDS = ("method", "dataset", "model")
-CARD_DIRS = {"method": "method_cards", "dataset": "dataset_cards", "model": "model_cards"}
-TEMPLATES = {
-    "method": ("algo_card.md.jinja", "algo_card.rst"),
-    "dataset": ("dataset_task_card.md.jinja", "dataset_task_card.rst"),
-    "model": ("model_family_card.md.jinja", "model_family_card.rst"),
-}
+CODE_TEMPLATES = Path(__file__).resolve().parent / "templates"
+KINDS = tuple(kind.value for kind in Kind)
+CARD_DIRS = {Kind.METHOD: "method_cards", Kind.BEST_PRACTICE: "method_cards", Kind.DATASET: "dataset_cards",
+             Kind.MODEL_FAMILY: "model_cards"}
+TEMPLATES = {Kind.METHOD: "algo_card.md.jinja", Kind.BEST_PRACTICE: "algo_card.md.jinja",
+             Kind.DATASET: "dataset_task_card.md.jinja", Kind.MODEL_FAMILY: "model_family_card.md.jinja"}
+LABELS = {Kind.METHOD: "method", Kind.BEST_PRACTICE: "method", Kind.DATASET: "data set",
+          Kind.MODEL_FAMILY: "model family"}
+#: How a distributed card's ``train.py`` is launched; the tests launch every card that writes it.
+LAUNCH_COMMAND = "python -m torch.distributed.run --standalone --nproc_per_node 2 train.py"
 
 # Example arguments for the functional form, by parameter name (images, labels, logits).
 _BATCH, _CLASSES = 8, 10
@@ -81,34 +98,13 @@ class _Row:
 
 
 def card_path(kind: str, key: str, repo_root: Path | None = None) -> Path:
-    return Path(repo_root or REPO_ROOT) / "docs" / "source" / CARD_DIRS[kind] / f"{key}.md"
+    return Path(repo_root or REPO_ROOT) / "docs" / "source" / CARD_DIRS[Kind(kind)] / f"{key}.md"
 
 
 def closest_first(name: str, known: list[str]) -> list[str]:
     """``known`` with the closest matches to ``name`` first (difflib), then the rest sorted."""
     close = difflib.get_close_matches(name, known, n=len(known), cutoff=0.3)
     return close + sorted(k for k in known if k not in close)
-
-
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|$~&#!])")
-
-
-def md_text(value: Any) -> str:
-    """Metadata text as MyST Markdown that renders as exactly that text.
-
-    Backslash-escapes every character that can open inline markup (code, emphasis, roles,
-    links, HTML, math, table cells) and folds newlines, so no block can start inside it.
-    """
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(value).split()))
-
-
-def md_paragraph(value: Any) -> str:
-    """:func:`md_text` for text that opens a line: a leading character that would start a block
-    (heading, list, quote, comment, target, ordered list) is escaped too."""
-    text = md_text(value)
-    if text[:1] in "+-%:=(>":
-        return "\\" + text
-    return re.sub(r"^(\d+)([.)])", r"\1\\\2", text)
 
 
 def literal(value: Any) -> str:
@@ -138,42 +134,39 @@ def _rst_to_md(text: str) -> str:
 
 
 def _environment(repo_root: Path) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(repo_root / TEMPLATE_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,  # Markdown, not HTML: md_text does the escaping
-    )
-    env.filters["md"] = md_text
-    env.filters["md_paragraph"] = md_paragraph
-    env.filters["literal"] = literal
-    env.filters["json"] = json.dumps
-    return env
+    return jinja_environment(repo_root / TEMPLATE_DIR)
 
 
-def _lookup(kind: str, name: str, package_root: Path | None) -> Any:
-    loader = {"method": load_all_metadata, "dataset": load_all_datasets, "model": load_all_model_families}[kind]
-    records = loader(package_root)
+def _records(kind: Kind, package_root: Path | None) -> Mapping[str, Any]:
+    if kind in (Kind.METHOD, Kind.BEST_PRACTICE):
+        return load_all_metadata(package_root)
+    return {Kind.DATASET: load_all_datasets, Kind.MODEL_FAMILY: load_all_model_families}[kind](package_root)
+
+
+def lookup_record(kind: str, name: str, package_root: Path | None = None) -> Any:
+    """The record ``name`` of ``kind``; :class:`UnknownName` lists the known ones, closest first."""
+    kind = Kind(kind)
+    records = _records(kind, package_root)
     if name not in records:
-        label = {"method": "method", "dataset": "data set", "model": "model family"}[kind]
         known = closest_first(name, list(records))
-        raise UnknownName(f"{name}: no {label} of that name — known: {', '.join(known) or 'none'}")
+        offer = f"; to create it: python tools/new_card.py {name} --new" if kind is Kind.METHOD else ""
+        raise UnknownName(f"{name}: no {LABELS[kind]} of that name — known: {', '.join(known) or 'none'}{offer}")
     return records[name]
 
 
-def render_card(kind: str, name: str, *, repo_root: Path | None = None, package_root: Path | None = None) -> str:
-    """The scaffold of card ``name`` of ``kind`` (``method``, ``dataset`` or ``model``).
+def render_card(kind: str, name: str, *, repo_root: Path | None = None, package_root: Path | None = None,
+                record: Any = None) -> str:
+    """The card ``name`` of ``kind`` as the scaffold writes it (``record`` overrides the lookup).
 
     Raises :class:`UnknownName` (message lists the known names, closest first) and
     :class:`~algorithms.metadata.MetadataError` for invalid metadata.
     """
     repo_root = Path(repo_root or REPO_ROOT)
-    record = _lookup(kind, name, package_root)
-    template = _environment(repo_root).get_template(TEMPLATES[kind][0])
-    if kind == "method":
-        context = _method_context(record, repo_root)
+    record = record if record is not None else lookup_record(kind, name, package_root)
+    kind = Kind(record.kind) if Kind(kind) in (Kind.METHOD, Kind.BEST_PRACTICE) else Kind(kind)
+    template = _environment(repo_root).get_template(TEMPLATES[kind])
+    if kind in (Kind.METHOD, Kind.BEST_PRACTICE):
+        context = _method_context(record)
     else:
         context = {"m": record.as_dict(), "example": _builder_example(kind, record.as_dict(), record.path)}
     # Optional fields render as absent, not as an error; StrictUndefined still catches typos.
@@ -186,41 +179,48 @@ def render_card(kind: str, name: str, *, repo_root: Path | None = None, package_
 
 
 _OPTIONAL = {
-    "method": ("aka", "paper", "trainer_option"),
-    "dataset": ("aka", "paper"),
-    "model": ("aka", "paper", "implementation"),
+    Kind.METHOD: ("aka", "paper", "trainer_option"),
+    Kind.BEST_PRACTICE: ("aka", "paper", "trainer_option"),
+    Kind.DATASET: ("aka", "paper"),
+    Kind.MODEL_FAMILY: ("aka", "paper", "implementation"),
 }
 
 
-def _method_context(record: Any, repo_root: Path) -> dict[str, Any]:
+def update_card(text: str, fresh: str) -> tuple[str, list[str]]:
+    """``(text with its generated regions taken from fresh, [names of regions fresh has but text lacks])``.
+
+    Raises :class:`~methods_tools.cards.RegionError` for markers that do not pair up.
+    """
+    wanted: dict[str, Region] = regions(fresh)
+    have = regions(text)
+    return replace_regions(text, wanted), [name for name in wanted if name not in have]
+
+
+def _method_context(record: Any) -> dict[str, Any]:
     from . import codeinfo
 
     context: dict[str, Any] = {
         "m": record.as_dict(),
         "best_practice": record.is_best_practice,
+        "option": method_option(record) if record.is_best_practice else None,
         "section": HYPERPARAMETER_SECTION,
         "rows": [],
         "functional_example": None,
         "trainer_example": None,
         "trainer_setup": None,
         "trainer_teardown": None,
-        "launch": False,
-        "results_include": None,
-        "vision": "vision" in record.domains,
+        "launch": None,
     }
-    results = repo_root / "docs" / "source" / "tables" / "results" / f"{record.key}.md.inc"
-    if results.exists():
-        context["results_include"] = f"../tables/results/{record.key}.md.inc"
     if record.is_best_practice:
         context["trainer_example"] = _trainer_example(record, None, {})
         parallel = (record.trainer_option or {}).get("parallel")
-        from algorithms.core.distributed import DISTRIBUTED
-
         if parallel in DISTRIBUTED:
-            context.update(launch=True, trainer_setup=_one_process_world(parallel), trainer_teardown=_TEARDOWN)
+            context.update(launch=LAUNCH_COMMAND, trainer_setup=_one_process_world(parallel),
+                           trainer_teardown=_TEARDOWN)
         return context
 
-    cls = codeinfo.lookup(f"algorithms.{record.class_name}", record.path, record.key, "class_name")
+    # From the method's own folder, so a new method's first card renders before its metadata is valid.
+    cls = codeinfo.lookup(f"algorithms.{record.key}.{record.class_name}", record.path, record.key, "class_name")
     params = codeinfo.parameters(cls)
     suggested: dict[str, Any] = {}
     for name, param in params.items():
@@ -239,11 +239,83 @@ def _method_context(record: Any, repo_root: Path) -> dict[str, Any]:
             range=range_literal(spec),
             description=description or "—",
         ))
-    functional = codeinfo.lookup(f"algorithms.functional.{record.functional}", record.path, record.key,
+    functional = codeinfo.lookup(f"algorithms.{record.key}.{record.functional}", record.path, record.key,
                                  "functional")
     context["functional_example"] = _functional_example(record, codeinfo.parameters(functional), suggested)
     context["trainer_example"] = _trainer_example(record, record.class_name, suggested)
     return context
+
+
+# --------------------------------------------------------------------------------------------- new methods
+
+
+_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def default_class_name(key: str) -> str:
+    return "".join(part.capitalize() for part in key.split("_"))
+
+
+def new_method_metadata(key: str, class_name: str, functional: str) -> dict[str, Any]:
+    """The ``metadata.json`` of a new method: every field the author writes holds a prompt."""
+    todo = PLACEHOLDER
+    return {
+        "$schema": "../metadata.schema.json",
+        key: {
+            "name": default_class_name(key) if class_name == default_class_name(key) else class_name,
+            "kind": "method",
+            "class_name": class_name,
+            "functional": functional,
+            "tldr": f"{todo}: one or two sentences on what it does and why.",
+            "attribution": f"{todo}: first author et al., year.",
+            "link": "https://arxiv.org/abs/0000.00000",
+            "aka": [],
+            "domains": [f"{todo}: one or more of vision, nlp, speech, tabular, general"],
+            "tags": [f"{todo}: one or more of speedup, regularization, augmentation, curriculum, optimization, "
+                     "architecture, precision, parallelism, memory, loss"],
+            "summary": f"{todo}: a paragraph on how it works.",
+            "use": f"{todo}: where it applies (tasks, models, data) and where it does not.",
+            "paper": {"title": f"{todo}: the paper's title", "authors": [f"{todo}: every author"],
+                      "venue": f"{todo}: the venue", "year": 2000, "url": "https://arxiv.org/abs/0000.00000"},
+            "math_equivalent": False,
+            "hyperparameters": {"example_hparam": {"suggested": 0.5, "range": [0, 1],
+                                                   "note": f"{todo}: rename it to the method's own."}},
+            "plumbing": ["input_key"],
+        },
+    }
+
+
+def scaffold_method(key: str, *, class_name: str | None = None, functional: str | None = None,
+                    repo_root: Path | None = None) -> dict[Path, str]:
+    """Every file ``new_card.py KEY --new`` writes except the card, ``{path: content}``.
+
+    The card is rendered from these once they exist (see ``commands.new_card_main``). Raises
+    ValueError for a key, class name or function name that cannot be one.
+    """
+    if not _KEY.match(key):
+        raise ValueError(f"{key!r}: a method key is lower case letters, digits and underscores, starting "
+                         "with a letter (it names the folder, the card and the metadata key)")
+    class_name = class_name or default_class_name(key)
+    functional = functional or f"{key}_batch"
+    for flag, value in (("--class-name", class_name), ("--functional", functional)):
+        if not value.isidentifier():
+            raise ValueError(f"{flag} {value!r}: not a Python identifier")
+    root = Path(repo_root or REPO_ROOT)
+    env = jinja_environment(CODE_TEMPLATES)
+    context = {"key": key, "name": default_class_name(key), "class_name": class_name, "functional": functional}
+    folder = root / "algorithms" / key
+    return {
+        folder / "__init__.py": env.get_template("__init__.py.jinja").render(**context),
+        folder / f"{key}.py": env.get_template("method.py.jinja").render(**context),
+        folder / "metadata.json": json.dumps(new_method_metadata(key, class_name, functional), indent=2) + "\n",
+        root / "tests" / "methods" / f"test_{key}.py": env.get_template("test_method.py.jinja").render(**context),
+    }
+
+
+def draft_record(key: str, metadata_text: str, path: Path) -> Any:
+    """A record from a new method's metadata before it is valid (its prompts are not), for its first card."""
+    entry = json.loads(metadata_text)[key]
+    return _record(key, path, entry)
 
 
 def _data_lines(record: Any, needs: set[str]) -> list[str]:
@@ -337,7 +409,7 @@ def _builder_example(kind: str, entry: dict[str, Any], path: Path) -> str:
     are left as TODO for the author)."""
     from . import codeinfo
 
-    if kind == "model":
+    if kind == Kind.MODEL_FAMILY:
         first = entry["members"][0]
         size = first["input_size"]
         return "\n".join([
@@ -351,6 +423,6 @@ def _builder_example(kind: str, entry: dict[str, Any], path: Path) -> str:
     required = [name for name, p in codeinfo.parameters(builder).items() if p.default is codeinfo.REQUIRED]
     lines = [f"from {entry['module']} import {entry['builder']}", ""]
     if required:
-        lines.append(f"# TODO: values for the required argument(s) {', '.join(required)}")
+        lines.append(f"# {PLACEHOLDER}: values for the required argument(s) {', '.join(required)}")
     lines.append(f"data = {entry['builder']}({', '.join(f'{name}=...' for name in required)})")
     return "\n".join(lines)
