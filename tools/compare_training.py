@@ -13,7 +13,7 @@ deepspeed, the source's table.)
 Each configuration runs in its own process (ddp, fsdp and deepspeed under torchrun); failures
 and configurations this machine cannot run are recorded with the reason. Writes a results JSON
 (default ``results/<cpu|gpu>-<hardware>-<date>.json``) validated against
-``algorithms/results.schema.json``; ``docs/source/tables/update_training_results.py`` renders it.
+``algorithms/results.schema.json``; the docs build renders it (``tools/generate_pages.py``).
 """
 
 from __future__ import annotations
