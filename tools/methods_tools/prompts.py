@@ -15,11 +15,13 @@ __all__ = ["PLACEHOLDER", "hint", "json_prompts", "prompts"]
 
 #: The prompt left wherever the author has something to write; the checks report each one.
 PLACEHOLDER = "TODO(new_card)"
+# As written, or as Markdown escaping writes it where a prompt from metadata.json reaches a card.
+_FOUND = re.compile(r"TODO\(new\\?_card\)")
 
 
 def hint(text: str) -> str:
     """What a prompt asks for: the words after the marker, without the syntax around them."""
-    words = text.split(PLACEHOLDER, 1)[1].lstrip(":) ")
+    words = _FOUND.split(text, 1)[1].lstrip(":) ")
     # the syntax a prompt sits in: a string's closing quotes, a call's parenthesis, a comment's -->
     return re.sub(r"""[\s"'),|>-]+$""", "", words) or "write this part"
 
@@ -27,12 +29,12 @@ def hint(text: str) -> str:
 def prompts(path: Path) -> list[tuple[int, str]]:
     """``(line, what to write)`` for every prompt left in a text file."""
     return [(number, hint(line)) for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1)
-            if PLACEHOLDER in line]
+            if _FOUND.search(line)]
 
 
 def json_prompts(data: Any, where: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:
     """``(JSON path, what to write)`` for every string value of ``data`` that holds a prompt."""
-    if isinstance(data, str) and PLACEHOLDER in data:
+    if isinstance(data, str) and _FOUND.search(data):
         yield where, hint(data)
     elif isinstance(data, dict):
         for key, value in data.items():
