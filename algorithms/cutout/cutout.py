@@ -1,0 +1,123 @@
+"""CutOut: zero random square holes in every image of a batch, a regularizer for image classifiers.
+
+DeVries and Taylor, "Improved Regularization of Convolutional Neural Networks with Cutout", 2017.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.state import State
+
+__all__ = ["CutOut", "cutout_batch"]
+
+
+def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """Zero ``num_holes`` square holes in each image, as ``composer.functional.cutout_batch``.
+
+    Each image draws its own holes. A hole's side is ``int(length * min(H, W))`` pixels and its
+    centre is uniform over the image; the part of a hole outside the image is clipped away.
+
+    Args:
+        input: one image ``(C, H, W)`` or a batch ``(N, C, H, W)``, of any dtype; not modified.
+        num_holes: how many holes each image gets, ``>= 0``.
+        length: the side of a hole as a fraction of the image's shorter side, in ``(0, 1]``.
+        uniform_sampling: draw centres from a range widened by half a hole on every side, so every
+            pixel is equally likely to be cut; otherwise centres are uniform inside the image, as in
+            the paper, and the border is cut less often.
+        generator: torch generator for every random draw (default: torch's global one).
+
+    Returns:
+        A new tensor with the input's shape, dtype, device and memory format, zero inside the holes
+        and equal to the input elsewhere.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import cutout_batch
+        >>> out = cutout_batch(torch.ones(2, 3, 8, 8), num_holes=1, length=0.5,
+        ...                    generator=torch.Generator().manual_seed(0))
+        >>> out.shape, bool((out == 0).any()), bool((out == 1).any())
+        (torch.Size([2, 3, 8, 8]), True, True)
+    """
+    check_cutout(num_holes, length)
+    if input.ndim not in (3, 4):
+        raise ValueError(f"input: CutOut needs an image (C, H, W) or a batch (N, C, H, W), got shape "
+                         f"{tuple(input.shape)}")
+    batch = input if input.ndim == 4 else input.unsqueeze(0)
+    keep = hole_mask(batch.shape[0], batch.shape[-2], batch.shape[-1], num_holes, length, uniform_sampling,
+                     batch.device, generator).logical_not_().unsqueeze(1)
+    out = batch * keep if batch.is_floating_point() else batch.masked_fill(~keep, 0)
+    return out if input.ndim == 4 else out.squeeze(0)
+
+
+def hole_mask(n: int, height: int, width: int, num_holes: int, length: float, uniform_sampling: bool,
+              device: torch.device, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A boolean ``(n, height, width)`` mask, true inside each image's ``num_holes`` square holes."""
+    side = int(length * min(height, width))
+    if num_holes == 0 or side == 0:
+        return torch.zeros(n, height, width, dtype=torch.bool, device=device)
+    half = side // 2
+    low_y, high_y = (-half, height + half) if uniform_sampling else (0, height)
+    low_x, high_x = (-half, width + half) if uniform_sampling else (0, width)
+    # Drawn on the host generator (no device sync), then moved with the batch.
+    centre_y = torch.randint(low_y, high_y, (n, num_holes), generator=generator)
+    centre_x = torch.randint(low_x, high_x, (n, num_holes), generator=generator)
+    top, left = (centre_y - half).to(device, non_blocking=True), (centre_x - half).to(device, non_blocking=True)
+    rows = torch.arange(height, device=device)
+    cols = torch.arange(width, device=device)
+    in_rows = (rows >= top[..., None]) & (rows < top[..., None] + side)  # (n, holes, height)
+    in_cols = (cols >= left[..., None]) & (cols < left[..., None] + side)  # (n, holes, width)
+    return (in_rows[..., :, None] & in_cols[..., None, :]).any(dim=1)
+
+
+def check_cutout(num_holes: int, length: float) -> None:
+    if isinstance(num_holes, bool) or not isinstance(num_holes, int) or num_holes < 0:
+        raise ValueError(f"num_holes={num_holes!r}: must be an integer >= 0")
+    if isinstance(length, bool) or not isinstance(length, (int, float)) or not math.isfinite(length) \
+            or not 0 < length <= 1:
+        raise ValueError(f"length={length!r}: the hole's side as a fraction of the image's shorter side, "
+                         "in (0, 1] (pixel lengths are not accepted)")
+
+
+class CutOut(Algorithm):
+    """CutOut as a training-loop algorithm: after the data loader, :func:`cutout_batch` zeroes
+    random square holes in each image of the batch; the targets are left as they are.
+
+    Args:
+        num_holes: how many holes each image gets, ``>= 0``.
+        length: the side of a hole as a fraction of the image's shorter side, in ``(0, 1]``.
+        uniform_sampling: sample hole centres so every pixel is equally likely to be cut.
+        input_key: where the images are in the batch.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import CutOut
+        >>> from algorithms.core import Trainer
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 10))
+        >>> batches = [(torch.randn(8, 3, 4, 4), torch.randint(0, 10, (8,)))]
+        >>> Trainer(model, batches, "1ep", algorithms=[CutOut(length=0.5)], seed=0).fit()
+    """
+
+    def __init__(self, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False,
+                 input_key: int | str = 0):
+        check_cutout(num_holes, length)
+        self.num_holes = num_holes
+        self.length = length
+        self.uniform_sampling = bool(uniform_sampling)
+        self.input_key = input_key
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.AFTER_DATALOADER
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        images = state.batch_get_item(self.input_key)
+        state.batch_set_item(self.input_key, cutout_batch(images, self.num_holes, self.length,
+                                                          self.uniform_sampling, generator=self.generator(state)))

@@ -1,0 +1,170 @@
+"""CutOut's own semantics, checked against its definition (DeVries and Taylor, 2017).
+
+A hole is a square of side ``int(length * min(H, W))`` whose top-left corner is its centre minus
+half the side, clipped to the image; each image draws its own centres, uniform in the image (or,
+with ``uniform_sampling``, in a range widened by half a hole). The tests every method passes (it
+trains in the Trainer, it keeps the caller's tensors, its functional and class defaults agree)
+already run from the metadata registry.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import algorithms.functional as cf
+from algorithms import CutOut
+from algorithms.core import Algorithm, Event, Trainer
+
+
+def _expected(images: torch.Tensor, num_holes: int, length: float, uniform_sampling: bool, seed: int):
+    """The definition, pixel by pixel, with the centres replayed from the same seeded generator."""
+    n, _, h, w = images.shape
+    side = int(length * min(h, w))
+    half = side // 2
+    g = torch.Generator().manual_seed(seed)
+    low_y, high_y = (-half, h + half) if uniform_sampling else (0, h)
+    low_x, high_x = (-half, w + half) if uniform_sampling else (0, w)
+    ys = torch.randint(low_y, high_y, (n, num_holes), generator=g).tolist()
+    xs = torch.randint(low_x, high_x, (n, num_holes), generator=g).tolist()
+    out = images.clone()
+    for i in range(n):
+        for k in range(num_holes):
+            for row in range(max(ys[i][k] - half, 0), min(ys[i][k] - half + side, h)):
+                for col in range(max(xs[i][k] - half, 0), min(xs[i][k] - half + side, w)):
+                    out[i, :, row, col] = 0
+    return out
+
+
+@pytest.mark.parametrize("num_holes", [1, 3])
+@pytest.mark.parametrize("length", [0.25, 0.5, 0.3])
+@pytest.mark.parametrize("uniform_sampling", [False, True])
+def test_cutout_batch_matches_its_definition(num_holes, length, uniform_sampling):
+    images = torch.rand(6, 3, 10, 12, generator=torch.Generator().manual_seed(1)) + 1  # no zero pixels
+    out = cf.cutout_batch(images, num_holes=num_holes, length=length, uniform_sampling=uniform_sampling,
+                          generator=torch.Generator().manual_seed(7))
+    assert torch.equal(out, _expected(images, num_holes, length, uniform_sampling, seed=7))
+
+
+def test_an_interior_hole_is_a_full_square_of_the_stated_side():
+    """A hole away from the border is exactly side x side pixels (an odd side is not one short)."""
+    images = torch.ones(400, 1, 32, 32)
+    out = cf.cutout_batch(images, length=7 / 32, generator=torch.Generator().manual_seed(0))
+    zeros = (out[:, 0] == 0)
+    rows, cols = zeros.any(dim=2), zeros.any(dim=1)
+    interior = (rows[:, 0].logical_not() & rows[:, -1].logical_not() & cols[:, 0].logical_not()
+                & cols[:, -1].logical_not())
+    assert interior.sum() > 100
+    assert (zeros[interior].sum(dim=(1, 2)) == 49).all()
+    assert (rows[interior].sum(dim=1) == 7).all() and (cols[interior].sum(dim=1) == 7).all()
+
+
+def test_each_image_draws_its_own_hole():
+    out = cf.cutout_batch(torch.ones(16, 1, 16, 16), length=0.25, generator=torch.Generator().manual_seed(0))
+    masks = {tuple(m.flatten().tolist()) for m in (out[:, 0] == 0)}
+    assert len(masks) > 8
+
+
+def test_a_single_image_and_every_dtype_and_memory_format_are_kept():
+    g = torch.Generator().manual_seed(0)
+    image = torch.randint(1, 255, (3, 16, 16), dtype=torch.uint8, generator=g)
+    out = cf.cutout_batch(image, length=0.5, generator=torch.Generator().manual_seed(3))
+    assert out.shape == image.shape and out.dtype == torch.uint8
+    assert torch.equal(out, _expected(image[None], 1, 0.5, False, seed=3)[0])
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        batch = torch.rand(4, 3, 8, 8).to(dtype).contiguous(memory_format=torch.channels_last)
+        before = batch.clone()
+        out = cf.cutout_batch(batch, generator=torch.Generator().manual_seed(1))
+        assert out.dtype == dtype and out.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(batch, before)  # the caller's tensor is never modified
+
+
+def test_no_holes_is_an_unchanged_copy():
+    images = torch.rand(2, 3, 8, 8)
+    out = cf.cutout_batch(images, num_holes=0)
+    assert torch.equal(out, images) and out.data_ptr() != images.data_ptr()
+
+
+def test_pixels_are_cut_with_the_probabilities_the_sampling_implies():
+    """Paper sampling cuts the centre more often than a corner; uniform sampling cuts every pixel
+    alike. Side 8 on 16 x 16: the centre pixel is cut with p = (8/16)^2, the corner with
+    (5/16)^2; with uniform sampling every pixel with (8/24)^2. Each frequency over 4,000 images
+    is checked within 5 standard deviations (a false alarm rate below 1e-6 per check, and the
+    seed is fixed, so the test cannot flake)."""
+    n = 4000
+    for uniform, expected in ((False, {(8, 8): (8 / 16) ** 2, (0, 0): (5 / 16) ** 2}),
+                              (True, {(8, 8): (8 / 24) ** 2, (0, 0): (8 / 24) ** 2, (15, 4): (8 / 24) ** 2})):
+        cut = cf.cutout_batch(torch.ones(n, 1, 16, 16), length=0.5, uniform_sampling=uniform,
+                              generator=torch.Generator().manual_seed(11))[:, 0] == 0
+        for (row, col), p in expected.items():
+            frequency = cut[:, row, col].double().mean().item()
+            assert abs(frequency - p) < 5 * math.sqrt(p * (1 - p) / n), (uniform, row, col, frequency, p)
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"num_holes": -1}, "num_holes=-1"), ({"num_holes": 1.5}, "num_holes=1.5"), ({"length": 0}, "length=0"),
+    ({"length": 1.5}, "length=1.5"), ({"length": 16}, "pixel lengths are not accepted"),
+    ({"length": float("nan")}, "length=nan"),
+])
+def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+        CutOut(**kwargs)
+    with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+        cf.cutout_batch(torch.rand(2, 3, 8, 8), **kwargs)
+
+
+def test_a_batch_that_is_not_images_is_refused():
+    with pytest.raises(ValueError, match=r"got shape \(4, 5\)"):
+        cf.cutout_batch(torch.rand(4, 5))
+
+
+class _Seen(Algorithm):
+    def __init__(self):
+        self.inputs, self.targets = [], []
+
+    def match(self, event, state):
+        return event is Event.BEFORE_FORWARD
+
+    def apply(self, event, state, logger=None):
+        self.inputs.append(state.batch_get_item("image").clone())
+        self.targets.append(state.batch_get_item("label").clone())
+
+
+def test_in_the_trainer_the_model_sees_the_holes_and_the_labels_are_untouched():
+    g = torch.Generator().manual_seed(0)
+    batches = [{"image": torch.rand(8, 3, 12, 12, generator=g) + 1, "label": torch.randint(0, 4, (8,), generator=g)}
+               for _ in range(3)]
+    seen = _Seen()
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 12 * 12, 4))
+    Trainer(model, batches, "3ba", algorithms=[CutOut(length=0.5, input_key="image"), seen], seed=0,
+            input_key="image", target_key="label", device="cpu").fit()
+    for batch, image, label in zip(batches, seen.inputs, seen.targets, strict=True):
+        assert torch.equal(label, batch["label"])
+        holes = image == 0
+        assert torch.equal(image[~holes], batch["image"][~holes])  # unchanged outside the holes
+        assert torch.equal(holes, holes[:, :1].expand_as(holes))  # every channel of a hole
+        # one square of side 6 per image, clipped at the border: between 3 x 3 and 6 x 6 pixels
+        area = holes[:, 0].sum(dim=(1, 2))
+        assert ((area >= 9) & (area <= 36)).all()
+
+
+def test_seeded_runs_repeat_and_the_seed_matters():
+    def run(seed):
+        seen = _Seen()
+        batches = [{"image": torch.ones(4, 3, 8, 8), "label": torch.zeros(4, dtype=torch.long)}]
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 2))
+        Trainer(model, batches, "1ba", algorithms=[CutOut(input_key="image"), seen], seed=seed,
+                input_key="image", target_key="label", device="cpu").fit()
+        return seen.inputs[0]
+
+    assert torch.equal(run(0), run(0)) and not torch.equal(run(0), run(1))
+
+
+@pytest.mark.cuda
+def test_on_cuda_it_stays_on_the_device():
+    images = torch.rand(4, 3, 16, 16, device="cuda", dtype=torch.float16)
+    out = cf.cutout_batch(images, generator=torch.Generator().manual_seed(0))
+    assert out.device == images.device and out.dtype == torch.float16
+    assert torch.equal(out.cpu(), _expected(images.cpu(), 1, 0.5, False, seed=0))
