@@ -41,7 +41,7 @@ from algorithms.metadata import (
 from . import REPO_ROOT
 from .cards import HYPERPARAMETER_SECTION, Region, regions, replace_regions
 from .docsgen import jinja_environment, method_option
-from .markup import md_text
+from .markup import literal, md_text
 from .prompts import PLACEHOLDER
 
 __all__ = [
@@ -105,13 +105,6 @@ def closest_first(name: str, known: list[str]) -> list[str]:
     """``known`` with the closest matches to ``name`` first (difflib), then the rest sorted."""
     close = difflib.get_close_matches(name, known, n=len(known), cutoff=0.3)
     return close + sorted(k for k in known if k not in close)
-
-
-def literal(value: Any) -> str:
-    """A value as the Python literal the card's table shows (JSON arrays become lists)."""
-    if isinstance(value, tuple):
-        return repr(list(value))
-    return repr(value)
 
 
 def range_literal(spec: Any) -> str:
