@@ -12,6 +12,8 @@ use (PEP 562 ``__getattr__``). So adding a method folder adds its export, and
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -28,20 +30,26 @@ def _exports() -> dict[str, str]:
     return {r.class_name: r.key for r in records.values() if r.class_name}
 
 
-def export_from_method(package: str, exports: dict[str, str], name: str) -> Any:
-    """``name`` from the method folder ``exports`` maps it to, or AttributeError."""
-    if name not in exports:
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"algorithms.{exports[name]}"), name)
+def lazy_module(name: str, exports: Callable[[], dict[str, str]]
+                ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for module ``name``, whose public names are ``exports()``: name ->
+    the module under ``algorithms`` that defines it, imported on first use."""
+    module = sys.modules[name]
+
+    def getattr_(attr: str) -> Any:
+        if attr == "__all__":
+            return sorted(exports())
+        table = exports()
+        if attr not in table:
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        value = getattr(importlib.import_module(f"algorithms.{table[attr]}"), attr)
+        setattr(module, attr, value)
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(vars(module)) | set(exports()))
+
+    return getattr_, dir_
 
 
-def __getattr__(name: str) -> Any:
-    if name == "__all__":
-        return sorted(_exports())
-    value = export_from_method(__name__, _exports(), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_exports()))
+__getattr__, __dir__ = lazy_module(__name__, _exports)

@@ -11,9 +11,8 @@ target utilities (:mod:`algorithms.targets`) are exported beside them.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
-from . import export_from_method
+from . import lazy_module
 
 # Helpers every method may use, exported beside the methods' own forms.
 _SHARED = {"interpolate_targets": "targets"}
@@ -28,13 +27,4 @@ def _exports() -> dict[str, str]:
     return {**_SHARED, **{r.functional: r.key for r in records.values() if r.functional}}
 
 
-def __getattr__(name: str) -> Any:
-    if name == "__all__":
-        return sorted(_exports())
-    value = export_from_method(__name__, _exports(), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_exports()))
+__getattr__, __dir__ = lazy_module(__name__, _exports)
