@@ -9,6 +9,7 @@ when that is set, else in the test's temporary directory (never in the checkout)
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import os
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from algorithms.metadata import load_all_metadata
+from algorithms.metadata import load_all_datasets, load_all_metadata, load_all_model_families
 
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="Playwright is not installed: install the project's [dev] extra")
@@ -155,6 +156,121 @@ def test_search_finds_cutmix(page, site_url):
     page.wait_for_selector("#search-results li a", timeout=20_000)
     hrefs = page.eval_on_selector_all("#search-results li a", "links => links.map(a => a.getAttribute('href'))")
     assert any(h.split("#")[0].endswith("method_cards/cutmix.html") for h in hrefs), hrefs
+
+
+# --- accessibility: axe-core (vendored, pinned) on every generated page kind, in both themes ---------
+
+AXE = Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js"
+AXE_SHA256 = "29348999450cdf2849a8e70b7912fc2da85a849da39c0d0d5394f51d4a9ed95c"  # axe-core 4.14.1
+WCAG_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+BLOCKING = ("serious", "critical")
+
+
+def page_kinds() -> dict[str, str]:
+    """One page of every kind the site generates, by kind."""
+    records = load_all_metadata()
+    method = next(k for k, r in records.items() if r.kind == "method")
+    best_practice = next(k for k, r in records.items() if r.kind == "best_practice")
+    return {
+        "home": "index.html",
+        "overview": "method_cards/methods_overview.html",
+        "table": "tables/algorithms_table.html",
+        "method card": f"method_cards/{method}.html",
+        "best-practice card": f"method_cards/{best_practice}.html",
+        "dataset card": f"dataset_cards/{next(iter(load_all_datasets()))}.html",
+        "model card": f"model_cards/{next(iter(load_all_model_families()))}.html",
+        "training configurations": "training_configurations.html",
+        "writing a method": "writing_cards.html",
+    }
+
+
+def test_the_vendored_axe_core_is_the_pinned_release():
+    assert hashlib.sha256(AXE.read_bytes()).hexdigest() == AXE_SHA256
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_no_serious_or_critical_accessibility_violation(browser, site_url, real_site, theme):
+    """WCAG 2.1 AA as axe-core checks it, on every page kind, in furo's light and dark themes."""
+    context = browser.new_context(color_scheme=theme)
+    context.add_init_script(f"localStorage.setItem('theme', '{theme}')")  # furo's own theme switch
+    page = context.new_page()
+    found = []
+    try:
+        for kind, path in page_kinds().items():
+            assert (real_site / path).exists(), path
+            page.goto(site_url + path)
+            page.wait_for_load_state("load")
+            assert page.evaluate("document.body.dataset.theme") == theme, (kind, path)
+            page.add_script_tag(path=str(AXE))
+            violations = page.evaluate("""async tags =>
+                (await axe.run(document, {runOnly: {type: 'tag', values: tags}})).violations.map(v => (
+                    {id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map(n => n.target.join(' '))}))""",
+                                       WCAG_AA)
+            found += [f"{theme} {kind} ({path}): {v['impact']} {v['id']} ({v['help']}) at {node}"
+                      for v in violations if v["impact"] in BLOCKING for node in v["nodes"]]
+    finally:
+        context.close()
+    assert not found, "\n".join(found)
+
+
+# --- the landing page and filtered overview URLs --------------------------------------------------
+
+def test_the_landing_page_counts_what_the_metadata_holds(real_site):
+    from bs4 import BeautifulSoup
+
+    records = load_all_metadata().values()
+    html = BeautifulSoup((real_site / "index.html").read_text(encoding="utf-8"), "html.parser")
+    table = next(t for t in html.select("article table") if "What the library holds" in t.get_text())
+    rows = {tr.select("td")[0].get_text(strip=True): [int(td.get_text(strip=True)) for td in tr.select("td")[1:]]
+            for tr in table.select("tbody tr")}
+    for domain in {d for r in records for d in r.domains}:
+        assert rows[domain] == [sum(1 for r in records if domain in r.domains and r.kind == k)
+                                for k in ("method", "best_practice")], domain
+    assert rows["All domains"] == [sum(1 for r in records if r.kind == k) for k in ("method", "best_practice")]
+    assert html.select_one('form[role="search"][action="search.html"] input[name="q"]') is not None
+
+
+def test_the_landing_pages_goals_open_the_overview_filtered(page, site_url):
+    records = load_all_metadata()
+    page.goto(site_url + "index.html")
+    links = page.eval_on_selector_all("article a[href*='methods_overview.html?tag=']",
+                                      "links => links.map(a => a.getAttribute('href'))")
+    assert len(links) >= 3
+    for href in links:
+        tag = href.split("?tag=")[1]
+        page.goto(site_url + href)
+        assert visible_cards(page) == {k for k, r in records.items() if tag in r.tags}, href
+        assert page.input_value("#ml-filter-tag") == tag.replace("_", "-")
+
+
+def test_an_overview_url_with_filters_opens_filtered_and_follows_changes(page, site_url):
+    records = load_all_metadata()
+    page.goto(site_url + "method_cards/methods_overview.html?kind=best_practice&domain=general")
+    assert visible_cards(page) == {k for k, r in records.items()
+                                   if r.kind == "best_practice" and "general" in r.domains}
+    page.select_option("#ml-filter-kind", "")
+    page.select_option("#ml-filter-tag", "speedup")
+    assert page.evaluate("location.search") == "?domain=general&tag=speedup"
+    page.reload()
+    assert visible_cards(page) == {k for k, r in records.items() if "general" in r.domains and "speedup" in r.tags}
+    page.goto(site_url + "method_cards/methods_overview.html?tag=no-such-tag")
+    assert visible_cards(page) == set(records)  # an unknown value filters nothing
+
+
+def test_the_overview_filters_work_from_the_keyboard_alone(page, site_url):
+    records = load_all_metadata()
+    page.goto(site_url + "method_cards/methods_overview.html")
+    for _ in range(60):  # tab from the top of the page to the first filter
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "ml-filter-domain":
+            break
+    else:
+        pytest.fail("the domain filter cannot be reached with Tab")
+    page.keyboard.press("ArrowDown")  # the first domain
+    domain = page.input_value("#ml-filter-domain")
+    assert domain and visible_cards(page) == {k for k, r in records.items() if domain.replace("-", "_") in r.domains}
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "ml-filter-tag"
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -34,7 +34,8 @@ from .results import ResultsError, discover_results, load_results
 from .training_pages import PAGE as TRAINING_PAGE
 from .training_pages import render_training_results
 
-__all__ = ["ALGORITHMS_TABLE", "DOCS_SOURCE", "GENERATORS", "METHODS_OVERVIEW", "NAVIGATION", "TEMPLATE_DIR",
+__all__ = ["ALGORITHMS_TABLE", "DOCS_SOURCE", "GENERATORS", "LANDING", "METHODS_OVERVIEW", "NAVIGATION",
+           "TEMPLATE_DIR",
            "TRAINING_PAGE", "Generated", "generate", "main", "write_outputs"]
 
 DOCS_SOURCE = REPO_ROOT / "docs" / "source"
@@ -43,6 +44,11 @@ TEMPLATE_DIR = DOCS_SOURCE / "tables"
 ALGORITHMS_TABLE = Path("tables") / "algorithms_table.md"
 METHODS_OVERVIEW = Path("method_cards") / "methods_overview.md"
 NAVIGATION = Path("tables") / "navigation.rst.inc"  # .inc: Sphinx does not read it as a page
+LANDING = Path("tables") / "landing.rst.inc"
+
+# The landing page's "start here": a reader's goal and the tag whose overview answers it.
+GOALS = (("Train faster", "speedup"), ("Generalize better", "regularization"), ("Use less memory", "memory"),
+         ("Train on more devices", "parallelism"), ("Compute in lower precision", "precision"))
 
 Generator = Callable[[Site], Mapping[Path, Content]]
 
@@ -90,8 +96,23 @@ def navigation(site: Site) -> dict[Path, Content]:
                                     sections=[s for s in sections if s[1]])}
 
 
+def landing(site: Site) -> dict[Path, Content]:
+    """What the home page shows of the library: how many methods and best practices each domain
+    has, and a link per goal into the overview, filtered (``?tag=...``) to the entries that serve it."""
+    kinds = ("method", "best_practice")
+    domains = sorted({d for r in site.methods for d in r.domains})
+    rows = [(d, *(sum(1 for r in site.methods if d in r.domains and r.kind == k) for k in kinds)) for d in domains]
+    totals = tuple(sum(1 for r in site.methods if r.kind == k) for k in kinds)
+    goals = [(label, tag, sum(1 for r in site.methods if tag in r.tags)) for label, tag in GOALS]
+    return {LANDING: site.render("landing.rst.inc.j2", rows=rows, totals=totals, overview=OVERVIEW_HTML,
+                                 goals=[g for g in goals if g[2]])}
+
+
+OVERVIEW_HTML = METHODS_OVERVIEW.with_suffix(".html").as_posix()
+
 # In order: the navigation lists pages the generators before it write.
-GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_training_results, navigation)
+GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_training_results, landing,
+                                     navigation)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Sphinx extension of the Methods Library site.
 
 * ``builder-inited``: render every generated page (``methods_tools.pages.GENERATORS``, in order:
-  the table, the overview, the training results, the navigation) into the source tree, writing
+  the table, the overview, the training results, the landing page, the navigation) into the source tree, writing
   only what changed, so every build regenerates them and none is committed. Bad metadata, a bad
   results file or a template error is reported as one error line per problem (``-W`` then fails
   the build) and nothing is written.
@@ -10,6 +10,10 @@
   cards against 3 s for 30). Here a toctree section with more than ``methods_nav_card_limit``
   entries shows only its pages that are not cards plus the current page; the overview and the
   table lead to the rest. ``benchmarks/docs_scale.py`` measures both.
+* An HTML translator that makes the pages usable with a keyboard and a screen reader (WCAG 2.1
+  AA, as axe-core checks it in the browser test): a toctree caption is a heading with a level,
+  and a code block, wide table or display formula that may scroll sideways is a named region
+  that takes the keyboard focus.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ import html
 from pathlib import Path
 from typing import Any
 
+from docutils import nodes
 from methods_tools import pages
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.util import logging
+from sphinx.writers.html5 import HTML5Translator
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +76,7 @@ def render_sidebar(app: Sphinx, pagename: str, pathto: Any) -> str:
         if not shown:
             continue
         if caption:
-            parts.append(f'<p class="caption" role="heading"><span class="caption-text">'
+            parts.append(f'<p class="caption" role="heading" aria-level="{CAPTION_LEVEL}"><span class="caption-text">'
                          f"{html.escape(caption)}</span></p>")
         current = any(ref == pagename for _, ref in shown)
         parts.append('<ul class="current">' if current else "<ul>")
@@ -98,7 +104,61 @@ def bounded_toctree(app: Sphinx, pagename: str, templatename: str, context: dict
         context["toctree"] = lambda **kwargs: html_text
 
 
+# --- accessible markup -------------------------------------------------------------------------
+
+CAPTION_LEVEL = 2  # a toctree caption heads the list below it, under the page's title
+# Containers that scroll sideways when their content is wider than the page (furo wraps tables and
+# display math in them), with the name a screen reader announces for each.
+SCROLLING = {"table-wrapper": "Table", "math-wrapper": "Formula"}
+
+
+class AccessibleHTMLTranslator(HTML5Translator):
+    """Sphinx's HTML5 translator with the attributes WCAG asks of its headings and code blocks
+    (scrolling containers: :func:`_scrolling_container_handlers`)."""
+
+    def visit_title(self, node: nodes.title) -> None:
+        if isinstance(node.parent, addnodes.compact_paragraph) and node.parent.get("toctree"):
+            # Sphinx writes role="heading" without the aria-level that role requires.
+            self.body.append(self.starttag(node, "p", "", CLASS="caption", ROLE="heading",
+                                           **{"aria-level": str(CAPTION_LEVEL)}))
+            self.body.append('<span class="caption-text">')
+            self.context.append("</span></p>\n")
+            return
+        super().visit_title(node)
+
+    def visit_literal_block(self, node: nodes.literal_block) -> None:
+        start = len(self.body)
+        try:
+            super().visit_literal_block(node)
+        finally:
+            # A code block scrolls sideways when a line is longer than the page: make its <pre> a
+            # named region the keyboard can reach and scroll.
+            for index in range(start, len(self.body)):
+                if "<pre>" in self.body[index]:
+                    self.body[index] = self.body[index].replace(
+                        "<pre>", '<pre tabindex="0" role="region" aria-label="Code">', 1)
+                    break
+
+
+def _scrolling_container_handlers(app: Sphinx) -> tuple[Any, Any]:
+    """Container visitors that name the scrolling ones; other extensions' visitors (sphinx-design
+    registers one for every container) still write the element."""
+    visit, depart = app.registry.translation_handlers.get("html", {}).get(
+        "container", (HTML5Translator.visit_container, HTML5Translator.depart_container))
+
+    def visit_container(self: HTML5Translator, node: nodes.container) -> None:
+        visit(self, node)
+        name = next((label for cls, label in SCROLLING.items() if cls in node["classes"]), None)
+        if name is not None:
+            self.body[-1] = self.body[-1].replace(
+                "<div", f'<div role="region" tabindex="0" aria-label="{name}"', 1)
+
+    return visit_container, depart
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.set_translator("html", AccessibleHTMLTranslator, override=True)
+    app.add_node(nodes.container, override=True, html=_scrolling_container_handlers(app))
     app.add_config_value("methods_metadata_root", None, "env")
     app.add_config_value("methods_nav_card_limit", 30, "html", int)
     app.connect("builder-inited", generate_pages)
@@ -106,4 +166,4 @@ def setup(app: Sphinx) -> dict[str, Any]:
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
 
 
-__all__ = ["bounded_toctree", "generate_pages", "render_sidebar", "setup"]
+__all__ = ["AccessibleHTMLTranslator", "bounded_toctree", "generate_pages", "render_sidebar", "setup"]
