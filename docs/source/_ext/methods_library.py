@@ -126,6 +126,12 @@ class AccessibleHTMLTranslator(HTML5Translator):
             return
         super().visit_title(node)
 
+    def region_label(self, kind: str) -> str:
+        """``"Code 2"``, ``"Table 1"``: each region of a page gets a name of its own."""
+        counts = self.__dict__.setdefault("_region_counts", {})
+        counts[kind] = counts.get(kind, 0) + 1
+        return f"{kind} {counts[kind]}"
+
     def visit_literal_block(self, node: nodes.literal_block) -> None:
         start = len(self.body)
         try:
@@ -136,7 +142,7 @@ class AccessibleHTMLTranslator(HTML5Translator):
             for index in range(start, len(self.body)):
                 if "<pre>" in self.body[index]:
                     self.body[index] = self.body[index].replace(
-                        "<pre>", '<pre tabindex="0" role="region" aria-label="Code">', 1)
+                        "<pre>", f'<pre tabindex="0" role="region" aria-label="{self.region_label("Code")}">', 1)
                     break
 
 
@@ -150,8 +156,9 @@ def _scrolling_container_handlers(app: Sphinx) -> tuple[Any, Any]:
         visit(self, node)
         name = next((label for cls, label in SCROLLING.items() if cls in node["classes"]), None)
         if name is not None:
+            label = self.region_label(name) if hasattr(self, "region_label") else name
             self.body[-1] = self.body[-1].replace(
-                "<div", f'<div role="region" tabindex="0" aria-label="{name}"', 1)
+                "<div", f'<div role="region" tabindex="0" aria-label="{label}"', 1)
 
     return visit_container, depart
 
