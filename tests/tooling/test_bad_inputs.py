@@ -236,7 +236,7 @@ CASES = [
     ("card-region-markers-removed", _card("cutmix", "<!-- generated: tldr -->\n", ""), _cards,
      "'end generated: tldr' closes no open region"),
     ("card-region-never-closed", _card("cutmix", "<!-- end generated: tags -->\n", ""), _cards,
-     "region 'hyperparameters' opens inside region 'tags'"),
+     "region 'effects' opens inside region 'tags'"),
     ("card-region-unknown", _card("cutmix", "## Considerations\n", "## Considerations\n\n<!-- generated: extra -->\n"
                                   "<!-- end generated: extra -->\n"), _cards, "a generated region 'extra'"),
     ("card-inline-wrong-default", _card("cutmix", "## Considerations\n",
@@ -254,7 +254,7 @@ CASES = [
     ("card-region-removed", _regex_card("mixup", r"<!-- generated: kind -->\n\n(.*?)\n\n<!-- end generated: kind -->",
                                         r"\1"), _cards, "no generated region 'kind'"),
     ("update-markers-unpaired", _card("mixup", "<!-- end generated: tags -->\n", ""), _update("mixup"),
-     "region 'hyperparameters' opens inside region 'tags'"),
+     "region 'effects' opens inside region 'tags'"),
     ("new-method-exists", lambda repo, package: package / "cutmix" / "metadata.json",
      lambda repo, package, path: new_card_main(["cutmix", "--new"], repo_root=repo, package_root=package),
      "cutmix/metadata.json: file: exists — nothing written"),

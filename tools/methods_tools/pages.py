@@ -28,6 +28,7 @@ from algorithms.metadata import discover_metadata_files, display_path, validate_
 
 from . import REPO_ROOT
 from .docsgen import Content, Site, jinja_environment, method_option, sorted_methods
+from .effects_pages import render_effects
 from .files import write_if_changed
 from .markup import safe_token
 from .results import ResultsError, discover_results, load_results
@@ -111,8 +112,8 @@ def landing(site: Site) -> dict[Path, Content]:
 OVERVIEW_HTML = METHODS_OVERVIEW.with_suffix(".html").as_posix()
 
 # In order: the navigation lists pages the generators before it write.
-GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_training_results, landing,
-                                     navigation)
+GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_training_results, render_effects,
+                                     landing, navigation)
 
 
 @dataclass(frozen=True)
