@@ -11,16 +11,19 @@ list that includes empty, full and border-clipped boxes.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trainer_support import Observed, image_batches, image_classifier, one_hot, replayed_generator, soft_cross_entropy
 
 import algorithms.functional as cf
 from algorithms import CutMix, LabelSmoothing
-from algorithms.core import Algorithm, Event, State, Trainer
-from algorithms.core.time import Duration
+from algorithms.core import Event, Trainer
 from algorithms.cutmix.cutmix import _sample_bbox
 
 
@@ -146,101 +149,164 @@ def test_properties(n, c, h, w, k, dtype, seed, alpha, uniform, channels_last):
     assert sorted(y_perm.tolist()) == sorted(y.tolist())  # partners come from a permutation
 
 
-# -- the class --------------------------------------------------------------------------------
+# -- sampling, against the distribution the definition implies -------------------------------
+#
+# The box side is int(S * sqrt(1 - lam)) pixels with lam ~ Beta(alpha, alpha). Its top-left
+# corner is its centre minus half the side, and it is clipped to the image. The centre is uniform
+# in [0, S), or with uniform_sampling in [-(side // 2), S + side // 2). From that the tests below
+# compute exactly how often each pixel is cut and how the cut area is distributed. They compare
+# frequencies over a few thousand draws with these probabilities. A check fails beyond 5 standard
+# deviations: its false-alarm rate is erfc(5 / sqrt 2) = 5.7e-7, and under 1e-4 for all of a
+# test's checks together (union bound). The seeds are fixed, so the tests are deterministic.
 
-class Recorder(Algorithm):
-    """Records the events, what the model saw, and the target the loss was given."""
-
-    def __init__(self):
-        self.inputs, self.targets, self.events = [], [], []
-
-    def match(self, event, state):
-        return True
-
-    def apply(self, event, state, logger=None):
-        self.events.append(event)
-        if event is Event.BEFORE_FORWARD:
-            self.inputs.append(state.batch_get_item(0).clone())
-        if event is Event.AFTER_LOSS:
-            self.targets.append(state.batch_get_item(1).clone())
-
-
-def _batches(n=2, bs=6, k=4, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(bs, 3, 8, 8, generator=g), torch.randint(0, k, (bs,), generator=g))
-            for _ in range(n)]
+BETA_CDF = {  # closed forms of the Beta(alpha, alpha) distribution function
+    0.5: lambda t: 2 / math.pi * math.asin(math.sqrt(t)),
+    1.0: lambda t: t,
+    2.0: lambda t: t * t * (3 - 2 * t),
+}
+SIGMAS = 5
 
 
-def _model(k=4):
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
-                               torch.nn.Flatten(), torch.nn.Linear(4, k))
+def _side_probabilities(size, alpha):
+    """P(side = k) for k = 0..size: k <= size * sqrt(1 - lam) < k + 1."""
+    cdf = BETA_CDF[alpha]
+    return [cdf(1 - (k / size) ** 2) - cdf(max(0.0, 1 - ((k + 1) / size) ** 2)) for k in range(size + 1)]
 
 
-def _fit(algo, batches, **kw):
-    rec = Recorder()
-    trainer = Trainer(_model(), batches, "2ba", algorithms=[algo, rec], seed=1, device="cpu", **kw)
+def _centres(size, side, uniform_sampling):
+    return range(-(side // 2), size + side // 2) if uniform_sampling else range(size)
+
+
+def _cut_rows(size, side, centre):
+    return range(max(centre - side // 2, 0), min(centre - side // 2 + side, size))
+
+
+def _cut_probabilities(size, alpha, uniform_sampling):
+    """``(P(pixel (r, c) is cut) as a (size, size) tensor, {cut pixel count: probability})``."""
+    pixel = torch.zeros(size, size, dtype=torch.float64)
+    counts = {}
+    for side, p_side in enumerate(_side_probabilities(size, alpha)):
+        centres = _centres(size, side, uniform_sampling)
+        row = torch.zeros(size, dtype=torch.float64)
+        extents = {}
+        for centre in centres:
+            rows = _cut_rows(size, side, centre)
+            row[list(rows)] += 1 / len(centres)
+            extents[len(rows)] = extents.get(len(rows), 0) + 1 / len(centres)
+        pixel += p_side * row[:, None] * row[None, :]  # the two centre coordinates are independent
+        for h, p_h in extents.items():
+            for w, p_w in extents.items():
+                counts[h * w] = counts.get(h * w, 0) + p_side * p_h * p_w
+    return pixel, counts
+
+
+def _within(frequency, p, n):
+    return abs(frequency - p) <= SIGMAS * math.sqrt(p * (1 - p) / n) + 1e-12
+
+
+@pytest.mark.parametrize("uniform_sampling", [False, True])
+@pytest.mark.parametrize("alpha", [0.5, 2.0])
+def test_boxes_are_sampled_as_defined(alpha, uniform_sampling):
+    """Every pixel is cut as often as the definition says (with uniform_sampling: every pixel
+    equally often), the cut area follows the distribution Beta(alpha, alpha) implies, and the
+    returned label weight is the fraction of pixels each image kept."""
+    size, n = 12, 2500
+    x = torch.stack([torch.zeros(1, size, size), torch.ones(1, size, size)])
+    g = torch.Generator().manual_seed(0)
+    cut, kept = [], []
+    for _ in range(n):  # image 0 takes its box from image 1, which is all ones
+        mixed, _, area, _ = cf.cutmix_batch(x, torch.arange(2), alpha=alpha, indices=torch.tensor([1, 0]),
+                                            uniform_sampling=uniform_sampling, generator=g)
+        cut.append(mixed[0, 0])
+        kept.append(area)
+    cut = torch.stack(cut)
+    cut_pixels = cut.sum(dim=(1, 2)).round().long()
+    torch.testing.assert_close(torch.tensor(kept, dtype=torch.float64), 1 - cut_pixels.double() / size**2)
+
+    pixel, counts = _cut_probabilities(size, alpha, uniform_sampling)
+    if uniform_sampling:
+        torch.testing.assert_close(pixel, torch.full_like(pixel, pixel[0, 0].item()))
+    frequency = cut.double().mean(dim=0)
+    bad = [(r, c, frequency[r, c].item(), pixel[r, c].item()) for r in range(size) for c in range(size)
+           if not _within(frequency[r, c].item(), pixel[r, c].item(), n)]
+    assert not bad, f"pixels cut too often or too rarely (row, col, frequency, probability): {bad[:5]}"
+
+    bins = 8  # cut area in eighths of the image
+    expected = [0.0] * bins
+    for count, p in counts.items():
+        expected[min(count * bins // size**2, bins - 1)] += p
+    observed = torch.bincount((cut_pixels * bins // size**2).clamp(max=bins - 1), minlength=bins).double() / n
+    for b in range(bins):
+        assert _within(observed[b].item(), expected[b], n), (b, observed.tolist(), expected)
+
+
+# -- the class in the Trainer -----------------------------------------------------------------
+
+def _replay_draws(generator, n, height, width, alpha, uniform_sampling):
+    """The partners and the box a CutMix class draws next from ``generator``: the draws depend
+    on the batch's shape alone, so the functional form run on stand-ins, with the class indices
+    0..n-1 as labels, returns them."""
+    _, partners, _, bbox = cf.cutmix_batch(torch.zeros(n, 1, height, width), torch.arange(n), alpha=alpha,
+                                           uniform_sampling=uniform_sampling, generator=generator)
+    return partners, bbox
+
+
+def _cutmix_definition(x, partners, bbox):
+    """``(mixed images, weight of each image's own label)``: inside the box (rows x1..x2-1,
+    columns y1..y2-1) every pixel is the partner's; the weight is the fraction of pixels kept."""
+    x1, y1, x2, y2 = bbox
+    rows, cols = torch.arange(x.shape[-2]), torch.arange(x.shape[-1])
+    inside = ((rows >= x1) & (rows < x2))[:, None] & ((cols >= y1) & (cols < y2))[None, :]
+    return torch.where(inside, x[partners], x), 1.0 - inside.double().mean().item()
+
+
+def _draws_show_a_swap(kept, y, partners):
+    """Whether a batch tells the two label weights apart: some label differs from its partner's,
+    and the box is neither empty nor the whole image nor half of it."""
+    return 0 < kept < 1 and kept != 0.5 and bool((y != y[partners]).any())
+
+
+@pytest.mark.parametrize("uniform_sampling", [False, True])
+@pytest.mark.parametrize("interpolate_loss", [False, True])
+def test_in_the_trainer_the_model_and_the_loss_see_the_definition(interpolate_loss, uniform_sampling):
+    """The model sees each image with the box pasted from its partner; the loss is the cross
+    entropy against kept * onehot(y) + (1 - kept) * onehot(y[partners]), or with interpolate_loss
+    kept * CE(y) + (1 - kept) * CE(y[partners]) against the untouched labels. The draws are
+    replayed from the generator the class is defined to use."""
+    batches, seen = image_batches(n=3), Observed()
+    algo = CutMix(alpha=1.0, interpolate_loss=interpolate_loss, uniform_sampling=uniform_sampling)
+    trainer = Trainer(image_classifier(), batches, "3ba", algorithms=[algo, seen], seed=1, device="cpu")
     trainer.fit()
-    return trainer, rec
-
-
-EXPECTED_EVENTS = [Event.INIT, Event.FIT_START, Event.EPOCH_START,
-                   *Event.batch_events(), *Event.batch_events(), Event.EPOCH_END, Event.FIT_END]
-
-
-@pytest.mark.parametrize("uniform_sampling", [True, False])
-@pytest.mark.parametrize("alpha", [0.2, 1.0])
-def test_the_class_calls_the_functional_form_with_its_own_generator(alpha, uniform_sampling):
-    """After the data loader the batch is what ``cutmix_batch`` gives with the class's seeded
-    generator: the class samples, the functional form does the math."""
-    x, y = _batches(n=1)[0]
-    state = State(model=torch.nn.Identity(), max_duration=Duration.parse("1ep"), seed=7)
-    state.batch = (x, y)
-    algo = CutMix(alpha=alpha, uniform_sampling=uniform_sampling)
-    algo.apply(Event.AFTER_DATALOADER, state, None)
-    mixed, y_perm, _, _ = cf.cutmix_batch(x, y, alpha=alpha, uniform_sampling=uniform_sampling,
-                                          generator=CutMix().generator(state))
-    assert torch.equal(state.batch[0], mixed)
-    assert state.batch[1] is y and torch.equal(algo._target_perm, y_perm)
-
-
-def test_the_class_mixes_the_batch_the_model_sees_and_the_target_the_loss_sees():
-    batches = _batches()
-    trainer, rec = _fit(CutMix(alpha=1.0), batches)
-    assert rec.events == EXPECTED_EVENTS
-    for seen, (x, _) in zip(rec.inputs, batches, strict=True):
-        assert seen.shape == x.shape and not torch.equal(seen, x)
-    for target, (_, y) in zip(rec.targets, batches, strict=True):
-        assert target.shape == (len(y), 4)  # mixed soft targets reached the loss
-        torch.testing.assert_close(target.sum(1), torch.ones(len(y)))
+    generator, telling = replayed_generator(CutMix, seed=1), []
+    for (x, y), model_input, out, target, loss in zip(batches, seen.inputs, seen.outputs, seen.targets,
+                                                       seen.losses, strict=True):
+        partners, bbox = _replay_draws(generator, len(y), 8, 8, 1.0, uniform_sampling)
+        mixed, kept = _cutmix_definition(x, partners, bbox)
+        assert torch.equal(model_input, mixed)
+        if interpolate_loss:
+            assert torch.equal(target, y)
+            expected = kept * F.cross_entropy(out, y) + (1 - kept) * F.cross_entropy(out, y[partners])
+        else:
+            mixed_target = kept * one_hot(y, 4) + (1 - kept) * one_hot(y[partners], 4)
+            torch.testing.assert_close(target, mixed_target)
+            expected = soft_cross_entropy(out, mixed_target)
+        torch.testing.assert_close(loss, expected.float())
+        telling.append(_draws_show_a_swap(kept, y, partners))
+    assert any(telling), "the seed must draw a box that tells the two label weights apart"
     ran = {t.event for t in trainer.engine.trace if "CutMix" in t.algorithms}
-    assert ran == {Event.AFTER_DATALOADER, Event.BEFORE_LOSS}
-
-
-def test_interpolate_loss_mixes_losses_not_targets():
-    batches = _batches()
-    trainer, rec = _fit(CutMix(alpha=1.0, interpolate_loss=True), batches)
-    for target, (_, y) in zip(rec.targets, batches, strict=True):
-        assert torch.equal(target, y)  # targets untouched
-    ran = {t.event for t in trainer.engine.trace if "CutMix" in t.algorithms}
-    assert ran == {Event.AFTER_DATALOADER, Event.AFTER_LOSS}
+    assert ran == {Event.AFTER_DATALOADER, Event.AFTER_LOSS if interpolate_loss else Event.BEFORE_LOSS}
 
 
 def test_label_smoothing_after_cutmix_smooths_the_mixed_target():
-    batches = _batches(n=1)
-    _, rec = _fit(CutMix(alpha=1.0), batches)
-    seen = {}
-
-    class Spy(Algorithm):
-        def match(self, event, state):
-            return event is Event.BEFORE_LOSS
-
-        def apply(self, event, state, logger=None):
-            seen["target"] = state.batch_get_item(1)
-
-    Trainer(_model(), batches, "1ba", algorithms=[CutMix(alpha=1.0), LabelSmoothing(0.2), Spy()],
+    batches, seen = image_batches(n=1), Observed()
+    Trainer(image_classifier(), batches, "1ba", algorithms=[CutMix(alpha=1.0), LabelSmoothing(0.2), seen],
             seed=1, device="cpu").fit()
-    mixed = rec.targets[0]
-    torch.testing.assert_close(seen["target"], 0.8 * mixed + 0.2 / 4)
+    (x, y), = batches
+    partners, bbox = _replay_draws(replayed_generator(CutMix, seed=1), len(y), 8, 8, 1.0, False)
+    _, kept = _cutmix_definition(x, partners, bbox)
+    mixed_target = kept * one_hot(y, 4) + (1 - kept) * one_hot(y[partners], 4)
+    torch.testing.assert_close(seen.targets[0], 0.8 * mixed_target + 0.2 / 4)
+    torch.testing.assert_close(seen.losses[0], soft_cross_entropy(seen.outputs[0], 0.8 * mixed_target + 0.05))
 
 
 def test_dense_targets_are_refused_with_a_clear_error():
@@ -251,12 +317,10 @@ def test_dense_targets_are_refused_with_a_clear_error():
 
 
 def test_seeded_runs_repeat():
-    batches = _batches()
-    torch.manual_seed(0)
-    a = Trainer(_model(), batches, "2ba", algorithms=[CutMix()], seed=5)
+    batches = image_batches(n=2)
+    a = Trainer(image_classifier(), batches, "2ba", algorithms=[CutMix()], seed=5)
     a.fit()
-    torch.manual_seed(0)
-    b = Trainer(_model(), batches, "2ba", algorithms=[CutMix()], seed=5)
+    b = Trainer(image_classifier(), batches, "2ba", algorithms=[CutMix()], seed=5)
     b.fit()
     for p, q in zip(a.state.model.parameters(), b.state.model.parameters(), strict=True):
         assert torch.equal(p, q)
