@@ -89,3 +89,122 @@ def test_every_precision_trains_on_cuda_without_nans(precision):
         assert scale > 1
         for scaled, unscaled in zip(probe.after_backward, probe.before_step, strict=True):
             torch.testing.assert_close(scaled / scale, unscaled, rtol=1e-5, atol=0)
+
+
+# -- what each mode does, observed from inside the loop ----------------------------------------
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "amp_fp16": torch.float16,
+          "amp_bf16": torch.bfloat16}
+PARAMETER_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+                    "amp_fp16": torch.float32, "amp_bf16": torch.float32}
+
+
+class DtypeProbe(Algorithm):
+    """The dtypes of the model's input, its outputs, its parameters and the loss, per batch."""
+
+    def __init__(self):
+        self.seen = []
+
+    def match(self, event, state):
+        return event in (Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_BACKWARD)
+
+    def apply(self, event, state, logger=None):
+        if event is Event.BEFORE_FORWARD:
+            self.seen.append({"input": state.batch[0].dtype, "target": state.batch[1].dtype})
+        elif event is Event.AFTER_FORWARD:
+            self.seen[-1].update(outputs=state.outputs.dtype,
+                                 parameters={p.dtype for p in state.model.parameters()})
+        else:
+            self.seen[-1]["loss"] = state.loss.dtype
+
+
+@pytest.mark.parametrize("precision", list(DTYPES))
+def test_the_forward_runs_in_the_dtype_of_the_mode(precision):
+    """AMP modes keep float32 parameters and autocast the forward (outputs in float16 or
+    bfloat16, on the CPU too); fp16 and bf16 cast the model and the float inputs; the loss is
+    float32 in every mode. Evaluation runs the forward the same way."""
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(2)]
+    probe, eval_outputs = DtypeProbe(), []
+    trainer = Trainer(_model(), data, "2ba", precision=precision, device="cpu", algorithms=[probe])
+    trainer.state.model.register_forward_hook(lambda module, args, out: eval_outputs.append(out.dtype))
+    trainer.fit()
+    assert probe.seen == [{"input": DTYPES[precision] if precision in ("fp16", "bf16") else torch.float32,
+                           "target": torch.int64, "outputs": DTYPES[precision],
+                           "parameters": {PARAMETER_DTYPES[precision]}, "loss": torch.float32}] * 2
+    assert {p.dtype for p in trainer.state.model.parameters()} == {PARAMETER_DTYPES[precision]}
+    eval_outputs.clear()
+    trainer.eval(data)
+    assert eval_outputs == [DTYPES[precision]] * 2
+
+
+def _total_norm(tensors):
+    return torch.sqrt(sum((t.double() ** 2).sum() for t in tensors)).item()
+
+
+# GradScaler's documented defaults; torch 2.13's torch.amp.GradScaler("cpu") scales on the CPU too.
+INITIAL_SCALE, BACKOFF = 2.0**16, 0.5
+CLIP_TOLERANCE = {"fp32": 1e-5, "fp16": 2e-2, "bf16": 5e-2, "amp_fp16": 1e-5, "amp_bf16": 1e-5}
+
+
+@pytest.mark.parametrize("precision", list(DTYPES))
+def test_gradients_are_clipped_to_the_norm_once_unscaled_and_the_step_uses_them(precision):
+    """A clip norm a quarter of the true gradient norm clips: the optimizer sees the unscaled
+    gradients times clip / norm (norm computed here from the unscaled gradients; under amp_fp16
+    backward ran on the loss times GradScaler's initial scale), and SGD steps with exactly those."""
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    model = _model()
+    reference = copy.deepcopy(model)
+    F.cross_entropy(reference(x), y).backward()
+    clip = _total_norm([p.grad for p in reference.parameters()]) / 4
+    probe = GradProbe()
+    trainer = Trainer(model, [(x, y)], "1ba", precision=precision, device="cpu", algorithms=[probe],
+                      optimizer=lambda params: torch.optim.SGD(params, lr=0.5), grad_clip_norm=clip)
+    before = [p.detach().clone() for p in trainer.state.model.parameters()]
+    trainer.fit()
+    scale = INITIAL_SCALE if precision == "amp_fp16" else 1.0
+    unscaled = [grad.double() / scale for grad in probe.after_backward]
+    norm = _total_norm(unscaled)
+    assert norm > 3 * clip  # the threshold clips, in every mode
+    tol = CLIP_TOLERANCE[precision]
+    for got, want in zip(probe.before_step, unscaled, strict=True):
+        torch.testing.assert_close(got.double(), want * clip / norm, rtol=tol, atol=tol * clip / 10)
+    assert _total_norm(probe.before_step) == pytest.approx(clip, rel=tol)
+    for p0, p1, grad in zip(before, trainer.state.model.parameters(), probe.before_step, strict=True):
+        torch.testing.assert_close(p1.detach(), (p0 - 0.5 * grad).to(p0.dtype), rtol=tol, atol=tol * 1e-2)
+
+
+def test_amp_fp16_steps_with_unscaled_gradients_and_skips_a_step_that_overflowed():
+    """Without clipping the optimizer still gets the true gradients (the scaler unscales in its
+    step). A batch whose float16 forward overflows leaves the parameters alone, and the scale
+    backs off by GradScaler's factor for the next batch."""
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+    data = [(x * 1e6, y), (x, y)]  # 1e6 is beyond float16's range: the first forward gives NaN
+    grads = []
+
+    class Steps(Algorithm):
+        """The gradients backward leaves and the parameters each step leaves."""
+
+        def match(self, event, state):
+            return event in (Event.AFTER_BACKWARD, Event.AFTER_TRAIN_BATCH)
+
+        def apply(self, event, state, logger=None):
+            grads.append([p.detach().clone() if event is Event.AFTER_TRAIN_BATCH else p.grad.detach().clone()
+                          for p in state.model.parameters()])
+
+    trainer = Trainer(_model(), data, "2ba", precision="amp_fp16", device="cpu", algorithms=[Steps()],
+                      optimizer=lambda params: torch.optim.SGD(params, lr=0.5))
+    start = [p.detach().clone() for p in trainer.state.model.parameters()]
+    trainer.fit()
+    (overflowed, after_first, scaled, after_second) = grads
+    assert not all(torch.isfinite(t).all() for t in overflowed)
+    assert all(torch.equal(a, b) for a, b in zip(after_first, start, strict=True))  # the step was skipped
+    reference = copy.deepcopy(trainer.state.model)
+    for p, p0 in zip(reference.parameters(), start, strict=True):
+        p.data.copy_(p0)
+    F.cross_entropy(reference(x), y).backward()
+    for s, ref, p0, p1 in zip(scaled, reference.parameters(), start, after_second, strict=True):
+        torch.testing.assert_close(s / (INITIAL_SCALE * BACKOFF), ref.grad, rtol=2e-2, atol=2e-3)
+        torch.testing.assert_close(p1, p0 - 0.5 * s / (INITIAL_SCALE * BACKOFF), rtol=1e-5, atol=1e-6)
