@@ -278,6 +278,7 @@ class Trainer:
                                        for _ in range(3))
         count = 0
         for batch in dataloader:
+            self.engine.run_event(Event.EVAL_BATCH_START)
             batch = self._to_device(batch)
             inputs = self._batch_item(batch, "input_key")
             targets = self._batch_item(batch, "target_key")
@@ -291,6 +292,7 @@ class Trainer:
             correct += ((outputs.argmax(dim=1) == labels) & counted).sum()
             labelled += counted.sum()
             count += n
+            self.engine.run_event(Event.EVAL_BATCH_END)
         self.engine.run_event(Event.EVAL_END)
         totals = torch.stack([correct, labelled, loss_sum,
                               torch.tensor(float(count), dtype=torch.float64, device=state.device)])

@@ -190,3 +190,136 @@ def test_eval_reads_one_hot_and_probability_targets_as_their_most_likely_class()
     # the default cross-entropy takes no integer one-hot, so compare accuracies through a loss that does
     t.state.loss_fn = lambda out, y: torch.nn.functional.cross_entropy(out, y.float() if y.ndim == 2 else y)
     assert t.eval(one_hot)["accuracy"] == by_index["accuracy"]
+
+
+# -- the rest of the loop, against what it is defined to do ------------------------------------
+
+class _LearningRates(Algorithm):
+    """The learning rate each optimizer step runs with, and the parameters before and after it."""
+
+    def __init__(self):
+        self.rates, self.before, self.after, self.grads = [], [], [], []
+
+    def match(self, event, state):
+        return event in (Event.BEFORE_OPTIMIZER_STEP, Event.AFTER_TRAIN_BATCH)
+
+    def apply(self, event, state, logger=None):
+        params = [p.detach().clone() for p in state.model.parameters()]
+        if event is Event.BEFORE_OPTIMIZER_STEP:
+            self.rates.append(state.optimizer.param_groups[0]["lr"])
+            self.before.append(params)
+            self.grads.append([p.grad.detach().clone() for p in state.model.parameters()])
+        else:
+            self.after.append(params)
+
+
+def test_schedulers_step_once_after_every_optimizer_step():
+    """StepLR(step_size=1, gamma=0.5) halves the rate at each of its steps: the n-th optimizer
+    step (counting from 0) runs with lr * 0.5**n over the epochs, and plain SGD moves every
+    parameter by -lr_n * grad."""
+    model = torch.nn.Linear(6, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    probe = _LearningRates()
+    Trainer(model, _data(n=3), "2ep", optimizer=optimizer, schedulers=[scheduler], algorithms=[probe]).fit()
+    assert probe.rates == [0.5**n for n in range(6)]
+    assert optimizer.param_groups[0]["lr"] == 0.5**6
+    for rate, before, after, grads in zip(probe.rates, probe.before, probe.after, probe.grads, strict=True):
+        for p0, p1, grad in zip(before, after, grads, strict=True):
+            torch.testing.assert_close(p1, p0 - rate * grad)
+
+
+class _RecordingSampler(torch.utils.data.Sampler):
+    """A stand-in for DistributedSampler: records set_epoch calls and the epoch each pass over
+    the data was drawn for."""
+
+    def __init__(self, n):
+        self.n, self.epochs, self.passes = n, [], []
+
+    def set_epoch(self, epoch):
+        self.epochs.append(epoch)
+
+    def __iter__(self):
+        self.passes.append(self.epochs[-1] if self.epochs else None)
+        return iter(range(self.n))
+
+    def __len__(self):
+        return self.n
+
+
+@pytest.mark.parametrize(("duration", "epochs"), [("3ep", [0, 1, 2]), ("5ba", [0, 1, 2])])
+def test_the_samplers_epoch_is_set_before_every_epoch(duration, epochs):
+    x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+    sampler = _RecordingSampler(8)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=4, sampler=sampler)
+    Trainer(torch.nn.Linear(6, 3), loader, duration).fit()
+    assert sampler.epochs == epochs and sampler.passes == epochs
+
+
+class _Mode(torch.nn.Module):
+    """Records, at every forward, whether the module is in training mode and autograd is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 3)
+        self.modes = []
+
+    def forward(self, x):
+        self.modes.append((self.training, torch.is_grad_enabled()))
+        return self.linear(x)
+
+
+def test_eval_runs_its_events_in_eval_mode_without_autograd_and_training_goes_on_in_train_mode():
+    data = _data(n=2)
+    model = _Mode()
+    t = Trainer(model, data, "1ep")
+    start = len(t.engine.trace)
+    t.eval(data)
+    assert [tr.event for tr in t.engine.trace[start:]] == [
+        Event.EVAL_START, Event.EVAL_BATCH_START, Event.EVAL_BATCH_END, Event.EVAL_BATCH_START,
+        Event.EVAL_BATCH_END, Event.EVAL_END]
+    t.fit()
+    assert model.modes == [(False, False)] * 2 + [(True, True)] * 2
+
+
+def test_eval_takes_probability_targets_and_weights_the_loss_by_samples():
+    """A soft target's loss is the soft cross entropy; batches of different sizes count by their
+    samples; the accuracy counts the outputs whose most likely class is the target's."""
+    g = torch.Generator().manual_seed(2)
+    data = [(torch.randn(n, 6, generator=g), torch.softmax(3 * torch.randn(n, 3, generator=g), dim=1))
+            for n in (3, 5)]
+    t = Trainer(torch.nn.Linear(6, 3), data, "1ba")
+    got = t.eval(data)
+    with torch.no_grad():
+        outputs = [t.state.model(x) for x, _ in data]
+    losses = [-(p * out.log_softmax(1)).sum(1) for out, (_, p) in zip(outputs, data, strict=True)]
+    hits = [(out.argmax(1) == p.argmax(1)) for out, (_, p) in zip(outputs, data, strict=True)]
+    assert got["loss"] == pytest.approx(torch.cat(losses).mean().item())
+    assert got["accuracy"] == pytest.approx(torch.cat(hits).double().mean().item())
+    assert 0 < got["accuracy"] < 1
+
+
+def test_dict_batches_flow_by_key_to_the_model_and_the_loss():
+    """The model is called on batch[input_key] and the loss on batch[target_key], whatever else
+    the batch holds (here a second input and a second target of the same shapes)."""
+    g = torch.Generator().manual_seed(1)
+    data = [{"other": torch.randn(4, 6, generator=g), "x": torch.randn(4, 6, generator=g),
+             "y": torch.randint(0, 3, (4,), generator=g), "z": torch.randint(0, 3, (4,), generator=g)}
+            for _ in range(2)]
+    model = _DictModel()
+
+    class Losses(Algorithm):
+        def __init__(self):
+            self.pairs = []
+
+        def match(self, event, state):
+            return event is Event.BEFORE_BACKWARD
+
+        def apply(self, event, state, logger=None):
+            self.pairs.append((state.outputs.detach(), state.loss.detach()))
+
+    losses = Losses()
+    Trainer(model, data, "2ba", input_key="x", target_key="y", algorithms=[losses]).fit()
+    for batch, seen, (out, loss) in zip(data, model.seen, losses.pairs, strict=True):
+        assert torch.equal(seen, batch["x"])
+        torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(out, batch["y"]))
