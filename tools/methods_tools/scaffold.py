@@ -348,14 +348,11 @@ def _one_process_world(parallel: str) -> str:
     example runs in the test suite as written."""
     lines = [
         "# A one-process torchrun world, so the example runs in the test suite; undone below.",
+        "# MASTER_PORT=0: the world's one TCPStore binds a free port itself, so no two runs collide.",
         "import os",
-        "import socket",
         "",
         "_saved_environ = dict(os.environ)",
-        "with socket.socket() as _s:",
-        '    _s.bind(("127.0.0.1", 0))',
-        "    _port = _s.getsockname()[1]",
-        'os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port), RANK="0", WORLD_SIZE="1",',
+        'os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1",',
         '                  LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")',
     ]
     if parallel == "deepspeed":
