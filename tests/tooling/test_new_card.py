@@ -3,11 +3,15 @@ prose, and nothing is overwritten silently."""
 
 from __future__ import annotations
 
+import copy
+import html
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from card_support import run_card_code
@@ -128,17 +132,100 @@ def test_unknown_name_lists_known_names_closest_first(scratch, capsys):
     assert "known: resnet" in capsys.readouterr().err
 
 
-def test_metadata_text_is_escaped_in_the_scaffold(scratch):
+# Every free-text field of every card kind, and each kind's links; the schema says which fields are
+# text (its "text" definition) and which are links (the "^https://" pattern).
+ESCAPED_CARDS = [("method", "mixup", "mixup/metadata.json", "metadata.schema.json"),
+                 ("dataset", "digits", "data/digits.metadata.json", "dataset.schema.json"),
+                 ("model_family", "resnet", "models/resnet.metadata.json", "model_family.schema.json")]
+PAPER = {"title": "t", "authors": ["a", "b"], "venue": "v", "year": 2020, "url": "https://example.org"}
+# Known and not yet fixed: the three card templates put the paper's venue at the start of a line
+# but escape it with md_text, not md_paragraph, so a venue "- X" renders as a list and "% X" as a
+# MyST comment. Empty this set when the templates are fixed (the test then insists it stays empty).
+KNOWN_UNESCAPED = {"paper.venue"}
+
+
+def _hostile(tag: str) -> str:
+    """Text that is markup in every way MyST reads it: a comment, list or heading where it starts
+    a line, HTML, emphasis, code, a link, a role, math, a table cell's end, a backslash."""
+    return (f"% {tag} <script>alert({tag})</script> *{tag}* _{tag}_ `{tag}` [{tag}](https://x.org) "
+            f"{{eval-rst}}`{tag}` ${tag}$ |{tag}| \\{tag}\n- {tag} 1. {tag} # {tag}")
+
+
+def _hostile_url(tag: str) -> str:
+    return f"https://example.org/{tag}?q=<script>&r=a b)(c>\"d"
+
+
+def _fields(schema: dict, node: dict, value, path=()):
+    """``(path, "text" | "url")`` for every string in ``value`` that ``node`` types as text or as a link."""
+    while "$ref" in node:
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[1]]
+    if isinstance(value, str):
+        if node is schema["$defs"]["text"]:
+            yield path, "text"
+        elif node.get("pattern") == "^https://":
+            yield path, "url"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            child = node.get("properties", {}).get(key) or next(
+                (s for p, s in node.get("patternProperties", {}).items() if re.match(p, key)), None) \
+                or node.get("additionalProperties")
+            if isinstance(child, dict):
+                yield from _fields(schema, child, item, (*path, key))
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for i, item in enumerate(value):
+            yield from _fields(schema, node["items"], item, (*path, i))
+
+
+def _set(data, path, value):
+    for key in path[:-1]:
+        data = data[key]
+    data[path[-1]] = value
+
+
+@pytest.mark.parametrize(("kind", "key", "file", "schema_file"), ESCAPED_CARDS, ids=[c[0] for c in ESCAPED_CARDS])
+def test_metadata_text_is_escaped_in_the_scaffold(scratch, kind, key, file, schema_file):
+    """Every text field and link of the metadata, made hostile, reads back in the card (parsed as
+    the site parses it, MyST with its extensions) as exactly the text it was: no HTML, block,
+    emphasis, code, role or math comes out of it, and every link keeps its one destination. The
+    card is rendered with a paper and without one, since the attribution shows one or the other."""
+    from markdown_it.renderer import RendererHTML
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+
     repo, package = scratch
-    path = package / "mixup" / "metadata.json"
-    path.write_text(path.read_text().replace(
-        '"tldr": "Trains', '"tldr": "<script>alert(1)</script> {eval-rst}`x` *Trains').replace(
-        '"url": "https://arxiv.org/abs/1710.09412"', '"url": "https://example.org/a)b<c> d"'))
-    text = render_card("method", "mixup", repo_root=repo, package_root=package)
-    tldr = cards.regions(text)["tldr"].body.strip()
-    assert tldr.startswith(r"\<script\>alert")
-    assert r"\{eval\-rst\}\`x\` \*Trains" in tldr or r"\{eval-rst\}\`x\` \*Trains" in tldr
-    assert "(<https://example.org/a%29b%3Cc%3E%20d>)" in cards.regions(text)["attribution"].body
+    md = create_md_parser(MdParserConfig(enable_extensions={"dollarmath", "amsmath", "colon_fence"}), RendererHTML)
+    schema = json.loads((PACKAGE_ROOT / schema_file).read_text())
+    original = json.loads((package / file).read_text())
+    shown, every = set(), set()
+    for with_paper in (True, False):
+        data = copy.deepcopy(original)
+        data[key].pop("paper", None)
+        if with_paper:
+            data[key]["paper"] = PAPER
+        values = {}
+        for i, (field, what) in enumerate(_fields(schema, schema, data)):
+            values[field] = (what, _hostile(f"F{i:02d}") if what == "text" else _hostile_url(f"F{i:02d}"))
+            _set(data, field, values[field][1])
+        (package / file).write_text(json.dumps(data))
+        text = render_card(kind, key, repo_root=repo, package_root=package)
+        page = md.render(text)
+        assert "<script" not in page
+        hrefs = [unquote(t.attrGet("href")) for t in _walk(md.parse(text)) if t.type == "link_open"]
+        for field, (what, value) in values.items():
+            every.add(field)  # a paper's fields exist only in the first rendering
+            # text reads back as itself on one line (line breaks are spaces), HTML-escaped by the renderer
+            if (what == "text" and html.escape(" ".join(value.split()), quote=False) in page) \
+                    or (what == "url" and value in hrefs):
+                shown.add(field)
+    missing = {".".join(map(str, field[1:])) for field in every - shown}
+    assert missing == KNOWN_UNESCAPED, f"not shown as the plain text or the one link they are: {sorted(missing)}"
+    assert len(every) >= 12
+
+
+def _walk(tokens):
+    for token in tokens:
+        yield token
+        yield from _walk(token.children or [])
 
 
 def test_cli_script_runs_from_the_checkout():
