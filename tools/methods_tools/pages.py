@@ -29,6 +29,7 @@ from algorithms.metadata import discover_metadata_files, display_path, validate_
 from . import REPO_ROOT
 from .docsgen import Content, Site, jinja_environment, method_option, sorted_methods
 from .effects_pages import render_effects
+from .figures import render_figures
 from .files import write_if_changed
 from .markup import safe_token
 from .results import ResultsError, discover_results, load_results
@@ -112,8 +113,8 @@ def landing(site: Site) -> dict[Path, Content]:
 OVERVIEW_HTML = METHODS_OVERVIEW.with_suffix(".html").as_posix()
 
 # In order: the navigation lists pages the generators before it write.
-GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_training_results, render_effects,
-                                     landing, navigation)
+GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_figures, render_training_results,
+                                     render_effects, landing, navigation)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from algorithms.metadata import (
 from . import REPO_ROOT
 from .cards import HYPERPARAMETER_SECTION, Region, regions, replace_regions
 from .docsgen import jinja_environment, method_option
-from .markup import literal, md_text
+from .markup import literal, md_code, md_text
 from .prompts import PLACEHOLDER
 
 __all__ = [
@@ -203,6 +203,7 @@ def _method_context(record: Any) -> dict[str, Any]:
         "trainer_setup": None,
         "trainer_teardown": None,
         "launch": None,
+        "figure": _figure_caption(record) if "figure" in record.raw else None,
     }
     if record.is_best_practice:
         context["trainer_example"] = _trainer_example(record, None, {})
@@ -237,6 +238,17 @@ def _method_context(record: Any) -> dict[str, Any]:
     context["functional_example"] = _functional_example(record, codeinfo.parameters(functional), suggested)
     context["trainer_example"] = _trainer_example(record, record.class_name, suggested)
     return context
+
+
+def _figure_caption(record: Any) -> str:
+    """The caption of a method's figure: what it shows and the exact call that made it."""
+    from .figures import PHOTOS, figure_call
+
+    call = md_code(figure_call(record))
+    if record.raw["figure"]["kind"] == "targets":
+        return f"A one-hot label over 10 classes and the target that {call} makes of it."
+    return (f"The photographs {', '.join(PHOTOS)} of scikit-image's sample data, before (top) and after (bottom) "
+            f"{call}, drawn by every docs build.")
 
 
 # --------------------------------------------------------------------------------------------- new methods

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .docsgen import Content, Site
+from .docsgen import Content, Site, reuse_or_draw
 
 __all__ = ["PAGE", "REFERENCE_EXPERIMENT", "SNIPPETS", "render_training_results"]
 
@@ -189,13 +189,7 @@ def _chart(document: Mapping[str, Any], previous: Path) -> str:
     """The chart of ``document``: ``previous`` (the last run's output) when drawn from the same
     inputs, else drawn afresh."""
     key = _chart_key(document)
-    try:
-        old = previous.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        old = ""
-    if f"<dc:identifier>{key}</dc:identifier>" in old:
-        return old
-    return _draw_chart(document, key)
+    return reuse_or_draw(previous, key, lambda: _draw_chart(document, key))
 
 
 def _draw_chart(document: Mapping[str, Any], key: str) -> str:

@@ -1,0 +1,208 @@
+"""The figure of every method that declares one, drawn by running its functional form.
+
+A method declares its figure in its ``metadata.json`` (no shared list names it)::
+
+    "figure": {"kind": "batch", "arguments": {"alpha": 1.0}, "seed": 0,
+               "alt": "Four photographs before and after CutMix ..."}
+
+The docs build (:func:`render_figures`, one of :data:`methods_tools.pages.GENERATORS`) calls the
+method's functional form from ``algorithms.functional`` with those keyword arguments and a torch
+generator seeded with ``seed``, on real photographs that ship inside scikit-image
+(:data:`PHOTOS`; nothing is downloaded), and draws the result with matplotlib into
+``tables/figures/<key>.svg``, which the card's generated ``figure`` region shows with a caption
+that gives the exact call. The kinds:
+
+- ``batch``: a batch of the photographs before (top row) and after (bottom row) the call, for
+  methods that change inputs (CutMix, MixUp, CutOut, ...);
+- ``targets``: the target distribution the call makes from a one-hot label, beside that label,
+  for methods that change targets (label smoothing).
+
+A figure carries the hash of its inputs (the figure entry, the method's source, the drawing code,
+the versions of torch, matplotlib and scikit-image) as its ``dc:identifier``; an unchanged figure
+in the output folder is reused, not drawn again. Figures are build outputs and are never
+committed. A figure that cannot be drawn is one problem line naming the method and the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import io
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .docsgen import Content, Site, reuse_or_draw
+
+__all__ = ["FIGURES", "PHOTOS", "FigureError", "figure_call", "figure_path", "render_figures"]
+
+FIGURES = Path("tables") / "figures"
+#: The photographs a batch figure shows: scikit-image's bundled sample images, by function name.
+PHOTOS = ("astronaut", "chelsea", "coffee", "rocket")
+PHOTO_SIZE = 128
+TARGET_CLASSES = 10
+
+
+class FigureError(ValueError):
+    """A figure that cannot be drawn: one line naming the method and the reason."""
+
+
+def figure_path(key: str) -> Path:
+    return FIGURES / f"{key}.svg"
+
+
+def _arguments(arguments: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name}={value!r}" for name, value in arguments.items())
+
+
+def figure_call(record: Any) -> str:
+    """The exact call a figure shows, as a reader would type it (the caption quotes it)."""
+    spec = record.raw["figure"]
+    inputs = "photos, labels" if _takes_target(record) else "photos"
+    if spec["kind"] == "targets":
+        inputs = "logits, label"
+    extra = _arguments(spec["arguments"])
+    generator = f"generator=torch.Generator().manual_seed({spec['seed']})" if _takes_generator(record) else ""
+    return f"cf.{record.functional}({', '.join(p for p in (inputs, extra, generator) if p)})"
+
+
+def _functional(record: Any) -> Callable[..., Any]:
+    import algorithms.functional as cf
+
+    return getattr(cf, record.functional)
+
+
+def _parameters(record: Any) -> list[str]:
+    return list(inspect.signature(_functional(record)).parameters)
+
+
+def _takes_target(record: Any) -> bool:
+    return len(_parameters(record)) > 1 and _parameters(record)[1] in ("target", "targets", "labels")
+
+
+def _takes_generator(record: Any) -> bool:
+    return "generator" in _parameters(record)
+
+
+def _versions() -> dict[str, str | None]:
+    versions = {}
+    for package in ("torch", "matplotlib", "scikit-image"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+def _key(record: Any) -> str:
+    """The hash of everything the figure is drawn from."""
+    module = inspect.getmodule(_functional(record))
+    inputs = {"figure": record.raw["figure"], "key": record.key, "functional": record.functional,
+              "source": inspect.getsource(module) if module else None, "drawing": _DRAWING_CODE,
+              "versions": _versions()}
+    return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def photos() -> Any:
+    """The sample photographs as a float batch ``(N, 3, PHOTO_SIZE, PHOTO_SIZE)`` in ``[0, 1]``: each
+    centre-cropped to a square and resized."""
+    try:
+        import skimage.data
+    except ImportError:
+        raise FigureError("scikit-image is not installed: the method figures draw its sample photographs — "
+                          "install the project's [docs] extra (pip install -e '.[docs]')") from None
+    import torch
+    import torch.nn.functional as F
+
+    batch = []
+    for name in PHOTOS:
+        image = torch.from_numpy(getattr(skimage.data, name)().copy()).permute(2, 0, 1).float() / 255
+        side = min(image.shape[1:])
+        top, left = (image.shape[1] - side) // 2, (image.shape[2] - side) // 2
+        square = image[:, top:top + side, left:left + side]
+        batch.append(F.interpolate(square[None], size=(PHOTO_SIZE, PHOTO_SIZE), mode="bilinear",
+                                   antialias=True, align_corners=False)[0])
+    return torch.stack(batch).clamp_(0, 1)
+
+
+def _draw(record: Any, key: str) -> str:
+    """Run the call and draw it as one SVG (text kept as text, no date)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise FigureError("matplotlib is not installed: the method figures need it — install the project's "
+                          "[docs] extra (pip install -e '.[docs]')") from None
+    import torch
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spec = record.raw["figure"]
+    form = _functional(record)
+    generator = {"generator": torch.Generator().manual_seed(spec["seed"])} if _takes_generator(record) else {}
+    with plt.rc_context({"svg.hashsalt": "methods-library", "svg.fonttype": "none", "font.size": 9,
+                         "text.parse_math": False}):
+        if spec["kind"] == "batch":
+            before = photos()
+            labels = torch.arange(before.shape[0])
+            args = (before, labels) if _takes_target(record) else (before,)
+            after = form(*args, **spec["arguments"], **generator)
+            after = after[0] if isinstance(after, tuple) else after
+            fig, axes = plt.subplots(2, before.shape[0], figsize=(1.6 * before.shape[0], 3.5))
+            for row, (title, images) in enumerate((("before", before), ("after", after))):
+                for column, image in enumerate(images):
+                    ax = axes[row][column]
+                    ax.imshow(image.permute(1, 2, 0).clamp(0, 1).numpy(), interpolation="nearest")
+                    ax.set_xticks([])
+                    ax.set_yticks([])
+                    if column == 0:
+                        ax.set_ylabel(title)
+        elif spec["kind"] == "targets":
+            label = torch.tensor([TARGET_CLASSES // 2])
+            logits = torch.zeros(1, TARGET_CLASSES)
+            target = form(logits, label, **spec["arguments"], **generator)[0]
+            one_hot = torch.nn.functional.one_hot(label, TARGET_CLASSES)[0].float()
+            fig, ax = plt.subplots(figsize=(6, 2.6))
+            classes = torch.arange(TARGET_CLASSES).numpy()
+            ax.bar(classes - 0.2, one_hot.numpy(), width=0.4, label="one-hot label", color="#4c72b0")
+            ax.bar(classes + 0.2, target.numpy(), width=0.4, label=f"after {record.functional}", color="#dd8452")
+            ax.set_xticks(classes)
+            ax.set_xlabel("class")
+            ax.set_ylabel("target probability")
+            ax.legend(frameon=False)
+            ax.grid(axis="y", alpha=0.3)
+        else:
+            raise FigureError(f"figure kind {spec['kind']!r} is not known — use batch or targets")
+        fig.tight_layout()
+        buffer = io.StringIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Identifier": key})
+        plt.close(fig)
+    return buffer.getvalue()
+
+
+_DRAWING_CODE = inspect.getsource(_draw) + inspect.getsource(photos)  # a change to the drawing redraws
+
+
+def _figure(record: Any, previous: Path) -> str:
+    key = _key(record)
+    return reuse_or_draw(previous, key, lambda: _draw(record, key))
+
+
+def render_figures(site: Site) -> dict[Path, Content]:
+    """One SVG per method whose metadata declares a figure."""
+    outputs: dict[Path, Content] = {}
+    for record in site.methods:
+        if "figure" not in record.raw:
+            continue
+        path = figure_path(record.key)
+        try:
+            outputs[path] = _figure(record, site.out_dir / path)
+        except FigureError as exc:
+            raise FigureError(f"{record.key}: figure: {exc}") from None
+        except Exception as exc:  # the method itself failed on the photographs
+            raise FigureError(f"{record.key}: figure: {record.functional} failed on the sample photographs: "
+                              f"{type(exc).__name__}: {exc} — fix the figure's arguments in "
+                              f"algorithms/{record.key}/metadata.json or the method") from None
+    return outputs
