@@ -7,7 +7,8 @@
 ``ddp``        ``DistributedDataParallel``: one process per device, gradients all-reduced
 ``fsdp``       ``fully_shard`` (FSDP2) on every Conv2d and Linear layer and on the model:
                parameters, gradients and optimizer state sharded over the processes
-``deepspeed``  DeepSpeed ZeRO stage 1 or 2 (the optional ``deepspeed`` extra)
+``deepspeed``  DeepSpeed ZeRO stage 1 or 2 (the optional ``deepspeed`` extra), on its CUDA or
+               its CPU accelerator
 =============  ==========================================================================
 
 The distributed modes expect to be launched by ``torchrun`` (``python -m
@@ -22,6 +23,7 @@ import atexit
 import gc
 import importlib.util
 import os
+import shutil
 from typing import Any
 
 import torch
@@ -32,7 +34,9 @@ from .options import DISTRIBUTED, PARALLELS
 __all__ = [
     "DISTRIBUTED",
     "PARALLELS",
+    "check_deepspeed",
     "check_parallel",
+    "deepspeed_precision_problem",
     "deepspeed_unavailable_reason",
     "init_distributed",
     "is_distributed",
@@ -107,10 +111,57 @@ def local_device() -> torch.device:
 
 
 def deepspeed_unavailable_reason() -> str | None:
-    """Why DeepSpeed cannot run here, or None when it can be tried."""
+    """Why DeepSpeed cannot run here, or None when it can be tried (answered without importing it).
+
+    Without CUDA, DeepSpeed picks its CPU accelerator, whose process group starts by building a
+    shared-memory communication op with the system's C++ compiler (once; torch caches the build).
+    """
     if importlib.util.find_spec("deepspeed") is None:
         return "deepspeed is not installed (it is the optional extra: pip install 'methods-library[deepspeed]')"
+    if not torch.cuda.is_available():
+        compiler = os.environ.get("CXX", "c++")  # the compiler torch's extension builder calls
+        if shutil.which(compiler) is None:
+            return (f"DeepSpeed on the CPU builds its communication op with a C++ compiler, and {compiler!r} "
+                    "is not on PATH (install one, or set CXX)")
     return None
+
+
+def deepspeed_precision_problem(precision: str, device: torch.device) -> str | None:
+    """Why DeepSpeed cannot train in the Trainer's ``precision`` on ``device``, or None when it can.
+
+    The precisions follow the data types DeepSpeed's accelerator reports (on the CPU: float32, and
+    bfloat16; float16 only where oneDNN has it); ``amp_fp16`` never, as DeepSpeed's fp16 mode
+    scales the loss itself.
+    """
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    name = accelerator.device_name()
+    if device.type != name:
+        return (f"DeepSpeed's accelerator here is {name!r} but the Trainer's device is {device.type!r}: "
+                "leave device unset, or pass a device of that accelerator")
+    dtypes = accelerator.supported_dtypes()
+    supported = ["fp32"]
+    if torch.float16 in dtypes:
+        supported.append("fp16")
+    if torch.bfloat16 in dtypes:
+        supported += ["bf16", "amp_bf16"]
+    if precision in supported:
+        return None
+    why = " (DeepSpeed's fp16 mode scales fp16 losses itself)" if precision == "amp_fp16" else ""
+    return (f"parallel='deepspeed' cannot train in precision={precision!r} on DeepSpeed's {name} accelerator "
+            f"here{why}: use one of {', '.join(supported)}")
+
+
+def check_deepspeed(precision: str, device: torch.device) -> None:
+    """Raise unless DeepSpeed can train in ``precision`` on ``device`` here: RuntimeError when it
+    cannot run at all, ValueError naming the precisions it can use."""
+    reason = deepspeed_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
+    problem = deepspeed_precision_problem(precision, device)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device) -> torch.nn.Module:
@@ -135,14 +186,15 @@ def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device) -> t
 
 def deepspeed_initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, precision: str,
                          zero_stage: int, batch_size: int | None, grad_clip_norm: float | None) -> Any:
-    """A DeepSpeed engine with ZeRO ``zero_stage`` over ``model`` and ``optimizer``."""
-    reason = deepspeed_unavailable_reason()
-    if reason is not None:
-        raise RuntimeError(reason)
+    """A DeepSpeed engine with ZeRO ``zero_stage`` over ``model`` and ``optimizer`` (see
+    :func:`check_deepspeed`, which the Trainer calls before it starts)."""
     import deepspeed
 
     config: dict[str, Any] = {
         "zero_optimization": {"stage": zero_stage},
+        # The Trainer's optimizers are torch's (SGD by default), which DeepSpeed has not vetted
+        # for ZeRO; their steps on a partition are ordinary torch steps.
+        "zero_allow_untested_optimizer": True,
         "train_micro_batch_size_per_gpu": batch_size or 1,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": grad_clip_norm or 0.0,

@@ -26,6 +26,7 @@ from ..targets import class_indices
 from .algorithm import Algorithm
 from .distributed import (
     all_reduce_sum,
+    check_deepspeed,
     check_parallel,
     deepspeed_initialize,
     init_distributed,
@@ -117,6 +118,8 @@ class Trainer:
         if seed is not None:
             torch.manual_seed(seed)
         device = torch.device(device) if device is not None else local_device()
+        if parallel == "deepspeed":
+            check_deepspeed(precision, device)
         if is_distributed(parallel):
             init_distributed(device)
         rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
@@ -156,9 +159,6 @@ class Trainer:
             optimizer = factory(state.model.parameters())
             state.optimizers = (optimizer,)
         if self.parallel == "deepspeed":
-            if precision == "amp_fp16":
-                raise ValueError("parallel='deepspeed' scales fp16 losses itself: use precision='fp16' "
-                                 "(DeepSpeed's fp16 mode) or 'amp_bf16'")
             batch_size = getattr(self.train_dataloader, "batch_size", None)
             self._deepspeed = deepspeed_initialize(state.model, optimizer, precision, zero_stage,
                                                    batch_size, self.grad_clip_norm)

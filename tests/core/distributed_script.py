@@ -1,5 +1,6 @@
-"""Run under torchrun by test_distributed.py: train a few steps with parallel=<mode> and save
-rank 0's view of the final parameters (full tensors, also for FSDP shards) and what INIT saw."""
+"""Run under torchrun by test_distributed.py: train a few steps with parallel=<mode> (``ddp``,
+``fsdp``, or ``deepspeed:<zero stage>``) and save rank 0's view of the final parameters (full
+tensors, also for FSDP shards), what INIT saw and how much optimizer state each rank holds."""
 
 from __future__ import annotations
 
@@ -54,20 +55,29 @@ def full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def main(parallel: str, out_path: str, device: str = "cpu") -> None:
+def optimizer_state_numel(optimizer: torch.optim.Optimizer) -> int:
+    """Elements of the optimizer state this process holds (its own shard of a sharded tensor)."""
+    tensors = [v for per_param in optimizer.state.values() for v in per_param.values() if torch.is_tensor(v)]
+    return sum((t.to_local() if hasattr(t, "to_local") else t).numel() for t in tensors)
+
+
+def main(mode: str, out_path: str, device: str = "cpu") -> None:
+    parallel, _, zero_stage = mode.partition(":")
     rank, world = rank_and_world_size()  # torchrun's environment
     per_rank = GLOBAL_BATCH // world
     rank_data = [(x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank])
                  for x, y in global_batches()]
     probe = SeeInit()
     trainer = Trainer(make_model(), rank_data, f"{STEPS}ba", optimizer=optimizer, algorithms=[probe],
-                      parallel=parallel, device=None if device == "auto" else device, seed=0)
+                      parallel=parallel, zero_stage=int(zero_stage or 2),
+                      device=None if device == "auto" else device, seed=0)
     trainer.fit()
     params = {name: p.cpu() for name, p in full_state(trainer.state.model).items()}
-    seen = [None] * world
+    seen, state_numel = [None] * world, [None] * world
     dist.all_gather_object(seen, probe.seen)
+    dist.all_gather_object(state_numel, optimizer_state_numel(trainer.state.optimizer))
     if rank == 0:
-        torch.save({"params": params, "seen": seen}, out_path)
+        torch.save({"params": params, "seen": seen, "optimizer_state_numel": state_numel}, out_path)
     dist.destroy_process_group()
 
 

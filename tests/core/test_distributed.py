@@ -1,4 +1,4 @@
-"""DDP and FSDP on the CPU (gloo, 2 processes under torchrun) against one process."""
+"""DDP, FSDP and DeepSpeed ZeRO-1/2 on the CPU (gloo, 2 processes under torchrun) against one process."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import pytest
 import torch
 
 from algorithms.core import PARALLELS, Trainer
-from algorithms.core.distributed import check_parallel
+from algorithms.core.distributed import check_parallel, deepspeed_unavailable_reason
 
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_script as script  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+DEEPSPEED_MISSING = deepspeed_unavailable_reason()
+needs_deepspeed = pytest.mark.skipif(DEEPSPEED_MISSING is not None, reason=str(DEEPSPEED_MISSING))
 
 
 def _single_process_params() -> dict[str, torch.Tensor]:
@@ -31,7 +33,8 @@ def reference() -> dict[str, torch.Tensor]:
     return _single_process_params()
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp", pytest.param("deepspeed:1", marks=needs_deepspeed),
+                                      pytest.param("deepspeed:2", marks=needs_deepspeed)])
 def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, reference, tmp_path):
     out = tmp_path / "params.pt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -43,7 +46,9 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, referenc
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = torch.load(out)
     # Each rank's mean loss over half the batch, gradients averaged over the ranks, equals the
-    # mean over the whole batch: the same SGD steps up to float32 summation order.
+    # mean over the whole batch: the same SGD steps up to float32 summation order. ZeRO averages
+    # the same two gradients (reduce-scattered into partitions, then the partitions all-gathered),
+    # so it needs no looser tolerance: measured, its largest difference is about 1.5e-8.
     assert result["params"].keys() == reference.keys()
     for name, expected in reference.items():
         torch.testing.assert_close(result["params"][name], expected, rtol=1e-5, atol=1e-6, msg=name)
@@ -54,6 +59,14 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, referenc
     assert {s["world_size"] for s in seen} == {2}
     assert {s["model_type"] for s in seen} == {"Sequential"}
     assert seen[0]["draw"] != seen[1]["draw"]
+    # DDP keeps the whole optimizer state on every rank; FSDP and ZeRO (stages 1 and 2) each keep
+    # a part (ZeRO pads its partitions to an alignment), and the parts cover every parameter.
+    numel = sum(p.numel() for p in reference.values())
+    held = result["optimizer_state_numel"]
+    if parallel == "ddp":
+        assert held == [numel, numel]
+    else:
+        assert all(0 < h < numel for h in held) and sum(held) >= numel, held
 
 
 def test_training_changed_the_reference(reference):
@@ -78,6 +91,32 @@ def test_parallel_modes_and_bad_values():
         Trainer(model, [], "1ba", parallel="fsdp", optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(ValueError, match="zero_stage=3"):
         Trainer(torch.nn.Linear(3, 2), [], "1ba", zero_stage=3)
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("precision", ["amp_fp16", "fp16"])
+def test_deepspeed_names_the_precisions_it_can_train_in(precision, monkeypatch):
+    # Refused before anything starts: no process group, no torchrun environment needed.
+    for var in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    from deepspeed.accelerator import get_accelerator
+
+    if torch.float16 in get_accelerator().supported_dtypes() and precision == "fp16":
+        pytest.skip("DeepSpeed's accelerator here has float16")
+    with pytest.raises(ValueError, match=rf"precision='{precision}'.*use one of fp32.*bf16"):
+        Trainer(torch.nn.Linear(3, 2), [], "1ba", parallel="deepspeed", precision=precision)
+
+
+def test_deepspeed_without_the_package_or_a_compiler_says_why(monkeypatch):
+    with monkeypatch.context() as hidden:
+        hidden.setitem(sys.modules, "deepspeed", None)  # import deepspeed fails, find_spec finds nothing
+        with pytest.raises(RuntimeError, match="deepspeed is not installed"):
+            Trainer(torch.nn.Linear(3, 2), [], "1ba", parallel="deepspeed", device="cpu")
+    if DEEPSPEED_MISSING is None:
+        # The CPU accelerator builds its communication op with the compiler torch's builder calls.
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setenv("CXX", "no-such-c++-compiler")
+        assert "C++ compiler, and 'no-such-c++-compiler' is not on PATH" in deepspeed_unavailable_reason()
 
 
 def test_data_parallel_wraps_and_trains():

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from methods_tools import compare
 from methods_tools.results import load_results, results_problems
 
+from algorithms.core.distributed import deepspeed_unavailable_reason
+
 REPO = Path(__file__).resolve().parents[2]
+DEEPSPEED_MISSING = deepspeed_unavailable_reason()
 
 
 def _cli():
@@ -28,7 +32,8 @@ def _options(configs: str, **kw) -> compare.CompareOptions:
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    """fp32 and amp_bf16, one process and 2-rank DDP, plus DeepSpeed (not installed here)."""
+    """fp32 and amp_bf16, one process and 2-rank DDP, plus 2-rank DeepSpeed ZeRO-2 (skipped, with
+    the reason, where DeepSpeed cannot run)."""
     out = tmp_path_factory.mktemp("results") / "small.json"
     argv = ["--model", "resnet20", "--data", "digits", "--image-size", "8", "--epochs", "1",
             "--batch-size", "8", "--max-batches", "2", "--nproc", "2", "--out", str(out),
@@ -43,10 +48,16 @@ def test_small_run_finishes_and_validates(small_run):
     assert results_problems(json.loads(small_run.read_text())) == []
     runs = {r["config"]: r for r in document["runs"]}
     assert list(runs) == ["fp32:single", "amp_bf16:single", "fp32:ddp", "amp_bf16:ddp", "fp32:deepspeed:2"]
-    for label in ("fp32:single", "amp_bf16:single", "fp32:ddp", "amp_bf16:ddp"):
+    ran = ["fp32:single", "amp_bf16:single", "fp32:ddp", "amp_bf16:ddp"]
+    if DEEPSPEED_MISSING is None:
+        ran.append("fp32:deepspeed:2")
+    else:
+        assert runs["fp32:deepspeed:2"]["status"] == "skipped"
+        assert runs["fp32:deepspeed:2"]["reason"] == DEEPSPEED_MISSING
+    for label in ran:
         run = runs[label]
         assert run["status"] == "ok", run["reason"]
-        ranks = 2 if label.endswith("ddp") else 1
+        ranks = 1 if label.endswith("single") else 2
         assert run["world_size"] == ranks
         assert len(run["epoch_s"]) == 1 and run["wall_s"] >= run["epoch_s"][0] > 0
         # Two batches of 8 per process: the sample count is global.
@@ -59,11 +70,31 @@ def test_small_run_finishes_and_validates(small_run):
         assert run["gpu_utilization"] is None and run["gpu_utilization_reason"]
     # All ranks together evaluated each test image once: accuracy is a multiple of 1 / 359.
     assert (runs["fp32:ddp"]["accuracy"] * 359) == pytest.approx(round(runs["fp32:ddp"]["accuracy"] * 359))
-    skipped = runs["fp32:deepspeed:2"]
-    if importlib.util.find_spec("deepspeed") is None:
-        assert skipped["status"] == "skipped" and "deepspeed is not installed" in skipped["reason"]
     env = document["environment"]
     assert env["cpu_count"] >= 1 and env["torch"] and env["hardware"]
+
+
+def test_deepspeed_rows_are_skipped_with_the_reason_where_it_cannot_run(monkeypatch):
+    configs = "fp32:deepspeed:1,fp32:deepspeed:2"
+    with monkeypatch.context() as hidden:
+        hidden.setitem(sys.modules, "deepspeed", None)  # as if the package were not installed
+        runs = compare.run_comparison(_options(configs))["runs"]
+    assert [(r["config"], r["status"]) for r in runs] == [("fp32:deepspeed:1", "skipped"),
+                                                          ("fp32:deepspeed:2", "skipped")]
+    assert all("deepspeed is not installed" in r["reason"] and r["wall_s"] is None for r in runs)
+    if DEEPSPEED_MISSING is not None:
+        return
+    # Installed, on a CPU machine without the compiler its communication op is built with.
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    runs = compare.run_comparison(_options(configs))["runs"]
+    assert all(r["status"] == "skipped" and "C++ compiler" in r["reason"] for r in runs)
+
+
+@pytest.mark.skipif(DEEPSPEED_MISSING is not None, reason=str(DEEPSPEED_MISSING))
+def test_a_precision_deepspeed_lacks_here_is_skipped_naming_the_ones_it_has():
+    (run,) = compare.run_comparison(_options("amp_fp16:deepspeed"))["runs"]
+    assert run["status"] == "skipped" and "use one of fp32" in run["reason"], run["reason"]
 
 
 def test_a_failing_configuration_is_recorded_and_the_rest_go_on(tmp_path):
@@ -100,7 +131,7 @@ def test_bad_options_exit_1_with_one_line_each_and_write_nothing(tmp_path, capsy
 def test_the_schema_rejects_an_ok_run_without_measurements(small_run):
     document = json.loads(small_run.read_text())
     document["runs"][0]["wall_s"] = None
-    document["runs"][-1]["reason"] = None
+    document["runs"][-1].update(status="skipped", reason=None)  # a skip must say why
     problems = results_problems(document, "x.json")
     assert any(p.startswith("x.json: /runs/0/wall_s:") for p in problems)
     assert any(p.startswith(f"x.json: /runs/{len(document['runs']) - 1}/reason:") for p in problems)

@@ -4,7 +4,8 @@
 Each configuration runs in its own process, :mod:`methods_tools.compare_worker`; the
 distributed ones (ddp, fsdp, deepspeed) under ``python -m torch.distributed.run --standalone``.
 A configuration that fails is recorded with its error and the rest go on; one the machine
-cannot run (DeepSpeed not installed) is recorded as skipped with the reason. The results are
+cannot run (DeepSpeed not installed, or no C++ compiler for its CPU op, or a precision its
+accelerator lacks) is recorded as skipped with the reason. The results are
 validated against ``algorithms/results.schema.json`` before they are written.
 """
 
@@ -139,16 +140,13 @@ def default_output_path(env: dict[str, Any], root: Path = RESULTS_DIR) -> Path:
 
 def _skipped_reason(config: Config, options: CompareOptions, env: dict[str, Any]) -> str | None:
     """Why this machine cannot run ``config``, known before launching it."""
-    from algorithms.core.distributed import deepspeed_unavailable_reason
-
     if config.parallel == "deepspeed":
-        reason = deepspeed_unavailable_reason()
-        if reason:
-            return reason
-        if env["device_type"] != "cuda":
-            return "DeepSpeed ZeRO needs CUDA devices; this machine has none"
-        if config.precision == "amp_fp16":
-            return "DeepSpeed scales fp16 losses itself: compare fp16:deepspeed instead of amp_fp16"
+        import torch
+
+        from algorithms.core.distributed import deepspeed_precision_problem, deepspeed_unavailable_reason
+
+        return deepspeed_unavailable_reason() or deepspeed_precision_problem(
+            config.precision, torch.device(env["device_type"]))
     if config.parallel == "dp" and env["device_type"] == "cuda" and env["device_count"] < 2:
         return None  # runs, with a note that there are no replicas
     return None
