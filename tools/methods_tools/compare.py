@@ -65,6 +65,8 @@ class CompareOptions:
     workers: int = 0
     timeout_s: float = 3600.0
     command: str = ""
+    algorithm: str | None = None  # a method's key: the run trains with it (methods_tools.measure)
+    hparams: str = "{}"  # that method's constructor arguments, a JSON object
 
 
 def parse_configs(text: str) -> tuple[Config, ...]:
@@ -170,9 +172,12 @@ def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc
             "--precision", config.precision, "--parallel", config.parallel, "--seed", str(options.seed),
             "--lr", str(options.lr), "--workers", str(options.workers), "--out-dir", str(out_dir)]
     for flag, value in (("--max-batches", options.max_batches), ("--data-root", options.data_root),
-                        ("--image-size", options.image_size), ("--zero-stage", config.zero_stage)):
+                        ("--image-size", options.image_size), ("--zero-stage", config.zero_stage),
+                        ("--algorithm", options.algorithm)):
         if value is not None:
             args += [flag, str(value)]
+    if options.algorithm is not None:
+        args += ["--hparams", options.hparams]
     if config.parallel in DISTRIBUTED:
         # --standalone: a rendezvous on localhost with a free port, nothing leaves the machine.
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]

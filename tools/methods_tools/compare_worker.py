@@ -4,6 +4,9 @@ Launched by :mod:`methods_tools.compare` as ``python -m methods_tools.compare_wo
 (single, dp) or under ``python -m torch.distributed.run`` (ddp, fsdp, deepspeed). Every process
 writes ``rank<r>.json`` into ``--out-dir``; the parent merges them. An exception is recorded in
 that file (status ``failed``) rather than lost, and the exit status is 1.
+
+``--algorithm KEY`` adds one method of the library (its metadata's class, built with the JSON
+object of ``--hparams``) to the run: how :mod:`methods_tools.measure` measures each method.
 """
 
 from __future__ import annotations
@@ -121,10 +124,19 @@ def _local_bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
+def method_algorithm(key: str, hparams: dict[str, Any]) -> Algorithm:
+    """The Algorithm of the library's method ``key`` (its metadata's ``class_name``), built with ``hparams``."""
+    import algorithms
+    from algorithms.metadata import load_all_metadata
+
+    record = load_all_metadata()[key]
+    return getattr(algorithms, record.class_name)(**hparams)
+
+
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration in this process and return its measurements."""
     parallel, precision = args.parallel, args.precision
-    label = f"{precision}:{parallel}"
+    label = f"{precision}:{parallel}" + (f" + {args.algorithm}" if args.algorithm else "")
     splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or model_input_sizes()[args.model])
     rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
     train_sampler, test_set = None, splits.test
@@ -142,10 +154,11 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(args.seed)  # the same initial weights on every rank and in every configuration
     model = get_model(args.model, splits.num_classes)
     timer = EpochTimer(label, args.epochs)
+    extra = [method_algorithm(args.algorithm, json.loads(args.hparams))] if args.algorithm else []
     trainer = Trainer(
         model, _CappedLoader(train, args.max_batches), f"{args.epochs}ep",
         optimizer=lambda params: torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=5e-4),
-        algorithms=[timer], precision=precision, parallel=parallel, zero_stage=args.zero_stage or 2,
+        algorithms=[*extra, timer], precision=precision, parallel=parallel, zero_stage=args.zero_stage or 2,
         seed=args.seed,
     )
     state = trainer.state
@@ -204,6 +217,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--algorithm", help="a method's metadata key, e.g. cutmix: train with it")
+    p.add_argument("--hparams", default="{}", help="the method's constructor arguments, a JSON object")
     p.add_argument("--out-dir", required=True)
     return p
 

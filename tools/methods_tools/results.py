@@ -1,7 +1,11 @@
-"""Load and validate the results files of ``tools/compare_training.py`` (``results/*.json``).
+"""Load and validate the committed results files: the training comparison's and the effects'.
 
-The schema (``algorithms/results.schema.json``, with the package's other schemas) is checked when
-a file is written and whenever the docs read one. This module imports no torch. The results
+Two kinds, kept apart by folder so that neither validator sees the other's files:
+
+- ``results/*.json``: ``tools/compare_training.py`` (``algorithms/results.schema.json``);
+- ``results/effects/*.json``: ``tools/measure_methods.py`` (``algorithms/effects.schema.json``).
+
+A schema is checked when a file is written and whenever the docs read one. This module imports no torch. The results
 live in a checkout (``results/``), not in the installed package.
 """
 
@@ -15,42 +19,72 @@ from algorithms.metadata import PACKAGE_ROOT, schema_validator
 
 from . import REPO_ROOT
 
-__all__ = ["RESULTS_DIR", "RESULTS_SCHEMA_PATH", "ResultsError", "discover_results", "load_results",
+__all__ = ["EFFECTS_DIR", "EFFECTS_SCHEMA_PATH", "RESULTS_DIR", "RESULTS_SCHEMA_PATH", "ResultsError",
+           "discover_effects", "discover_results", "effects_problems", "load_effects", "load_results",
            "results_problems"]
 
 RESULTS_SCHEMA_PATH = PACKAGE_ROOT / "results.schema.json"
+EFFECTS_SCHEMA_PATH = PACKAGE_ROOT / "effects.schema.json"
 RESULTS_DIR = REPO_ROOT / "results"
+EFFECTS_DIR = RESULTS_DIR / "effects"
 
 
 class ResultsError(ValueError):
     """Every problem in a results file, one ``file: /json/pointer: message`` per line."""
 
 
-def results_problems(data: Any, where: str = "<results>") -> list[str]:
-    """One line per way ``data`` breaks the results schema (empty when it is valid)."""
-    errors = sorted(schema_validator(RESULTS_SCHEMA_PATH).iter_errors(data), key=lambda e: list(e.absolute_path))
+def _problems(data: Any, schema: Path, where: str) -> list[str]:
+    errors = sorted(schema_validator(schema).iter_errors(data), key=lambda e: list(e.absolute_path))
     lines = []
     for error in errors:
         pointer = "".join(f"/{part}" for part in error.absolute_path) or "/"
-        lines.append(f"{where}: {pointer}: {error.message} — see algorithms/results.schema.json")
+        lines.append(f"{where}: {pointer}: {error.message} — see algorithms/{schema.name}")
     return lines
 
 
-def load_results(path: str | Path) -> dict[str, Any]:
-    """The validated content of one results file; :class:`ResultsError` lists every problem."""
+def results_problems(data: Any, where: str = "<results>") -> list[str]:
+    """One line per way ``data`` breaks the results schema (empty when it is valid)."""
+    return _problems(data, RESULTS_SCHEMA_PATH, where)
+
+
+def effects_problems(data: Any, where: str = "<effects>") -> list[str]:
+    """One line per way ``data`` breaks the effects schema (empty when it is valid)."""
+    return _problems(data, EFFECTS_SCHEMA_PATH, where)
+
+
+def _load(path: str | Path, problems: Any, tool: str) -> dict[str, Any]:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} — fix the file or regenerate it "
-                           "with tools/compare_training.py") from None
-    problems = results_problems(data, str(path))
-    if problems:
-        raise ResultsError("\n".join(problems))
+                           f"with {tool}") from None
+    found = problems(data, str(path))
+    if found:
+        raise ResultsError("\n".join(found))
     return data
 
 
+def load_results(path: str | Path) -> dict[str, Any]:
+    """The validated content of one results file; :class:`ResultsError` lists every problem."""
+    return _load(path, results_problems, "tools/compare_training.py")
+
+
+def load_effects(path: str | Path) -> dict[str, Any]:
+    """The validated content of one effects file; :class:`ResultsError` lists every problem."""
+    return _load(path, effects_problems, "tools/measure_methods.py")
+
+
 def discover_results(root: str | Path | None = None) -> list[Path]:
-    """Every ``*.json`` under ``root`` (default: the repository's ``results/``), sorted by name."""
+    """Every ``*.json`` directly in ``root`` (default: the repository's ``results/``), sorted by name.
+
+    Not the files of its subfolders: ``results/effects/`` holds the other kind (:func:`discover_effects`).
+    """
     root = Path(root) if root is not None else RESULTS_DIR
-    return sorted(root.glob("*.json")) if root.is_dir() else []
+    return sorted(p for p in root.glob("*.json") if p.is_file()) if root.is_dir() else []
+
+
+def discover_effects(root: str | Path | None = None) -> list[Path]:
+    """Every ``*.json`` in ``root`` (default: the repository's ``results/effects/``), sorted by name."""
+    root = Path(root) if root is not None else EFFECTS_DIR
+    return sorted(p for p in root.glob("*.json") if p.is_file()) if root.is_dir() else []
