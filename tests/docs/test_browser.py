@@ -276,3 +276,28 @@ def test_the_overview_filters_work_from_the_keyboard_alone(page, site_url):
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 (the base class's name)
         pass
+
+
+def test_the_effects_table_sorts_from_the_keyboard(page, site_url, real_site):
+    """Each header of the overview's effects table is a button: Enter sorts by that column,
+    ascending then descending, and the header says so (aria-sort)."""
+    from methods_tools.results import discover_effects
+
+    if not discover_effects():
+        pytest.skip("no committed effects file: the overview has no effects table")
+    page.goto(site_url + "method_cards/methods_overview.html")
+    table = ".ml-effects-table table"
+    buttons = page.locator(f"{table} thead button")
+    assert buttons.count() == 6
+    rows = f"{table} tbody tr"
+    speed = "rows => rows.map(r => parseFloat(r.cells[1].textContent))"
+    buttons.nth(1).focus()
+    page.keyboard.press("Enter")
+    ascending = page.eval_on_selector_all(rows, speed)
+    assert ascending == sorted(ascending)
+    assert page.get_attribute(f"{table} thead th:nth-child(2)", "aria-sort") == "ascending"
+    page.keyboard.press("Enter")
+    assert page.eval_on_selector_all(rows, speed) == sorted(ascending, reverse=True)
+    assert page.get_attribute(f"{table} thead th:nth-child(2)", "aria-sort") == "descending"
+    links = page.eval_on_selector_all(f"{rows} a", "links => links.map(a => a.getAttribute('href'))")
+    assert links and all(href.endswith(".html") for href in links)

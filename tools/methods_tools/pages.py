@@ -28,11 +28,11 @@ from algorithms.metadata import discover_metadata_files, display_path, validate_
 
 from . import REPO_ROOT
 from .docsgen import Content, Site, jinja_environment, method_option, sorted_methods
-from .effects_pages import render_effects
+from .effects_pages import overview_effects, render_effects
 from .figures import render_figures
 from .files import write_if_changed
 from .markup import safe_token
-from .results import ResultsError, discover_results, load_results
+from .results import ResultsError, discover_effects, discover_results, load_effects, load_results
 from .training_pages import PAGE as TRAINING_PAGE
 from .training_pages import render_training_results
 
@@ -65,7 +65,8 @@ def methods_overview(site: Site) -> dict[Path, Content]:
     """A grid of cards, each with ``ml-domain-*``, ``ml-tag-*`` and ``ml-kind-*`` classes by which
     the page's filter (``_static/methods_overview.js``) shows and hides them."""
     methods = [(record, method_option(record)) for record in site.methods]
-    return {METHODS_OVERVIEW: site.render("methods_overview.md.j2", methods=methods)}
+    effects, charts = overview_effects(site)
+    return {METHODS_OVERVIEW: site.render("methods_overview.md.j2", methods=methods, effects=effects), **charts}
 
 
 _CARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -137,16 +138,20 @@ def generate(source_dir: Path | None = None, *, out_dir: Path | None = None, met
     source_dir = Path(source_dir) if source_dir is not None else DOCS_SOURCE
     records, metadata_problems = validate_files(discover_metadata_files(metadata_root))
     problems = [str(p) for p in metadata_problems]
-    results = []
-    for path in discover_results(results_root):
-        try:
-            results.append((path, load_results(path)))
-        except ResultsError as exc:
-            problems += str(exc).splitlines()
+    results, effects = [], []
+    effects_root = Path(results_root) / "effects" if results_root is not None else None  # results/effects/
+    for found, load, paths in ((results, load_results, discover_results(results_root)),
+                               (effects, load_effects, discover_effects(effects_root))):
+        for path in paths:
+            try:
+                found.append((path, load(path)))
+            except ResultsError as exc:
+                problems += str(exc).splitlines()
     if problems:
         return Generated({}, problems)
     site = Site(source_dir=source_dir, out_dir=Path(out_dir) if out_dir is not None else source_dir,
-                env=jinja_environment(TEMPLATE_DIR), methods=sorted_methods(records), results=results)
+                env=jinja_environment(TEMPLATE_DIR), methods=sorted_methods(records), results=results,
+                effects=effects)
     for generator in generators:
         try:
             site.rendered.update(generator(site))
