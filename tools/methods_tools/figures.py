@@ -69,9 +69,10 @@ def figure_call(record: Any) -> str:
 
 
 def _functional(record: Any) -> Callable[..., Any]:
-    import algorithms.functional as cf
+    """The functional form, from the method's own folder (as ``algorithms.functional`` exports it)."""
+    import importlib
 
-    return getattr(cf, record.functional)
+    return getattr(importlib.import_module(f"algorithms.{record.key}"), record.functional)
 
 
 def _parameters(record: Any) -> list[str]:

@@ -203,7 +203,7 @@ def _method_context(record: Any) -> dict[str, Any]:
         "trainer_setup": None,
         "trainer_teardown": None,
         "launch": None,
-        "figure": _figure_caption(record) if "figure" in record.raw else None,
+        "figure": None,
     }
     if record.is_best_practice:
         context["trainer_example"] = _trainer_example(record, None, {})
@@ -237,6 +237,8 @@ def _method_context(record: Any) -> dict[str, Any]:
                                  "functional")
     context["functional_example"] = _functional_example(record, codeinfo.parameters(functional), suggested)
     context["trainer_example"] = _trainer_example(record, record.class_name, suggested)
+    if "figure" in record.raw:  # after the lookups above, which report a functional that is not there
+        context["figure"] = _figure_caption(record)
     return context
 
 
