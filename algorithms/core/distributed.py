@@ -113,12 +113,13 @@ def local_device() -> torch.device:
 def deepspeed_unavailable_reason() -> str | None:
     """Why DeepSpeed cannot run here, or None when it can be tried (answered without importing it).
 
-    Without CUDA, DeepSpeed picks its CPU accelerator, whose process group starts by building a
-    shared-memory communication op with the system's C++ compiler (once; torch caches the build).
+    Without CUDA (or with ``DS_ACCELERATOR=cpu``), DeepSpeed picks its CPU accelerator, whose
+    process group starts by building a shared-memory communication op with the system's C++
+    compiler (once; torch caches the build).
     """
     if importlib.util.find_spec("deepspeed") is None:
         return "deepspeed is not installed (it is the optional extra: pip install 'methods-library[deepspeed]')"
-    if not torch.cuda.is_available():
+    if os.environ.get("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu") == "cpu":
         compiler = os.environ.get("CXX", "c++")  # the compiler torch's extension builder calls
         if shutil.which(compiler) is None:
             return (f"DeepSpeed on the CPU builds its communication op with a C++ compiler, and {compiler!r} "
@@ -139,7 +140,7 @@ def deepspeed_precision_problem(precision: str, device: torch.device) -> str | N
     name = accelerator.device_name()
     if device.type != name:
         return (f"DeepSpeed's accelerator here is {name!r} but the Trainer's device is {device.type!r}: "
-                "leave device unset, or pass a device of that accelerator")
+                "leave device unset, or choose DeepSpeed's accelerator (DS_ACCELERATOR=cpu for the CPU)")
     dtypes = accelerator.supported_dtypes()
     supported = ["fp32"]
     if torch.float16 in dtypes:

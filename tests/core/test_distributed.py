@@ -38,7 +38,7 @@ def reference() -> dict[str, torch.Tensor]:
 def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, reference, tmp_path):
     out = tmp_path / "params.pt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}  # DeepSpeed on the CPU also where CUDA is
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(Path(script.__file__)), parallel, str(out)],
@@ -47,8 +47,9 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, referenc
     result = torch.load(out)
     # Each rank's mean loss over half the batch, gradients averaged over the ranks, equals the
     # mean over the whole batch: the same SGD steps up to float32 summation order. ZeRO averages
-    # the same two gradients (reduce-scattered into partitions, then the partitions all-gathered),
-    # so it needs no looser tolerance: measured, its largest difference is about 1.5e-8.
+    # the same two gradients (reduce-scattered into partitions; each rank steps its partition and
+    # the updated parameters are all-gathered), so it needs no looser tolerance: measured, its
+    # largest difference is about 1.5e-8.
     assert result["params"].keys() == reference.keys()
     for name, expected in reference.items():
         torch.testing.assert_close(result["params"][name], expected, rtol=1e-5, atol=1e-6, msg=name)
@@ -116,6 +117,7 @@ def test_deepspeed_without_the_package_or_a_compiler_says_why(monkeypatch):
         # The CPU accelerator builds its communication op with the compiler torch's builder calls.
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
         monkeypatch.setenv("CXX", "no-such-c++-compiler")
+        monkeypatch.delenv("DS_ACCELERATOR", raising=False)
         assert "C++ compiler, and 'no-such-c++-compiler' is not on PATH" in deepspeed_unavailable_reason()
 
 

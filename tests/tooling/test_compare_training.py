@@ -87,6 +87,7 @@ def test_deepspeed_rows_are_skipped_with_the_reason_where_it_cannot_run(monkeypa
     # Installed, on a CPU machine without the compiler its communication op is built with.
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     runs = compare.run_comparison(_options(configs))["runs"]
     assert all(r["status"] == "skipped" and "C++ compiler" in r["reason"] for r in runs)
 
