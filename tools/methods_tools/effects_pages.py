@@ -189,12 +189,18 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         ax.axhline(1.0, color="#888888", linewidth=0.8, linestyle="--")
         ax.axvline(0.0, color="#888888", linewidth=0.8, linestyle="--")
-        for method in view.methods.values():
-            x, xerr = mean_std(method.number["accuracy_change"], 100)
-            y, yerr = mean_std(method.number["throughput_ratio"])
+        points = [(m.name, *mean_std(m.number["accuracy_change"], 100), *mean_std(m.number["throughput_ratio"]))
+                  for m in view.methods.values()]
+        xspan = (max(p[1] for p in points) - min(p[1] for p in points)) or 1.0
+        yspan = (max(p[3] for p in points) - min(p[3] for p in points)) or 1.0
+        placed: list[tuple[float, float]] = []
+        for name, x, xerr, y, yerr in points:
             ax.errorbar([x], [y], xerr=[xerr], yerr=[yerr], fmt="o", color="#4c72b0", ecolor="#4c72b0",
                         elinewidth=1, capsize=3)
-            ax.annotate(method.name, (x, y), xytext=(6, 6), textcoords="offset points")
+            # Points that (nearly) coincide get their labels stacked, one line lower each.
+            near = sum(1 for px, py in placed if abs(px - x) < 0.05 * xspan and abs(py - y) < 0.05 * yspan)
+            ax.annotate(name, (x, y), xytext=(6, 6 - 11 * near), textcoords="offset points")
+            placed.append((x, y))
         ax.set_xlabel("test accuracy change vs the baseline (points)")
         ax.set_ylabel("speed-up: throughput / baseline's")
         ax.grid(alpha=0.3)
