@@ -312,7 +312,9 @@ def test_label_smoothing_after_cutmix_smooths_the_mixed_target():
 def test_dense_targets_are_refused_with_a_clear_error():
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(2, 3, 4, 4, generator=g), torch.randint(0, 3, (2, 4, 4), generator=g))]
-    with pytest.raises(ValueError, match=r"target: CutMix mixes one label per image.*\(2, 4, 4\)"):
+    with pytest.raises(ValueError, match=r"^target: CutMix mixes one label per image, class indices \(N,\) or "
+                       r"probabilities \(N, C\); got shape \(2, 4, 4\) \(dense targets such as segmentation "
+                       r"masks are not supported\)$"):
         Trainer(torch.nn.Conv2d(3, 3, 1), batches, "1ba", algorithms=[CutMix()], device="cpu").fit()
 
 
@@ -334,3 +336,40 @@ def test_on_cuda_without_changing_device_dtype_or_memory_format():
     mixed, y_perm, _, _ = cf.cutmix_batch(x, y)
     assert mixed.device == x.device and mixed.dtype == x.dtype and y_perm.device == y.device
     assert mixed.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_the_defaults_are_alpha_1_mixed_targets_and_centres_inside_the_image():
+    """CutMix() draws and mixes as CutMix(alpha=1.0, interpolate_loss=False, uniform_sampling=False)."""
+    def run(algo):
+        seen = Observed()
+        Trainer(image_classifier(), image_batches(n=2), "2ba", algorithms=[algo, seen], seed=3, device="cpu").fit()
+        return seen
+
+    default, explicit = run(CutMix()), run(CutMix(alpha=1.0, interpolate_loss=False, uniform_sampling=False))
+    for a, b in zip(default.inputs + default.targets, explicit.inputs + explicit.targets, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_probability_targets_are_mixed_by_area():
+    batches = [(x, torch.softmax(torch.randn(len(y), 4, generator=torch.Generator().manual_seed(1)), dim=1))
+               for x, y in image_batches(n=1)]
+    seen = Observed()
+    Trainer(image_classifier(), batches, "1ba", algorithms=[CutMix(), seen], seed=1, device="cpu").fit()
+    (x, p), = batches
+    partners, bbox = _replay_draws(replayed_generator(CutMix, seed=1), len(p), 8, 8, 1.0, False)
+    _, kept = _cutmix_definition(x, partners, bbox)
+    assert 0 < kept < 1
+    torch.testing.assert_close(seen.targets[0], kept * p + (1 - kept) * p[partners])
+
+
+def test_dict_batches_are_mixed_by_key():
+    batches = [{"image": x, "label": y, "index": torch.arange(len(y))} for x, y in image_batches(n=1)]
+    seen = Observed(input_key="image", target_key="label")
+    Trainer(image_classifier(), batches, "1ba", algorithms=[CutMix(input_key="image", target_key="label"), seen],
+            input_key="image", target_key="label", seed=1, device="cpu").fit()
+    (batch,) = batches
+    partners, bbox = _replay_draws(replayed_generator(CutMix, seed=1), 6, 8, 8, 1.0, False)
+    mixed, kept = _cutmix_definition(batch["image"], partners, bbox)
+    assert torch.equal(seen.inputs[0], mixed)
+    torch.testing.assert_close(seen.targets[0], kept * one_hot(batch["label"], 4)
+                               + (1 - kept) * one_hot(batch["label"][partners], 4))

@@ -108,7 +108,8 @@ def test_pixels_are_cut_with_the_probabilities_the_sampling_implies():
 @pytest.mark.parametrize(("kwargs", "words"), [
     ({"num_holes": -1}, "num_holes=-1"), ({"num_holes": 1.5}, "num_holes=1.5"), ({"length": 0}, "length=0"),
     ({"length": 1.5}, "length=1.5"), ({"length": 16}, "pixel lengths are not accepted"),
-    ({"length": float("nan")}, "length=nan"),
+    ({"length": float("nan")}, "length=nan"), ({"length": "0.5"}, "length='0.5'"), ({"length": True}, "length=True"),
+    ({"num_holes": True}, "num_holes=True"), ({"num_holes": "1"}, "num_holes='1'"),
 ])
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(")):
@@ -172,3 +173,35 @@ def test_on_cuda_it_stays_on_the_device():
     out = cf.cutout_batch(images, generator=torch.Generator().manual_seed(0))
     assert out.device == images.device and out.dtype == torch.float16
     assert torch.equal(out.cpu(), _expected(images.cpu(), 1, 0.5, False, seed=0))
+
+
+def test_a_pixel_length_is_refused_with_the_whole_message():
+    with pytest.raises(ValueError, match=r"^length=16: the hole's side as a fraction of the image's shorter side, "
+                                         r"in \(0, 1\] \(pixel lengths are not accepted\)$"):
+        CutOut(length=16)
+
+
+def test_length_1_cuts_a_hole_as_wide_as_the_shorter_side():
+    out = cf.cutout_batch(torch.ones(200, 1, 6, 9), length=1, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, _expected(torch.ones(200, 1, 6, 9), 1, 1.0, False, seed=0))
+    assert ((out[:, 0] == 0).any(dim=2).sum(dim=1) <= 6).all() and (out == 0).sum(dim=(1, 2, 3)).max() == 36
+
+
+def test_one_pixel_holes_are_cut():
+    """length * min(H, W) = 1: every hole is exactly one pixel (centres inside the image)."""
+    out = cf.cutout_batch(torch.ones(50, 2, 8, 8), length=1 / 8, generator=torch.Generator().manual_seed(0))
+    assert ((out == 0).sum(dim=(1, 2, 3)) == 2).all()  # one pixel, both channels
+
+
+def test_a_batch_of_one_image_keeps_its_batch_dimension():
+    images = torch.rand(1, 3, 8, 8) + 1
+    out = cf.cutout_batch(images, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 3, 8, 8) and torch.equal(out, _expected(images, 1, 0.5, False, seed=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.float32])
+def test_no_holes_leaves_images_of_every_dtype_as_they_are(dtype):
+    images = torch.ones(2, 3, 8, 8).to(dtype)
+    for kwargs in ({"num_holes": 0}, {"length": 0.1}):  # no hole, or holes of side int(0.8) = 0
+        out = cf.cutout_batch(images, **kwargs, generator=torch.Generator().manual_seed(0))
+        assert out.dtype == dtype and torch.equal(out, images)

@@ -139,6 +139,14 @@ def test_result_is_at_least_float32(logits_dtype, expected):
     assert s.dtype == expected
 
 
+def test_float64_logits_get_the_definition_in_float64():
+    y = torch.tensor([0, 2, -100])
+    s = cf.smooth_labels(torch.zeros(3, 3, dtype=torch.float64), y, 0.1)
+    expected = torch.tensor([[0.9 + 0.1 / 3, 0.1 / 3, 0.1 / 3], [0.1 / 3, 0.1 / 3, 0.9 + 0.1 / 3], [0, 0, 0]],
+                            dtype=torch.float64)
+    torch.testing.assert_close(s, expected, rtol=0, atol=1e-15)
+
+
 def test_neither_logits_nor_target_is_modified():
     logits, indices, onehot = TENSORS["segmentation-2"]
     copies = [t.clone() for t in (logits, indices, onehot)]
@@ -167,7 +175,7 @@ def test_bad_input_raises_value_error_naming_the_argument(call, pattern):
         call()
 
 
-@pytest.mark.parametrize("smoothing", [-0.1, 2, float("nan")])
+@pytest.mark.parametrize("smoothing", [-0.1, 2, float("nan"), "0.1", None])
 def test_bad_smoothing_fails_at_construction(smoothing):
     with pytest.raises(ValueError, match=rf"smoothing={smoothing!r}"):
         LabelSmoothing(smoothing=smoothing)
@@ -243,3 +251,17 @@ def test_on_cuda_without_changing_device():
     assert s.device == y.device and s.dtype == torch.float32
     torch.testing.assert_close(s.sum(1)[1:], torch.ones(7, 4, 4, device=dev))
     assert s[0].eq(0).all()
+
+
+def test_the_class_puts_back_only_the_target_it_replaced():
+    """After the loss the original target returns, once: an AFTER_LOSS without a BEFORE_LOSS
+    before it (a fresh instance, or a second AFTER_LOSS) leaves the batch alone."""
+    outputs, indices, _ = TENSORS["binary"]
+    algorithm, state = LabelSmoothing(0.2), _state(outputs, indices)
+    algorithm.apply(Event.AFTER_LOSS, state, None)
+    assert state.batch[1] is indices
+    algorithm.apply(Event.BEFORE_LOSS, state, None)
+    algorithm.apply(Event.AFTER_LOSS, state, None)
+    state.batch = (state.batch[0], "changed after the loss")
+    algorithm.apply(Event.AFTER_LOSS, state, None)
+    assert state.batch[1] == "changed after the loss"

@@ -231,3 +231,36 @@ def test_on_cuda_without_changing_device_dtype_or_memory_format():
 def test_indices_must_be_a_tensor():
     with pytest.raises(ValueError, match=r"indices must be an integer tensor of shape \(2,\), got list"):
         cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=[1, 0])
+
+
+@pytest.mark.parametrize("mixing", [0.0, 1.0])
+def test_the_ends_of_the_mixing_range_are_allowed(mixing):
+    x, y, idx = torch.randn(4, 3), torch.arange(4), torch.tensor([1, 2, 3, 0])
+    mixed, y_perm, m = cf.mixup_batch(x, y, mixing=mixing, indices=idx)
+    assert m == mixing and torch.equal(mixed, x if mixing == 0 else x[idx]) and torch.equal(y_perm, y[idx])
+
+
+def test_the_functional_default_alpha_is_0_2():
+    x, y = torch.randn(4, 3), torch.arange(4)
+    draws = [cf.mixup_batch(x, y, generator=torch.Generator().manual_seed(s))[2] for s in range(20)]
+    assert draws == [cf.mixup_batch(x, y, alpha=0.2, generator=torch.Generator().manual_seed(s))[2] for s in range(20)]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_mixed_targets_are_at_least_float32_and_follow_float64_outputs(precision):
+    """The target the loss gets is float32 for half or float32 outputs, float64 for float64 ones."""
+    class Double(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(5, 3)
+
+        def forward(self, x):
+            out = self.linear(x)
+            return out.double() if precision == "fp32" else out
+
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 5, generator=g), torch.randint(0, 3, (4,), generator=g))]
+    seen = Observed()
+    Trainer(Double(), batches, "1ba", algorithms=[MixUp(alpha=1.0), seen], precision=precision, seed=0,
+            device="cpu").fit()
+    assert seen.targets[0].dtype == (torch.float64 if precision == "fp32" else torch.float32)
