@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import logging
 import math
+import re
 
 import pytest
 import torch
@@ -323,3 +325,147 @@ def test_dict_batches_flow_by_key_to_the_model_and_the_loss():
     for batch, seen, (out, loss) in zip(data, model.seen, losses.pairs, strict=True):
         assert torch.equal(seen, batch["x"])
         torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(out, batch["y"]))
+
+
+# -- arguments, defaults and the edges of the loop ---------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"precision": "fp8"}, "precision='fp8' is not supported — use one of fp32, fp16, bf16, amp_fp16, amp_bf16"),
+    ({"max_duration": "0.5dur"}, "max_duration='0.5dur': give epochs, batches or samples, e.g. '2ep' or '100ba'"),
+    ({"grad_clip_norm": 0}, "grad_clip_norm=0 must be positive"),
+    ({"grad_clip_norm": -1.0}, "grad_clip_norm=-1.0 must be positive"),
+    ({"zero_stage": 3}, "zero_stage=3: DeepSpeed ZeRO stage 1 or 2 is supported"),
+    ({"parallel": "fsdp", "optimizer": "instance"},
+     "parallel='fsdp' shards the parameters when it wraps the model: pass optimizer as a function of the "
+     "parameters, e.g. lambda params: torch.optim.SGD(params, lr=0.1)"),
+])
+def test_bad_arguments_are_refused_before_anything_starts_with_the_whole_message(kwargs, message):
+    model = torch.nn.Linear(6, 3)
+    if kwargs.get("optimizer") == "instance":
+        kwargs["optimizer"] = torch.optim.SGD(model.parameters(), lr=0.1)
+    kwargs = {"max_duration": "1ep", **kwargs}
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        Trainer(model, _data(), **kwargs)
+
+
+def test_the_messages_of_a_loop_without_data():
+    with pytest.raises(ValueError, match="^train_dataloader yielded no batches — check the data set$"):
+        Trainer(torch.nn.Linear(6, 3), [], "1ep").fit()
+    t = Trainer(torch.nn.Linear(6, 3), _data(), "1ep")
+    with pytest.raises(ValueError, match=r"^eval\(\) needs a dataloader: pass one or give the Trainer "
+                                         r"eval_dataloader$"):
+        t.eval()
+    with pytest.raises(ValueError, match="^the eval dataloader yielded no samples$"):
+        t.eval([])
+
+
+def test_a_wrong_key_names_what_to_pass():
+    with pytest.raises(KeyError, match=r"; pass the target_key that names the batch's target\"?$"):
+        Trainer(torch.nn.Linear(6, 3), _dict_data(1), "1ba", input_key="input_ids", target_key="y").fit()
+
+
+def test_zero_stage_1_is_accepted_and_ignored_outside_deepspeed():
+    Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", zero_stage=1).fit()
+
+
+def test_eval_defaults_to_the_eval_dataloader():
+    data = _data(2)
+    t = Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", eval_dataloader=data)
+    assert t.eval() == t.eval(data)
+
+
+def test_one_process_is_rank_0_of_1_whatever_the_environment_says(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    seen = []
+
+    class Where(Algorithm):
+        def match(self, event, state):
+            return event is Event.INIT
+
+        def apply(self, event, state, logger=None):
+            seen.append((state.rank, state.world_size))
+
+    Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", algorithms=[Where()])
+    assert seen == [(0, 1)]
+
+
+def test_at_init_the_optimizer_is_the_one_given_or_none_yet_when_it_is_built_later():
+    seen = []
+
+    class Optimizers(Algorithm):
+        def match(self, event, state):
+            return event is Event.INIT
+
+        def apply(self, event, state, logger=None):
+            seen.append(tuple(state.optimizers))
+
+    model = torch.nn.Linear(6, 3)
+    given = torch.optim.SGD(model.parameters(), lr=0.1)
+    Trainer(model, _data(1), "1ba", optimizer=given, algorithms=[Optimizers()])
+    t = Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", optimizer=lambda p: torch.optim.Adam(p),
+                algorithms=[Optimizers()])
+    Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", algorithms=[Optimizers()])
+    assert seen == [(given,), (), ()]
+    assert isinstance(t.state.optimizer, torch.optim.Adam)
+
+
+def test_the_default_optimizer_is_sgd_with_lr_0_01_and_momentum_0_9():
+    t = Trainer(torch.nn.Linear(6, 3), _data(1), "1ba")
+    (group,) = t.state.optimizer.param_groups
+    assert type(t.state.optimizer) is torch.optim.SGD and (group["lr"], group["momentum"]) == (0.01, 0.9)
+
+
+def test_gradients_are_freed_after_every_step():
+    freed = []
+
+    class Grads(Algorithm):
+        def match(self, event, state):
+            return event is Event.AFTER_TRAIN_BATCH
+
+        def apply(self, event, state, logger=None):
+            freed.append(all(p.grad is None for p in state.model.parameters()))
+
+    Trainer(torch.nn.Linear(6, 3), _data(2), "2ba", algorithms=[Grads()]).fit()
+    assert freed == [True, True]
+
+
+def test_a_loader_without_a_length_still_counts_epochs():
+    class Stream:
+        """Re-iterable, with no ``len``: the epoch ends when the iterator does."""
+
+        def __iter__(self):
+            return iter(_data(3))
+
+    count = Count()
+    t = Trainer(torch.nn.Linear(6, 3), Stream(), "2ep", algorithms=[count])
+    t.fit()
+    assert (t.state.timestamp.epoch, t.state.timestamp.batch, count.counts[Event.EPOCH_END]) == (2, 6, 2)
+
+
+def test_each_epoch_is_logged(caplog):
+    with caplog.at_level(logging.INFO, logger="algorithms.core.trainer"):
+        Trainer(torch.nn.Linear(6, 3), _data(3), "2ep").fit()
+    assert [r.getMessage() for r in caplog.records] == ["epoch 1 done (3 batches)", "epoch 2 done (6 batches)"]
+
+
+def test_the_engine_gives_algorithms_the_state_and_the_trainers_logger():
+    logger, calls = object(), []
+
+    class Seen(Algorithm):
+        def match(self, event, state):
+            calls.append(("match", state))
+            return event is Event.FIT_START
+
+        def apply(self, event, state, logger=None):
+            calls.append(("apply", state, logger))
+
+    t = Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", algorithms=[Seen()], logger=logger)
+    t.fit()
+    assert all(call[1] is t.state for call in calls)
+    assert [call for call in calls if call[0] == "apply"] == [("apply", t.state, logger)]
+
+
+def test_fp32_casts_the_model_to_float32():
+    t = Trainer(torch.nn.Linear(6, 3).double(), _data(1), "1ba")
+    assert {p.dtype for p in t.state.model.parameters()} == {torch.float32}
