@@ -1,6 +1,8 @@
 """Measure each method's effects: a baseline and every method on its own, over several seeds.
 
-Example (the committed CPU results, about 10 minutes on two CPU cores):
+Example (the committed CPU results: 23 minutes on two CPU cores shared with other jobs, at a
+load average of 3 to 11; its fastest run trained in 12 s, so on idle cores the sweep fits
+in 10 minutes):
 
     python tools/measure_methods.py
 
@@ -10,7 +12,7 @@ metadata's suggested hyperparameters, for seeds 0, 1 and 2: fp32, one process, S
 momentum 0.9), 4 epochs of batch 64 over the 1,438 training images at 16x16 pixels, tested on
 the 359 held-out ones. Why these sizes: the digits are 8x8 images, so 16 pixels already hold
 every detail twice over while leaving room for a CutOut hole or a CutMix box; an epoch at 16 px
-takes about 7 s on two CPU cores (at 32 px, 24 s), so 4 epochs x 15 runs, each with a few
+takes about 7 s on two CPU cores at load 3 (at 32 px, 24 s), so 4 epochs x 15 runs, each with a few
 seconds to start its process, fit the 10 minutes; and 4 epochs put the baseline well above the
 10 % accuracy of chance (the cards state how far). Short training is what it is: a method
 that regularizes, which pays off over long schedules, can cost accuracy here.

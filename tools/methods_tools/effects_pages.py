@@ -25,16 +25,13 @@ from typing import Any
 
 from .docsgen import Content, Site
 from .markup import literal
+from .training_pages import ChartError
 
 __all__ = ["EFFECTS", "EffectsFile", "MethodEffect", "overview_effects", "render_effects"]
 
 EFFECTS = Path("tables") / "effects"
 MIB = 2**20
 BASELINE = "baseline"
-
-
-class ChartError(ValueError):
-    """A chart cannot be drawn: one line, what to do."""
 
 
 # --------------------------------------------------------------------------------------------- view
