@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .docsgen import Content, Site
+from .docsgen import Content, Site, reuse_or_draw
 from .markup import literal
 from .training_pages import ChartError
 
@@ -153,12 +153,10 @@ def _chart_key(view: EffectsFile) -> str:
 def _chart(view: EffectsFile, previous: Path) -> str:
     """The chart of ``view``: ``previous`` (the last build's) when drawn from the same inputs."""
     key = _chart_key(view)
-    try:
-        old = previous.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        old = ""
-    if f"<dc:identifier>{key}</dc:identifier>" in old:
-        return old
+    return reuse_or_draw(previous, key, lambda: _draw_or_fail(view, key))
+
+
+def _draw_or_fail(view: EffectsFile, key: str) -> str:
     try:
         return _draw_chart(view, key)
     except ChartError:
