@@ -228,6 +228,11 @@ def test_the_landing_page_counts_what_the_metadata_holds(real_site):
                                 for k in ("method", "best_practice")], domain
     assert rows["All domains"] == [sum(1 for r in records if r.kind == k) for k in ("method", "best_practice")]
     assert html.select_one('form[role="search"][action="search.html"] input[name="q"]') is not None
+    from methods_tools.results import discover_effects
+
+    images = [img["src"] for img in html.select("article figure img")]
+    for effects in discover_effects():  # every committed effects file's speed-up against accuracy chart
+        assert any(src.endswith(f"/{effects.stem}.svg") for src in images), (effects.name, images)
 
 
 def test_the_landing_pages_goals_open_the_overview_filtered(page, site_url):

@@ -27,7 +27,7 @@ from .docsgen import Content, Site, reuse_or_draw
 from .markup import literal
 from .training_pages import ChartError
 
-__all__ = ["EFFECTS", "EffectsFile", "MethodEffect", "overview_effects", "render_effects"]
+__all__ = ["EFFECTS", "EffectsFile", "MethodEffect", "effects_views", "overview_effects", "render_effects"]
 
 EFFECTS = Path("tables") / "effects"
 MIB = 2**20
@@ -211,6 +211,11 @@ _DRAWING_CODE = inspect.getsource(_draw_chart)  # a change to the drawing redraw
 
 
 # --------------------------------------------------------------------------------------------- render
+
+def effects_views(site: Site) -> list[EffectsFile]:
+    """Every committed effects file as the pages show it (no chart is drawn)."""
+    return [view for view, _ in _files(site)]
+
 
 def overview_effects(site: Site) -> tuple[list[EffectsFile], dict[Path, Content]]:
     """The effects files the overview shows (each with its table rows) and their charts."""

@@ -28,7 +28,7 @@ from algorithms.metadata import discover_metadata_files, display_path, validate_
 
 from . import REPO_ROOT
 from .docsgen import Content, Site, jinja_environment, method_option, sorted_methods
-from .effects_pages import overview_effects, render_effects
+from .effects_pages import effects_views, overview_effects, render_effects
 from .figures import render_figures
 from .files import write_if_changed
 from .markup import safe_token
@@ -107,8 +107,10 @@ def landing(site: Site) -> dict[Path, Content]:
     rows = [(d, *(sum(1 for r in site.methods if d in r.domains and r.kind == k) for k in kinds)) for d in domains]
     totals = tuple(sum(1 for r in site.methods if r.kind == k) for k in kinds)
     goals = [(label, tag, sum(1 for r in site.methods if tag in r.tags)) for label, tag in GOALS]
+    # the overview's charts of measured effects (already drawn: the overview renders before this page)
+    charts = [view for view in effects_views(site) if view.chart and Path(view.chart) in site.rendered]
     return {LANDING: site.render("landing.rst.inc.j2", rows=rows, totals=totals, overview=OVERVIEW_HTML,
-                                 goals=[g for g in goals if g[2]])}
+                                 goals=[g for g in goals if g[2]], charts=charts)}
 
 
 OVERVIEW_HTML = METHODS_OVERVIEW.with_suffix(".html").as_posix()
