@@ -469,3 +469,23 @@ def test_the_engine_gives_algorithms_the_state_and_the_trainers_logger():
 def test_fp32_casts_the_model_to_float32():
     t = Trainer(torch.nn.Linear(6, 3).double(), _data(1), "1ba")
     assert {p.dtype for p in t.state.model.parameters()} == {torch.float32}
+
+
+def test_the_events_run_in_the_documented_order():
+    """INIT, FIT_START; per epoch EPOCH_START, the batch events of every batch, EPOCH_END; FIT_END."""
+    t = Trainer(torch.nn.Linear(6, 3), _data(2), "2ep")
+    t.fit()
+    epoch = [Event.EPOCH_START, *Event.batch_events(), *Event.batch_events(), Event.EPOCH_END]
+    assert [tr.event for tr in t.engine.trace] == [Event.INIT, Event.FIT_START, *epoch, *epoch, Event.FIT_END]
+
+
+def test_dp_wraps_the_model_in_data_parallel_and_trains_as_one_device_does_on_the_cpu():
+    torch.manual_seed(0)
+    single, dp = torch.nn.Linear(6, 3), torch.nn.Linear(6, 3)
+    dp.load_state_dict(single.state_dict())
+    a = Trainer(single, _data(2), "2ba")
+    b = Trainer(dp, _data(2), "2ba", parallel="dp")
+    assert isinstance(b.state.model, torch.nn.DataParallel) and b.state.model.module is dp
+    a.fit()
+    b.fit()
+    assert torch.equal(single.weight, dp.weight) and torch.equal(single.bias, dp.bias)

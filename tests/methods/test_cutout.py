@@ -205,3 +205,16 @@ def test_no_holes_leaves_images_of_every_dtype_as_they_are(dtype):
     for kwargs in ({"num_holes": 0}, {"length": 0.1}):  # no hole, or holes of side int(0.8) = 0
         out = cf.cutout_batch(images, **kwargs, generator=torch.Generator().manual_seed(0))
         assert out.dtype == dtype and torch.equal(out, images)
+
+
+def test_the_defaults_are_one_hole_of_half_the_side_centred_inside_the_image():
+    images = torch.rand(6, 3, 10, 10) + 1
+    seen = [Observed(), Observed()]
+    for algo, probe in zip((CutOut(), CutOut(num_holes=1, length=0.5, uniform_sampling=False)), seen, strict=True):
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(300, 4))
+        Trainer(model, [(images, torch.zeros(6, dtype=torch.long))], "1ba", algorithms=[algo, probe], seed=2,
+                device="cpu").fit()
+    assert torch.equal(seen[0].inputs[0], seen[1].inputs[0])
+    assert torch.equal(seen[0].inputs[0], _expected(images, 1, 0.5, False, generator=replayed_generator(CutOut, 2)))
+    out = cf.cutout_batch(images, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(out, _expected(images, 1, 0.5, False, seed=4))

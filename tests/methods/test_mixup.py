@@ -80,6 +80,7 @@ def test_alpha_zero_mixes_nothing():
         (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), mixing=2.0), r"mixing=2.0"),
         (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=torch.tensor([0])), r"indices"),
         (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(3)), r"batch size"),
+        (lambda: cf.mixup_batch(torch.tensor(1.0), torch.arange(1)), r"batch size.*input shape \(\)"),
     ],
 )
 def test_bad_input_raises_value_error_naming_the_argument(call, pattern):

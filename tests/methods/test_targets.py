@@ -59,6 +59,23 @@ def test_interpolate_targets_of_dense_indices_with_the_logits_shape():
     torch.testing.assert_close(t, 0.7 * one_hot(y, 3) + 0.3 * one_hot(y_perm, 3))
 
 
+def test_interpolate_targets_takes_the_classes_of_probability_targets():
+    p, q = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]), torch.tensor([[1.0, 0.0, 0.0], [0.2, 0.3, 0.5]])
+    torch.testing.assert_close(interpolate_targets(p, q, 0.25), 0.75 * p + 0.25 * q)
+
+
+def test_interpolate_targets_reads_integer_one_hot_of_the_logits_shape_as_distributions():
+    y, y_perm = torch.tensor([0, 2, 1, 1]), torch.tensor([1, 1, 0, 2])
+    t = interpolate_targets(F.one_hot(y, 3), F.one_hot(y_perm, 3), 0.25, logits_shape=(4, 3))
+    torch.testing.assert_close(t, 0.75 * one_hot(y, 3) + 0.25 * one_hot(y_perm, 3))
+
+
+def test_interpolate_targets_in_float64_is_exact_to_float64():
+    t = interpolate_targets(torch.tensor([0, 1]), torch.tensor([1, 1]), 0.3, num_classes=2, dtype=torch.float64)
+    expected = torch.tensor([[1 - 0.3, 0.3], [0.0, 1 - 0.3 + 0.3]], dtype=torch.float64)
+    torch.testing.assert_close(t, expected, rtol=0, atol=1e-15)
+
+
 def test_smooth_targets_definition():
     p = torch.tensor([[0.5, 0.5, 0.0]])
     torch.testing.assert_close(smooth_targets(p, 0.3, 3), 0.7 * p + 0.1)
@@ -70,7 +87,14 @@ def test_smooth_targets_definition():
     ("call", "pattern"),
     [
         (lambda: interpolate_targets(torch.tensor([0, 5]), torch.tensor([0, 1]), 0.5, 3), r"target: .*\[5\]"),
-        (lambda: interpolate_targets(torch.tensor([0, 1]), torch.tensor([0, 1]), 0.5), r"num_classes is required"),
+        (lambda: interpolate_targets(torch.tensor([0, 1]), torch.tensor([0, 1]), 0.5),
+         r"^num_classes is required when targets are class indices$"),
+        (lambda: interpolate_targets(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), 0.5),
+         r"^num_classes is required when targets are class indices$"),  # (N, L) integer targets hold indices
+        (lambda: one_hot(torch.arange(10), 3),
+         r"^target: class indices must be in \[0, 3\) \(negative: ignored\), found \[3, 4, 5, 6, 7\]$"),
+        (lambda: cf.smooth_labels(torch.zeros(2, 3), torch.tensor([True, False])),
+         r"^target: class indices must be an integer tensor, got torch.bool$"),
         (lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32), r"target: .*3 classes on dim 1.*\(2, 4\)"),
         (lambda: smooth_targets(torch.tensor([0]), 1.5, 3), r"smoothing=1.5"),
         (lambda: one_hot(torch.tensor([3]), 3), r"\[0, 3\).*\[3\]"),
