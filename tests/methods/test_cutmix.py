@@ -396,15 +396,16 @@ def test_probability_targets_are_mixed_by_area():
     torch.testing.assert_close(seen.targets[0], kept * p + (1 - kept) * p[partners])
 
 
-def test_dict_batches_are_mixed_by_key():
-    batches = [{"image": x, "label": y, "index": torch.arange(len(y))} for x, y in image_batches(n=1)]
+def test_dict_batches_are_mixed_by_key_with_the_classes_alpha():
+    batches = [{"image": x, "label": y, "index": torch.arange(len(y))} for x, y in image_batches(n=4)]
     seen = Observed(input_key="image", target_key="label")
     algo = CutMix(alpha=0.5, input_key="image", target_key="label")
-    Trainer(image_classifier(), batches, "1ba", algorithms=[algo, seen], input_key="image", target_key="label",
+    Trainer(image_classifier(), batches, "4ba", algorithms=[algo, seen], input_key="image", target_key="label",
             seed=1, device="cpu").fit()
-    (batch,) = batches
-    partners, bbox = _replay_draws(replayed_generator(CutMix, seed=1), 6, 8, 8, 0.5, False)
-    mixed, kept = _cutmix_definition(batch["image"], partners, bbox)
-    assert torch.equal(seen.inputs[0], mixed)
-    torch.testing.assert_close(seen.targets[0], kept * one_hot(batch["label"], 4)
-                               + (1 - kept) * one_hot(batch["label"][partners], 4))
+    generator = replayed_generator(CutMix, seed=1)
+    for batch, model_input, target in zip(batches, seen.inputs, seen.targets, strict=True):
+        partners, bbox = _replay_draws(generator, 6, 8, 8, 0.5, False)
+        mixed, kept = _cutmix_definition(batch["image"], partners, bbox)
+        assert torch.equal(model_input, mixed)
+        torch.testing.assert_close(target, kept * one_hot(batch["label"], 4)
+                                   + (1 - kept) * one_hot(batch["label"][partners], 4))
