@@ -1,4 +1,4 @@
-"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``.
+"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``; ``nox -s mutants`` by hand.
 
 Virtual environments are reused between runs (a second ``nox -s tests`` starts in seconds).
 Torch is installed first, from ``$METHODS_TORCH_SPEC`` (default ``torch==2.13.0``, a CPU build),
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 from pathlib import Path
 
 import nox
@@ -94,3 +96,45 @@ def lint(session: nox.Session) -> None:
     """Ruff over the package, tools and tests."""
     session.install("ruff>=0.5")
     session.run("ruff", "check", ".")
+
+
+# Statuses of `mutmut results` that no test explains: the mutant ran and every test passed, or
+# no test reaches it, or its run was not conclusive.
+UNEXPLAINED = ("survived", "no tests", "suspicious", "segfault")
+EQUIVALENTS = Path("tests/mutation_equivalents.md")
+
+
+@nox.session(python=PYTHON)
+def mutants(session: nox.Session) -> None:
+    """Mutation testing of the training path; run by hand, not in CI (about ten minutes on 2 cores).
+
+    mutmut mutates what ``[tool.mutmut]`` in pyproject.toml names (the method folders, the
+    Trainer's loop, engine, precision and state, the target utilities and the shared mixing code)
+    and runs the fast tests against each mutant, in a fresh copy under .nox/ (the checkout stays as
+    it is, and no verdict of an older run is reused: mutmut does not retest a survivor when only the
+    tests changed). It then prints the mutants no test kills and tests/mutation_equivalents.md, and
+    fails on any survivor that file does not list as equivalent. Arguments go to ``mutmut run``:
+    ``--max-children N``, or mutant names to run only those.
+    """
+    install_project(session, "dev")
+    session.install("mutmut==3.8.1")
+    work = Path(session.create_tmp()) / "tree"
+    shutil.rmtree(work, ignore_errors=True)
+    for folder in ("algorithms", "tests"):
+        shutil.copytree(folder, work / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2("pyproject.toml", work)
+    equivalents = EQUIVALENTS.read_text(encoding="utf-8")
+    session.chdir(work)
+    # torch's OpenMP threads do not survive mutmut's fork: a forked child that computes in
+    # parallel hangs and is counted as a timeout. One thread per mutmut worker.
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    session.run("mutmut", "run", *session.posargs, env=env)
+    results = session.run("mutmut", "results", env=env, silent=True) or ""
+    listed = set(re.findall(r"`([\w.ǁ]+__mutmut_\d+)`", equivalents))
+    unexplained = [line.strip() for line in results.splitlines()
+                   if line.strip().rsplit(": ", 1)[-1] in UNEXPLAINED and line.strip().split(": ")[0] not in listed]
+    print(results, equivalents, sep="\n")
+    if unexplained:
+        session.error(f"{len(unexplained)} mutants survive that {EQUIVALENTS} does not explain (kill them with "
+                      "a test, or list them there with the reason they are equivalent):\n" + "\n".join(unexplained))
+    session.log(f"every surviving mutant is listed in {EQUIVALENTS}; the mutmut run is in {work}")
