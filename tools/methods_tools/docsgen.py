@@ -114,3 +114,31 @@ def reuse_or_draw(previous: Path, key: str, draw: Callable[[], str]) -> str:
     except (OSError, UnicodeDecodeError):
         old = ""
     return old if f"<dc:identifier>{key}</dc:identifier>" in old else draw()
+
+
+# The style every generated chart and figure is drawn in: text kept as text, byte-stable ids.
+SVG_STYLE = {"svg.hashsalt": "methods-library", "svg.fonttype": "none", "font.size": 9, "text.parse_math": False}
+
+
+def pyplot(needed_for: str, error: type[Exception]) -> Any:
+    """matplotlib's pyplot on the headless Agg backend; ``error`` says what to install where it is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise error(f"matplotlib is not installed: {needed_for} — install the project's [docs] extra "
+                    "(pip install -e '.[docs]')") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def svg_text(plt: Any, fig: Any, key: str) -> str:
+    """``fig`` as SVG text carrying ``key`` (the hash of its inputs) as its ``dc:identifier``, no
+    date and no creator; the figure is closed."""
+    import io
+
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Identifier": key})
+    plt.close(fig)
+    return buffer.getvalue()

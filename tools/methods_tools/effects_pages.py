@@ -16,14 +16,13 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import inspect
-import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .docsgen import Content, Site, reuse_or_draw
+from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 from .markup import literal
 from .training_pages import ChartError
 
@@ -168,19 +167,12 @@ def _draw_or_fail(view: EffectsFile, key: str) -> str:
 def _draw_chart(view: EffectsFile, key: str) -> str:
     """Speed-up (throughput ratio) against accuracy change, one labelled point per method with
     its spread over seeds as error bars; identical bytes for identical input."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ChartError("matplotlib is not installed: the effects chart needs it — install the project's "
-                         "[docs] extra (pip install -e '.[docs]')") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the effects chart needs it", ChartError)
 
     def mean_std(entry: Mapping[str, Any] | None, scale: float = 1.0) -> tuple[float, float]:
         return (0.0, 0.0) if entry is None else (entry["mean"] * scale, (entry["std"] or 0.0) * scale)
 
-    with plt.rc_context({"svg.hashsalt": "methods-library", "svg.fonttype": "none", "font.size": 9,
-                         "text.parse_math": False}):
+    with plt.rc_context(SVG_STYLE):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         ax.axhline(1.0, color="#888888", linewidth=0.8, linestyle="--")
         ax.axvline(0.0, color="#888888", linewidth=0.8, linestyle="--")
@@ -201,10 +193,7 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         ax.grid(alpha=0.3)
         ax.set_title(f"{view.settings['model']} on {view.settings['data']}: {view.title}")
         fig.tight_layout()
-        buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Identifier": key})
-        plt.close(fig)
-    return buffer.getvalue()
+        return svg_text(plt, fig, key)
 
 
 _DRAWING_CODE = inspect.getsource(_draw_chart)  # a change to the drawing redraws every chart

@@ -28,13 +28,12 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import inspect
-import io
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .docsgen import Content, Site, reuse_or_draw
+from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 
 __all__ = ["FIGURES", "PHOTOS", "FigureError", "figure_call", "figure_path", "render_figures"]
 
@@ -130,21 +129,14 @@ def photos() -> Any:
 
 def _draw(record: Any, key: str) -> str:
     """Run the call and draw it as one SVG (text kept as text, no date)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise FigureError("matplotlib is not installed: the method figures need it — install the project's "
-                          "[docs] extra (pip install -e '.[docs]')") from None
     import torch
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the method figures need it", FigureError)
 
     spec = record.raw["figure"]
     form = _functional(record)
     generator = {"generator": torch.Generator().manual_seed(spec["seed"])} if _takes_generator(record) else {}
-    with plt.rc_context({"svg.hashsalt": "methods-library", "svg.fonttype": "none", "font.size": 9,
-                         "text.parse_math": False}):
+    with plt.rc_context(SVG_STYLE):
         if spec["kind"] == "batch":
             before = photos()
             labels = torch.arange(before.shape[0])
@@ -177,10 +169,7 @@ def _draw(record: Any, key: str) -> str:
         else:
             raise FigureError(f"figure kind {spec['kind']!r} is not known — use batch or targets")
         fig.tight_layout()
-        buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Identifier": key})
-        plt.close(fig)
-    return buffer.getvalue()
+        return svg_text(plt, fig, key)
 
 
 _DRAWING_CODE = inspect.getsource(_draw) + inspect.getsource(photos)  # a change to the drawing redraws

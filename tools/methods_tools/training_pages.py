@@ -19,14 +19,13 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import inspect
-import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .docsgen import Content, Site, reuse_or_draw
+from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 
 __all__ = ["PAGE", "REFERENCE_EXPERIMENT", "SNIPPETS", "render_training_results"]
 
@@ -194,18 +193,11 @@ def _chart(document: Mapping[str, Any], previous: Path) -> str:
 
 def _draw_chart(document: Mapping[str, Any], key: str) -> str:
     """Time and peak memory per configuration as one SVG, identical bytes for identical input."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ChartError("matplotlib is not installed: the training charts need it — install the project's "
-                         "[docs] extra (pip install -e '.[docs]')") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the training charts need it", ChartError)
 
     ok = [r for r in document["runs"] if r["status"] == "ok"]
     labels = [r["config"] for r in ok][::-1]
-    with plt.rc_context({"svg.hashsalt": "methods-library", "svg.fonttype": "none", "font.size": 9,
-                         "text.parse_math": False}):
+    with plt.rc_context(SVG_STYLE):
         fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(9, 0.35 * max(len(ok), 2) + 1.2), sharey=True)
         ax_time.barh(labels, [r["wall_s"] for r in ok][::-1], color="#4c72b0")
         ax_time.set_xlabel("training time (s)")
@@ -217,10 +209,7 @@ def _draw_chart(document: Mapping[str, Any], key: str) -> str:
         fig.suptitle(f"{document['settings']['model']} on {document['settings']['data']}: "
                      f"{document['environment']['hardware']}, {document['environment']['date'][:10]}")
         fig.tight_layout()
-        buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Identifier": key})
-        plt.close(fig)
-    return buffer.getvalue()
+        return svg_text(plt, fig, key)
 
 
 _DRAWING_CODE = inspect.getsource(_draw_chart)  # a change to the drawing redraws every chart
