@@ -72,6 +72,12 @@ class MixingAlgorithm(Algorithm):
     loss; with ``True`` the loss is recomputed as ``(1 - m) * loss(target) + m * loss(target_perm)``
     where ``m`` is the weight of the mixed-in examples. Subclasses only sample and call their
     functional form in :meth:`mix`.
+
+    Both modes mix the target as the other methods leave it, not the data loader's: before the
+    loss, the batch's target as it is then (already smoothed, say, by a LabelSmoothing listed
+    first); after the loss, the target the Trainer's loss was computed on (``state.loss_target``,
+    smoothed by a LabelSmoothing listed before or after). Every per-example target transform
+    commutes with taking rows ``target[indices]``, so the order of the algorithms does not matter.
     """
 
     def __init__(self, interpolate_loss: bool = False, input_key: int | str = 0,
@@ -79,14 +85,13 @@ class MixingAlgorithm(Algorithm):
         self.interpolate_loss = bool(interpolate_loss)
         self.input_key = input_key
         self.target_key = target_key
-        self._target: torch.Tensor | None = None
-        self._target_perm: torch.Tensor | None = None
+        self._indices: torch.Tensor | None = None
         self._weight_perm = 0.0
 
     @abstractmethod
     def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
             ) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """Return ``(mixed_input, target_perm, weight of the mixed-in examples)``."""
+        """Return ``(mixed_input, indices of the partners, weight of the mixed-in examples)``."""
 
     def match(self, event: Event, state: State) -> bool:
         if event is Event.AFTER_DATALOADER:
@@ -95,20 +100,28 @@ class MixingAlgorithm(Algorithm):
             return not self.interpolate_loss
         return event is Event.AFTER_LOSS and self.interpolate_loss
 
+    def _partners(self, target: torch.Tensor, where: str) -> torch.Tensor:
+        indices = self._indices
+        if indices is None or target.ndim == 0 or target.shape[0] != indices.shape[0]:
+            raise ValueError(f"{self.name}: the batch has {target.shape[0] if target.ndim else 0} targets {where} "
+                             f"but {0 if indices is None else indices.shape[0]} examples were mixed after the data "
+                             f"loader: a method listed after {self.name} changed the batch size (list it before "
+                             f"{self.name})")
+        return target[indices]
+
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         if event is Event.AFTER_DATALOADER:
             input, target = state.batch_get_item(self.input_key), state.batch_get_item(self.target_key)
             check_batch_sizes(input, target)
-            mixed, self._target_perm, self._weight_perm = self.mix(input, target, state)
-            self._target = target
+            mixed, self._indices, self._weight_perm = self.mix(input, target, state)
             state.batch_set_item(self.input_key, mixed)
             return
         if event is Event.BEFORE_LOSS and not self.interpolate_loss:
-            outputs = state.outputs
+            outputs, target = state.outputs, state.batch_get_item(self.target_key)
             state.batch_set_item(self.target_key, interpolate_targets(
-                self._target, self._target_perm, self._weight_perm,
+                target, self._partners(target, "before the loss"), self._weight_perm,
                 dtype=target_dtype(outputs.dtype), logits_shape=outputs.shape))
         elif event is Event.AFTER_LOSS and self.interpolate_loss:
-            outputs = state.outputs.float()
-            state.loss = (state.loss_fn(outputs, self._target) * (1.0 - self._weight_perm)
-                          + state.loss_fn(outputs, self._target_perm) * self._weight_perm)
+            outputs, target = state.outputs.float(), state.loss_target
+            state.loss = (state.loss_fn(outputs, target) * (1.0 - self._weight_perm)
+                          + state.loss_fn(outputs, self._partners(target, "at the loss")) * self._weight_perm)

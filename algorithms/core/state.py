@@ -63,6 +63,8 @@ class State:
     batch: Any = None
     outputs: Any = None
     loss: torch.Tensor | None = None
+    #: The target the Trainer's loss was computed on, as the algorithms left it at ``BEFORE_LOSS``.
+    loss_target: Any = None
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:

@@ -217,9 +217,9 @@ class Trainer:
                     state.outputs = forward(self._batch_item(state.batch, "input_key"))
                 run(Event.AFTER_FORWARD)
                 run(Event.BEFORE_LOSS)
+                state.loss_target = self._batch_item(state.batch, "target_key")
                 with autocast(state.precision, state.device):
-                    state.loss = state.loss_fn(state.outputs.float(),
-                                               self._batch_item(state.batch, "target_key"))
+                    state.loss = state.loss_fn(state.outputs.float(), state.loss_target)
                 run(Event.AFTER_LOSS)
                 run(Event.BEFORE_BACKWARD)
                 if self._deepspeed is not None:

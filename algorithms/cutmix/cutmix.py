@@ -157,7 +157,8 @@ class CutMix(MixingAlgorithm):
             raise ValueError(f"target: CutMix mixes one label per image, class indices (N,) or "
                              f"probabilities (N, C); got shape {tuple(target.shape)} (dense targets "
                              "such as segmentation masks are not supported)")
-        mixed, target_perm, area, _ = cutmix_batch(
-            input, target, alpha=self.alpha, uniform_sampling=self.uniform_sampling,
-            generator=self.generator(state))
-        return mixed, target_perm, 1.0 - area
+        generator = self.generator(state)
+        indices = sample_permutation(input.shape[0], input.device, generator)  # the draw cutmix_batch makes first
+        mixed, _, area, _ = cutmix_batch(input, target, alpha=self.alpha, indices=indices,
+                                         uniform_sampling=self.uniform_sampling, generator=generator)
+        return mixed, indices, 1.0 - area

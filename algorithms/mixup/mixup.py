@@ -102,6 +102,7 @@ class MixUp(MixingAlgorithm):
 
     def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
             ) -> tuple[torch.Tensor, torch.Tensor, float]:
-        mixed, target_perm, mixing = mixup_batch(input, target, alpha=self.alpha,
-                                                 generator=self.generator(state))
-        return mixed, target_perm, mixing
+        generator = self.generator(state)
+        indices = sample_permutation(input.shape[0], input.device, generator)  # the draw mixup_batch makes first
+        mixed, _, mixing = mixup_batch(input, target, alpha=self.alpha, indices=indices, generator=generator)
+        return mixed, indices, mixing
