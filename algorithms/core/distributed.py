@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from .options import DISTRIBUTED, PARALLELS
+from .precision import autocast
 
 __all__ = [
     "DISTRIBUTED",
@@ -44,6 +45,7 @@ __all__ = [
     "rank_and_world_size",
     "all_reduce_sum",
     "deepspeed_initialize",
+    "AutocastDataParallel",
     "wrap_model",
 ]
 
@@ -165,10 +167,41 @@ def check_deepspeed(precision: str, device: torch.device) -> None:
         raise ValueError(problem)
 
 
-def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device) -> torch.nn.Module:
+class _AutocastReplica:
+    """A DataParallel replica called inside the Trainer's autocast context, on its worker thread."""
+
+    def __init__(self, replica: torch.nn.Module, precision: str, device_type: str):
+        self.replica, self.precision, self.device_type = replica, precision, device_type
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with autocast(self.precision, torch.device(self.device_type)):
+            return self.replica(*args, **kwargs)
+
+
+class AutocastDataParallel(torch.nn.DataParallel):
+    """``torch.nn.DataParallel`` whose replicas run the Trainer's autocast dtype.
+
+    DataParallel runs each replica on a worker thread, and autocast's state is per thread: the
+    worker re-enters autocast with ``enabled`` alone, so on two or more GPUs an ``amp_bf16`` forward
+    would run in autocast's default float16, with no GradScaler. Each replica here enters the
+    Trainer's own autocast context (the precision's dtype) on its thread. With one device
+    DataParallel calls the module on the Trainer's thread, inside the Trainer's context.
+    """
+
+    def __init__(self, module: torch.nn.Module, precision: str = "fp32", device_type: str = "cuda", **kwargs: Any):
+        super().__init__(module, **kwargs)
+        self.precision, self.device_type = precision, device_type
+
+    def parallel_apply(self, replicas: Any, inputs: Any, kwargs: Any) -> Any:
+        return super().parallel_apply([_AutocastReplica(r, self.precision, self.device_type) for r in replicas],
+                                      inputs, kwargs)
+
+
+def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device,
+               precision: str = "fp32") -> torch.nn.Module:
     """``model`` wrapped for ``parallel`` (DeepSpeed wraps in :func:`deepspeed_initialize`)."""
     if parallel == "dp":
-        return torch.nn.DataParallel(model)
+        return AutocastDataParallel(model, precision, device.type)
     if parallel == "ddp":
         return torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)

@@ -208,3 +208,69 @@ def test_amp_fp16_steps_with_unscaled_gradients_and_skips_a_step_that_overflowed
     for s, ref, p0, p1 in zip(scaled, reference.parameters(), start, after_second, strict=True):
         torch.testing.assert_close(s / (INITIAL_SCALE * BACKOFF), ref.grad, rtol=2e-2, atol=2e-3)
         torch.testing.assert_close(p1, p0 - 0.5 * s / (INITIAL_SCALE * BACKOFF), rtol=1e-5, atol=1e-6)
+
+
+def _threaded_parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
+    """What ``torch.nn.parallel.parallel_apply`` does, on the CPU: each replica runs on its own
+    thread, which re-enters autocast with ``enabled`` only (autocast's state is per thread)."""
+    import threading
+
+    enabled, results = torch.is_autocast_enabled("cpu"), {}
+    kwargs_tup = kwargs_tup or ({},) * len(modules)
+
+    def worker(i, module, args, kwargs):
+        with torch.autocast("cpu", enabled=enabled):
+            results[i] = module(*args, **kwargs)
+
+    threads = [threading.Thread(target=worker, args=(i, m, a, k))
+               for i, (m, a, k) in enumerate(zip(modules, inputs, kwargs_tup, strict=True))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[i] for i in range(len(modules))]
+
+
+@pytest.mark.parametrize("precision", ["amp_fp16", "amp_bf16"])
+def test_data_parallel_replicas_run_the_trainers_autocast_dtype_on_their_threads(precision, monkeypatch):
+    """parallel='dp' on two or more GPUs runs each replica on a worker thread that re-enters
+    autocast with ``enabled`` alone, which gives autocast's default dtype (float16 on CUDA, bfloat16
+    on the CPU), not the Trainer's. The same per-thread behaviour shows on the CPU: a plain module
+    called that way under amp_fp16 runs bfloat16; the Trainer's DataParallel replicas run the mode's
+    own dtype."""
+    import importlib
+
+    from algorithms.core.distributed import wrap_model
+    from algorithms.core.precision import autocast
+
+    # the module, not the function torch.nn.parallel re-exports under the same name
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+    monkeypatch.setattr(data_parallel, "parallel_apply", _threaded_parallel_apply)
+    model, x = _model(), torch.randn(4, 16)
+    wrapped = wrap_model(model, "dp", torch.device("cpu"), precision)
+    assert isinstance(wrapped, torch.nn.DataParallel)
+    wanted = DTYPES[precision]
+    with autocast(precision, torch.device("cpu")):
+        plain = _threaded_parallel_apply([model, model], [(x[:2],), (x[2:],)])
+        replicas = wrapped.parallel_apply([model, model], [(x[:2],), (x[2:],)], [{}, {}])
+    assert {out.dtype for out in plain} == {torch.bfloat16}, "the worker threads' default autocast dtype"
+    assert [out.dtype for out in replicas] == [wanted, wanted]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", ["amp_fp16", "amp_bf16"])
+def test_data_parallel_on_every_gpu_runs_the_trainers_autocast_dtype(precision):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two or more CUDA devices: DataParallel runs the module on the Trainer's thread with one")
+    seen = []
+
+    class Probe(Algorithm):
+        def match(self, event, state):
+            return event is Event.AFTER_FORWARD
+
+        def apply(self, event, state, logger=None):
+            seen.append(state.outputs.dtype)
+
+    data = [(torch.randn(8, 16), torch.randint(0, 4, (8,)))]
+    Trainer(_model(), data, "1ba", parallel="dp", precision=precision, device="cuda", algorithms=[Probe()]).fit()
+    assert seen == [DTYPES[precision]]
