@@ -117,6 +117,18 @@ class Hyperparameter:
     range: tuple[float | None, float | None] | None = None
     choices: tuple[Any, ...] | None = None
     note: str | None = None
+    #: The ends of ``range`` the value may not equal (``"low"``, ``"high"``); the others are allowed.
+    exclusive: tuple[str, ...] = ()
+
+    def interval(self) -> str | None:
+        """``range`` in the usual notation: ``[0, 1]`` when both ends are allowed, ``(0, 1]`` when 0
+        is not, ``[0, inf)`` when unbounded above; None without a range."""
+        if self.range is None:
+            return None
+        low, high = self.range
+        opening = "(" if low is None or "low" in self.exclusive else "["
+        closing = ")" if high is None or "high" in self.exclusive else "]"
+        return f"{opening}{'-inf' if low is None else repr(low)}, {'inf' if high is None else repr(high)}{closing}"
 
 
 @dataclass(frozen=True)
@@ -413,7 +425,25 @@ def _check_file(path: Path) -> tuple[MethodRecord | None, list[Problem]]:
                  else f"algorithms/{BEST_PRACTICE_FOLDER}/<key>{SUFFIX}, beside the Trainer option it documents")
         return None, [Problem(path, f"/{key}/kind", f"a {kind} lives in {where} — move the file or fix the kind",
                               _locate_text(path.read_text(encoding="utf-8"), [key, "kind"]))]
-    return _record(key, path, data[key]), []
+    record = _record(key, path, data[key])
+    problems = [Problem(path, f"/{key}/hyperparameters/{name}/suggested", message,
+                        _locate(path, [key, "hyperparameters", name, "suggested"]))
+                for name, spec in record.hyperparameters.items() if (message := _outside_range(spec))]
+    return (None, problems) if problems else (record, [])
+
+
+def _outside_range(spec: Hyperparameter) -> str | None:
+    """Why a numeric suggested value lies outside its own range (its allowed ends included), or None."""
+    if spec.range is None or isinstance(spec.suggested, bool) or not isinstance(spec.suggested, (int, float)):
+        return None
+    low, high = spec.range
+    if low is not None and high is not None and low > high:
+        return f"the range {spec.interval()} is empty — put the low end first"
+    below = low is not None and (spec.suggested < low or (spec.suggested == low and "low" in spec.exclusive))
+    above = high is not None and (spec.suggested > high or (spec.suggested == high and "high" in spec.exclusive))
+    if below or above:
+        return f"{spec.suggested!r} lies outside its range {spec.interval()} — fix the suggestion or the range"
+    return None
 
 
 def _check_document(path: Path, schema_path: Path, key: str, holds: str
@@ -447,6 +477,7 @@ def _record(key: str, path: Path, entry: dict[str, Any]) -> MethodRecord:
             range=tuple(spec["range"]) if "range" in spec else None,
             choices=tuple(_freeze(c) for c in spec["choices"]) if "choices" in spec else None,
             note=spec.get("note"),
+            exclusive=tuple(spec.get("exclusive", ())),
         )
         for name, spec in entry["hyperparameters"].items()
     }

@@ -76,7 +76,7 @@ def test_scaffold_table_comes_from_code_and_metadata(scratch):
     rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in body.splitlines()
             if line.startswith("| `")}
     assert set(rows) == {"alpha", "interpolate_loss", "uniform_sampling"}  # input_key/target_key are plumbing
-    assert rows["alpha"][1:4] == ["`1.0`", "`1.0`", "`(0, inf)`"]
+    assert rows["alpha"][1:4] == ["`1.0`", "`1.0`", "`[0, inf)`"]  # alpha = 0 is allowed
     assert "Beta concentration" in rows["alpha"][4]  # the docstring's Args description
 
 
@@ -256,3 +256,17 @@ def test_best_practice_scaffold_has_no_table_passes_checks_and_runs(scratch, opt
     assert namespace["trainer"].state.timestamp.batch == 2  # it trained on both batches
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         assert os.environ.get(name) == environ.get(name)  # a distributed example's set-up is undone
+
+
+@pytest.mark.parametrize(("range_", "exclusive", "shown"), [
+    ((0, 1), (), "`[0, 1]`"),
+    ((0, 1), ("low",), "`(0, 1]`"),
+    ((0, 1), ("low", "high"), "`(0, 1)`"),
+    ((0, None), (), "`[0, inf)`"),
+    ((None, 5), ("high",), "`(-inf, 5)`"),
+])
+def test_ranges_are_shown_as_intervals_with_their_allowed_ends(range_, exclusive, shown):
+    from algorithms.metadata import Hyperparameter
+    from methods_tools.scaffold import range_literal
+
+    assert range_literal(Hyperparameter(suggested=0.5, range=range_, exclusive=exclusive)) == shown

@@ -140,7 +140,7 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
     for tool in ("validate_metadata.py", "check_functional.py", "check_cards.py"):
         out = run(f"tools/{tool}")
         assert out.returncode == 0, (tool, out.stderr)
-    assert "| `factor` | `0.5` | `0.5` | `(0, inf)` |" in card.read_text()
+    assert "| `factor` | `0.5` | `0.5` | `[0, inf)` |" in card.read_text()
     out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/methods/test_{KEY}.py")
     assert out.returncode == 0, out.stdout[-3000:]
     out = run("-c", "from algorithms import DemoScale; import algorithms.functional as cf; "

@@ -108,12 +108,12 @@ def closest_first(name: str, known: list[str]) -> list[str]:
 
 
 def range_literal(spec: Any) -> str:
-    """The Range cell for a metadata hyperparameter: ``(low, high)`` with ``inf``, or its choices."""
+    """The Range cell for a metadata hyperparameter, or its choices: an interval in the usual
+    notation, ``[0, 1]`` when both ends are allowed, ``(0, 1]`` when 0 is not, ``[0, inf)``."""
     if spec is None:
         return "—"
     if spec.range is not None:
-        low, high = spec.range
-        return "`({}, {})`".format("-inf" if low is None else repr(low), "inf" if high is None else repr(high))
+        return f"`{spec.interval()}`"
     if spec.choices is not None:
         return f"`{literal(spec.choices)}`"
     return "—"
