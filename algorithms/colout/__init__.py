@@ -1,0 +1,5 @@
+"""Colout: see :mod:`algorithms.colout.colout`."""
+
+from .colout import ColOut, colout_batch
+
+__all__ = ["ColOut", "colout_batch"]

@@ -1,0 +1,192 @@
+"""ColOut: drop random rows and columns of every image of a batch, so the network trains on
+smaller images; a speed-up for image models from MosaicML's Composer (no paper of its own).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.state import State
+
+__all__ = ["ColOut", "colout_batch"]
+
+
+def colout_batch(sample: torch.Tensor | tuple[torch.Tensor, Any], p_row: float = 0.15, p_col: float = 0.15,
+                 resize_target: bool | str = "auto", generator: torch.Generator | None = None
+                 ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+    """Drop the same random rows and columns from every image of a batch (and from a dense target),
+    as ``composer.functional.colout_batch``.
+
+    ``int((1 - p_row) * H)`` of the ``H`` rows and ``int((1 - p_col) * W)`` of the ``W`` columns are
+    kept, drawn uniformly without replacement and kept in their order; every image and channel of
+    the batch keeps the same ones.
+
+    Args:
+        sample: an image ``(C, H, W)`` or a batch ``(N, C, H, W)``, of any dtype, or a pair
+            ``(input, target)`` of such an input and its target; not modified.
+        p_row: the fraction of rows to drop, in ``[0, 1)``.
+        p_col: the fraction of columns to drop, in ``[0, 1)``.
+        resize_target: whether the target of a pair loses the same rows and columns: ``True``
+            always (its last two dims must be the input's ``H, W``), ``False`` never, ``'auto'``
+            when it is a tensor of three or more dims whose last two are the input's ``H, W`` (a
+            segmentation mask ``(N, H, W)``, not class indices ``(N,)``).
+        generator: torch generator for every random draw (default: torch's global one).
+
+    Returns:
+        For an input alone, the smaller input; for a pair, the pair ``(input, target)`` with the
+        target dropped alike or, when it is not resized, the same target object. Each output keeps
+        its input's dtype, device and (for channels-last batches) memory format.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import colout_batch
+        >>> images, masks = torch.rand(2, 3, 32, 32), torch.zeros(2, 32, 32, dtype=torch.long)
+        >>> x, y = colout_batch((images, masks), p_row=0.25, p_col=0.5,
+        ...                     generator=torch.Generator().manual_seed(0))
+        >>> tuple(x.shape), tuple(y.shape)
+        ((2, 3, 24, 16), (2, 24, 16))
+    """
+    check_colout(p_row, p_col, resize_target)
+    input, target, is_pair = _unpack(sample)
+    if resize_target is True and not is_pair:
+        raise ValueError("resize_target=True: the sample has no target to resize; pass (input, target)")
+    height, width = input.shape[-2:]
+    kept_rows, kept_cols = kept_count(height, p_row, "p_row", "rows"), kept_count(width, p_col, "p_col", "columns")
+    rows = kept_indices(height, kept_rows, generator)
+    cols = kept_indices(width, kept_cols, generator)
+    # One gather of the kept pixels, by their flat index in the H x W plane, drawn on the host and
+    # moved with the batch (no device sync).
+    flat = (rows[:, None] * width + cols).flatten().to(input.device, non_blocking=True)
+    out = _select_pixels(input, flat, len(rows), len(cols))
+    if not is_pair:
+        return out
+    if _should_resize_target(input, target, resize_target):
+        target = _select_pixels(target, flat, len(rows), len(cols))
+    return out, target
+
+
+def kept_count(size: int, p: float, name: str, what: str) -> int:
+    """How many of ``size`` rows (or columns) ColOut keeps: ``int((1 - p) * size)``, at least one."""
+    kept = int((1 - p) * size)
+    if kept == 0:
+        raise ValueError(f"{name}={p!r}: keeps int((1 - {name}) * {size}) = 0 of the {size} {what}; "
+                         f"use a smaller {name} or larger images")
+    return kept
+
+
+def kept_indices(size: int, kept: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``kept`` indices of ``range(size)``, uniform without replacement, in increasing order, on the host."""
+    return torch.randperm(size, generator=generator)[:kept].sort().values
+
+
+def _select_pixels(tensor: torch.Tensor, flat: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """``tensor[..., rows, :][..., cols]`` as one ``index_select`` of the flattened last two dims;
+    a channels-last batch is gathered as ``(N, H * W, C)`` so that it stays channels-last."""
+    if (tensor.ndim == 4 and not tensor.is_contiguous()
+            and tensor.is_contiguous(memory_format=torch.channels_last)):
+        n, c, h, w = tensor.shape
+        pixels = tensor.permute(0, 2, 3, 1).reshape(n, h * w, c)
+        return pixels.index_select(1, flat).view(n, height, width, c).permute(0, 3, 1, 2)
+    lead = tensor.shape[:-2]
+    return tensor.reshape(*lead, -1).index_select(-1, flat).view(*lead, height, width)
+
+
+def _unpack(sample: Any) -> tuple[torch.Tensor, Any, bool]:
+    """``(input, target, is_pair)`` from a tensor, or a tuple or list of one or two items."""
+    if isinstance(sample, (tuple, list)):
+        if len(sample) not in (1, 2):
+            raise ValueError(f"sample: a tensor or an (input, target) pair, got a {type(sample).__name__} "
+                             f"of {len(sample)} items")
+        input, target, is_pair = sample[0], sample[-1], len(sample) == 2
+    else:
+        input, target, is_pair = sample, None, False
+    if not isinstance(input, torch.Tensor) or input.ndim not in (3, 4):
+        got = f"shape {tuple(input.shape)}" if isinstance(input, torch.Tensor) else f"a {type(input).__name__}"
+        raise ValueError(f"sample: ColOut needs an image tensor (C, H, W) or a batch (N, C, H, W), got {got}")
+    return input, target, is_pair
+
+
+def _should_resize_target(input: torch.Tensor, target: Any, resize_target: bool | str) -> bool:
+    """Composer's rule: a bool decides; ``'auto'`` resizes a tensor target of three or more dims
+    whose last two equal the input's."""
+    same_plane = isinstance(target, torch.Tensor) and target.ndim >= 2 and target.shape[-2:] == input.shape[-2:]
+    if resize_target is True and not same_plane:
+        got = f"shape {tuple(target.shape)}" if isinstance(target, torch.Tensor) else f"a {type(target).__name__}"
+        raise ValueError(f"resize_target=True: the target's last two dims must be the input's "
+                         f"{tuple(input.shape[-2:])}, got {got}")
+    if resize_target == "auto":
+        return same_plane and target.ndim > 2
+    return resize_target
+
+
+def check_colout(p_row: float, p_col: float, resize_target: bool | str = "auto") -> None:
+    for name, p, what in (("p_row", p_row, "rows"), ("p_col", p_col, "columns")):
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0 <= p < 1:
+            raise ValueError(f"{name}={p!r}: the fraction of {what} to drop, in [0, 1)")
+    if not (resize_target is True or resize_target is False
+            or (isinstance(resize_target, str) and resize_target == "auto")):
+        raise ValueError(f"resize_target={resize_target!r}: must be True, False or 'auto'")
+
+
+class ColOut(Algorithm):
+    """ColOut as a training-loop algorithm: after the data loader, :func:`colout_batch` drops the
+    same random rows and columns from every image of the batch, and from a dense target as
+    ``resize_target`` says; class targets are left as they are.
+
+    Args:
+        p_row: the fraction of rows to drop, in ``[0, 1)``.
+        p_col: the fraction of columns to drop, in ``[0, 1)``.
+        batch: must be ``True``: ColOut runs on the batch after the data loader; Composer's
+            per-sample mode (``False``, a dataset transform) is not offered here.
+        resize_target: whether the target loses the same rows and columns: ``True``, ``False``, or
+            ``'auto'`` for a target of three or more dims with the images' ``H, W``.
+        input_key: where the images are in the batch.
+        target_key: where the targets are in the batch.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import ColOut
+        >>> from algorithms.core import Trainer
+        >>> model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
+        ...                             torch.nn.Flatten(), torch.nn.Linear(4, 10))
+        >>> batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,)))]
+        >>> Trainer(model, batches, "1ep", algorithms=[ColOut(p_row=0.15, p_col=0.15)], seed=0).fit()
+    """
+
+    def __init__(self, p_row: float = 0.15, p_col: float = 0.15, batch: bool = True,
+                 resize_target: bool | str = "auto", input_key: int | str = 0, target_key: int | str = 1):
+        check_colout(p_row, p_col, resize_target)
+        if batch is not True:
+            raise ValueError(f"batch={batch!r}: only batch=True is supported (ColOut on the batch after the data "
+                             "loader); for per-sample ColOut call colout_batch on each image in the dataset's "
+                             "transform")
+        self.p_row = p_row
+        self.p_col = p_col
+        self.batch = batch
+        self.resize_target = resize_target
+        self.input_key = input_key
+        self.target_key = target_key
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.AFTER_DATALOADER
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        images = state.batch_get_item(self.input_key)
+        generator = self.generator(state)
+        if self.resize_target is False:
+            state.batch_set_item(self.input_key, colout_batch(images, self.p_row, self.p_col, False,
+                                                              generator=generator))
+            return
+        target = state.batch_get_item(self.target_key)
+        images, new_target = colout_batch((images, target), self.p_row, self.p_col, self.resize_target,
+                                          generator=generator)
+        state.batch_set_item(self.input_key, images)
+        if new_target is not target:
+            state.batch_set_item(self.target_key, new_target)
