@@ -1,4 +1,4 @@
-"""Colout: see :mod:`algorithms.colout.colout`."""
+"""ColOut: see :mod:`algorithms.colout.colout`."""
 
 from .colout import ColOut, colout_batch
 
