@@ -76,11 +76,16 @@ def _workload(record, n_batches=2, batch_size=6, seed=0):
 def _functional_arguments(record):
     """The required arguments of the functional form, built from their names."""
     g = torch.Generator().manual_seed(0)
-    _, [(inputs, target)] = _workload(record, n_batches=1)
+    model, [(inputs, target)] = _workload(record, n_batches=1)
     makers = {
         "input": lambda: inputs,
+        "sample": lambda: inputs,  # Composer's name where the input may also be an (input, target) pair
+        "img": lambda: inputs,  # Composer's name for the image (or batch) of an augmentation
         "target": lambda: target,
         "logits": lambda: torch.randn(len(target), NUM_CLASSES, generator=g),
+        "scale_factor": lambda: 0.5,
+        "model": lambda: model,
+        "loss_fun": lambda: torch.nn.functional.cross_entropy,
     }
     args = {}
     for name, param in inspect.signature(_functional(record)).parameters.items():
@@ -148,10 +153,20 @@ def test_training_leaves_the_callers_batches_unchanged(record):
 @pytest.mark.parametrize("record", WITH_FUNCTIONAL, ids=_ids(WITH_FUNCTIONAL))
 def test_the_functional_form_leaves_its_arguments_unchanged(record):
     args = _functional_arguments(record)
-    before = {k: v.clone() for k, v in args.items()}
+    before = {k: _snapshot(v) for k, v in args.items()}
     _functional(record)(**args)
     for name, value in args.items():
-        assert torch.equal(value, before[name]), f"{record.functional} changed its argument {name!r}"
+        assert _equal_state(_snapshot(value), before[name]), f"{record.functional} changed its argument {name!r}"
+
+
+def _snapshot(value):
+    """What an argument holds: a tensor's values, a module's parameters and buffers (and its
+    train/eval mode), anything else as it is."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, torch.nn.Module):
+        return {"training": value.training, **{k: v.detach().clone() for k, v in value.state_dict().items()}}
+    return value
 
 
 @pytest.mark.parametrize("record", WITH_BOTH, ids=_ids(WITH_BOTH))
