@@ -68,7 +68,12 @@ def mixup_batch(
         mixing = min(z, 1.0 - z)
     elif not 0 <= mixing <= 1:
         raise ValueError(f"mixing={mixing!r}: must be in [0, 1]")
-    mixed = input * (1.0 - mixing) + input[indices] * mixing
+    if not input.is_floating_point():  # integer inputs mix into floats, as the formula does
+        return input * (1.0 - mixing) + input[indices] * mixing, target[indices], float(mixing)
+    # One gather into an output of the input's layout, then one fused in-place interpolation:
+    # lerp_(input, 1 - m) computes input - (input - partner) * m there (two passes, no temporary).
+    mixed = torch.index_select(input, 0, indices, out=torch.empty_like(input))
+    mixed.lerp_(input, 1.0 - mixing)
     return mixed, target[indices], float(mixing)
 
 
