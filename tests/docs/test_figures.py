@@ -1,5 +1,6 @@
-"""The method figures: drawn by running each method on real photographs, declared in metadata,
-cached by their inputs, and failing the build with the method's name when they cannot be drawn."""
+"""The method figures: drawn by running each method on real photographs (or, for a method that
+selects rows, on a seeded synthetic batch), declared in metadata, cached by their inputs, and
+failing the build with the method's name when they cannot be drawn."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra
 
 RECORDS = load_all_metadata()
 WITH_FIGURE = [r for r in RECORDS.values() if "figure" in r.raw]
+SELECTION = [r for r in WITH_FIGURE if r.raw["figure"]["kind"] == "selection"]
 
 
 def test_every_input_changing_method_declares_a_figure_of_its_batch():
@@ -43,12 +45,62 @@ def test_the_caption_gives_the_exact_call_and_it_runs(record):
     photos = figures.photos()
     namespace = {"cf": cf, "torch": torch, "photos": photos, "labels": torch.arange(photos.shape[0]),
                  "logits": torch.zeros(1, figures.TARGET_CLASSES), "label": torch.tensor([5])}
+    if record.raw["figure"]["kind"] == "selection":
+        inputs, labels, model = figures.selection_batch()
+        namespace.update(inputs=inputs, labels=labels, model=model, F=torch.nn.functional)
     first, second = eval(call, namespace), eval(call, namespace)  # noqa: S307 (the caption's own code)
     first = first[0] if isinstance(first, tuple) else first
     second = second[0] if isinstance(second, tuple) else second
     assert torch.equal(first, second)  # the seed in the caption makes it repeat
     if record.raw["figure"]["kind"] == "batch":
-        assert first.shape == photos.shape and not torch.equal(first, photos)  # the method changed them
+        assert first.shape[:2] == photos.shape[:2]  # the photographs, each still in colour
+        assert first.shape != photos.shape or not torch.equal(first, photos)  # the method changed them (or their size)
+    if record.raw["figure"]["kind"] == "selection":
+        assert 0 < first.shape[0] < namespace["inputs"].shape[0]  # it kept some rows, not all
+
+
+def test_the_selection_batch_is_the_same_at_every_call_and_leaves_torchs_generator_alone():
+    state = torch.random.get_rng_state()
+    first, second = figures.selection_batch(), figures.selection_batch()
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert torch.equal(first[2](first[0]), second[2](second[0])) and not first[2].training
+    inputs, labels, _ = first
+    assert inputs.shape == (figures.SELECTION_EXAMPLES, 3, 8, 8) and len(set(map(tuple, inputs.flatten(1).tolist()))) \
+        == figures.SELECTION_EXAMPLES  # unique rows: a kept row is found by its input
+    assert set(labels.tolist()) == set(range(figures.SELECTION_CLASSES))
+
+
+@pytest.mark.parametrize("record", SELECTION, ids=[r.key for r in SELECTION])
+def test_a_selection_figure_shows_the_captions_call_and_how_often_each_rank_is_kept(record):
+    """What the figure plots, against the caption's call run here: losses by rank from the lowest,
+    the rows that call keeps, and keep counts over the further calls, most often at high ranks."""
+    spec = record.raw["figure"]
+    losses, kept, counts = figures.selection_counts(figures._functional(record), spec["arguments"], spec["seed"],
+                                                    draws=50)
+    inputs, labels, model = figures.selection_batch()
+    with torch.no_grad():
+        by_rank = torch.nn.functional.cross_entropy(model(inputs), labels, reduction="none").sort(stable=True)
+    assert torch.equal(losses, by_rank.values)
+    kept_inputs = getattr(cf, record.functional)(inputs, labels, model, torch.nn.functional.cross_entropy,
+                                                 **spec["arguments"],
+                                                 generator=torch.Generator().manual_seed(spec["seed"]))[0]
+    kept_rows = {tuple(row) for row in kept_inputs.flatten(1).tolist()}
+    assert kept.tolist() == [tuple(row) in kept_rows for row in inputs[by_rank.indices].flatten(1).tolist()]
+    assert int(counts.sum()) == 50 * int(kept.sum()) and int(counts.max()) <= 50
+    quarter = figures.SELECTION_EXAMPLES // 4
+    assert int(counts[-quarter:].sum()) > 2 * int(counts[:quarter].sum())
+
+
+def test_a_selection_figure_caption_says_what_it_shows_and_quotes_the_call():
+    for record in SELECTION:
+        caption = figures.figure_caption(record)
+        assert f"`{figures.figure_call(record)}`" in caption and "photographs" not in caption
+        assert f"{figures.SELECTION_EXAMPLES} synthetic examples" in caption
+    for record in WITH_FIGURE:
+        if record.raw["figure"]["kind"] != "selection":  # the other kinds' captions, as the cards show them
+            region = regions(render_card("method", record.key))["figure"].body
+            assert figures.figure_caption(record) in region
 
 
 def test_figures_are_drawn_once_then_reused_while_their_inputs_are_unchanged(tmp_path, monkeypatch):
