@@ -1,0 +1,281 @@
+"""Selective Backprop: train each step on the examples of the batch with the highest loss.
+
+Jiang et al., "Accelerating Deep Learning by Focusing on the Biggest Losers", 2019.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.precision import autocast
+from ..core.state import State
+
+__all__ = ["SelectiveBackprop", "select_using_loss", "selection_probabilities", "should_selective_backprop"]
+
+#: ``F.interpolate``'s mode for an input of each rank when ``scale_factor < 1``.
+_INTERPOLATION = {3: "linear", 4: "bilinear", 5: "trilinear"}
+
+
+def should_selective_backprop(current_duration: float, batch_idx: int, start: float = 0.5, end: float = 0.9,
+                              interrupt: int = 2) -> bool:
+    """Whether to select on this batch, as ``composer.functional.should_selective_backprop``.
+
+    True when ``start <= current_duration < end`` and the batch is not an interrupting one: with
+    ``interrupt=0`` every batch in the interval selects; with ``interrupt=k`` every ``k``-th batch of
+    the epoch (``batch_idx + 1`` a multiple of ``k``) is a full batch and the others select.
+
+    Args:
+        current_duration: how far training is, in the unit of ``start`` and ``end`` (the Trainer's
+            class passes the fraction done, ``state.progress()``).
+        batch_idx: the batch's index within its epoch, from 0.
+        start: where the selection interval begins (included).
+        end: where it ends (excluded); ``start <= end``.
+        interrupt: a full batch every ``interrupt`` batches: an integer ``0`` (never) or ``>= 2``.
+
+    Example::
+
+        >>> from algorithms.selective_backprop import should_selective_backprop
+        >>> [should_selective_backprop(0.6, i) for i in range(4)]
+        [True, False, True, False]
+        >>> should_selective_backprop(0.95, 0), should_selective_backprop(0.6, 1, interrupt=0)
+        (False, True)
+    """
+    _check_interval(start, end)
+    _check_interrupt(interrupt)
+    in_interval = start <= current_duration < end
+    return in_interval and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
+
+
+def select_using_loss(input: torch.Tensor, target: torch.Tensor, model: Callable[[torch.Tensor], torch.Tensor],
+                      loss_fun: Callable[..., torch.Tensor], keep: float = 0.5, scale_factor: float = 1,
+                      generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the rows of a batch chosen by their loss, as ``composer.functional.select_using_loss``.
+
+    Each example is scored by ``loss_fun(model(input), target, reduction="none")`` under
+    ``torch.no_grad()`` (on ``input`` resized by ``scale_factor`` when it is below 1). With the
+    examples ranked from the lowest loss (``i = 0``) to the highest (``i = N - 1``), rank ``i``
+    has the percentile ``(i + 0.5) / N`` and is drawn with probability proportional to its
+    percentile raised to ``1 / keep - 1``; ``round(keep * N)`` ranks (at least one) are drawn
+    without replacement. When that is all ``N`` rows, the batch is returned as it is and the model
+    is not called.
+
+    A ``torch.nn.Module`` model is scored in eval mode, so its batch-norm running statistics are
+    not updated and dropout does not perturb the ranking; each submodule's train/eval mode is
+    restored afterwards.
+
+    Args:
+        input: the batch ``(N, ...)``; at least 3-D (``(N, C, L)``, ``(N, C, H, W)`` or
+            ``(N, C, D, H, W)``) when ``scale_factor < 1``. Not modified.
+        target: the targets ``(N, ...)``, row ``n`` belonging to ``input[n]``. Not modified.
+        model: called on the (resized) input; its outputs go to ``loss_fun``.
+        loss_fun: ``loss_fun(outputs, target, reduction="none")`` gives each example's loss,
+            shape ``(N,)`` or ``(N, ...)`` (averaged per example), e.g.
+            ``torch.nn.functional.cross_entropy``.
+        keep: the fraction of the batch kept, in ``(0, 1]``.
+        scale_factor: the spatial resize of the input for scoring only, in ``(0, 1]``; the kept
+            rows are always the full-size input.
+        generator: CPU torch generator for the draw of ranks (default: torch's global one).
+
+    Returns:
+        ``(input[rows], target[rows])`` for the ``round(keep * N)`` selected rows, in the order
+        drawn, with the input's and target's dtype and device.
+
+    Example::
+
+        >>> import torch
+        >>> import torch.nn.functional as F
+        >>> from algorithms.functional import select_using_loss
+        >>> model = torch.nn.Linear(4, 3)
+        >>> x, y = torch.randn(10, 4), torch.randint(0, 3, (10,))
+        >>> kept_x, kept_y = select_using_loss(x, y, model, F.cross_entropy, keep=0.3,
+        ...                                    generator=torch.Generator().manual_seed(0))
+        >>> kept_x.shape, kept_y.shape
+        (torch.Size([3, 4]), torch.Size([3]))
+    """
+    check_selection(keep, scale_factor)
+    check_loss_fun(loss_fun)
+    if not isinstance(input, torch.Tensor) or input.ndim == 0:
+        raise ValueError(f"input: a batch tensor (N, ...) is needed, got "
+                         f"{tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__}")
+    if not isinstance(target, torch.Tensor) or target.ndim == 0 or target.shape[0] != input.shape[0]:
+        raise ValueError(f"target: a tensor with one row per example of input ({input.shape[0]}) is needed, got "
+                         f"{tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__}")
+    if scale_factor != 1 and input.ndim not in _INTERPOLATION:
+        raise ValueError(f"scale_factor={scale_factor!r}: resizing needs an input (N, C, L), (N, C, H, W) or "
+                         f"(N, C, D, H, W), got shape {tuple(input.shape)}; use scale_factor=1")
+    n = input.shape[0]
+    kept = kept_count(n, keep)
+    if kept == n:
+        return input, target
+    with torch.no_grad(), _eval_mode(model):
+        scored = input
+        if scale_factor < 1:
+            scored = F.interpolate(input, scale_factor=scale_factor, mode=_INTERPOLATION[input.ndim],
+                                   align_corners=False, recompute_scale_factor=False)
+        losses = loss_fun(model(scored), target, reduction="none")
+        if not isinstance(losses, torch.Tensor) or losses.ndim == 0 or losses.shape[0] != n:
+            shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
+            raise ValueError(f"loss_fun: with reduction='none' it must give one loss per example, shape ({n},) "
+                             f"or ({n}, ...), got {shape}")
+        if losses.ndim > 1:  # dense targets: an example's loss is the mean over its positions
+            losses = losses.flatten(1).float().mean(dim=1)
+        by_loss = torch.argsort(losses, stable=True)  # rank 0 is the lowest loss
+        probabilities = selection_probabilities(n, keep)
+        if generator is not None:
+            probabilities = probabilities.to(generator.device)
+        # The probabilities depend only on n and keep: draw the ranks on the host, not from the losses.
+        ranks = torch.multinomial(probabilities, kept, replacement=False, generator=generator)
+        if ranks.device.type == "cpu" and by_loss.device.type == "cuda":
+            ranks = ranks.pin_memory()  # from pinned memory the copy is queued, with no sync
+        rows = by_loss[ranks.to(by_loss.device, non_blocking=True)]
+    return input[rows], target[rows]  # indexing keeps the memory format (index_select does not)
+
+
+class SelectiveBackprop(Algorithm):
+    """Selective Backprop as a training-loop algorithm: after the data loader, on the batches
+    :func:`should_selective_backprop` picks, :func:`select_using_loss` scores the batch with the
+    Trainer's model and loss and the batch is replaced by the rows it keeps.
+
+    Args:
+        start: the fraction of training at which selection begins, in ``[0, 1)``.
+        end: the fraction of training at which it stops, in ``(start, 1]``.
+        keep: the fraction of each selected batch kept for the step, in ``(0, 1]``.
+        scale_factor: the resize of the input for the scoring forward pass only, in ``(0, 1]``.
+        interrupt: a full batch every ``interrupt`` batches inside the interval: ``0`` (never)
+            or ``>= 2``.
+        input_key: where the input is in the batch.
+        target_key: where the target is in the batch.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import SelectiveBackprop
+        >>> from algorithms.core import Trainer
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 10))
+        >>> batches = [(torch.randn(8, 3, 4, 4), torch.randint(0, 10, (8,))) for _ in range(4)]
+        >>> Trainer(model, batches, "1ep", algorithms=[SelectiveBackprop(keep=0.5)], seed=0).fit()
+    """
+
+    def __init__(self, start: float = 0.5, end: float = 0.9, keep: float = 0.5, scale_factor: float = 1.0,
+                 interrupt: int = 2, input_key: int | str = 0, target_key: int | str = 1):
+        _check_interval(start, end)
+        if not 0 <= start < end <= 1:
+            raise ValueError(f"start={start!r}, end={end!r}: fractions of training with 0 <= start < end <= 1")
+        _check_interrupt(interrupt)
+        check_selection(keep, scale_factor)
+        self.start, self.end = start, end
+        self.keep = keep
+        self.scale_factor = scale_factor
+        self.interrupt = interrupt
+        self.input_key, self.target_key = input_key, target_key
+
+    def match(self, event: Event, state: State) -> bool:
+        if event is Event.INIT:
+            return True  # to check the Trainer's loss before training starts
+        return (event is Event.AFTER_DATALOADER and self.keep < 1
+                and should_selective_backprop(state.progress(), state.timestamp.batch_in_epoch, self.start,
+                                              self.end, self.interrupt))
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        check_loss_fun(state.loss_fn, "Trainer loss_fn")
+        if event is Event.INIT:
+            return
+        trainer_loss = state.loss_fn
+
+        def loss(outputs: torch.Tensor, target: torch.Tensor, reduction: str) -> torch.Tensor:
+            return trainer_loss(outputs.float(), target, reduction=reduction)  # as the Trainer calls it
+
+        with autocast(state.precision, state.device):
+            input, target = select_using_loss(state.batch_get_item(self.input_key),
+                                              state.batch_get_item(self.target_key), _scoring_model(state.model),
+                                              loss, self.keep, self.scale_factor, generator=self.generator(state))
+        state.batch_set_item(self.input_key, input)
+        state.batch_set_item(self.target_key, target)
+
+
+def kept_count(n: int, keep: float) -> int:
+    """The number of rows kept of ``n``: ``round(keep * n)`` (ties to even), at least one."""
+    return min(n, max(1, round(keep * n))) if n else 0
+
+
+def selection_probabilities(n: int, keep: float) -> torch.Tensor:
+    """The probability of drawing each loss rank first, float64 ``(n,)``, rank 0 the lowest loss:
+    the percentile ``(i + 0.5) / n`` raised to ``1 / keep - 1``, normalized to sum to 1."""
+    percentiles = (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    weights = percentiles ** (1.0 / keep - 1.0)
+    return weights / weights.sum()
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """Run ``model`` in eval mode, then give each of its modules back the mode it had."""
+    if not isinstance(model, torch.nn.Module):
+        yield
+        return
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def check_loss_fun(loss_fun: Any, name: str = "loss_fun") -> None:
+    """Raise a TypeError, naming ``name``, unless ``loss_fun`` can be called with ``reduction="none"``."""
+    if not callable(loss_fun):
+        raise TypeError(f"{name}={loss_fun!r}: the loss function must be callable")
+    try:  # a module's __call__ takes anything: its forward says what it accepts
+        signature = inspect.signature(loss_fun.forward if isinstance(loss_fun, torch.nn.Module) else loss_fun)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: its call will say
+    try:
+        signature.bind(None, None, reduction="none")
+    except TypeError:
+        raise TypeError(f"{name}={getattr(loss_fun, '__name__', type(loss_fun).__name__)}: the loss function must "
+                        "take a keyword argument `reduction`. Selective Backprop calls it as loss(outputs, target, "
+                        "reduction='none') for per-example losses (torch.nn.functional.cross_entropy does)"
+                        ) from None
+
+
+def check_selection(keep: float, scale_factor: float) -> None:
+    if not _is_real(keep) or not 0 < keep <= 1:
+        raise ValueError(f"keep={keep!r}: the fraction of the batch kept, in (0, 1]")
+    if not _is_real(scale_factor) or not 0 < scale_factor <= 1:
+        raise ValueError(f"scale_factor={scale_factor!r}: the resize of the input for scoring, in (0, 1] "
+                         "(1 scores at full size)")
+
+
+def _check_interval(start: float, end: float) -> None:
+    for name, value in (("start", start), ("end", end)):
+        if not _is_real(value):
+            raise ValueError(f"{name}={value!r}: must be a number")
+    if start > end:
+        raise ValueError(f"start={start!r}, end={end!r}: the interval must not end before it starts")
+
+
+def _check_interrupt(interrupt: int) -> None:
+    if isinstance(interrupt, bool) or not isinstance(interrupt, int) or interrupt < 0 or interrupt == 1:
+        raise ValueError(f"interrupt={interrupt!r}: a full batch every `interrupt` batches, an integer 0 (never) "
+                         "or >= 2 (1 would make every batch a full one)")
+
+
+def _is_real(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _scoring_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The module to score with: DataParallel and DDP unwrapped (scoring needs neither their scatter
+    nor their gradient hooks); FSDP's sharded module is called as it is."""
+    if isinstance(model, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+        return model.module
+    return model

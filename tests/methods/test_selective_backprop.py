@@ -1,0 +1,568 @@
+"""Selective Backprop's own semantics, checked against its definition (Jiang et al., 2019, with
+Composer's selection rule).
+
+Each example is scored by its loss under no_grad, with the model in eval mode (at reduced size
+when ``scale_factor < 1``, by ``F.interpolate``); the examples are ranked from the lowest loss
+(rank 0) to the highest, rank ``i`` gets the weight ``((i + 0.5) / N) ** (1 / keep - 1)``, and
+``round(keep * N)`` ranks (at least one) are drawn without replacement, i.e. one after another,
+each with probability proportional to its weight among those not drawn yet. The draws are
+replayed here from the same seeded generator. Composer's own tests of ``select_using_loss`` and
+``should_selective_backprop`` are repeated below with our names. The tests every method passes
+run from the metadata registry.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from trainer_support import Observed, replayed_generator
+
+import algorithms.functional as cf
+from algorithms import MixUp, SelectiveBackprop
+from algorithms.core import Algorithm, Event, State, Trainer
+from algorithms.core.time import Duration
+from algorithms.selective_backprop import should_selective_backprop
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The models here are tiny: one thread is many times faster than two on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _weights(n: int, keep: float) -> list[float]:
+    """The paper's selection weight of each loss rank (rank 0 the lowest loss), as Composer sets
+    its exponent: the percentile (i + 0.5) / n raised to 1 / keep - 1."""
+    return [((i + 0.5) / n) ** (1 / keep - 1) for i in range(n)]
+
+
+def _count(n: int, keep: float) -> int:
+    return min(n, max(1, round(keep * n)))
+
+
+def _eval_losses(model, x, target, loss_fun=F.cross_entropy):
+    model = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        return loss_fun(model(x), target, reduction="none")
+
+
+def _definition(x, target, losses, keep, generator):
+    """The rows kept: ranks drawn without replacement by the weights, replayed from ``generator``."""
+    n = x.shape[0]
+    by_loss = sorted(range(n), key=lambda i: (float(losses[i]), i))  # ties: the earlier row first
+    ranks = torch.multinomial(torch.tensor(_weights(n, keep), dtype=torch.float64), _count(n, keep),
+                              replacement=False, generator=generator).tolist()
+    rows = [by_loss[r] for r in ranks]
+    return x[rows], target[rows]
+
+
+def _classifier(seed=0, in_features=6, classes=3, bn=False):
+    torch.manual_seed(seed)
+    layers = [torch.nn.Linear(in_features, 8)]
+    if bn:
+        layers += [torch.nn.BatchNorm1d(8), torch.nn.Dropout(0.5)]
+    return torch.nn.Sequential(*layers, torch.nn.ReLU(), torch.nn.Linear(8, classes))
+
+
+def _batch(n, seed=0, features=6, classes=3):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, features, generator=g), torch.randint(0, classes, (n,), generator=g)
+
+
+# -- the functional form against its definition --------------------------------------------------
+
+@pytest.mark.parametrize("keep", [0.25, 0.3, 0.5, 0.75])
+@pytest.mark.parametrize("n", [8, 10, 13])
+def test_select_using_loss_matches_its_definition(n, keep):
+    """A model with batch norm and dropout, in train mode: the ranking is by its eval-mode losses."""
+    x, y = _batch(n, seed=n)
+    model = _classifier(bn=True).train()
+    kept_x, kept_y = cf.select_using_loss(x, y, model, F.cross_entropy, keep=keep,
+                                          generator=torch.Generator().manual_seed(3))
+    want_x, want_y = _definition(x, y, _eval_losses(model, x, y), keep, torch.Generator().manual_seed(3))
+    assert torch.equal(kept_x, want_x) and torch.equal(kept_y, want_y)
+
+
+@pytest.mark.parametrize(("n", "keep"), [(16, 0.5), (16, 0.75), (10, 0.25), (5, 0.5), (7, 0.5), (9, 0.3),
+                                         (4, 0.1), (1, 0.5), (3, 0.9)])
+def test_round_keep_n_rows_are_kept_each_a_row_of_the_batch_once_with_its_target(n, keep):
+    """round(keep * n), Python's rounding (2.5 -> 2, 3.5 -> 4), and at least one row."""
+    x = torch.randn(n, 3, generator=torch.Generator().manual_seed(0))
+    x[:, 0] = torch.arange(n)  # each row carries its index
+    ids = torch.arange(n)
+    for seed in range(5):
+        kept_x, kept_ids = cf.select_using_loss(x, ids, lambda v: v[:, 1:], _loss_of_first_output, keep=keep,
+                                                generator=torch.Generator().manual_seed(seed))
+        expected = {(5, 0.5): 2, (7, 0.5): 4, (4, 0.1): 1, (1, 0.5): 1, (3, 0.9): 3}.get((n, keep), round(keep * n))
+        assert kept_x.shape == (expected, 3) and kept_ids.shape == (expected,)
+        assert len(set(kept_ids.tolist())) == expected  # no duplicates
+        assert torch.equal(kept_x, x[kept_ids])  # each kept input is the batch's row of its kept target
+
+
+def _loss_of_first_output(outputs, target, reduction="mean"):
+    return outputs[:, 0] if reduction == "none" else outputs[:, 0].mean()
+
+
+def _inclusion_probabilities(weights: list[float], draws: int) -> list[float]:
+    """P(rank i is among ``draws`` drawn one after another without replacement), by enumerating
+    every ordered sequence of draws (small n)."""
+    n = len(weights)
+    inclusion = [0.0] * n
+    for sequence in itertools.permutations(range(n), draws):
+        p, left = 1.0, sum(weights)
+        for i in sequence:
+            p *= weights[i] / left
+            left -= weights[i]
+        for i in sequence:
+            inclusion[i] += p
+    return inclusion
+
+
+def test_high_loss_rows_are_kept_as_often_as_the_papers_rule_says():
+    """Over 4,000 seeded calls, each rank's frequency of being kept matches its probability under
+    the rule, computed here by enumeration, within 5 standard deviations (a false alarm rate below
+    6e-7 per rank, under 5e-6 for the 8; the seed is fixed, so the test cannot flake). The mean
+    loss of the kept rows exceeds the batch mean, also within 5 standard deviations of its
+    expectation."""
+    n, keep, trials = 8, 0.5, 4000
+    losses = torch.tensor([0.3, 2.0, 0.1, 1.2, 0.7, 3.5, 0.5, 1.6])  # row 5 has the highest loss
+    x = torch.arange(n, dtype=torch.float32)[:, None]
+    rows = torch.arange(n)
+    model = lambda v: losses[v[:, 0].long()][:, None]  # noqa: E731 (each row's output is its loss)
+    g = torch.Generator().manual_seed(0)
+    kept = torch.zeros(n)
+    kept_means = []
+    for _ in range(trials):
+        _, kept_rows = cf.select_using_loss(x, rows, model, _loss_of_first_output, keep=keep, generator=g)
+        kept[kept_rows] += 1
+        kept_means.append(float(losses[kept_rows].mean()))
+    by_loss = sorted(range(n), key=lambda i: float(losses[i]))
+    inclusion = _inclusion_probabilities(_weights(n, keep), _count(n, keep))
+    for rank, row in enumerate(by_loss):
+        p, frequency = inclusion[rank], float(kept[row]) / trials
+        assert abs(frequency - p) < 5 * math.sqrt(p * (1 - p) / trials), (rank, row, frequency, p)
+    assert all(a < b for a, b in zip(inclusion, inclusion[1:], strict=False))  # a higher loss, kept more often
+    assert int(kept.argmax()) == 5  # the biggest loser, most often
+    expected_mean = sum(p * float(losses[row]) for p, row in zip(inclusion, by_loss, strict=True)) / _count(n, keep)
+    spread = torch.tensor(kept_means).std().item()
+    mean = sum(kept_means) / trials
+    assert abs(mean - expected_mean) < 5 * spread / math.sqrt(trials)
+    assert mean > float(losses.mean()) + 5 * spread / math.sqrt(trials)
+
+
+def test_keep_1_keeps_every_row_in_order_without_scoring():
+    x, y = _batch(6)
+
+    def never(v):
+        raise AssertionError("the model was called with nothing to select")
+
+    for keep, n in ((1, 6), (0.95, 6)):  # round(0.95 * 6) = 6
+        kept_x, kept_y = cf.select_using_loss(x[:n], y[:n], never, F.cross_entropy, keep=keep)
+        assert torch.equal(kept_x, x[:n]) and torch.equal(kept_y, y[:n])
+
+
+class _SizeRecorder(torch.nn.Module):
+    """Records the input it is called on; its output is a fixed per-pixel score averaged."""
+
+    def __init__(self, classes=3, channels=3):
+        super().__init__()
+        self.seen = []
+        self.weight = torch.nn.Parameter(torch.randn(classes, channels, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, v):
+        self.seen.append(v.clone())
+        pooled = v.flatten(2).mean(dim=2) if v.ndim > 2 else v
+        return pooled @ self.weight.t()
+
+
+@pytest.mark.parametrize(("shape", "mode"), [((6, 3, 16), "linear"), ((6, 3, 16, 12), "bilinear"),
+                                             ((6, 3, 8, 8, 8), "trilinear")])
+@pytest.mark.parametrize("scale_factor", [0.5, 0.75])
+def test_scale_factor_below_1_scores_on_the_interpolated_input_and_keeps_full_size_rows(shape, mode, scale_factor):
+    x = torch.rand(shape, generator=torch.Generator().manual_seed(0))
+    x = x * torch.linspace(0.1, 3, shape[0]).view(-1, *[1] * (len(shape) - 1))  # distinct losses
+    y = torch.randint(0, 3, (shape[0],), generator=torch.Generator().manual_seed(1))
+    model = _SizeRecorder()
+    kept_x, kept_y = cf.select_using_loss(x, y, model, F.cross_entropy, keep=0.5, scale_factor=scale_factor,
+                                          generator=torch.Generator().manual_seed(2))
+    small = F.interpolate(x, scale_factor=scale_factor, mode=mode, align_corners=False,
+                          recompute_scale_factor=False)
+    (seen,) = model.seen
+    assert seen.shape == (shape[0], 3, *(int(s * scale_factor) for s in shape[2:]))
+    torch.testing.assert_close(seen, small)
+    want_x, want_y = _definition(x, y, _eval_losses(_SizeRecorder(), small, y), 0.5,
+                                 torch.Generator().manual_seed(2))
+    assert torch.equal(kept_x, want_x) and torch.equal(kept_y, want_y) and kept_x.shape[1:] == x.shape[1:]
+
+
+def test_dense_losses_are_averaged_per_example():
+    """A loss of shape (N, L) (a token or pixel loss) ranks each example by its mean."""
+    g = torch.Generator().manual_seed(0)
+    logits, target = torch.randn(10, 3, 5, generator=g), torch.randint(0, 3, (10, 5), generator=g)
+    kept_x, kept_y = cf.select_using_loss(logits, target, lambda v: v, F.cross_entropy, keep=0.4,
+                                          generator=torch.Generator().manual_seed(4))
+    per_example = F.cross_entropy(logits, target, reduction="none").mean(dim=1)
+    want_x, want_y = _definition(logits, target, per_example, 0.4, torch.Generator().manual_seed(4))
+    assert torch.equal(kept_x, want_x) and torch.equal(kept_y, want_y)
+
+
+def test_seeded_calls_repeat_and_the_seed_matters():
+    x, y = _batch(32)
+    model = _classifier()
+
+    def call(seed):
+        return cf.select_using_loss(x, y, model, F.cross_entropy, generator=torch.Generator().manual_seed(seed))[1]
+
+    assert torch.equal(call(0), call(0)) and not torch.equal(call(0), call(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_dtype_memory_format_and_the_callers_tensors_are_kept(dtype):
+    x = torch.randn(6, 3, 4, 4).to(dtype).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 3, (6,))
+    before_x, before_y = x.clone(), y.clone()
+    model = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 3)).to(dtype)
+    kept_x, kept_y = cf.select_using_loss(x, y, model, F.cross_entropy, keep=0.5, scale_factor=0.5,
+                                          generator=torch.Generator().manual_seed(0))
+    assert kept_x.dtype == dtype and kept_y.dtype == torch.long
+    assert kept_x.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(x, before_x) and torch.equal(y, before_y)
+
+
+def test_scoring_leaves_the_models_modes_and_batch_norm_statistics_as_they_were():
+    """Scored in eval mode: running statistics and the batch-norm counter unchanged, dropout off,
+    and each submodule's own mode given back (here one batch norm is frozen in eval mode)."""
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.Dropout(0.5),
+                                torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 3)).train()
+    model[3].eval()
+    x, y = _batch(16)
+    buffers = {k: v.clone() for k, v in model.state_dict().items()}
+    modes = [m.training for m in model.modules()]
+    cf.select_using_loss(x, y, model, F.cross_entropy, keep=0.5, generator=torch.Generator().manual_seed(0))
+    assert [m.training for m in model.modules()] == modes == [True, True, True, True, False, True]
+    assert all(torch.equal(v, buffers[k]) for k, v in model.state_dict().items())
+    model.eval()
+    cf.select_using_loss(x, y, model, F.cross_entropy, keep=0.5, generator=torch.Generator().manual_seed(0))
+    assert not any(m.training for m in model.modules())
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+def _bad_loss(output, target):
+    return 0
+
+
+def test_a_loss_without_reduction_is_refused_naming_loss_fun():
+    """Composer's test: a TypeError that says the loss must take `reduction`."""
+    x, y = _batch(4)
+    with pytest.raises(TypeError, match=r"^loss_fun=_bad_loss: the loss function must take a keyword argument "
+                                        r"`reduction`\."):
+        cf.select_using_loss(x, y, _classifier(), _bad_loss, keep=1, scale_factor=1)
+    with pytest.raises(TypeError, match=r"^loss_fun=3: the loss function must be callable"):
+        cf.select_using_loss(x, y, _classifier(), 3)
+    with pytest.raises(TypeError, match="^loss_fun=CrossEntropyLoss: the loss function must take a keyword argument"):
+        cf.select_using_loss(x, y, _classifier(), torch.nn.CrossEntropyLoss())  # a module's forward has none
+    kept = cf.select_using_loss(x, y, _classifier(), lambda o, t, **kw: F.cross_entropy(o, t, **kw))
+    assert kept[0].shape == (2, 6)  # a loss taking **kwargs is accepted
+
+
+def test_a_loss_that_does_not_give_one_loss_per_example_is_refused():
+    x, y = _batch(4)
+    with pytest.raises(ValueError, match=r"^loss_fun: with reduction='none' it must give one loss per example, "
+                                         r"shape \(4,\) or \(4, \.\.\.\), got \(\)$"):
+        cf.select_using_loss(x, y, _classifier(), lambda o, t, reduction: F.cross_entropy(o, t))
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"keep": 0}, "keep=0: the fraction of the batch kept, in (0, 1]"), ({"keep": 1.5}, "keep=1.5"),
+    ({"keep": -0.5}, "keep=-0.5"), ({"keep": float("nan")}, "keep=nan"), ({"keep": "0.5"}, "keep='0.5'"),
+    ({"keep": True}, "keep=True"), ({"scale_factor": 0}, "scale_factor=0: the resize of the input for scoring"),
+    ({"scale_factor": 2}, "scale_factor=2"), ({"scale_factor": None}, "scale_factor=None"),
+])
+def test_bad_selection_hyperparameters_fail_with_a_clear_error(kwargs, words):
+    x, y = _batch(4)
+    with pytest.raises(ValueError, match="^" + words.replace("(", r"\(").replace("]", r"\]")):
+        SelectiveBackprop(**kwargs)
+    with pytest.raises(ValueError, match="^" + words.replace("(", r"\(").replace("]", r"\]")):
+        cf.select_using_loss(x, y, _classifier(), F.cross_entropy, **kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"start": -0.1}, r"start=-0.1, end=0.9: fractions of training with 0 <= start < end <= 1"),
+    ({"start": 0.9}, r"start=0.9, end=0.9: fractions"), ({"end": 1.5}, r"start=0.5, end=1.5: fractions"),
+    ({"start": 0.95}, r"start=0.95, end=0.9: the interval must not end before it starts"),
+    ({"start": "0.5"}, r"start='0.5': must be a number"), ({"end": None}, r"end=None: must be a number"),
+    ({"interrupt": 1}, r"interrupt=1: a full batch every `interrupt` batches, an integer 0 \(never\) or >= 2"),
+    ({"interrupt": -1}, r"interrupt=-1"), ({"interrupt": 2.0}, r"interrupt=2.0"),
+    ({"interrupt": True}, "interrupt=True"),
+])
+def test_bad_schedules_fail_with_a_clear_error(kwargs, words):
+    with pytest.raises(ValueError, match="^" + words):
+        SelectiveBackprop(**kwargs)
+
+
+def test_should_selective_backprop_refuses_a_bad_interrupt_or_interval():
+    with pytest.raises(ValueError, match=r"^interrupt=1: "):
+        should_selective_backprop(0.6, 0, interrupt=1)
+    with pytest.raises(ValueError, match=r"^start=0.9, end=0.5: the interval must not end before it starts$"):
+        should_selective_backprop(0.6, 0, start=0.9, end=0.5)
+
+
+def test_resizing_a_batch_that_is_not_3_to_5_d_is_refused():
+    """Composer's test: scale_factor < 1 on a 2-D input is a ValueError."""
+    x, y = _batch(4)
+    with pytest.raises(ValueError, match=r"^scale_factor=0.5: resizing needs an input \(N, C, L\), \(N, C, H, W\) "
+                                         r"or \(N, C, D, H, W\), got shape \(4, 6\); use scale_factor=1$"):
+        cf.select_using_loss(x, y, _classifier(), F.cross_entropy, 1, 0.5)
+
+
+def test_a_target_of_another_batch_size_is_refused():
+    x, y = _batch(4)
+    with pytest.raises(ValueError, match=r"^target: a tensor with one row per example of input \(4\) is needed, "
+                                         r"got \(3,\)$"):
+        cf.select_using_loss(x, y[:3], _classifier(), F.cross_entropy)
+
+
+# -- Composer's tests, with our import ------------------------------------------------------------
+
+@pytest.mark.parametrize(("epoch", "batch", "interrupt"), [(10, 0, 0), (10, 0, 2), (10, 2, 2)])
+def test_composer_should_select_in_its_interval(epoch, batch, interrupt):
+    assert should_selective_backprop(epoch, batch, 5, 15, interrupt)
+
+
+@pytest.mark.parametrize(("epoch", "batch", "interrupt"), [(0, 0, 0), (20, 0, 0), (10, 1, 2)])
+def test_composer_should_not_select_outside_it(epoch, batch, interrupt):
+    assert not should_selective_backprop(epoch, batch, 5, 15, interrupt)
+
+
+def _ones_loss(output, target, reduction="none"):
+    return torch.ones_like(target)
+
+
+@pytest.mark.parametrize("keep", [1, 0.5, 0.75])
+def test_composer_output_shape(keep):
+    torch.manual_seed(42)
+    x, y = torch.randn(16, 8), torch.randint(2, (16,))
+    kept_x, kept_y = cf.select_using_loss(x, y, torch.nn.Linear(8, 1), _ones_loss, keep, 1)
+    assert kept_x.shape == (int(16 * keep), 8) and kept_y.shape == (int(16 * keep),)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.75, 1])
+@pytest.mark.parametrize("scale_factor", [0.5, 0.75])
+def test_composer_output_shape_scaled(keep, scale_factor):
+    torch.manual_seed(42)
+    x, y = torch.randn(16, 3, 32, 32), torch.randint(2, (16,))
+    kept_x, kept_y = cf.select_using_loss(x, y, torch.nn.Conv2d(3, 8, 3), _ones_loss, keep, scale_factor)
+    assert kept_x.shape == (int(16 * keep), 3, 32, 32) and kept_y.shape == (int(16 * keep),)
+
+
+# -- the schedule ---------------------------------------------------------------------------------
+
+def test_should_selective_backprop_matches_its_definition_on_a_grid():
+    durations = [0.0, 0.1, 0.3, 0.49, 0.5, 0.51, 0.7, 0.89, 0.9, 0.95, 1.0]
+    for start, end, interrupt in itertools.product([0.0, 0.3, 0.5], [0.5, 0.9, 1.0], [0, 2, 3, 5]):
+        if start > end:
+            continue
+        for duration, batch_idx in itertools.product(durations, range(12)):
+            selects = start <= duration < end and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
+            assert should_selective_backprop(duration, batch_idx, start, end, interrupt) is selects
+
+
+def test_the_defaults_select_on_every_other_batch_from_half_to_nine_tenths():
+    assert [should_selective_backprop(0.5, i) for i in range(4)] == [True, False, True, False]
+    assert not should_selective_backprop(0.49, 0) and not should_selective_backprop(0.9, 0)
+
+
+# -- in the Trainer -------------------------------------------------------------------------------
+
+class _Snapshot(Algorithm):
+    """Listed before SelectiveBackprop: the model (weights and modes) and batch it scores with."""
+
+    def __init__(self):
+        self.models, self.batches = [], []
+
+    def match(self, event, state):
+        return event is Event.AFTER_DATALOADER
+
+    def apply(self, event, state, logger=None):
+        self.models.append(copy.deepcopy(state.model))
+        self.batches.append(copy.deepcopy(state.batch))
+
+
+def _selecting_batches(total, per_epoch, start, end, interrupt):
+    """Which batches select, by the definition: progress (batches done / total) in [start, end)
+    and not an interrupting batch of its epoch."""
+    return [start <= b / total < end and (interrupt == 0 or (b % per_epoch + 1) % interrupt != 0)
+            for b in range(total)]
+
+
+@pytest.mark.parametrize(("start", "end", "interrupt"), [(0.3, 0.8, 2), (0.0, 1.0, 0), (0.2, 0.7, 3)])
+def test_in_the_trainer_the_batch_sizes_follow_the_schedule_and_the_rows_the_rule(start, end, interrupt):
+    """Two epochs of five batches of 10; the rows the model sees are the definition's, with the
+    draws replayed from the class's generator and the losses of the model as it was at that step."""
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(10, 6, generator=g), torch.randint(0, 3, (10,), generator=g)) for _ in range(5)]
+    snapshot, seen = _Snapshot(), Observed()
+    algo = SelectiveBackprop(start=start, end=end, keep=0.3, interrupt=interrupt)
+    Trainer(_classifier(bn=True), batches, "2ep", algorithms=[snapshot, algo, seen], seed=0, device="cpu").fit()
+    selects = _selecting_batches(10, 5, start, end, interrupt)
+    assert [len(x) for x in seen.inputs] == [3 if s else 10 for s in selects]
+    assert any(selects) and not all(selects) or (start, end, interrupt) == (0.0, 1.0, 0)
+    replayed = replayed_generator(SelectiveBackprop, seed=0)
+    for step, selected in enumerate(selects):
+        (x, y), x_seen, y_seen = snapshot.batches[step], seen.inputs[step], seen.targets[step]
+        if not selected:
+            assert torch.equal(x_seen, x) and torch.equal(y_seen, y)
+            continue
+        want_x, want_y = _definition(x, y, _eval_losses(snapshot.models[step], x, y), 0.3, replayed)
+        assert torch.equal(x_seen, want_x) and torch.equal(y_seen, want_y)
+    for out, y_seen, loss in zip(seen.outputs, seen.targets, seen.losses, strict=True):
+        torch.testing.assert_close(loss, F.cross_entropy(out, y_seen))  # the loss is on the kept rows
+
+
+class _After(Algorithm):
+    """Listed after SelectiveBackprop: the model's modes and buffers once it has scored."""
+
+    def __init__(self):
+        self.modes, self.buffers = [], []
+
+    def match(self, event, state):
+        return event is Event.AFTER_DATALOADER
+
+    def apply(self, event, state, logger=None):
+        self.modes.append([m.training for m in state.model.modules()])
+        self.buffers.append({k: v.clone() for k, v in state.model.state_dict().items()})
+
+
+@pytest.mark.parametrize("parallel", ["single", "dp"])
+def test_in_the_trainer_scoring_leaves_train_mode_and_batch_norm_statistics_as_they_were(parallel):
+    """Under parallel='dp' the Trainer's model is a DataParallel wrapper; it is unwrapped to score."""
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(4)]
+    snapshot, after, seen = _Snapshot(), _After(), Observed()
+    Trainer(_classifier(bn=True), batches, "4ba", algorithms=[snapshot, SelectiveBackprop(start=0.0, interrupt=0),
+                                                             after, seen], seed=0, device="cpu",
+            parallel=parallel).fit()
+    assert [len(x) for x in seen.inputs] == [4, 4, 4, 4]
+    for model, modes, buffers in zip(snapshot.models, after.modes, after.buffers, strict=True):
+        assert modes == [m.training for m in model.modules()] and all(modes)
+        assert all(torch.equal(v, buffers[k]) for k, v in model.state_dict().items())
+
+
+def test_dict_batches_are_selected_by_key_and_their_other_items_left_alone():
+    g = torch.Generator().manual_seed(0)
+    batches = [{"features": torch.randn(8, 6, generator=g), "label": torch.randint(0, 3, (8,), generator=g),
+                "note": "kept as it is"} for _ in range(2)]
+    snapshot, seen = _Snapshot(), Observed(input_key="features", target_key="label")
+    algo = SelectiveBackprop(start=0.0, keep=0.5, interrupt=0, input_key="features", target_key="label")
+    Trainer(_classifier(), batches, "2ba", algorithms=[snapshot, algo, seen], seed=0, device="cpu",
+            input_key="features", target_key="label").fit()
+    replayed = replayed_generator(SelectiveBackprop, seed=0)
+    for batch, model, x_seen, y_seen in zip(snapshot.batches, snapshot.models, seen.inputs, seen.targets,
+                                            strict=True):
+        x, y = batch["features"], batch["label"]
+        want_x, want_y = _definition(x, y, _eval_losses(model, x, y), 0.5, replayed)
+        assert torch.equal(x_seen, want_x) and torch.equal(y_seen, want_y)
+
+
+def test_keep_1_in_the_trainer_never_scores():
+    calls = []
+    model = _classifier()
+    model.register_forward_hook(lambda m, i, o: calls.append(len(i[0])))
+    Trainer(model, [_batch(6)] * 3, "3ba", algorithms=[SelectiveBackprop(start=0.0, keep=1, interrupt=0)], seed=0,
+            device="cpu").fit()
+    assert calls == [6, 6, 6]  # the training forward passes alone
+
+
+def test_a_trainer_loss_without_reduction_is_refused_before_training():
+    def loss(outputs, target):
+        return F.cross_entropy(outputs, target)
+
+    with pytest.raises(TypeError, match=r"^Trainer loss_fn=loss: the loss function must take a keyword argument "
+                                        r"`reduction`\."):
+        Trainer(_classifier(), [_batch(6)], "1ba", loss_fn=loss, algorithms=[SelectiveBackprop()], device="cpu")
+
+
+def test_seeded_runs_repeat_and_the_seed_matters():
+    def run(seed):
+        seen = Observed()
+        Trainer(_classifier(), [_batch(16, seed=s) for s in range(2)], "2ba", seed=seed, device="cpu",
+                algorithms=[SelectiveBackprop(start=0.0, interrupt=0), seen]).fit()
+        return seen.targets
+
+    first = run(0)
+    assert all(torch.equal(a, b) for a, b in zip(first, run(0), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, run(1), strict=True))
+
+
+def test_listed_before_mixup_the_kept_rows_are_mixed_and_after_it_the_mixing_refuses():
+    """The composability the card states: Selective Backprop first, then MixUp mixes the kept rows;
+    the other order changes the batch after MixUp mixed it, which MixUp refuses."""
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(10, 6, generator=g), torch.randint(0, 3, (10,), generator=g)) for _ in range(2)]
+    seen = Observed()
+    Trainer(_classifier(), batches, "2ba", seed=0, device="cpu",
+            algorithms=[SelectiveBackprop(start=0.0, keep=0.4, interrupt=0), MixUp(alpha=1.0), seen]).fit()
+    assert [len(x) for x in seen.inputs] == [4, 4] and all(t.shape == (4, 3) for t in seen.targets)
+    with pytest.raises(ValueError, match="a method listed after MixUp changed the batch size"):
+        Trainer(_classifier(), batches, "2ba", seed=0, device="cpu",
+                algorithms=[MixUp(alpha=1.0), SelectiveBackprop(start=0.0, keep=0.4, interrupt=0)]).fit()
+
+
+# -- on a GPU -------------------------------------------------------------------------------------
+
+def _cuda_state(model, batch, precision="fp32"):
+    state = State(model=model, max_duration=Duration.parse("10ba"), loss_fn=F.cross_entropy, precision=precision,
+                  device=torch.device("cuda"), seed=0)
+    state.timestamp.batch = state.timestamp.batch_in_epoch = 6  # progress 0.6, batch 7 of the epoch: it selects
+    state.batch = batch
+    return state
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_on_cuda_the_selection_stays_on_the_device_and_matches_the_cpu(dtype):
+    x, y = _batch(16)
+    model = _classifier(bn=True)
+    kept_x, kept_y = cf.select_using_loss(x.cuda().to(dtype), y.cuda(), copy.deepcopy(model).cuda().to(dtype),
+                                          F.cross_entropy, keep=0.5, generator=torch.Generator().manual_seed(0))
+    assert kept_x.device.type == "cuda" and kept_x.dtype == dtype and kept_y.device.type == "cuda"
+    if dtype == torch.float32:  # float16 losses may tie or reorder
+        want_x, want_y = _definition(x, y, _eval_losses(model, x, y), 0.5, torch.Generator().manual_seed(0))
+        torch.testing.assert_close(kept_x.cpu(), want_x)
+        assert torch.equal(kept_y.cpu(), want_y)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", ["fp32", "amp_bf16"])
+def test_on_cuda_the_class_makes_no_host_sync(precision):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(8, 4)).cuda()
+    batch = (torch.randn(32, 3, 16, 16, device="cuda"), torch.randint(0, 4, (32,), device="cuda"))
+    algo = SelectiveBackprop(keep=0.25, scale_factor=0.5)
+    state = _cuda_state(model, batch, precision)
+    algo.apply(Event.INIT, state)
+    assert algo.match(Event.AFTER_DATALOADER, state)
+    algo.apply(Event.AFTER_DATALOADER, state)  # warm up (cuDNN, the pinned-memory pool)
+    state.batch = batch
+    buffers = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        algo.apply(Event.AFTER_DATALOADER, state)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    x, y = state.batch
+    assert x.shape == (8, 3, 16, 16) and x.device.type == "cuda" and x.dtype == torch.float32
+    assert y.shape == (8,) and y.device.type == "cuda"
+    assert all(torch.equal(v, buffers[k]) for k, v in model.state_dict().items()) and model.training
+
