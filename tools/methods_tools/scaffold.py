@@ -41,7 +41,7 @@ from algorithms.metadata import (
 from . import REPO_ROOT
 from .cards import HYPERPARAMETER_SECTION, Region, regions, replace_regions
 from .docsgen import jinja_environment, method_option
-from .markup import literal, md_code, md_text
+from .markup import literal, md_text
 from .prompts import PLACEHOLDER
 
 __all__ = [
@@ -75,6 +75,8 @@ _BATCH, _CLASSES = 8, 10
 _EXAMPLE_ARGS = {
     "input": "images",
     "images": "images",
+    "img": "images",
+    "sample": "images",
     "x": "images",
     "target": "labels",
     "targets": "labels",
@@ -244,13 +246,9 @@ def _method_context(record: Any) -> dict[str, Any]:
 
 def _figure_caption(record: Any) -> str:
     """The caption of a method's figure: what it shows and the exact call that made it."""
-    from .figures import PHOTOS, figure_call
+    from .figures import figure_caption
 
-    call = md_code(figure_call(record))
-    if record.raw["figure"]["kind"] == "targets":
-        return f"A one-hot label over 10 classes and the target that {call} makes of it."
-    return (f"The photographs {', '.join(PHOTOS)} of scikit-image's sample data, before (top) and after (bottom) "
-            f"{call}, drawn by every docs build.")
+    return figure_caption(record)
 
 
 # --------------------------------------------------------------------------------------------- new methods
