@@ -1,4 +1,5 @@
-"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``; ``nox -s mutants`` by hand.
+"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``; ``nox -s mutants`` and
+``nox -s minimums`` by hand.
 
 Virtual environments are reused between runs (a second ``nox -s tests`` starts in seconds).
 Torch is installed first, from ``$METHODS_TORCH_SPEC`` (default ``torch==2.13.0``, a CPU build),
@@ -88,6 +89,48 @@ def gpu(session: nox.Session) -> None:
                 "--nproc", nproc, "--timeout", "300", "--force",
                 "--configs", "fp32:single,fp16:single,bf16:single,amp_fp16:single,amp_bf16:single,"
                              "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2",
+                *session.posargs)
+
+
+# The fast tests: the methods, the Trainer in one process, the metadata (no torchrun, no docs).
+TEST_TOOLS = ("pytest", "hypothesis", "numpy")  # what the fast tests import, from the dev extra
+FAST_TESTS = ("tests/methods", "tests/core", "tests/test_metadata.py", "--ignore=tests/core/test_distributed.py")
+
+
+def floors(requirements: list[str]) -> list[str]:
+    """``name==X`` for every ``name>=X`` requirement (the lowest version each one allows)."""
+    pinned = []
+    for requirement in requirements:
+        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)(\[[^\]]*\])?>=([0-9][^,;\s]*)", requirement.strip())
+        if match:
+            pinned.append(f"{match[1]}=={match[3]}")
+    return pinned
+
+
+@nox.session(python=PYTHON)
+def minimums(session: nox.Session) -> None:
+    """The lowest versions pyproject.toml allows, against the fast tests; run by hand, not in CI.
+
+    Installs every runtime dependency and the test tools at the floor its ``>=`` names (torch
+    included), then the project without resolving again, and runs the fast tests and the
+    two-process tests (DDP, FSDP; DeepSpeed's skip, as it is not installed). The registry's
+    only torch builds at the floor are CUDA builds (about 3 GB with their libraries: a few minutes
+    to download, which is why CI does not run this); set METHODS_TORCH_FLOOR_SPEC to another wheel
+    or spec to test a different one.
+    """
+    import tomllib
+
+    project = tomllib.loads(Path("pyproject.toml").read_text(encoding="utf-8"))["project"]
+    runtime = floors(project["dependencies"])
+    tools = [p for p in floors(project["optional-dependencies"]["dev"]) if p.split("==")[0] in TEST_TOOLS]
+    torch_floor = os.environ.get("METHODS_TORCH_FLOOR_SPEC") or next(p for p in runtime if p.startswith("torch=="))
+    others = [p for p in runtime if not p.startswith("torch==")]
+    session.install(torch_floor, *others, *tools)
+    session.install("--no-deps", "-e", ".")
+    session.run("python", "-c", "import importlib.metadata as m; print('testing with', ', '.join("
+                "f'{n} {m.version(n)}' for n in ('torch', 'jsonschema', 'jinja2', 'pytest', 'hypothesis', 'numpy')))")
+    # and the two-process parity tests: FSDP's sharded step is what sets the torch floor on the CPU
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS[:-1], "tests/core/test_distributed.py",
                 *session.posargs)
 
 
