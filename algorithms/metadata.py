@@ -154,6 +154,10 @@ class MethodRecord:
     aka: tuple[str, ...] = ()
     paper: Mapping[str, Any] | None = None
     trainer_option: Mapping[str, Any] | None = None
+    #: What the composability matrix checks to see the method act (see the schema's ``observable``).
+    observable: tuple[str, ...] = ()
+    #: Known interactions: another method's key, ``precision=<mode>`` or ``parallel=<mode>`` -> the note.
+    interactions: Mapping[str, str] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -501,6 +505,8 @@ def _record(key: str, path: Path, entry: dict[str, Any]) -> MethodRecord:
         aka=tuple(entry.get("aka", ())),
         paper=_freeze(entry["paper"]) if "paper" in entry else None,
         trainer_option=_freeze(entry["trainer_option"]) if "trainer_option" in entry else None,
+        observable=tuple(entry.get("observable", ())),
+        interactions=MappingProxyType(dict(entry.get("interactions", {}))),
         raw=_freeze(entry),
     )
 
