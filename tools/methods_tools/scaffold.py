@@ -83,6 +83,10 @@ _EXAMPLE_ARGS = {
     "labels": "labels",
     "logits": "logits",
     "outputs": "logits",
+    "model": "model",
+    "loss_fun": "loss_fun",
+    "loss_fn": "loss_fun",
+    "scale_factor": "0.5",
 }
 
 
@@ -332,7 +336,20 @@ def _data_lines(record: Any, needs: set[str]) -> list[str]:
         lines.append(f"labels = torch.randint(0, {_CLASSES}, ({_BATCH},))")
     if "logits" in needs:
         lines.append(f"logits = torch.randn({_BATCH}, {_CLASSES})")
+    if "model" in needs:
+        lines.append(f"model = {_example_model(record)}")
+    if "loss_fun" in needs:
+        lines.append("loss_fun = torch.nn.functional.cross_entropy")
     return lines
+
+
+def _example_model(record: Any) -> str:
+    """A small classifier for the examples; for images one that takes any image size (global
+    pooling), since some methods change the size."""
+    if "vision" in record.domains:
+        return (f"torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.AdaptiveAvgPool2d(1), "
+                f"torch.nn.Flatten(), torch.nn.Linear(8, {_CLASSES}))")
+    return f"torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, {_CLASSES}))"
 
 
 def _call_args(positional: list[str], keywords: dict[str, Any]) -> str:
@@ -342,15 +359,17 @@ def _call_args(positional: list[str], keywords: dict[str, Any]) -> str:
 def _functional_example(record: Any, params: dict[str, Any], suggested: dict[str, Any]) -> str:
     from .codeinfo import REQUIRED
 
-    positional, needs = [], set()
+    positional, needs, unknown = [], set(), []
     for name, param in params.items():
         if param.default is REQUIRED:
-            arg = _EXAMPLE_ARGS.get(name, f"{name}  # TODO: an example value for {name}")
+            arg = _EXAMPLE_ARGS.get(name, name)
+            if name not in _EXAMPLE_ARGS:
+                unknown.append(f"{name} = ...  # TODO: an example value for {name}")
             positional.append(arg)
             needs.add(arg)
     keywords = {k: v for k, v in suggested.items() if k in params}
     lines = ["import torch", "import algorithms.functional as cf", ""]
-    lines += _data_lines(record, needs)
+    lines += _data_lines(record, needs) + unknown
     lines.append(f"result = cf.{record.functional}({_call_args(positional, keywords)})")
     return "\n".join(lines)
 
@@ -384,14 +403,13 @@ _TEARDOWN = "\n".join([
 
 def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, Any]) -> str:
     vision = "vision" in record.domains
-    features = "3 * 32 * 32" if vision else "16"
     lines = ["import torch"]
     if class_name:
         lines.append(f"from algorithms import {class_name}")
     lines += [
         "from algorithms.core import Trainer",
         "",
-        f"model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear({features}, {_CLASSES}))",
+        f"model = {_example_model(record)}",
         "train_dataloader = [",
         f"    ({'torch.rand(8, 3, 32, 32)' if vision else 'torch.randn(8, 16)'}, torch.randint(0, {_CLASSES}, (8,)))",
         "    for _ in range(2)",
