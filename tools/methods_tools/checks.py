@@ -40,6 +40,10 @@ from .prompts import json_prompts, prompts, read_json
 
 __all__ = [
     "check_cards",
+    "check_composability",
+    "check_composability_matrix",
+    "check_composability_prose",
+    "check_interaction_keys",
     "check_card_sections",
     "check_builders",
     "check_card_regions",
@@ -243,13 +247,16 @@ def check_builders(package_root: Path | None = None) -> list[Problem]:
 # check_cards: every card against a fresh render (sections, generated regions), and its prose
 
 
-def check_cards(repo_root: Path | None = None, package_root: Path | None = None) -> list[Problem]:
+def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
+                results_root: Path | None = None) -> list[Problem]:
     """Check every method, best-practice, dataset and model-family card; a record without a card is a
     problem.
 
     Each card has the sections of its kind's template in order, and each generated region equals
     what ``new_card.py --update`` would write. Inline ``name=value`` names a real parameter, and one
     that says it is the default states the code's default. ``TODO(new_card)`` prompts are reported.
+    The cards' composability statements and the committed matrix (``results_root``, default the
+    checkout's ``results/``) are checked by :func:`check_composability`.
     """
     from . import cards
     from .codeinfo import CodeLookupError, lookup, parameters, trainer_parameters
@@ -292,7 +299,167 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None)
             problems += _check_inline(path, text, own, signatures)
     card_files = sorted({card_path(kind, "x", repo_root).parent for kind in CARD_DIRS}, key=str)
     problems += placeholder_problems([p for folder in card_files for p in sorted(folder.glob("*.md"))])
+    problems += check_composability(records, repo_root, results_root)
     return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# check_composability: what the cards say of combinations is the matrix's, and the matrix is current
+
+COMPOSABILITY_SECTION = "Composability"
+COMPOSABILITY_REGION = "composability"
+
+
+def check_composability(records: Mapping[str, MethodRecord], repo_root: Path | None = None,
+                        results_root: Path | None = None) -> list[Problem]:
+    """The three composability rules: method cards name no other method in their Composability
+    prose (:func:`check_composability_prose`), every ``interactions`` key names something the
+    matrix runs (:func:`check_interaction_keys`), and the committed matrix covers the registry
+    without a failing cell (:func:`check_composability_matrix`)."""
+    from .scaffold import card_path
+
+    problems: list[Problem] = []
+    for record in records.values():
+        path = card_path(record.kind, record.key, repo_root)
+        if record.kind == "method" and path.exists():
+            problems += check_composability_prose(path, path.read_text(encoding="utf-8"), record, records)
+    problems += check_interaction_keys(records)
+    return problems + check_composability_matrix(records, results_root)
+
+
+def _method_terms(record: MethodRecord) -> list[str]:
+    """What names a method in prose: display name, class name, AKA and key."""
+    return [t for t in (record.name, record.class_name, *record.aka, record.key) if t]
+
+
+def _term_pattern(term: str) -> re.Pattern[str]:
+    """``term`` as whole words, any case, its spaces matching any run of whitespace (a line break too)."""
+    words = r"\s+".join(re.escape(word) for word in term.split())
+    return re.compile(rf"(?<![\w]){words}(?![\w])", re.IGNORECASE)
+
+
+def check_composability_prose(path: Path, text: str, record: MethodRecord,
+                              records: Mapping[str, MethodRecord]) -> list[Problem]:
+    """In the card's Composability section, text outside generated regions (and HTML comments)
+    names no other ``kind: method`` of the registry: a statement about a combination belongs in
+    the metadata's ``interactions``, which the generated region shows beside the matrix's outcome."""
+    from . import cards
+
+    found = cards.sections(text)
+    starts = [i for i, s in enumerate(found) if s.title == COMPOSABILITY_SECTION and s.level == 2]
+    if not starts:
+        return []  # check_card_sections reports the missing section
+    start = found[starts[0]]
+    end = next((s.line for s in found[starts[0] + 1:] if s.level <= start.level), None)
+    lines = text.splitlines()
+    first, last = start.line, (end - 1 if end else len(lines))  # the lines after the heading, 1-based
+    try:
+        hidden = {n for r in cards.regions(text).values() for n in range(r.line, r.end + 1)}
+    except cards.RegionError:
+        return []  # check_card_regions reports it
+    shown = "\n".join("" if n in hidden else lines[n - 1] for n in range(first + 1, last + 1))
+    shown = re.sub(r"<!--.*?-->", lambda m: "\n" * m.group().count("\n"), shown, flags=re.DOTALL)
+    own = {t.casefold() for t in _method_terms(record)}
+    problems, reported = [], set()
+    for other in sorted(records.values(), key=lambda r: r.key):
+        if other.kind != "method" or other.key == record.key:
+            continue
+        for term in _method_terms(other):
+            if term.casefold() in own:
+                continue
+            for match in _term_pattern(term).finditer(shown):
+                line = first + 1 + shown.count("\n", 0, match.start())
+                if (line, other.key) in reported:
+                    continue
+                reported.add((line, other.key))
+                problems.append(Problem(path, COMPOSABILITY_SECTION, f"names {other.name} outside the generated "
+                                        f"composability region — move the statement into "
+                                        f"{display_path(record.path)} interactions[\"{other.key}\"], shown beside "
+                                        "the matrix's outcome", line))
+    return sorted(problems, key=lambda p: (p.line or 0, p.message))
+
+
+def check_interaction_keys(records: Mapping[str, MethodRecord]) -> list[Problem]:
+    """Every ``interactions`` key is another method's key (one it shares a domain with, so the
+    matrix pairs them), ``precision=<mode>`` or ``parallel=<mode>`` of the Trainer."""
+    from algorithms.core.options import PARALLELS, PRECISIONS
+
+    methods = {k: r for k, r in records.items() if r.kind == "method"}
+    problems = []
+    for record in records.values():
+        for key in record.interactions:
+            option, _, mode = key.partition("=")
+            if (option == "precision" and mode in PRECISIONS) or (option == "parallel" and mode in PARALLELS):
+                continue
+            if key in methods and key != record.key and set(methods[key].domains) & set(record.domains):
+                continue
+            if key in methods and key != record.key:
+                why = f"{methods[key].name} shares no domain with {record.name}, so the matrix never pairs them"
+            elif key == record.key:
+                why = "a note on the method with itself is never shown"
+            else:
+                why = (f"it is not a method key, nor precision=<{'|'.join(PRECISIONS)}>, nor "
+                       f"parallel=<{'|'.join(PARALLELS)}>")
+            problems.append(Problem(record.path, f"/{record.key}/interactions/{key}",
+                                    f"{key!r}: {why} — fix the key or remove the note",
+                                    _locate(record.path, [record.key, "interactions", key])))
+    return problems
+
+
+def check_composability_matrix(records: Mapping[str, MethodRecord], results_root: Path | None = None
+                               ) -> list[Problem]:
+    """The committed matrix (``results/composability/*.json``) is valid, every CPU file has every
+    cell of today's methods (:func:`~methods_tools.composability_pages.expected_cells`), and no
+    file has a ``fails`` cell. A GPU file is not held to the registry (it needs a GPU to rerun);
+    its cells of newer methods show as not run."""
+    from .composability_pages import (
+        COMPOSABILITY_DIR,
+        MATRIX_COMMAND,
+        cell_key,
+        cell_label,
+        composability_files,
+        expected_cells,
+    )
+    from .results import ResultsError
+
+    root = Path(results_root) / "composability" if results_root is not None else COMPOSABILITY_DIR
+    rerun = f"run {MATRIX_COMMAND} and commit the file it writes"
+    try:
+        files = composability_files(root)
+    except ResultsError as exc:
+        return [_results_line(line) for line in str(exc).splitlines()]
+    if not files:
+        return [Problem(root, "matrix", f"no composability matrix is committed — {rerun}")]
+    names = {k: r.name for k, r in records.items()}
+    problems = []
+    if not any(document["environment"]["device_type"] == "cpu" for _, document in files):
+        problems.append(Problem(root, "matrix", f"no CPU composability matrix is committed — {rerun}"))
+    for path, document in files:
+        present = {cell_key(c) for c in document["cells"]}
+        missing = [k for k in expected_cells(records.values(), document) if k not in present]
+        if missing and document["environment"]["device_type"] == "cpu":
+            shown = "; ".join(cell_label(k, names) for k in missing[:4]) + ("; …" if len(missing) > 4 else "")
+            problems.append(Problem(path, "/cells", f"lacks {len(missing)} cell(s) of today's methods ({shown}) — "
+                                    f"{rerun}"))
+        for index, cell in enumerate(document["cells"]):
+            if cell["outcome"] != "fails":
+                continue
+            why = cell["detail"] or f"not seen: {', '.join(cell['missing'])}"
+            first = cell["methods"][0]
+            where = (f"algorithms/{first}/metadata.json interactions[\"{cell['methods'][1]}\"]"
+                     if cell["kind"] == "pair" else
+                     f"algorithms/{first}/metadata.json interactions[\"{cell['kind']}={cell[cell['kind']]}\"]"
+                     if cell["kind"] in ("precision", "parallel") else f"the code of algorithms/{first}/")
+            problems.append(Problem(path, f"/cells/{index}", f"fails: {cell_label(cell_key(cell), names)}: {why} — fix "
+                                    f"the bug, or explain the interaction in {where}; then {rerun}"))
+    return problems
+
+
+def _results_line(line: str) -> Problem:
+    """A :class:`~methods_tools.results.ResultsError` line (``file: /pointer: message``) as a Problem."""
+    where, _, rest = line.partition(": ")
+    pointer, _, message = rest.partition(": ")
+    return Problem(Path(where), pointer, message) if message else Problem(Path(where), "", rest)
 
 
 def check_card_sections(path: Path, text: str, expected: list[Any]) -> list[Problem]:

@@ -27,6 +27,8 @@ import jinja2
 from algorithms.metadata import discover_metadata_files, display_path, validate_files
 
 from . import REPO_ROOT
+from .composability_pages import PAGE as COMPOSABILITY_PAGE
+from .composability_pages import render_composability
 from .docsgen import Content, Site, jinja_environment, method_option, sorted_methods
 from .effects_pages import effects_views, overview_effects, render_effects
 from .figures import render_figures
@@ -36,8 +38,8 @@ from .results import ResultsError, discover_effects, discover_results, load_effe
 from .training_pages import PAGE as TRAINING_PAGE
 from .training_pages import render_training_results
 
-__all__ = ["ALGORITHMS_TABLE", "DOCS_SOURCE", "GENERATORS", "LANDING", "METHODS_OVERVIEW", "NAVIGATION",
-           "TEMPLATE_DIR",
+__all__ = ["ALGORITHMS_TABLE", "COMPOSABILITY_PAGE", "DOCS_SOURCE", "GENERATORS", "LANDING", "METHODS_OVERVIEW",
+           "NAVIGATION", "TEMPLATE_DIR",
            "TRAINING_PAGE", "Generated", "generate", "main", "write_outputs"]
 
 DOCS_SOURCE = REPO_ROOT / "docs" / "source"
@@ -85,7 +87,8 @@ def _cards(folder: Path) -> list[str]:
 def navigation(site: Site) -> dict[Path, Content]:
     """The toctrees ``index.rst`` includes.
 
-    "Methods Library" lists the overview, the table, then every method card in name order, taken
+    "Methods Library" lists the overview, the table, the composability page (when it was rendered),
+    then every method card in name order, taken
     from the metadata (so a method without a card fails the build with "nonexisting document",
     and a card without metadata with "not included in any toctree"). The training page, dataset
     cards and model-family cards get a section only when they exist, so an empty folder never
@@ -95,8 +98,9 @@ def navigation(site: Site) -> dict[Path, Content]:
     sections = [("Dataset and Task Cards", _cards(site.source_dir / "dataset_cards")),
                 ("Model Family Cards", _cards(site.source_dir / "model_cards"))]
     training_pages = [TRAINING_PAGE.with_suffix("").as_posix()] if TRAINING_PAGE in site.rendered else []
+    library_pages = [COMPOSABILITY_PAGE.with_suffix("").as_posix()] if COMPOSABILITY_PAGE in site.rendered else []
     return {NAVIGATION: site.render("navigation.rst.inc.j2", method_cards=method_cards, training_pages=training_pages,
-                                    sections=[s for s in sections if s[1]])}
+                                    library_pages=library_pages, sections=[s for s in sections if s[1]])}
 
 
 def landing(site: Site) -> dict[Path, Content]:
@@ -117,7 +121,7 @@ OVERVIEW_HTML = METHODS_OVERVIEW.with_suffix(".html").as_posix()
 
 # In order: the navigation lists pages the generators before it write.
 GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_figures, render_training_results,
-                                     render_effects, landing, navigation)
+                                     render_effects, render_composability, landing, navigation)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,151 @@
+"""The Composability page and the cards' composability snippets, rendered from a hand-made matrix
+(every outcome, notes, a detail, a note with markup characters), and without one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from composability_support import HOSTILE_NOTE, matrix_document
+from docs_support import REPO_ROOT
+from methods_tools import composability_pages as cp
+from methods_tools import pages
+from methods_tools.docsgen import Site, jinja_environment, sorted_methods
+from methods_tools.markup import md_code, md_text
+from methods_tools.results import ResultsError
+from methods_tools.scaffold import render_card
+
+from algorithms.metadata import load_all_metadata
+
+RECORDS = load_all_metadata()
+REFUSED = ("pair", ("selective_backprop", "cutmix"), None)
+SAME_NOTE = ("pair", ("cutmix", "selective_backprop"), None)
+FAILS = ("precision", ("mixup",), "fp16")
+INTERACTION = ("parallel", ("cutout",), "fsdp")
+DROPPED = ("parallel", ("augmix",), "ddp")
+OVERRIDES = {
+    REFUSED: {"outcome": "refused", "note": "List it first.", "detail": "ValueError: CutMix: the batch changed size"},
+    SAME_NOTE: {"note": "List it first.", "detail": "ValueError: CutMix: the batch changed size"},
+    FAILS: {"outcome": "fails", "detail": "RuntimeError: boom", "missing": ["mixed_targets"]},
+    INTERACTION: {"outcome": "interaction", "note": HOSTILE_NOTE, "missing": ["changed_inputs"]},
+}
+
+
+def site(tmp_path: Path) -> Site:
+    return Site(source_dir=tmp_path, out_dir=tmp_path, env=jinja_environment(pages.TEMPLATE_DIR),
+                methods=sorted_methods(RECORDS), results=[])
+
+
+def table_rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of every table row of ``text`` whose first cell is ``first_cell``."""
+    rows = [line.strip().strip("|").split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in row] for row in rows if row[0].strip() == first_cell]
+
+
+@pytest.fixture
+def rendered(tmp_path):
+    document = matrix_document(RECORDS, OVERRIDES, drop=[DROPPED])
+    return cp.render_composability(site(tmp_path), [(tmp_path / "cpu-test-machine.json", document)])
+
+
+def test_the_page_shows_every_outcome_with_a_word_and_a_symbol_and_numbers_its_notes(rendered):
+    page = rendered[cp.PAGE]
+    assert page.startswith("# Composability\n")
+    methods = [r for r in sorted_methods(RECORDS) if r.kind == "method"]
+    vision = [r.name for r in methods if "vision" in r.domains]
+    # (a) one row per first method, one column per second; the diagonal is the method alone
+    header = next(line for line in page.splitlines() if line.startswith("| First ↓, then →") and "CutMix" in line)
+    assert header.strip("| ").split(" | ")[1:] == [md_text(n) for n in vision]
+    (row,) = table_rows(page, md_text("Selective Backprop"))[:1]
+    assert len(row) == len(vision) + 1 and row[vision.index("CutMix") + 1] == "⊘ refused, note 1"
+    assert row[vision.index("Selective Backprop") + 1] == "✓ runs"
+    (cutmix_row,) = [r for r in table_rows(page, "CutMix") if len(r) == len(vision) + 1]
+    assert cutmix_row[vision.index("Selective Backprop") + 1] == "✓ runs, note 1"  # same note and detail: one number
+    # (b) by precision, (c) by parallel mode; a cell the file lacks is "not run"
+    mixup_rows = table_rows(page, "MixUp")
+    assert ["MixUp", "✓ runs", "✗ fails, note 2", "✓ runs", "✓ runs", "✓ runs"] in mixup_rows
+    assert ["CutOut", "✓ runs", "⚠ interaction, note 3", "✓ runs"] in table_rows(page, "CutOut")
+    assert ["AugMix", "— not run", "✓ runs", "✓ runs"] in table_rows(page, "AugMix")
+    # the notes, each naming its cells, escaped
+    assert ("1. CutMix, then Selective Backprop; Selective Backprop, then CutMix: List it first. Detail: "
+            "`ValueError: CutMix: the batch changed size`.") in page
+    assert "2. MixUp in fp16: Detail: `RuntimeError: boom`. Not seen: `mixed_targets`." in page
+    assert f"3. CutOut under fsdp: {md_text(HOSTILE_NOTE)}. Not seen: `changed_inputs`." in page
+    assert "<b>" not in page and "javascript:alert(1))" not in page.replace(md_text(HOSTILE_NOTE), "")
+    # where it came from
+    assert md_text("Test CPU <i>x</i>, 2 cores") in page and "2026-12-05" in page
+    assert md_code("results/composability/cpu-test-machine.json") in page and "`nox -s matrix`" in page
+    for outcome, label in cp.OUTCOMES.items():
+        assert f"- {label}:" in page, outcome
+
+
+def test_each_methods_snippet_is_its_row_in_either_order_with_its_notes(rendered):
+    snippet = rendered[cp.SNIPPETS / "cutmix.md.inc"]
+    others = [r.name for r in sorted_methods(RECORDS) if r.kind == "method" and r.key != "cutmix"
+              and set(r.domains) & {"vision"}]
+    rows = [line.strip("| ").split(" | ") for line in snippet.splitlines() if line.startswith("| ")]
+    assert rows[0] == ["With", "CutMix first", "CutMix second"]
+    assert [r[0] for r in rows[1:1 + len(others)]] == [md_text(n) for n in others]
+    assert [md_text("Selective Backprop"), "✓ runs, note 1", "⊘ refused, note 1"] in rows
+    assert "Alone (fp32, one process): ✓ runs." in snippet
+    assert ["CutMix", "✓ runs", "✓ runs", "✓ runs", "✓ runs", "✓ runs"] in rows  # each precision
+    assert ["CutMix", "✓ runs", "✓ runs", "✓ runs"] in rows  # each parallel mode
+    assert "1. CutMix, then Selective Backprop; Selective Backprop, then CutMix: List it first." in snippet
+    assert "{doc}`Composability page </tables/composability>`" in snippet
+    # a method's own numbering: MixUp's fails cell is its note 1
+    assert "1. MixUp in fp16: Detail: `RuntimeError: boom`." in rendered[cp.SNIPPETS / "mixup.md.inc"]
+    assert md_text(HOSTILE_NOTE) in rendered[cp.SNIPPETS / "cutout.md.inc"]
+    # every method has a snippet; best practices have none
+    assert {p for p in rendered if p != cp.PAGE} == {cp.SNIPPETS / f"{k}.md.inc" for k, r in RECORDS.items()
+                                                     if r.kind == "method"}
+
+
+def test_a_method_the_matrix_predates_says_it_is_not_in_it_yet(tmp_path):
+    document = matrix_document(RECORDS)
+    document["cells"] = [c for c in document["cells"] if "augmix" not in c["methods"]]
+    out = cp.render_composability(site(tmp_path), [(tmp_path / "cpu-x.json", document)])
+    assert "AugMix is not in the composability matrix yet (the committed matrix predates it)" in \
+        out[cp.SNIPPETS / "augmix.md.inc"]
+    assert ["AugMix", *["— not run"] * 5] in table_rows(out[cp.PAGE], "AugMix")
+
+
+def test_without_a_matrix_file_the_page_and_the_cards_say_so(tmp_path):
+    out = cp.render_composability(site(tmp_path), [])
+    assert "No composability matrix is committed yet: `nox -s matrix` runs it" in out[cp.PAGE]
+    assert "| First" not in out[cp.PAGE]
+    assert out[cp.SNIPPETS / "cutmix.md.inc"].rstrip().endswith(
+        "CutMix is not in the composability matrix yet: `nox -s matrix` adds it. The {doc}`Composability page "
+        "</tables/composability>` explains the outcomes.")
+
+
+def test_matrix_files_are_validated_and_a_missing_folder_is_no_file(tmp_path):
+    assert cp.composability_files(tmp_path / "none") == []
+    good = matrix_document(RECORDS)
+    (tmp_path / "cpu-a.json").write_text(json.dumps(good))
+    bad = dict(good, cells=[dict(good["cells"][0], outcome="maybe")])
+    (tmp_path / "cpu-b.json").write_text(json.dumps(bad))
+    with pytest.raises(ResultsError) as caught:
+        cp.composability_files(tmp_path)
+    (line,) = str(caught.value).splitlines()
+    assert line.startswith(f"{tmp_path / 'cpu-b.json'}: /cells/0/outcome: 'maybe' is not one of")
+    (tmp_path / "cpu-b.json").unlink()
+    assert [p.name for p, _ in cp.composability_files(tmp_path)] == ["cpu-a.json"]
+
+
+def test_the_page_is_generated_before_the_navigation_which_lists_it():
+    assert pages.GENERATORS.index(cp.render_composability) < pages.GENERATORS.index(pages.navigation)
+    generated = pages.generate()
+    assert generated.problems == []
+    assert "   tables/composability\n" in generated.outputs[pages.NAVIGATION]
+    assert cp.PAGE in generated.outputs
+    assert ":doc:`tables/composability`" in (REPO_ROOT / "docs" / "source" / "index.rst").read_text()
+
+
+def test_method_cards_include_their_snippet_in_a_generated_region_and_best_practices_do_not():
+    card = render_card("method", "cutmix")
+    section = card.split("## Composability\n", 1)[1].split("\n## ", 1)[0]
+    assert ("<!-- generated: composability -->\n\n```{include} ../tables/composability/cutmix.md.inc\n```\n\n"
+            "<!-- end generated: composability -->") in section
+    best = next(k for k, r in RECORDS.items() if r.is_best_practice)
+    assert "generated: composability" not in render_card("method", best)

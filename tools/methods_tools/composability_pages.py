@@ -1,0 +1,286 @@
+"""The "Composability" page and every method card's composability snippet, from the committed
+matrix (``results/composability/*.json``, written by ``tools/composability_matrix.py``, ``nox -s matrix``).
+
+- ``tables/composability.md`` (``composability.md.j2``): per matrix file, one table of ordered
+  pairs per domain (a row per first method, a column per second, the method alone on the
+  diagonal), each method by precision mode and by parallel mode, then the numbered notes and
+  details, each naming its cells; the hardware, date, file and command. Without a matrix file
+  the page says so.
+- ``tables/composability/<key>.md.inc`` (``composability_snippet.md.inc.j2``), for every method
+  (``kind: method``), which its card's Composability section pulls in with ``{include}``: its row
+  of every matrix file (with each other method in either order, each precision, each parallel
+  mode), or that it is not in the matrix yet.
+
+Each cell shows its outcome as a word with a symbol (never colour alone) and, where the cell has
+a note (the metadata's ``interactions``), an error detail or effects not seen, a note number.
+The expected cells of a registry (:func:`expected_cells`) are also what ``check_cards`` holds the
+committed matrix to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from algorithms.core.options import DISTRIBUTED, PRECISIONS
+from algorithms.metadata import MethodRecord
+
+from . import results
+from .docsgen import Content, Site
+
+__all__ = ["COMPOSABILITY_DIR", "MATRIX_COMMAND", "OUTCOMES", "PAGE", "SNIPPETS", "CellKey", "cell_key",
+           "cell_label", "composability_files", "expected_cells", "render_composability"]
+
+PAGE = Path("tables") / "composability.md"
+SNIPPETS = Path("tables") / "composability"
+COMPOSABILITY_DIR = results.RESULTS_DIR / "composability"
+MATRIX_COMMAND = "nox -s matrix"
+
+#: Each outcome as the tables show it: a symbol and a word, so neither colour nor the symbol alone carries it.
+OUTCOMES = {"runs": "✓ runs", "refused": "⊘ refused", "interaction": "⚠ interaction", "fails": "✗ fails"}
+NOT_RUN = "— not run"
+
+#: ``(kind, methods, mode)``: a cell's identity; mode is the precision of a precision cell, the
+#: parallel mode of a parallel cell, else None.
+CellKey = tuple[str, tuple[str, ...], str | None]
+
+
+def cell_key(cell: Mapping[str, Any]) -> CellKey:
+    kind = cell["kind"]
+    return kind, tuple(cell["methods"]), cell[kind] if kind in ("precision", "parallel") else None
+
+
+def matrix_methods(records: Iterable[MethodRecord]) -> list[MethodRecord]:
+    """The records the matrix runs: ``kind: method``, in display-name order."""
+    return sorted((r for r in records if r.kind == "method"), key=lambda r: (r.name.casefold(), r.key))
+
+
+def parallel_modes(document: Mapping[str, Any]) -> tuple[str, ...]:
+    """The parallel modes a matrix file must have run for every method: the distributed ones,
+    DeepSpeed only where the file ran it at all (the runner leaves it out where it cannot run)."""
+    ran = {c["parallel"] for c in document["cells"] if c["kind"] == "parallel"}
+    return tuple(m for m in DISTRIBUTED if m != "deepspeed" or m in ran)
+
+
+def expected_cells(records: Iterable[MethodRecord], document: Mapping[str, Any],
+                   parallels: Sequence[str] | None = None) -> list[CellKey]:
+    """Every cell the matrix of ``records`` has: each method alone, each ordered pair of distinct
+    methods that share a domain, each method in each precision and each parallel mode
+    (``parallels``, default :func:`parallel_modes` of ``document``)."""
+    methods = matrix_methods(records)
+    parallels = parallel_modes(document) if parallels is None else parallels
+    cells: list[CellKey] = [("solo", (r.key,), None) for r in methods]
+    cells += [("pair", (a.key, b.key), None) for a in methods for b in methods
+              if a.key != b.key and set(a.domains) & set(b.domains)]
+    cells += [("precision", (r.key,), mode) for r in methods for mode in PRECISIONS]
+    cells += [("parallel", (r.key,), mode) for r in methods for mode in parallels]
+    return cells
+
+
+def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
+    """How a note names its cell: "CutMix, then MixUp", "CutMix in amp_bf16", "CutMix under ddp"."""
+    kind, methods, mode = key
+    shown = [names.get(m, m) for m in methods]
+    if kind == "pair":
+        return f"{shown[0]}, then {shown[1]}"
+    if kind == "precision":
+        return f"{shown[0]} in {mode}"
+    if kind == "parallel":
+        return f"{shown[0]} under {mode}"
+    return f"{shown[0]} alone"
+
+
+# --------------------------------------------------------------------------------------------- files
+
+def composability_files(root: Path | None = None) -> list[tuple[Path, Mapping[str, Any]]]:
+    """Every committed matrix file under ``root`` (default ``results/composability/``), validated,
+    by file name; :class:`~methods_tools.results.ResultsError` lists every problem of a bad one."""
+    # Until results.py has load_composability/discover_composability: the same rules, the schema's file.
+    root = Path(root) if root is not None else COMPOSABILITY_DIR
+    paths = sorted(p for p in root.glob("*.json") if p.is_file()) if root.is_dir() else []
+    schema = results.PACKAGE_ROOT / "composability.schema.json"
+    found, problems = [], []
+    for path in paths:
+        try:
+            found.append((path, results._load(path, lambda data, where: results._problems(data, schema, where),
+                                              f"{MATRIX_COMMAND}")))
+        except results.ResultsError as exc:
+            problems += str(exc).splitlines()
+    if problems:
+        raise results.ResultsError("\n".join(problems))
+    return found
+
+
+# --------------------------------------------------------------------------------------------- view
+
+@dataclass(frozen=True)
+class Shown:
+    """One cell as a table shows it: the outcome's label and its note number (None: no note)."""
+
+    label: str
+    number: int | None = None
+
+
+@dataclass(frozen=True)
+class Footnote:
+    """A note number's text (metadata and results text raw: the templates escape it) and the cells it is for."""
+
+    number: int
+    cells: tuple[str, ...]
+    note: str | None
+    detail: str | None
+    missing: tuple[str, ...]
+
+
+class _Numbering:
+    """Note numbers in order of first use; cells with the same note, detail and missing effects
+    (a pair's note in both orders, say) share one number."""
+
+    def __init__(self, names: Mapping[str, str]):
+        self.names = names
+        self.footnotes: list[Footnote] = []
+        self._by_text: dict[tuple[Any, ...], int] = {}
+
+    def shown(self, key: CellKey, cell: Mapping[str, Any] | None) -> Shown:
+        if cell is None:
+            return Shown(NOT_RUN)
+        text = (cell["note"] or None, cell["detail"] or None, tuple(cell["missing"]))
+        if text == (None, None, ()):
+            return Shown(OUTCOMES[cell["outcome"]])
+        label = cell_label(key, self.names)
+        if text in self._by_text:
+            number = self._by_text[text]
+            old = self.footnotes[number - 1]
+            if label not in old.cells:
+                self.footnotes[number - 1] = Footnote(number, (*old.cells, label), *text)
+        else:
+            number = len(self.footnotes) + 1
+            self._by_text[text] = number
+            self.footnotes.append(Footnote(number, (label,), *text))
+        return Shown(OUTCOMES[cell["outcome"]], number)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One matrix file as the page and the cards show it."""
+
+    file: str  # results/composability/<name>.json
+    hardware: str
+    date: str  # YYYY-MM-DD
+    device_type: str
+    torch: str
+    deepspeed: str | None
+    settings: Mapping[str, Any]
+    command: str
+    wall_s: float
+    counts: Mapping[str, int]  # outcome -> cells of the registry's methods
+    precisions: tuple[str, ...]
+    parallels: tuple[str, ...]
+    cells: Mapping[CellKey, Mapping[str, Any]]
+
+    @property
+    def title(self) -> str:
+        return f"{self.hardware}, {self.date}"
+
+
+def matrix_view(path: Path, document: Mapping[str, Any], records: Sequence[MethodRecord]) -> Matrix:
+    keys = {r.key for r in records}
+    cells = {cell_key(c): c for c in document["cells"] if set(c["methods"]) <= keys}  # removed methods left out
+    counts = {outcome: sum(1 for c in cells.values() if c["outcome"] == outcome) for outcome in OUTCOMES}
+    ran = {k[2] for k in cells if k[0] == "precision"}
+    precisions = tuple(m for m in PRECISIONS if m in ran) + tuple(sorted(ran - set(PRECISIONS)))
+    ran = {k[2] for k in cells if k[0] == "parallel"} | set(parallel_modes(document))
+    parallels = tuple(m for m in DISTRIBUTED if m in ran) + tuple(sorted(ran - set(DISTRIBUTED)))
+    env = document["environment"]
+    return Matrix(file=f"results/composability/{path.name}", hardware=env["hardware"], date=env["date"][:10],
+                  device_type=env["device_type"], torch=env["torch"], deepspeed=env["deepspeed"],
+                  settings=document["settings"], command=document["commands"][-1] if document["commands"] else "",
+                  wall_s=document["wall_s"], counts=counts, precisions=precisions,
+                  parallels=tuple(str(m) for m in parallels), cells=cells)
+
+
+@dataclass(frozen=True)
+class PairTable:
+    """The ordered pairs of one domain: ``rows`` is ``(first method's name, [cell per second method])``."""
+
+    domain: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, tuple[Shown, ...]], ...]
+
+
+@dataclass(frozen=True)
+class PageMatrix:
+    matrix: Matrix
+    pairs: tuple[PairTable, ...]
+    precision_rows: tuple[tuple[str, tuple[Shown, ...]], ...]
+    parallel_rows: tuple[tuple[str, tuple[Shown, ...]], ...]
+    footnotes: tuple[Footnote, ...]
+
+
+def page_matrix(matrix: Matrix, methods: Sequence[MethodRecord]) -> PageMatrix:
+    names = {r.key: r.name for r in methods}
+    numbering = _Numbering(names)
+
+    def shown(key: CellKey) -> Shown:
+        return numbering.shown(key, matrix.cells.get(key))
+
+    pairs = []
+    for domain in sorted({d for r in methods for d in r.domains}):
+        members = [r for r in methods if domain in r.domains]
+        rows = tuple((a.name, tuple(shown(("solo", (a.key,), None)) if a.key == b.key
+                                    else shown(("pair", (a.key, b.key), None)) for b in members))
+                     for a in members)
+        pairs.append(PairTable(domain, tuple(r.name for r in members), rows))
+    precision_rows = tuple((r.name, tuple(shown(("precision", (r.key,), m)) for m in matrix.precisions))
+                           for r in methods)
+    parallel_rows = tuple((r.name, tuple(shown(("parallel", (r.key,), m)) for m in matrix.parallels))
+                          for r in methods)
+    return PageMatrix(matrix, tuple(pairs), precision_rows, parallel_rows, tuple(numbering.footnotes))
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One method's row of one matrix file, for its card."""
+
+    matrix: Matrix
+    alone: Shown
+    others: tuple[tuple[str, Shown, Shown], ...]  # (other method's name, this one first, the other first)
+    precisions: tuple[Shown, ...]
+    parallels: tuple[Shown, ...]
+    footnotes: tuple[Footnote, ...]
+
+
+def method_row(matrix: Matrix, record: MethodRecord, methods: Sequence[MethodRecord]) -> MethodRow:
+    numbering = _Numbering({r.key: r.name for r in methods})
+
+    def shown(key: CellKey) -> Shown:
+        return numbering.shown(key, matrix.cells.get(key))
+
+    key = record.key
+    alone = shown(("solo", (key,), None))
+    others = tuple((other.name, shown(("pair", (key, other.key), None)), shown(("pair", (other.key, key), None)))
+                   for other in methods if other.key != key and set(other.domains) & set(record.domains))
+    precisions = tuple(shown(("precision", (key,), m)) for m in matrix.precisions)
+    parallels = tuple(shown(("parallel", (key,), m)) for m in matrix.parallels)
+    return MethodRow(matrix, alone, others, precisions, parallels, tuple(numbering.footnotes))
+
+
+# --------------------------------------------------------------------------------------------- render
+
+def render_composability(site: Site, files: Sequence[tuple[Path, Mapping[str, Any]]] | None = None
+                         ) -> dict[Path, Content]:
+    """The page and one snippet per method, from ``files`` (default: the committed matrix files)."""
+    files = composability_files() if files is None else files
+    methods = matrix_methods(site.methods)
+    matrices = [matrix_view(path, document, methods) for path, document in files]
+    outputs: dict[Path, Content] = {PAGE: site.render(
+        "composability.md.j2", matrices=[page_matrix(m, methods) for m in matrices], outcomes=OUTCOMES,
+        not_run=NOT_RUN, command=MATRIX_COMMAND)}
+    for record in methods:
+        rows = [method_row(m, record, methods) for m in matrices if any(k[1] == (record.key,) for k in m.cells)]
+        outputs[SNIPPETS / f"{record.key}.md.inc"] = site.render(
+            "composability_snippet.md.inc.j2", record=record, rows=rows, matrices=matrices, page=PAGE.with_suffix(""),
+            command=MATRIX_COMMAND)
+    return outputs
