@@ -1,5 +1,5 @@
-"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``; ``nox -s mutants`` and
-``nox -s minimums`` by hand.
+"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``; ``nox -s matrix``,
+``nox -s mutants`` and ``nox -s minimums`` by hand.
 
 Virtual environments are reused between runs (a second ``nox -s tests`` starts in seconds).
 Torch is installed first, from ``$METHODS_TORCH_SPEC`` (default ``torch==2.13.0``, a CPU build),
@@ -90,6 +90,18 @@ def gpu(session: nox.Session) -> None:
                 "--configs", "fp32:single,fp16:single,bf16:single,amp_fp16:single,amp_bf16:single,"
                              "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2",
                 *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def matrix(session: nox.Session) -> None:
+    """The composability matrix: every method alone, with every other method of its domain in both
+    orders, in every precision and in every distributed mode the machine runs (DeepSpeed included),
+    a few batches each; writes results/composability/<cpu|gpu>-<hardware>.json, which the site and
+    tests/tooling/test_composability.py read (commit it). About a minute on two CPU cores. Extra
+    arguments go to tools/composability_matrix.py (e.g. --out with --kinds).
+    """
+    install_project(session, "dev", "deepspeed")
+    session.run("python", "tools/composability_matrix.py", "--force", *session.posargs)
 
 
 # The fast tests: the methods, the Trainer in one process, the metadata (no torchrun, no docs).

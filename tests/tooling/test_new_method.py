@@ -127,6 +127,7 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
     entry = metadata[KEY]
     entry.update(tldr="Multiplies every input by a factor.", attribution="Nobody, 2026", domains=["vision"],
                  tags=["augmentation"], summary="It scales the batch.", use="Nowhere: it is a demonstration.",
+                 observable=["changed_inputs"],
                  hyperparameters={"factor": {"suggested": 0.5, "range": [0, None]}})
     entry.pop("paper")
     (folder / "metadata.json").write_text(json.dumps(metadata, indent=2))

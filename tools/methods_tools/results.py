@@ -1,9 +1,10 @@
 """Load and validate the committed results files: the training comparison's and the effects'.
 
-Two kinds, kept apart by folder so that neither validator sees the other's files:
+Three kinds, kept apart by folder so that no validator sees another's files:
 
 - ``results/*.json``: ``tools/compare_training.py`` (``algorithms/results.schema.json``);
-- ``results/effects/*.json``: ``tools/measure_methods.py`` (``algorithms/effects.schema.json``).
+- ``results/effects/*.json``: ``tools/measure_methods.py`` (``algorithms/effects.schema.json``);
+- ``results/composability/*.json``: ``tools/composability_matrix.py`` (``algorithms/composability.schema.json``).
 
 A schema is checked when a file is written and whenever the docs read one. This module imports no torch. The results
 live in a checkout (``results/``), not in the installed package.
@@ -19,14 +20,17 @@ from algorithms.metadata import PACKAGE_ROOT, schema_validator
 
 from . import REPO_ROOT
 
-__all__ = ["EFFECTS_DIR", "EFFECTS_SCHEMA_PATH", "RESULTS_DIR", "RESULTS_SCHEMA_PATH", "ResultsError",
-           "discover_effects", "discover_results", "effects_problems", "load_effects", "load_results",
-           "results_problems"]
+__all__ = ["COMPOSABILITY_DIR", "COMPOSABILITY_SCHEMA_PATH", "EFFECTS_DIR", "EFFECTS_SCHEMA_PATH", "RESULTS_DIR",
+           "RESULTS_SCHEMA_PATH", "ResultsError", "composability_problems", "discover_composability",
+           "discover_effects", "discover_results", "effects_problems", "load_composability", "load_effects",
+           "load_results", "results_problems"]
 
 RESULTS_SCHEMA_PATH = PACKAGE_ROOT / "results.schema.json"
 EFFECTS_SCHEMA_PATH = PACKAGE_ROOT / "effects.schema.json"
 RESULTS_DIR = REPO_ROOT / "results"
 EFFECTS_DIR = RESULTS_DIR / "effects"
+COMPOSABILITY_SCHEMA_PATH = PACKAGE_ROOT / "composability.schema.json"
+COMPOSABILITY_DIR = RESULTS_DIR / "composability"
 
 
 class ResultsError(ValueError):
@@ -87,4 +91,20 @@ def discover_results(root: str | Path | None = None) -> list[Path]:
 def discover_effects(root: str | Path | None = None) -> list[Path]:
     """Every ``*.json`` in ``root`` (default: the repository's ``results/effects/``), sorted by name."""
     root = Path(root) if root is not None else EFFECTS_DIR
+    return sorted(p for p in root.glob("*.json") if p.is_file()) if root.is_dir() else []
+
+
+def composability_problems(data: Any, where: str = "<composability>") -> list[str]:
+    """One line per way ``data`` breaks the composability schema (empty when it is valid)."""
+    return _problems(data, COMPOSABILITY_SCHEMA_PATH, where)
+
+
+def load_composability(path: str | Path) -> dict[str, Any]:
+    """The validated content of one composability matrix file; :class:`ResultsError` lists every problem."""
+    return _load(path, composability_problems, "tools/composability_matrix.py (nox -s matrix)")
+
+
+def discover_composability(root: str | Path | None = None) -> list[Path]:
+    """Every ``*.json`` in ``root`` (default: the repository's ``results/composability/``), sorted by name."""
+    root = Path(root) if root is not None else COMPOSABILITY_DIR
     return sorted(p for p in root.glob("*.json") if p.is_file()) if root.is_dir() else []

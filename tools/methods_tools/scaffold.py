@@ -287,6 +287,8 @@ def new_method_metadata(key: str, class_name: str, functional: str) -> dict[str,
             "paper": {"title": f"{todo}: the paper's title", "authors": [f"{todo}: every author"],
                       "venue": f"{todo}: the venue", "year": 2000, "url": "https://arxiv.org/abs/0000.00000"},
             "math_equivalent": False,
+            "observable": [f"{todo}: one or more of changed_inputs, smaller_inputs, fewer_examples, mixed_targets, "
+                           "smoothed_targets: what the composability matrix checks to see the method act"],
             "hyperparameters": {"example_hparam": {"suggested": 0.5, "range": [0, 1],
                                                    "note": f"{todo}: rename it to the method's own."}},
             "plumbing": ["input_key"],

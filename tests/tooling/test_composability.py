@@ -1,0 +1,268 @@
+"""The composability matrix (tools/composability_matrix.py): each effect decided by its definition in
+the metadata schema, each outcome by the results schema's, and the committed results file equal to
+what the current code computes, cell by cell.
+
+The full matrix runs here, the parallel cells included (one torchrun launch per distributed mode):
+about 45 s on two CPU cores once DeepSpeed's CPU communication op is built (its first build adds
+about 30 s).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import MappingProxyType, SimpleNamespace
+
+import pytest
+import torch
+from methods_tools import matrix
+from methods_tools.matrix import Batch, Cell, CellRun, Settings, decide, effects_seen
+from methods_tools.results import composability_problems, discover_composability, load_composability
+
+from algorithms.core.options import DISTRIBUTED, PRECISIONS
+from algorithms.metadata import load_all_metadata
+
+RERUN = "run `nox -s matrix` and commit the results file it writes"
+
+
+def _batch(n=4, size=8, *, model=None, target=None):
+    loader = torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(0))
+    return Batch(loader_input=loader, model_input=loader.clone() if model is None else model,
+                 loss_target=torch.arange(n) % 3 if target is None else target, loss=1.0)
+
+
+# --------------------------------------------------------------------------------------------- effects
+
+def test_an_unchanged_batch_shows_no_effect():
+    assert effects_seen([_batch(), _batch()]) == []
+
+
+def test_changed_inputs_needs_the_loaders_shape_and_other_values():
+    b = _batch()
+    changed = b.loader_input.clone()
+    changed[0, 0, 0, 0] += 1
+    assert "changed_inputs" in effects_seen([_batch(), Batch(b.loader_input, changed, b.loss_target, 1.0)])
+    # a smaller image differs from the loader's, but not at the loader's shape
+    assert "changed_inputs" not in effects_seen([Batch(b.loader_input, b.loader_input[:, :, :4, :4] + 1,
+                                                       b.loss_target, 1.0)])
+    # the same values in another dtype (a precision's cast) are no change the method made
+    assert "changed_inputs" not in effects_seen([Batch(b.loader_input, b.loader_input.double(), b.loss_target, 1.0)])
+
+
+def test_smaller_inputs_needs_a_smaller_spatial_size():
+    b = _batch(size=8)
+    assert effects_seen([Batch(b.loader_input, b.loader_input[:, :, :6, :], b.loss_target, 1.0)]) == ["smaller_inputs"]
+    assert effects_seen([Batch(b.loader_input, b.loader_input[:, :, :6, :6], b.loss_target, 1.0)]) == ["smaller_inputs"]
+    # fewer rows or fewer channels are not a smaller image
+    assert "smaller_inputs" not in effects_seen([Batch(b.loader_input, b.loader_input[:2], b.loss_target, 1.0)])
+    assert "smaller_inputs" not in effects_seen([Batch(b.loader_input, b.loader_input[:, :1], b.loss_target, 1.0)])
+    # larger in one dim, smaller in the other: not smaller
+    wider = torch.zeros(4, 3, 6, 10)
+    assert "smaller_inputs" not in effects_seen([Batch(b.loader_input, wider, b.loss_target, 1.0)])
+
+
+def test_fewer_examples_needs_fewer_rows():
+    b = _batch(n=4)
+    assert effects_seen([_batch(), Batch(b.loader_input, b.loader_input[:3], b.loss_target[:3], 1.0)]) \
+        == ["fewer_examples"]
+    assert "fewer_examples" not in effects_seen([_batch(n=4), _batch(n=2)])  # the loader's own size varies
+
+
+def test_mixed_targets_needs_a_row_with_two_classes_above_its_minimum():
+    one_hot = torch.eye(3)[torch.tensor([0, 1, 2, 0])]
+    assert "mixed_targets" not in effects_seen([_batch(target=one_hot)])
+    mixed = one_hot.clone()
+    mixed[1] = torch.tensor([0.3, 0.7, 0.0])
+    assert "mixed_targets" in effects_seen([_batch(target=one_hot), _batch(target=mixed)])
+    # smoothing raises every entry alike: one class above the minimum, not two
+    smoothed = one_hot * 0.9 + 0.1 / 3
+    assert "mixed_targets" not in effects_seen([_batch(target=smoothed)])
+    # a second class within the margin of the minimum is not mixed in
+    barely = one_hot.clone()
+    barely[0, 1] = matrix.MIXED_MARGIN / 2
+    assert "mixed_targets" not in effects_seen([_batch(target=barely)])
+    # class indices and targets without a class dim are never mixed
+    assert "mixed_targets" not in effects_seen([_batch(target=torch.tensor([0, 1, 2, 0]))])
+    assert "mixed_targets" not in effects_seen([_batch(target=torch.tensor([0.3, 0.7, 0.5, 0.5]))])
+    # dense targets: classes on dim 1, one row per position
+    dense = torch.zeros(2, 3, 2, 2)
+    dense[:, 0] = 1
+    assert "mixed_targets" not in effects_seen([_batch(n=2, target=dense)])
+    dense[1, :, 1, 1] = torch.tensor([0.5, 0.5, 0.0])
+    assert "mixed_targets" in effects_seen([_batch(n=2, target=dense)])
+
+
+def test_smoothed_targets_needs_every_target_float_and_above_zero():
+    one_hot = torch.eye(3)[torch.tensor([0, 1, 2, 0])]
+    smoothed = one_hot * 0.9 + 0.1 / 3
+    assert effects_seen([_batch(target=smoothed), _batch(target=smoothed)]) == ["smoothed_targets"]
+    assert "smoothed_targets" not in effects_seen([_batch(target=smoothed), _batch(target=one_hot)])
+    assert "smoothed_targets" not in effects_seen([_batch(target=smoothed), _batch(target=torch.tensor([1, 2, 1, 1]))])
+    assert "smoothed_targets" not in effects_seen([Batch(torch.zeros(1), torch.zeros(1))])  # no target seen
+
+
+def test_nonfinite_losses_are_named_with_their_batch():
+    good = _batch()
+    assert matrix.nonfinite_loss([good, good]) is None
+    assert matrix.nonfinite_loss([good, Batch(good.loader_input, good.model_input, good.loss_target, float("nan"))]) \
+        == "loss nan at batch 2"
+
+
+# --------------------------------------------------------------------------------------------- plan and outcomes
+
+def _record(domains=("vision",), observable=("changed_inputs",), interactions=None, kind="method"):
+    return SimpleNamespace(kind=kind, domains=tuple(domains), observable=tuple(observable),
+                           interactions=MappingProxyType(dict(interactions or {})))
+
+
+RECORDS = {
+    "a": _record(observable=("changed_inputs",), interactions={"b": "A and B: a note.", "precision=fp16": "A in fp16.",
+                                                               "parallel=ddp": "A under DDP."}),
+    "b": _record(domains=("vision", "nlp"), observable=("mixed_targets",), interactions={"a": "B and A: a note."}),
+    "c": _record(domains=("nlp",), observable=("smoothed_targets",)),
+    "practice": _record(kind="best_practice"),
+}
+
+
+def test_the_plan_covers_every_method_and_every_ordered_pair_that_shares_a_domain():
+    cells = matrix.plan_cells(RECORDS, parallels=("ddp", "fsdp"))
+    by_kind = {k: [c for c in cells if c.kind == k] for k in matrix.KINDS}
+    assert [c.methods for c in by_kind["solo"]] == [("a",), ("b",), ("c",)]
+    assert [c.methods for c in by_kind["pair"]] == [("a", "b"), ("b", "a"), ("b", "c"), ("c", "b")]
+    assert [(c.methods, c.precision) for c in by_kind["precision"]] == [((m,), p) for m in "abc" for p in PRECISIONS]
+    assert [(c.methods, c.parallel) for c in by_kind["parallel"]] == [((m,), p) for p in ("ddp", "fsdp") for m in "abc"]
+    assert all(c.precision == "fp32" for c in by_kind["parallel"])
+    assert [c.kind for c in matrix.plan_cells(RECORDS, kinds=("pair",))] == ["pair"] * 4
+
+
+def test_each_cell_takes_the_note_that_names_it():
+    assert matrix.cell_note(Cell("pair", ("a", "b")), RECORDS) == "A and B: a note. B and A: a note."
+    assert matrix.cell_note(Cell("pair", ("b", "c")), RECORDS) is None
+    assert matrix.cell_note(Cell("precision", ("a",), precision="fp16"), RECORDS) == "A in fp16."
+    assert matrix.cell_note(Cell("precision", ("a",), precision="bf16"), RECORDS) is None
+    assert matrix.cell_note(Cell("parallel", ("a",), parallel="ddp"), RECORDS) == "A under DDP."
+    assert matrix.cell_note(Cell("solo", ("a",)), RECORDS) is None
+
+
+@pytest.mark.parametrize(("cell", "run", "outcome", "missing"), [
+    (Cell("pair", ("b", "c")), CellRun(seen=["mixed_targets", "smoothed_targets"]), "runs", []),
+    (Cell("pair", ("b", "c")), CellRun(seen=["changed_inputs", "mixed_targets"]), "fails", ["smoothed_targets"]),
+    (Cell("pair", ("a", "b")), CellRun(seen=["mixed_targets"]), "interaction", ["changed_inputs"]),
+    (Cell("pair", ("b", "c")), CellRun(seen=["mixed_targets", "smoothed_targets"], detail="loss nan at batch 2"),
+     "fails", []),
+    (Cell("pair", ("b", "c")), CellRun(error_type="ValueError", detail="ValueError: list it first"), "refused", []),
+    (Cell("pair", ("b", "c")), CellRun(error_type="TypeError", detail="TypeError: not callable"), "refused", []),
+    (Cell("pair", ("b", "c")), CellRun(error_type="RuntimeError", detail="RuntimeError: boom"), "fails", []),
+    (Cell("pair", ("a", "b")), CellRun(error_type="RuntimeError", detail="RuntimeError: boom"), "interaction", []),
+    (Cell("precision", ("a",), precision="fp16"), CellRun(seen=[]), "interaction", ["changed_inputs"]),
+    (Cell("precision", ("a",), precision="bf16"), CellRun(seen=[]), "fails", ["changed_inputs"]),
+])
+def test_outcomes_follow_the_schemas_definitions(cell, run, outcome, missing):
+    entry = decide(cell, run, RECORDS)
+    assert entry["outcome"] == outcome
+    assert entry["missing"] == missing
+    assert entry["detail"] == run.detail
+    assert entry["note"] == matrix.cell_note(cell, RECORDS)
+
+
+def test_a_launch_that_ends_early_fails_each_of_its_cells_with_the_reason(monkeypatch):
+    first = Cell("parallel", ("a",), parallel="ddp")
+    second = Cell("parallel", ("b",), parallel="ddp")
+    reason = "the ddp launch exited with status 1: RuntimeError: Connection reset by peer"
+    monkeypatch.setattr(matrix, "_launch", lambda mode, cells, settings, timeout_s, progress: {
+        "runs": {first.label: CellRun(seen=["changed_inputs"], wall_s=1.0)}, "failure": reason})
+    entries = matrix.run_cells([first, second], Settings(), records=RECORDS)
+    assert [e["outcome"] for e in entries] == ["runs", "fails"]
+    assert entries[0]["seen"] == ["changed_inputs"] and entries[1]["detail"] == reason
+
+
+# --------------------------------------------------------------------------------------------- command line
+
+def test_bad_options_are_one_line_each_and_write_nothing(tmp_path, capsys):
+    assert matrix.main(["--kinds", "solo,pairs", "--out", str(tmp_path / "m.json")]) == 1
+    assert capsys.readouterr().err.strip() == "--kinds: 'pairs' — use some of solo, pair, precision, parallel"
+    assert matrix.main(["--kinds", "solo"]) == 1
+    assert "give --out" in capsys.readouterr().err
+    existing = tmp_path / "existing.json"
+    existing.write_text("{}")
+    assert matrix.main(["--kinds", "solo", "--out", str(existing)]) == 1
+    assert capsys.readouterr().err.strip() == f"{existing}: exists — pass --force to overwrite it, or choose --out"
+    assert existing.read_text() == "{}"
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_a_subset_writes_a_valid_file_with_progress_lines(tmp_path, capsys):
+    out = tmp_path / "solo.json"
+    assert matrix.main(["--kinds", "solo", "--out", str(out)]) == 0
+    document = load_composability(out)
+    methods = [k for k, r in load_all_metadata().items() if r.kind == "method"]
+    assert [c["methods"] for c in document["cells"]] == [[k] for k in sorted(methods)]
+    assert document["commands"] == [f"python tools/composability_matrix.py --kinds solo --out {out}"]
+    assert document["settings"] == Settings().as_dict()
+    err = capsys.readouterr().err
+    assert all(f"solo {k}: " in err for k in methods)
+
+
+# --------------------------------------------------------------------------------------------- the committed matrix
+
+def _committed() -> tuple[Path, dict]:
+    kind = "cuda" if torch.cuda.is_available() else "cpu"
+    files = [(p, load_composability(p)) for p in discover_composability()]
+    mine = [(p, d) for p, d in files if d["environment"]["device_type"] == kind]
+    if not mine:
+        pytest.fail(f"no results/composability/ file for device type {kind}: {RERUN}")
+    default = matrix.default_output_path()
+    return next(((p, d) for p, d in mine if p == default), max(mine, key=lambda pd: pd[1]["environment"]["date"]))
+
+
+@pytest.fixture(scope="module")
+def computed() -> list[dict]:
+    parallels, _ = matrix.runnable_parallels()
+    return matrix.run_cells(matrix.plan_cells(parallels=parallels), Settings())
+
+
+@pytest.mark.slow
+def test_the_committed_matrix_is_the_current_codes(computed):
+    path, document = _committed()
+    assert document["settings"] == Settings().as_dict(), f"{path}: other settings than the code's — {RERUN}"
+
+    def key(cell):
+        return (cell["kind"], tuple(cell["methods"]), cell["precision"], cell["parallel"])
+
+    committed = {key(c): c for c in document["cells"]}
+    here = {key(c): c for c in computed}
+    runnable = set(matrix.runnable_parallels()[0]) | {"single"}
+    problems = [f"{Cell.from_dict(c).label}: computed here, not in {path}" for k, c in here.items()
+                if k not in committed]
+    problems += [f"{Cell.from_dict(c).label}: in {path}, not in the current matrix" for k, c in committed.items()
+                 if k not in here and c["parallel"] in runnable]
+    for k, cell in here.items():
+        old = committed.get(k)
+        for name in ("outcome", "seen", "missing"):
+            if old is not None and old[name] != cell[name]:
+                problems.append(f"{Cell.from_dict(cell).label}: {name} {cell[name]!r} here, {old[name]!r} in {path}")
+    assert not problems, "\n".join([*problems, RERUN])
+
+
+@pytest.mark.slow
+def test_no_cell_of_the_matrix_fails(computed):
+    failed = [f"{Cell.from_dict(c).label}: {matrix.describe(c)}" for c in computed if c["outcome"] == "fails"]
+    assert not failed, "\n".join([*failed, "fix the bug, or explain the interaction with a note in the metadata's "
+                                  "interactions (then rerun `nox -s matrix`)"])
+
+
+@pytest.mark.slow
+def test_every_method_acts_alone_and_every_distributed_mode_runs(computed):
+    # The settings let every method act (a solo cell that does not run would hide every pair's
+    # finding), and the parallel cells ran, each in its launch.
+    solo = [c for c in computed if c["kind"] == "solo"]
+    assert solo and all(c["outcome"] == "runs" for c in solo), [c for c in solo if c["outcome"] != "runs"]
+    parallels, skipped = matrix.runnable_parallels()
+    assert set(parallels) | set(skipped) == set(DISTRIBUTED)
+    assert {c["parallel"] for c in computed if c["kind"] == "parallel"} == set(parallels)
+
+
+@pytest.mark.slow
+def test_the_computed_document_matches_the_schema(computed):
+    document = matrix.build_document(matrix.matrix_environment(), Settings(), ["test"], 1.0, computed)
+    assert composability_problems(json.loads(json.dumps(document))) == []

@@ -1,0 +1,31 @@
+"""Run the composability matrix: every method alone, in pairs, in every precision and parallel mode.
+
+Example (the committed CPU results; ``nox -s matrix`` runs this with ``--force``):
+
+    python tools/composability_matrix.py
+
+Every ``kind: method`` of the metadata registry trains 6 batches of 8 seeded synthetic 16-pixel
+images of 10 classes on a small convolutional model (any image size), with its metadata's
+suggested hyperparameters: alone; with every other method that shares a domain, in both orders;
+in each precision mode (fp32, fp16, bf16, amp_fp16, amp_bf16); and in each distributed mode the
+machine runs (ddp, fsdp, deepspeed where it is installed; fp32, 2 processes under torchrun, one
+launch per mode). Each cell ends as runs, refused, interaction or fails
+(``algorithms/composability.schema.json``), judged by each method's ``observable`` effects and
+explained by its ``interactions`` notes. The output (default
+``results/composability/<cpu|gpu>-<hardware>.json``) is validated before it is written; a cell
+that fails is one line at the end and the exit status is 1 (the file is still written).
+
+    python tools/composability_matrix.py --kinds solo,pair --out /tmp/pairs.json  # a subset
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from methods_tools.matrix import main  # noqa: E402
+
+if __name__ == "__main__":
+    raise SystemExit(main(doc=__doc__))

@@ -1,0 +1,619 @@
+"""The composability matrix: the logic of ``tools/composability_matrix.py`` (``nox -s matrix``).
+
+Every method (``kind: method``) of the metadata registry runs a few Trainer batches on a small
+model that takes any image size, with its metadata's suggested hyperparameters:
+
+- ``solo``: alone (fp32, one process);
+- ``pair``: with every other method that shares a domain, in both orders;
+- ``precision``: alone in every precision mode of ``algorithms.core.options.PRECISIONS``;
+- ``parallel``: alone under every distributed mode (ddp, fsdp, and deepspeed where it can run),
+  fp32, two processes under torchrun: one launch per mode runs every method in turn
+  (:mod:`methods_tools.matrix_worker`).
+
+Two recorder algorithms watch each run: one listed first records the loader's batch at
+``AFTER_DATALOADER`` (before any method changes it), one listed last records what the model is
+given at ``BEFORE_FORWARD`` and the loss's target and value at ``AFTER_LOSS``. Each observable
+effect of the metadata schema is decided from them by its definition (:data:`EFFECTS`), and the
+cell's outcome follows the composability schema: ``runs``, ``refused`` (a ValueError or
+TypeError), ``interaction`` (an effect not seen or another error, explained by a note in either
+method's ``interactions``) or ``fails`` (the same without a note). Seeds are fixed, so a rerun
+gives the same outcomes.
+
+Nothing here imports torch until a cell runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from algorithms.core.options import DISTRIBUTED, PRECISIONS
+
+from .files import write_atomic
+from .results import COMPOSABILITY_DIR, composability_problems
+
+__all__ = ["EFFECTS", "KINDS", "OBSERVABLES", "Batch", "Cell", "CellRun", "MatrixError", "Settings", "cell_note",
+           "decide", "default_output_path", "effects_seen", "expected_effects", "matrix_environment",
+           "plan_cells", "run_cell", "run_matrix", "vision_methods"]
+
+Progress = Callable[[str], None]
+
+KINDS = ("solo", "pair", "precision", "parallel")
+#: The observable effects of the metadata schema's ``observable``, in the order cells list them.
+OBSERVABLES = ("changed_inputs", "smaller_inputs", "fewer_examples", "mixed_targets", "smoothed_targets")
+#: Errors that mean "this combination is refused": a clear message about the arguments.
+REFUSALS = ("ValueError", "TypeError")
+#: How far above a row's minimum a target entry must be to count as one of the mixed classes.
+MIXED_MARGIN = 1e-3
+
+
+class MatrixError(ValueError):
+    """Options or files that cannot be used: one line per problem."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every cell trains (the results file's ``settings``).
+
+    Six batches of eight 16-pixel images let every method act: ProgressiveResizing runs its first
+    half at half size and its last batch at full size; SelectiveBackprop selects from half of
+    training on, every other batch (batch 5 of 6); every batch is large enough for a mixing
+    partner of another class.
+    """
+
+    steps: int = 6
+    batch_size: int = 8
+    image_size: int = 16
+    nproc: int = 2
+    seed: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+NUM_CLASSES = 10
+
+
+@dataclass(frozen=True)
+class Cell:
+    kind: str
+    methods: tuple[str, ...]
+    precision: str = "fp32"
+    parallel: str = "single"
+
+    @property
+    def label(self) -> str:
+        mode = {"precision": f" {self.precision}", "parallel": f" {self.parallel}"}.get(self.kind, "")
+        return f"{self.kind} {' + '.join(self.methods)}{mode}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "methods": list(self.methods), "precision": self.precision,
+                "parallel": self.parallel}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cell:
+        return cls(data["kind"], tuple(data["methods"]), data["precision"], data["parallel"])
+
+
+# --------------------------------------------------------------------------------------------- plan
+
+def _method_records(records: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    if records is None:
+        from algorithms.metadata import load_all_metadata
+
+        records = load_all_metadata()
+    return {key: r for key, r in sorted(records.items()) if r.kind == "method"}
+
+
+def vision_methods(records: Mapping[str, Any] | None = None) -> list[str]:
+    """The keys of the methods a vision workload runs (used by the tests' sample)."""
+    return [k for k, r in _method_records(records).items() if "vision" in r.domains]
+
+
+def plan_cells(records: Mapping[str, Any] | None = None, kinds: Iterable[str] = KINDS,
+               parallels: Sequence[str] = DISTRIBUTED) -> list[Cell]:
+    """Every cell of ``kinds``, in a fixed order, from the registry's ``kind: method`` records.
+
+    ``parallels`` are the distributed modes to run (leave deepspeed out where it cannot run).
+    """
+    methods = _method_records(records)
+    kinds = set(kinds)
+    cells: list[Cell] = []
+    if "solo" in kinds:
+        cells += [Cell("solo", (key,)) for key in methods]
+    if "pair" in kinds:
+        cells += [Cell("pair", (a, b)) for a in methods for b in methods
+                  if a != b and set(methods[a].domains) & set(methods[b].domains)]
+    if "precision" in kinds:
+        cells += [Cell("precision", (key,), precision=p) for key in methods for p in PRECISIONS]
+    if "parallel" in kinds:
+        cells += [Cell("parallel", (key,), parallel=mode) for mode in parallels for key in methods]
+    return cells
+
+
+def expected_effects(cell: Cell, records: Mapping[str, Any]) -> list[str]:
+    """The observable effects of the cell's methods, in :data:`OBSERVABLES` order."""
+    wanted = {name for key in cell.methods for name in records[key].observable}
+    return [name for name in OBSERVABLES if name in wanted]
+
+
+def cell_note(cell: Cell, records: Mapping[str, Any]) -> str | None:
+    """The note that explains the cell: for a pair, either method's ``interactions`` entry keyed by
+    the other; else ``precision=<mode>`` or ``parallel=<mode>`` of the method. None without one."""
+    if cell.kind == "pair":
+        a, b = cell.methods
+        keys = [(a, b), (b, a)]
+    elif cell.kind == "precision":
+        keys = [(cell.methods[0], f"precision={cell.precision}")]
+    elif cell.kind == "parallel":
+        keys = [(cell.methods[0], f"parallel={cell.parallel}")]
+    else:
+        return None
+    notes = list(dict.fromkeys(records[m].interactions[k] for m, k in keys if k in records[m].interactions))
+    return " ".join(notes) if notes else None
+
+
+# --------------------------------------------------------------------------------------------- effects
+
+@dataclass
+class Batch:
+    """What the recorders saw of one training batch (tensors, detached copies)."""
+
+    loader_input: Any
+    model_input: Any = None
+    loss_target: Any = None
+    loss: float | None = None
+
+
+def _changed_inputs(batches: Sequence[Batch]) -> bool:
+    """Some batch whose model input has the loader's shape and differs from the loader's."""
+    return any(b.model_input is not None and b.model_input.shape == b.loader_input.shape
+               and not _equal(b.model_input, b.loader_input) for b in batches)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """The same values (a cast that keeps every value is no change)."""
+    import torch
+
+    return bool(torch.equal(a.double(), b.double()))
+
+
+def _smaller_inputs(batches: Sequence[Batch]) -> bool:
+    """Some batch whose model input is smaller in space (every dim after the channels no larger,
+    one smaller)."""
+    def smaller(b: Batch) -> bool:
+        if b.model_input is None or b.model_input.ndim < 3 or b.model_input.ndim != b.loader_input.ndim:
+            return False
+        seen, given = b.model_input.shape[2:], b.loader_input.shape[2:]
+        return all(s <= g for s, g in zip(seen, given, strict=True)) and any(
+            s < g for s, g in zip(seen, given, strict=True))
+    return any(smaller(b) for b in batches)
+
+
+def _fewer_examples(batches: Sequence[Batch]) -> bool:
+    """Some batch of which the model sees fewer rows than the loader gave."""
+    return any(b.model_input is not None and b.model_input.shape[0] < b.loader_input.shape[0] for b in batches)
+
+
+def _mixed_targets(batches: Sequence[Batch]) -> bool:
+    """Some loss-target row (float, classes on dim 1) with at least two entries above the row's
+    minimum by more than :data:`MIXED_MARGIN`."""
+    for b in batches:
+        t = b.loss_target
+        if t is None or not t.is_floating_point() or t.ndim < 2 or t.shape[1] < 2:
+            continue
+        rows = t.float().movedim(1, -1).reshape(-1, t.shape[1])
+        above = rows > rows.min(dim=1, keepdim=True).values + MIXED_MARGIN
+        if bool((above.sum(dim=1) >= 2).any()):
+            return True
+    return False
+
+
+def _smoothed_targets(batches: Sequence[Batch]) -> bool:
+    """Every loss target float with every entry above zero (and at least one target seen)."""
+    targets = [b.loss_target for b in batches if b.loss_target is not None]
+    return bool(targets) and all(t.is_floating_point() and bool((t > 0).all()) for t in targets)
+
+
+#: Each observable effect's decision, by its definition in the metadata schema's ``observable``.
+EFFECTS: Mapping[str, Callable[[Sequence[Batch]], bool]] = {
+    "changed_inputs": _changed_inputs,
+    "smaller_inputs": _smaller_inputs,
+    "fewer_examples": _fewer_examples,
+    "mixed_targets": _mixed_targets,
+    "smoothed_targets": _smoothed_targets,
+}
+
+
+def effects_seen(batches: Sequence[Batch]) -> list[str]:
+    """The observable effects the batches show, in :data:`OBSERVABLES` order."""
+    return [name for name in OBSERVABLES if EFFECTS[name](batches)]
+
+
+def nonfinite_loss(batches: Sequence[Batch]) -> str | None:
+    """What was not finite ('loss nan at batch 3'), or None when every loss was finite."""
+    for i, b in enumerate(batches, start=1):
+        if b.loss is None:
+            return f"no loss recorded at batch {i}"
+        if not math.isfinite(b.loss):
+            return f"loss {b.loss} at batch {i}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------- one cell
+
+@dataclass
+class CellRun:
+    """What running one cell gave: the effects seen, or the error; JSON-ready (the worker sends it)."""
+
+    seen: list[str] = field(default_factory=list)
+    error_type: str | None = None
+    detail: str | None = None  # "TypeName: first line", or what was not finite
+    wall_s: float = 0.0
+
+
+def _workload_domain(cell: Cell, records: Mapping[str, Any]) -> str | None:
+    """The domain the cell's model and data come from: one every method of the cell has, that a
+    workload exists for (today: vision)."""
+    shared = set.intersection(*(set(records[k].domains) for k in cell.methods))
+    return next((d for d in WORKLOADS if d in shared), None)
+
+
+def _vision_workload(settings: Settings, rank: int) -> tuple[Any, list[tuple[Any, Any]]]:
+    """A conv + adaptive pooling + linear model (any image size) and seeded images of 10 classes.
+
+    The model's weights are the same on every rank; each rank draws its own batches."""
+    import torch
+
+    torch.manual_seed(settings.seed)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, NUM_CLASSES))
+    g = torch.Generator().manual_seed(settings.seed * 1000 + rank)
+    size, n = settings.image_size, settings.batch_size
+    batches = [(torch.rand(n, 3, size, size, generator=g), torch.randint(0, NUM_CLASSES, (n,), generator=g))
+               for _ in range(settings.steps)]
+    return model, batches
+
+
+WORKLOADS: Mapping[str, Callable[[Settings, int], tuple[Any, list[tuple[Any, Any]]]]] = {
+    "vision": _vision_workload,
+}
+
+
+class _Loader(list):
+    """The batches, with the batch size the Trainer reads for DeepSpeed's micro-batch."""
+
+    def __init__(self, batches: Iterable[Any], batch_size: int):
+        super().__init__(batches)
+        self.batch_size = batch_size
+
+
+def _recorders(batches: list[Batch]) -> tuple[Any, Any]:
+    """The first and the last algorithm of a cell: the loader's batch, and what the model and the loss saw."""
+    from algorithms.core import Algorithm, Event
+
+    def item(value: Any) -> Any:
+        return value.detach().clone() if hasattr(value, "detach") else value
+
+    class LoaderRecorder(Algorithm):
+        def match(self, event: Any, state: Any) -> bool:
+            return event is Event.AFTER_DATALOADER
+
+        def apply(self, event: Any, state: Any, logger: Any = None) -> None:
+            batches.append(Batch(loader_input=item(state.batch_get_item(0))))
+
+    class ModelRecorder(Algorithm):
+        def match(self, event: Any, state: Any) -> bool:
+            return event in (Event.BEFORE_FORWARD, Event.AFTER_LOSS)
+
+        def apply(self, event: Any, state: Any, logger: Any = None) -> None:
+            if event is Event.BEFORE_FORWARD:
+                batches[-1].model_input = item(state.batch_get_item(0))
+            else:
+                batches[-1].loss_target = item(state.loss_target)
+                batches[-1].loss = float(state.loss.detach().float())
+
+    return LoaderRecorder(), ModelRecorder()
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _build_methods(cell: Cell, records: Mapping[str, Any]) -> list[Any]:
+    import algorithms
+
+    return [getattr(algorithms, records[k].class_name)(
+        **{name: h.suggested for name, h in records[k].hyperparameters.items()}) for k in cell.methods]
+
+
+def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None) -> CellRun:
+    """Train the cell in this process (under torchrun for a parallel cell) and say what was seen."""
+    import torch
+
+    from algorithms.core import Trainer
+    from algorithms.core.distributed import rank_and_world_size
+
+    records = _method_records(records)
+    start = time.perf_counter()
+    domain = _workload_domain(cell, records)
+    if domain is None:
+        return CellRun(error_type="LookupError", detail=f"no workload for the domains the methods share: add one to "
+                       f"WORKLOADS in {__name__}")
+    rank = rank_and_world_size()[0] if cell.parallel in DISTRIBUTED else 0
+    model, data = WORKLOADS[domain](settings, rank)
+    batches: list[Batch] = []
+    first, last = _recorders(batches)
+    try:
+        methods = _build_methods(cell, records)
+        trainer = Trainer(model, _Loader(data, settings.batch_size), f"{settings.steps}ba",
+                          optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
+                          algorithms=[first, *methods, last], precision=cell.precision, parallel=cell.parallel,
+                          seed=settings.seed)
+        trainer.fit()
+    except Exception as exc:  # recorded: the outcome says whether it was a refusal
+        return CellRun(error_type=type(exc).__name__, detail=_error_line(exc), wall_s=time.perf_counter() - start)
+    return CellRun(seen=effects_seen(batches), detail=nonfinite_loss(batches), wall_s=time.perf_counter() - start)
+
+
+def decide(cell: Cell, run: CellRun, records: Mapping[str, Any]) -> dict[str, Any]:
+    """The results file's entry of a cell: its outcome by the composability schema's definitions."""
+    note = cell_note(cell, records)
+    if run.error_type is not None:
+        seen: list[str] = []
+        missing: list[str] = []
+        outcome = "refused" if run.error_type in REFUSALS else "interaction" if note else "fails"
+    else:
+        expected = expected_effects(cell, records)
+        seen, missing = run.seen, [name for name in expected if name not in run.seen]
+        outcome = "runs" if not missing and run.detail is None else "interaction" if note else "fails"
+    return {**cell.as_dict(), "outcome": outcome, "seen": seen, "missing": missing, "detail": run.detail,
+            "note": note, "wall_s": round(run.wall_s, 3)}
+
+
+def describe(entry: Mapping[str, Any]) -> str:
+    """One progress line's tail: the outcome, and what was missing or went wrong."""
+    parts = [entry["outcome"]]
+    if entry["missing"]:
+        parts.append(f"missing {', '.join(entry['missing'])}")
+    if entry["detail"]:
+        parts.append(entry["detail"])
+    return f"{parts[0]} ({'; '.join(parts[1:])})" if len(parts) > 1 else parts[0]
+
+
+# --------------------------------------------------------------------------------------------- parallel launches
+
+def _launch(mode: str, cells: Sequence[Cell], settings: Settings, timeout_s: float,
+            progress: Progress) -> dict[str, Any]:
+    """One torchrun launch of ``settings.nproc`` processes running ``cells`` (all of ``mode``) in
+    turn: ``{"runs": {label: CellRun}, "failure": why the launch ended early, or None}``."""
+    from . import compare
+
+    with tempfile.TemporaryDirectory(prefix="matrix-") as tmp:
+        spec, out = Path(tmp) / "cells.json", Path(tmp) / "runs.json"
+        spec.write_text(json.dumps({"settings": settings.as_dict(), "cells": [c.as_dict() for c in cells]}))
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={settings.nproc}",
+                   "-m", "methods_tools.matrix_worker", str(spec), str(out)]
+        tools = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(tools).parent), tools, os.environ.get("PYTHONPATH")]))}
+        if mode == "deepspeed":
+            env.setdefault("DS_ACCELERATOR", "cpu" if not _cuda() else "cuda")
+        tail: list[str] = []
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+
+        def read() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                line = line.rstrip()
+                if line.startswith("progress: "):
+                    progress(line[len("progress: "):])
+                else:
+                    tail[:] = [*tail[-79:], line]
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        failure = None
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            code, failure = None, f"the {mode} launch timed out after {timeout_s:.0f} s"
+        reader.join(timeout=10)
+        done = {label: CellRun(**run) for label, run in json.loads(out.read_text()).items()} if out.exists() else {}
+        if failure is None and code != 0:
+            failure = f"the {mode} launch exited with status {code}: {compare.failure_line(tail)}"
+        return {"runs": done, "failure": failure}
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a launch: torchrun stops its workers on SIGTERM; its session is killed if it does not."""
+    import signal
+
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# --------------------------------------------------------------------------------------------- the matrix
+
+def deepspeed_version() -> str | None:
+    """DeepSpeed's installed version, or None where it is not installed."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def runnable_parallels() -> tuple[list[str], dict[str, str]]:
+    """The distributed modes this machine runs, and why each other one is left out."""
+    from algorithms.core.distributed import deepspeed_unavailable_reason
+
+    skipped = {}
+    reason = deepspeed_unavailable_reason()
+    if reason is not None:
+        skipped["deepspeed"] = reason
+    return [m for m in DISTRIBUTED if m not in skipped], skipped
+
+
+def matrix_environment() -> dict[str, Any]:
+    """The results file's ``environment``: the training comparison's, with DeepSpeed's version."""
+    from . import compare
+
+    env = compare.environment()
+    keep = ("hardware", "device_type", "torch", "python", "platform", "date")
+    return {**{k: env[k] for k in keep}, "deepspeed": deepspeed_version()}
+
+
+def default_output_path(root: Path = COMPOSABILITY_DIR) -> Path:
+    """``results/composability/<cpu|gpu>-<hardware slug>.json``, named as ``results/effects/`` is."""
+    from . import compare
+
+    env = compare.environment()
+    return root / f"{compare.default_output_path(env, root).stem.removesuffix('-' + env['date'][:10])}.json"
+
+
+def build_document(env: Mapping[str, Any], settings: Settings, commands: Sequence[str], wall_s: float,
+                   cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The validated results document (a bug here raises: an invalid file is never written)."""
+    document = {
+        "$schema": "../../algorithms/composability.schema.json", "schema_version": 1,
+        "environment": dict(env),
+        "settings": settings.as_dict(), "commands": list(commands), "wall_s": round(wall_s, 1),
+        "cells": list(cells),
+    }
+    problems = composability_problems(document)
+    if problems:
+        raise RuntimeError("the composability matrix does not match its schema:\n" + "\n".join(problems))
+    return document
+
+
+def run_cells(cells: Sequence[Cell], settings: Settings, *, records: Mapping[str, Any] | None = None,
+              timeout_s: float = 900.0, progress: Progress = lambda line: None) -> list[dict[str, Any]]:
+    """Every cell's entry, in the order given: the in-process cells here, the parallel ones in one
+    torchrun launch per mode. A launch that ends early fails its remaining cells with its reason."""
+    records = _method_records(records)
+    total = len(cells)
+    entries: dict[int, dict[str, Any]] = {}
+
+    def report(i: int, cell: Cell, entry: dict[str, Any]) -> None:
+        entries[i] = entry
+        progress(f"[{len(entries)}/{total}] {cell.label}: {describe(entry)} ({entry['wall_s']:.1f} s)")
+
+    for i, cell in enumerate(cells):
+        if cell.parallel not in DISTRIBUTED:
+            report(i, cell, decide(cell, run_cell(cell, settings, records), records))
+    for mode in dict.fromkeys(c.parallel for c in cells if c.parallel in DISTRIBUTED):
+        mine = [(i, c) for i, c in enumerate(cells) if c.parallel == mode]
+        progress(f"{mode}: one launch of {settings.nproc} processes for {len(mine)} cells")
+        launch = _launch(mode, [c for _, c in mine], settings, timeout_s, progress)
+        for i, cell in mine:
+            run = launch["runs"].get(cell.label)
+            if run is None:
+                run = CellRun(error_type="LaunchError", detail=launch["failure"] or "the launch wrote no result")
+            report(i, cell, decide(cell, run, records))
+    return [entries[i] for i in range(total)]
+
+
+def run_matrix(out: Path, *, kinds: Sequence[str] = KINDS, force: bool = False, command: str = "",
+               settings: Settings = Settings(), timeout_s: float = 900.0,
+               progress: Progress = lambda line: None) -> dict[str, Any]:
+    """Plan, run and write the matrix to ``out`` (atomically, never over a file without ``force``)."""
+    if out.exists() and not force:
+        raise MatrixError(f"{out}: exists — pass --force to overwrite it, or choose --out")
+    start = time.perf_counter()
+    env = matrix_environment()
+    parallels, skipped = runnable_parallels()
+    for mode, reason in skipped.items():
+        if "parallel" in kinds:
+            progress(f"{mode}: not run here ({reason})")
+    cells = plan_cells(kinds=kinds, parallels=parallels)
+    progress(f"{len(cells)} cells: {', '.join(f'{sum(c.kind == k for c in cells)} {k}' for k in kinds)}")
+    entries = run_cells(cells, settings, timeout_s=timeout_s, progress=progress)
+    document = build_document(env, settings, [command] if command else [], time.perf_counter() - start, entries)
+    write_atomic(out, json.dumps(document, indent=2) + "\n", force=force)
+    return document
+
+
+# --------------------------------------------------------------------------------------------- command
+
+def _parser(doc: str) -> Any:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="tools/composability_matrix.py", description=doc.split("\n\n")[0])
+    p.add_argument("--out", type=Path,
+                   help="results file (default: results/composability/<cpu|gpu>-<hardware>.json; a subset of "
+                        "--kinds needs --out)")
+    p.add_argument("--force", action="store_true", help="overwrite --out")
+    p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated cells to run (default {','.join(KINDS)})")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per torchrun launch (default 900)")
+    return p
+
+
+def check_args(args: Any) -> tuple[list[str], list[str]]:
+    """One line per bad option, and the kinds to run."""
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    problems = [f"--kinds: {k!r} — use some of {', '.join(KINDS)}" for k in kinds if k not in KINDS]
+    if not kinds:
+        problems.append(f"--kinds: empty — name at least one of {', '.join(KINDS)}")
+    elif not problems and set(kinds) != set(KINDS) and args.out is None:
+        problems.append("--kinds: a subset of the matrix never writes the default results file — give --out")
+    if not args.timeout > 0:
+        problems.append(f"--timeout: {args.timeout} — must be positive")
+    if args.out is not None and args.out.exists() and not args.force:
+        problems.append(f"{args.out}: exists — pass --force to overwrite it, or choose --out")
+    return problems, [k for k in KINDS if k in kinds]
+
+
+def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
+    """``tools/composability_matrix.py``: bad options are one line each, exit 1, nothing written; a
+    ``fails`` cell is one line each at the end and exit 1 (the file is written, to be read)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(doc).parse_args(argv)
+    problems, kinds = check_args(args)
+    out = args.out
+    if not problems and out is None:
+        out = default_output_path()
+        if out.exists() and not args.force:
+            problems.append(f"{out}: exists — pass --force to overwrite it, or choose --out")
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+    command = " ".join(["python tools/composability_matrix.py", *argv])
+    try:
+        document = run_matrix(out, kinds=kinds, force=args.force, command=command, timeout_s=args.timeout,
+                              progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except MatrixError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    counts = {o: sum(c["outcome"] == o for c in document["cells"]) for o in ("runs", "refused", "interaction", "fails")}
+    print(f"{out}: {len(document['cells'])} cells in {document['wall_s']:.0f} s: "
+          + ", ".join(f"{n} {o}" for o, n in counts.items()))
+    failed = [c for c in document["cells"] if c["outcome"] == "fails"]
+    for c in failed:
+        print(f"fails: {Cell.from_dict(c).label}: {describe(c)} — fix it, or explain it with a note in the "
+              "metadata's interactions", file=sys.stderr)
+    return 1 if failed else 0
