@@ -39,6 +39,8 @@ def method_entry(name: str, *, kind: str = "method", tldr: str = "Does a thing."
     }
     if kind == "best_practice":
         entry["trainer_option"] = {"precision": "amp_bf16"}
+    else:
+        entry["observable"] = ["changed_inputs"]
     return entry
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from docs_support import DOCS_SOURCE, REPO_ROOT, SYNTHETIC, write_metadata
 from methods_tools import pages
+from methods_tools.composability_pages import render_composability
 from methods_tools.effects_pages import render_effects
 from methods_tools.figures import render_figures
 from methods_tools.markup import md_code, md_text, md_url
@@ -43,7 +44,8 @@ def test_the_generators_are_listed_once_in_order():
     """The navigation lists pages other generators write, so it comes after them; no generator is
     found by file name (no script per page is left to find)."""
     assert pages.GENERATORS == (pages.algorithms_table, pages.methods_overview, render_figures,
-                                render_training_results, render_effects, pages.landing, pages.navigation)
+                                render_training_results, render_effects, render_composability, pages.landing,
+                                pages.navigation)
     assert list((DOCS_SOURCE / "tables").glob("*.py")) == []
 
 

@@ -101,6 +101,40 @@ def test_smoothed_targets_needs_every_target_float_and_above_zero():
     assert "smoothed_targets" not in effects_seen([Batch(torch.zeros(1), torch.zeros(1))])  # no target seen
 
 
+def test_in_a_pair_each_methods_effect_is_decided_against_the_other_method_alone():
+    """A pair's batches against the other method's solo run (same seeds, same draws): only what
+    this method changed counts, including on images the other method made smaller."""
+    b = _batch(size=8)
+    small = b.loader_input[:, :, :6, :6].clone()  # the other method alone: smaller images
+    other_alone = [Batch(b.loader_input, small, b.loss_target, 1.0)]
+    changed = small.clone()
+    changed[0, 0, 0, 0] += 1
+    pair = [Batch(b.loader_input, changed, b.loss_target, 1.0)]
+    assert effects_seen(pair, other_alone) == ["changed_inputs"]  # against the smaller images, not the loader's
+    assert effects_seen(other_alone, other_alone) == []  # the other method's own change is not this one's
+    assert effects_seen(pair) == ["smaller_inputs"]  # against the loader, only the size shows
+    mixed = torch.tensor([[0.7, 0.3, 0.0], [1.0, 0.0, 0.0]])
+    remixed = torch.tensor([[0.6, 0.4, 0.0], [1.0, 0.0, 0.0]])
+    mixed_alone = [Batch(b.loader_input, b.loader_input, mixed, 1.0)]
+    assert "mixed_targets" not in effects_seen(mixed_alone, mixed_alone)  # mixed already, by the other one
+    assert "mixed_targets" in effects_seen([Batch(b.loader_input, b.loader_input, remixed, 1.0)], mixed_alone)
+    smoothed = mixed * 0.9 + 0.1 / 3
+    assert "smoothed_targets" in effects_seen([Batch(b.loader_input, b.loader_input, smoothed, 1.0)], mixed_alone)
+    assert effects_seen(pair, other_alone * 2) == []  # runs of different lengths are not compared
+
+
+def test_a_pairs_effects_are_named_per_method(monkeypatch):
+    b = _batch(size=8)
+    changed = b.loader_input.clone()
+    changed[0, 0, 0, 0] += 1
+    pair = CellRun(batches=[Batch(b.loader_input, changed, b.loss_target, 1.0)])
+    references = {"a": [Batch(b.loader_input, changed, b.loss_target, 1.0)],  # a alone made the change
+                  "b": [Batch(b.loader_input, b.loader_input, b.loss_target, 1.0)]}
+    entry = decide(Cell("pair", ("b", "a")), pair, RECORDS, references)
+    # a's change is seen against b alone; b's mixed targets are not seen against a alone
+    assert entry["seen"] == ["a.changed_inputs"] and entry["missing"] == ["b.mixed_targets"]
+
+
 def test_nonfinite_losses_are_named_with_their_batch():
     good = _batch()
     assert matrix.nonfinite_loss([good, good]) is None
@@ -146,16 +180,16 @@ def test_each_cell_takes_the_note_that_names_it():
 
 @pytest.mark.parametrize(("cell", "run", "outcome", "missing"), [
     (Cell("pair", ("b", "c")), CellRun(seen=["mixed_targets", "smoothed_targets"]), "runs", []),
-    (Cell("pair", ("b", "c")), CellRun(seen=["changed_inputs", "mixed_targets"]), "fails", ["smoothed_targets"]),
-    (Cell("pair", ("a", "b")), CellRun(seen=["mixed_targets"]), "interaction", ["changed_inputs"]),
+    (Cell("pair", ("b", "c")), CellRun(seen=["changed_inputs", "mixed_targets"]), "fails", ["c.smoothed_targets"]),
+    (Cell("pair", ("a", "b")), CellRun(seen=["mixed_targets"]), "interaction", ["a.changed_inputs"]),
     (Cell("pair", ("b", "c")), CellRun(seen=["mixed_targets", "smoothed_targets"], detail="loss nan at batch 2"),
      "fails", []),
     (Cell("pair", ("b", "c")), CellRun(error_type="ValueError", detail="ValueError: list it first"), "refused", []),
     (Cell("pair", ("b", "c")), CellRun(error_type="TypeError", detail="TypeError: not callable"), "refused", []),
     (Cell("pair", ("b", "c")), CellRun(error_type="RuntimeError", detail="RuntimeError: boom"), "fails", []),
     (Cell("pair", ("a", "b")), CellRun(error_type="RuntimeError", detail="RuntimeError: boom"), "interaction", []),
-    (Cell("precision", ("a",), precision="fp16"), CellRun(seen=[]), "interaction", ["changed_inputs"]),
-    (Cell("precision", ("a",), precision="bf16"), CellRun(seen=[]), "fails", ["changed_inputs"]),
+    (Cell("precision", ("a",), precision="fp16"), CellRun(seen=[]), "interaction", ["a.changed_inputs"]),
+    (Cell("precision", ("a",), precision="bf16"), CellRun(seen=[]), "fails", ["a.changed_inputs"]),
 ])
 def test_outcomes_follow_the_schemas_definitions(cell, run, outcome, missing):
     entry = decide(cell, run, RECORDS)
@@ -173,7 +207,7 @@ def test_a_launch_that_ends_early_fails_each_of_its_cells_with_the_reason(monkey
         "runs": {first.label: CellRun(seen=["changed_inputs"], wall_s=1.0)}, "failure": reason})
     entries = matrix.run_cells([first, second], Settings(), records=RECORDS)
     assert [e["outcome"] for e in entries] == ["runs", "fails"]
-    assert entries[0]["seen"] == ["changed_inputs"] and entries[1]["detail"] == reason
+    assert entries[0]["seen"] == ["a.changed_inputs"] and entries[1]["detail"] == reason
 
 
 # --------------------------------------------------------------------------------------------- command line

@@ -266,7 +266,8 @@ def test_best_practice_scaffold_has_no_table_passes_checks_and_runs(scratch, opt
     ((None, 5), ("high",), "`(-inf, 5)`"),
 ])
 def test_ranges_are_shown_as_intervals_with_their_allowed_ends(range_, exclusive, shown):
-    from algorithms.metadata import Hyperparameter
     from methods_tools.scaffold import range_literal
+
+    from algorithms.metadata import Hyperparameter
 
     assert range_literal(Hyperparameter(suggested=0.5, range=range_, exclusive=exclusive)) == shown

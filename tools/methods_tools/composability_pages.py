@@ -35,7 +35,7 @@ __all__ = ["COMPOSABILITY_DIR", "MATRIX_COMMAND", "OUTCOMES", "PAGE", "SNIPPETS"
 
 PAGE = Path("tables") / "composability.md"
 SNIPPETS = Path("tables") / "composability"
-COMPOSABILITY_DIR = results.RESULTS_DIR / "composability"
+COMPOSABILITY_DIR = results.COMPOSABILITY_DIR
 MATRIX_COMMAND = "nox -s matrix"
 
 #: Each outcome as the tables show it: a symbol and a word, so neither colour nor the symbol alone carries it.
@@ -69,14 +69,10 @@ def expected_cells(records: Iterable[MethodRecord], document: Mapping[str, Any],
     """Every cell the matrix of ``records`` has: each method alone, each ordered pair of distinct
     methods that share a domain, each method in each precision and each parallel mode
     (``parallels``, default :func:`parallel_modes` of ``document``)."""
-    methods = matrix_methods(records)
+    from .matrix import plan_cells  # the runner's own plan: the cells are defined once
+
     parallels = parallel_modes(document) if parallels is None else parallels
-    cells: list[CellKey] = [("solo", (r.key,), None) for r in methods]
-    cells += [("pair", (a.key, b.key), None) for a in methods for b in methods
-              if a.key != b.key and set(a.domains) & set(b.domains)]
-    cells += [("precision", (r.key,), mode) for r in methods for mode in PRECISIONS]
-    cells += [("parallel", (r.key,), mode) for r in methods for mode in parallels]
-    return cells
+    return [cell_key(c.as_dict()) for c in plan_cells({r.key: r for r in records}, parallels=parallels)]
 
 
 def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
@@ -97,15 +93,10 @@ def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
 def composability_files(root: Path | None = None) -> list[tuple[Path, Mapping[str, Any]]]:
     """Every committed matrix file under ``root`` (default ``results/composability/``), validated,
     by file name; :class:`~methods_tools.results.ResultsError` lists every problem of a bad one."""
-    # Until results.py has load_composability/discover_composability: the same rules, the schema's file.
-    root = Path(root) if root is not None else COMPOSABILITY_DIR
-    paths = sorted(p for p in root.glob("*.json") if p.is_file()) if root.is_dir() else []
-    schema = results.PACKAGE_ROOT / "composability.schema.json"
     found, problems = [], []
-    for path in paths:
+    for path in results.discover_composability(root):
         try:
-            found.append((path, results._load(path, lambda data, where: results._problems(data, schema, where),
-                                              f"{MATRIX_COMMAND}")))
+            found.append((path, results.load_composability(path)))
         except results.ResultsError as exc:
             problems += str(exc).splitlines()
     if problems:

@@ -175,10 +175,24 @@ class Batch:
     loss: float | None = None
 
 
-def _changed_inputs(batches: Sequence[Batch]) -> bool:
-    """Some batch whose model input has the loader's shape and differs from the loader's."""
-    return any(b.model_input is not None and b.model_input.shape == b.loader_input.shape
-               and not _equal(b.model_input, b.loader_input) for b in batches)
+def _baseline(b: Batch, r: Batch | None) -> tuple[Any, Any]:
+    """What batch ``b`` is compared with: the reference run's model input and loss target (the cell
+    without the method in question), or, without a reference, the loader's input and no target."""
+    return (b.loader_input, None) if r is None else (r.model_input, r.loss_target)
+
+
+def _pairs(batches: Sequence[Batch], reference: Sequence[Batch] | None) -> list[tuple[Batch, Batch | None]]:
+    return list(zip(batches, reference, strict=True)) if reference is not None else [(b, None) for b in batches]
+
+
+def _changed_inputs(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
+    """Some batch whose model input has the baseline's shape and differs from it."""
+    for b, r in _pairs(batches, reference):
+        base, _ = _baseline(b, r)
+        if b.model_input is not None and base is not None and b.model_input.shape == base.shape \
+                and not _equal(b.model_input, base):
+            return True
+    return False
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -188,45 +202,67 @@ def _equal(a: Any, b: Any) -> bool:
     return bool(torch.equal(a.double(), b.double()))
 
 
-def _smaller_inputs(batches: Sequence[Batch]) -> bool:
-    """Some batch whose model input is smaller in space (every dim after the channels no larger,
-    one smaller)."""
-    def smaller(b: Batch) -> bool:
-        if b.model_input is None or b.model_input.ndim < 3 or b.model_input.ndim != b.loader_input.ndim:
+def _smaller_inputs(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
+    """Some batch whose model input is smaller in space than the baseline's (every dim after the
+    channels no larger, one smaller)."""
+    def smaller(b: Batch, r: Batch | None) -> bool:
+        base, _ = _baseline(b, r)
+        if b.model_input is None or base is None or b.model_input.ndim < 3 or b.model_input.ndim != base.ndim:
             return False
-        seen, given = b.model_input.shape[2:], b.loader_input.shape[2:]
+        seen, given = b.model_input.shape[2:], base.shape[2:]
         return all(s <= g for s, g in zip(seen, given, strict=True)) and any(
             s < g for s, g in zip(seen, given, strict=True))
-    return any(smaller(b) for b in batches)
+    return any(smaller(b, r) for b, r in _pairs(batches, reference))
 
 
-def _fewer_examples(batches: Sequence[Batch]) -> bool:
-    """Some batch of which the model sees fewer rows than the loader gave."""
-    return any(b.model_input is not None and b.model_input.shape[0] < b.loader_input.shape[0] for b in batches)
-
-
-def _mixed_targets(batches: Sequence[Batch]) -> bool:
-    """Some loss-target row (float, classes on dim 1) with at least two entries above the row's
-    minimum by more than :data:`MIXED_MARGIN`."""
-    for b in batches:
-        t = b.loss_target
-        if t is None or not t.is_floating_point() or t.ndim < 2 or t.shape[1] < 2:
-            continue
-        rows = t.float().movedim(1, -1).reshape(-1, t.shape[1])
-        above = rows > rows.min(dim=1, keepdim=True).values + MIXED_MARGIN
-        if bool((above.sum(dim=1) >= 2).any()):
+def _fewer_examples(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
+    """Some batch of which the model sees fewer rows than the baseline."""
+    for b, r in _pairs(batches, reference):
+        base, _ = _baseline(b, r)
+        if b.model_input is not None and base is not None and b.model_input.shape[0] < base.shape[0]:
             return True
     return False
 
 
-def _smoothed_targets(batches: Sequence[Batch]) -> bool:
-    """Every loss target float with every entry above zero (and at least one target seen)."""
-    targets = [b.loss_target for b in batches if b.loss_target is not None]
-    return bool(targets) and all(t.is_floating_point() and bool((t > 0).all()) for t in targets)
+def _is_mixed(t: Any) -> bool:
+    """A loss-target row (float, classes on dim 1) with at least two entries above the row's
+    minimum by more than :data:`MIXED_MARGIN`."""
+    if t is None or not t.is_floating_point() or t.ndim < 2 or t.shape[1] < 2:
+        return False
+    rows = t.float().movedim(1, -1).reshape(-1, t.shape[1])
+    above = rows > rows.min(dim=1, keepdim=True).values + MIXED_MARGIN
+    return bool((above.sum(dim=1) >= 2).any())
 
 
-#: Each observable effect's decision, by its definition in the metadata schema's ``observable``.
-EFFECTS: Mapping[str, Callable[[Sequence[Batch]], bool]] = {
+def _is_smoothed(t: Any) -> bool:
+    return t is not None and t.is_floating_point() and bool((t > 0).all())
+
+
+def _differs(t: Any, base: Any) -> bool:
+    return base is None or t.shape != base.shape or not _equal(t, base)
+
+
+def _mixed_targets(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
+    """Some batch whose loss target is mixed (:func:`_is_mixed`) and differs from the baseline's."""
+    for b, r in _pairs(batches, reference):
+        _, base = _baseline(b, r)
+        if _is_mixed(b.loss_target) and _differs(b.loss_target, base):
+            return True
+    return False
+
+
+def _smoothed_targets(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
+    """Every loss target float with every entry above zero (at least one target seen), and some
+    batch's target not the baseline's."""
+    pairs = [(b, r) for b, r in _pairs(batches, reference) if b.loss_target is not None]
+    return bool(pairs) and all(_is_smoothed(b.loss_target) for b, _ in pairs) and any(
+        _differs(b.loss_target, _baseline(b, r)[1]) for b, r in pairs)
+
+
+#: Each observable effect's decision, by its definition in the metadata schema's ``observable``:
+#: against the loader's batch for a method alone, against the other method alone (same seeds, so
+#: the same draws) for a method in a pair, so each method's own effect is what is seen.
+EFFECTS: Mapping[str, Callable[..., bool]] = {
     "changed_inputs": _changed_inputs,
     "smaller_inputs": _smaller_inputs,
     "fewer_examples": _fewer_examples,
@@ -235,9 +271,12 @@ EFFECTS: Mapping[str, Callable[[Sequence[Batch]], bool]] = {
 }
 
 
-def effects_seen(batches: Sequence[Batch]) -> list[str]:
-    """The observable effects the batches show, in :data:`OBSERVABLES` order."""
-    return [name for name in OBSERVABLES if EFFECTS[name](batches)]
+def effects_seen(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> list[str]:
+    """The observable effects the batches show against ``reference`` (default: the loader's
+    batches), in :data:`OBSERVABLES` order."""
+    if reference is not None and len(reference) != len(batches):
+        return []
+    return [name for name in OBSERVABLES if EFFECTS[name](batches, reference)]
 
 
 def nonfinite_loss(batches: Sequence[Batch]) -> str | None:
@@ -260,6 +299,11 @@ class CellRun:
     error_type: str | None = None
     detail: str | None = None  # "TypeName: first line", or what was not finite
     wall_s: float = 0.0
+    #: What the recorders saw (in-process only: the reference of the pairs; not sent by the worker).
+    batches: list[Batch] = field(default_factory=list, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seen": self.seen, "error_type": self.error_type, "detail": self.detail, "wall_s": self.wall_s}
 
 
 def _workload_domain(cell: Cell, records: Mapping[str, Any]) -> str | None:
@@ -364,19 +408,32 @@ def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None =
         trainer.fit()
     except Exception as exc:  # recorded: the outcome says whether it was a refusal
         return CellRun(error_type=type(exc).__name__, detail=_error_line(exc), wall_s=time.perf_counter() - start)
-    return CellRun(seen=effects_seen(batches), detail=nonfinite_loss(batches), wall_s=time.perf_counter() - start)
+    return CellRun(seen=effects_seen(batches), detail=nonfinite_loss(batches), wall_s=time.perf_counter() - start,
+                   batches=batches)
 
 
-def decide(cell: Cell, run: CellRun, records: Mapping[str, Any]) -> dict[str, Any]:
-    """The results file's entry of a cell: its outcome by the composability schema's definitions."""
+def decide(cell: Cell, run: CellRun, records: Mapping[str, Any],
+           references: Mapping[str, Sequence[Batch]] | None = None) -> dict[str, Any]:
+    """The results file's entry of a cell: its outcome by the composability schema's definitions.
+
+    Effects are named ``method.effect``, each method's own. In a pair, method M's effects are
+    decided against ``references[other]``, the other method alone (its solo run); a method alone is
+    decided against the loader's batches (``run.seen``).
+    """
     note = cell_note(cell, records)
+    seen: list[str] = []
+    missing: list[str] = []
     if run.error_type is not None:
-        seen: list[str] = []
-        missing: list[str] = []
         outcome = "refused" if run.error_type in REFUSALS else "interaction" if note else "fails"
     else:
-        expected = expected_effects(cell, records)
-        seen, missing = run.seen, [name for name in expected if name not in run.seen]
+        for key in cell.methods:
+            others = [k for k in cell.methods if k != key]
+            shown = run.seen
+            if cell.kind == "pair" and references is not None and run.batches:
+                shown = effects_seen(run.batches, references.get(others[0]))
+            for name in OBSERVABLES:
+                if name in records[key].observable:
+                    (seen if name in shown else missing).append(f"{key}.{name}")
         outcome = "runs" if not missing and run.detail is None else "interaction" if note else "fails"
     return {**cell.as_dict(), "outcome": outcome, "seen": seen, "missing": missing, "detail": run.detail,
             "note": note, "wall_s": round(run.wall_s, 3)}
@@ -523,9 +580,22 @@ def run_cells(cells: Sequence[Cell], settings: Settings, *, records: Mapping[str
         entries[i] = entry
         progress(f"[{len(entries)}/{total}] {cell.label}: {describe(entry)} ({entry['wall_s']:.1f} s)")
 
+    references: dict[str, list[Batch]] = {}
+
+    def reference(key: str) -> list[Batch]:
+        """What the model and the loss see with ``key`` alone (its solo run, run once)."""
+        if key not in references:
+            references[key] = run_cell(Cell("solo", (key,)), settings, records).batches
+        return references[key]
+
     for i, cell in enumerate(cells):
-        if cell.parallel not in DISTRIBUTED:
-            report(i, cell, decide(cell, run_cell(cell, settings, records), records))
+        if cell.parallel in DISTRIBUTED:
+            continue
+        run = run_cell(cell, settings, records)
+        if cell.kind == "solo":
+            references[cell.methods[0]] = run.batches
+        refs = {key: reference(key) for key in cell.methods} if cell.kind == "pair" else None
+        report(i, cell, decide(cell, run, records, refs))
     for mode in dict.fromkeys(c.parallel for c in cells if c.parallel in DISTRIBUTED):
         mine = [(i, c) for i, c in enumerate(cells) if c.parallel == mode]
         progress(f"{mode}: one launch of {settings.nproc} processes for {len(mine)} cells")

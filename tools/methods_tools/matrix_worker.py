@@ -14,7 +14,6 @@ import datetime
 import json
 import os
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -41,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, cell in enumerate(cells, start=1):
         run = run_cell(cell, settings, records)
         if rank == 0:
-            runs[cell.label] = asdict(run)
+            runs[cell.label] = run.to_json()
             write_atomic(Path(out_path), json.dumps(runs), force=True)
             entry = decide(cell, run, {k: r for k, r in records.items() if r.kind == "method"})
             print(f"progress: {cell.parallel} {i}/{len(cells)} {' + '.join(cell.methods)}: {describe(entry)}",
