@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,6 +230,42 @@ def failure_line(stderr_lines: Sequence[str]) -> str:
     return lines[-1] if lines else "no output"
 
 
+def run_with_progress(command: list[str], env: Mapping[str, str], timeout_s: float,
+                      progress: Progress = lambda line: None) -> tuple[int | None, list[str]]:
+    """Run ``command`` (a worker, or torchrun and its workers) to its end: its ``progress: ...``
+    stderr lines go to ``progress`` as they come, the last 80 others are kept for the error
+    message. Returns ``(exit status, or None when it ran past timeout_s and was stopped, tail)``."""
+    tail: collections.deque[str] = collections.deque(maxlen=80)
+    # Its own session, so a last-resort kill reaches whatever it started in that session.
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=dict(env), start_new_session=True)
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            line = line.rstrip()
+            if line.startswith("progress: "):
+                progress(line[len("progress: "):])
+            else:
+                tail.append(line)
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        return proc.wait(timeout=timeout_s), list(tail)
+    except subprocess.TimeoutExpired:
+        # torchrun starts its workers in sessions of their own and stops them on SIGTERM.
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return None, list(tail)
+    finally:
+        reader.join(timeout=10)
+
+
 def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
                progress: Progress = lambda line: None) -> dict[str, Any]:
     """Run one configuration in its own process(es) and return its results entry."""
@@ -242,35 +278,9 @@ def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
         command = worker_command(config, options, out_dir, nproc)
         env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(
             filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))}
-        tail: collections.deque[str] = collections.deque(maxlen=80)
-        # Its own session, so a last-resort kill reaches whatever it started in that session.
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                env=env_vars, start_new_session=True)
-
-        def read_stderr() -> None:  # progress lines go on; the rest is kept for the error message
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                line = line.rstrip()
-                if line.startswith("progress: "):
-                    progress(line[len("progress: "):])
-                else:
-                    tail.append(line)
-
-        reader = threading.Thread(target=read_stderr, daemon=True)
-        reader.start()
-        try:
-            returncode = proc.wait(timeout=options.timeout_s)
-        except subprocess.TimeoutExpired:
-            # torchrun starts its workers in sessions of their own and stops them on SIGTERM.
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        returncode, tail = run_with_progress(command, env_vars, options.timeout_s, progress)
+        if returncode is None:
             return _empty_run(config, nproc, "failed", f"timed out after {options.timeout_s:.0f} s")
-        finally:
-            reader.join(timeout=10)
         ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
         if not ranks or (returncode != 0 and all(r["status"] == "ok" for r in ranks)):
             return _empty_run(config, nproc, "failed", f"exit status {returncode}: {failure_line(tail)}")

@@ -27,10 +27,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -467,44 +465,12 @@ def _launch(mode: str, cells: Sequence[Cell], settings: Settings, timeout_s: flo
             filter(None, [str(Path(tools).parent), tools, os.environ.get("PYTHONPATH")]))}
         if mode == "deepspeed":
             env.setdefault("DS_ACCELERATOR", "cpu" if not _cuda() else "cuda")
-        tail: list[str] = []
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True)
-
-        def read() -> None:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                line = line.rstrip()
-                if line.startswith("progress: "):
-                    progress(line[len("progress: "):])
-                else:
-                    tail[:] = [*tail[-79:], line]
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        failure = None
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _stop(proc)
-            code, failure = None, f"the {mode} launch timed out after {timeout_s:.0f} s"
-        reader.join(timeout=10)
+        code, tail = compare.run_with_progress(command, env, timeout_s, progress)
+        failure = f"the {mode} launch timed out after {timeout_s:.0f} s" if code is None else None
         done = {label: CellRun(**run) for label, run in json.loads(out.read_text()).items()} if out.exists() else {}
         if failure is None and code != 0:
             failure = f"the {mode} launch exited with status {code}: {compare.failure_line(tail)}"
         return {"runs": done, "failure": failure}
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop a launch: torchrun stops its workers on SIGTERM; its session is killed if it does not."""
-    import signal
-
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _cuda() -> bool:
