@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -48,6 +49,32 @@ class Algorithm(ABC):
                 gen.manual_seed((state.seed * 1_000_003 + state.rank * 7919 + salt) % 2**63)
             self._generator = gen
         return gen
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this algorithm, so a resumed run goes on as this one would.
+
+        The base keeps the random generator's state once :meth:`generator` has made it. A subclass
+        with state of its own (averaged weights, a step counter) extends the dict and
+        :meth:`load_state_dict`, calling ``super()``; hyperparameters are the constructor's, not
+        state.
+        """
+        gen = getattr(self, "_generator", None)
+        return {} if gen is None else {"generator": gen.get_state()}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned; a key this class does not keep is a ValueError."""
+        unknown = sorted(set(state_dict) - self._state_keys())
+        if unknown:
+            raise ValueError(f"{self.name}.load_state_dict: unknown key(s) {', '.join(map(repr, unknown))} — "
+                             f"this class keeps {', '.join(map(repr, sorted(self._state_keys()))) or 'no state'}")
+        if "generator" in state_dict:
+            gen = torch.Generator()
+            gen.set_state(state_dict["generator"])
+            self._generator = gen
+
+    def _state_keys(self) -> set[str]:
+        """The keys :meth:`load_state_dict` accepts (a subclass adds its own)."""
+        return {"generator"}
 
     @property
     def name(self) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 
 from ..targets import class_indices
 from .algorithm import Algorithm
+from .checkpoint import restore_checkpoint, save_checkpoint
 from .distributed import (
     all_reduce_sum,
     check_deepspeed,
@@ -79,6 +81,14 @@ class Trainer:
             ``batch[input_key]`` and its batch size counts the samples.
         target_key: where the target is in each batch, e.g. ``"labels"``; the loss is
             ``loss_fn(outputs, batch[target_key])``. Give the methods the same keys.
+        load_path: resume from a checkpoint that :meth:`save_checkpoint` wrote, made with the
+            same model, algorithms (in the same order), optimizers, schedulers and precision:
+            :meth:`fit` then goes on where that run stopped, skipping the batches of its epoch
+            already trained, exactly as the uninterrupted run would where the loader gives the
+            same batches in the same order (a list, a sequential or a ``DistributedSampler``
+            loader; a loader shuffled by torch's global generator draws its order anew). Made with
+            another setup, or not a complete checkpoint, it is refused with a ``ValueError``
+            naming the file, before anything is changed. ``single`` and ``dp`` only, so far.
     """
 
     def __init__(
@@ -100,6 +110,7 @@ class Trainer:
         zero_stage: int = 2,
         input_key: int | str = 0,
         target_key: int | str = 1,
+        load_path: str | Path | None = None,
     ):
         check_precision(precision)
         check_parallel(parallel)
@@ -148,6 +159,16 @@ class Trainer:
         self.engine.run_event(Event.INIT)
         self._deepspeed = None
         self._wrap(optimizer, precision, zero_stage)
+        self._resume_batches = 0  # batches of the current epoch a resumed run has trained already
+        if load_path is not None:
+            restore_checkpoint(self, load_path)
+            self._resume_batches = self.state.timestamp.batch_in_epoch
+
+    def save_checkpoint(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write everything a resumed run needs (see :mod:`algorithms.core.checkpoint`) to ``path``,
+        atomically; an existing file is replaced only with ``overwrite``. Resume with
+        ``Trainer(..., load_path=path)``."""
+        return save_checkpoint(self, path, overwrite)
 
     def _wrap(self, optimizer: Any, precision: str, zero_stage: int) -> None:
         """Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer."""
@@ -200,15 +221,19 @@ class Trainer:
         forward = self._deepspeed if self._deepspeed is not None else model
         run(Event.FIT_START)
         while not self._done():
-            state.timestamp.batch_in_epoch = 0
+            skip, self._resume_batches = self._resume_batches, 0  # a resumed run's epoch, part done
+            state.timestamp.batch_in_epoch = skip
             sampler = getattr(self.train_dataloader, "sampler", None)
             if hasattr(sampler, "set_epoch"):  # a DistributedSampler reshuffles per epoch
                 sampler.set_epoch(state.timestamp.epoch)
-            run(Event.EPOCH_START)
+            if not skip:
+                run(Event.EPOCH_START)
             model.train()
             empty = True
-            for batch in self.train_dataloader:
+            for i, batch in enumerate(self.train_dataloader):
                 empty = False
+                if i < skip:
+                    continue
                 run(Event.BATCH_START)
                 state.batch = self._to_device(batch)
                 run(Event.AFTER_DATALOADER)
@@ -251,6 +276,7 @@ class Trainer:
                 raise ValueError("train_dataloader yielded no batches — check the data set")
             if state.timestamp.batch_in_epoch == state.dataloader_len or state.dataloader_len is None:
                 state.timestamp.epoch += 1
+                state.timestamp.batch_in_epoch = 0  # none of the next epoch yet (progress counts it so)
                 run(Event.EPOCH_END)
                 log.info("epoch %d done (%d batches)", state.timestamp.epoch, state.timestamp.batch)
         run(Event.FIT_END)

@@ -1,0 +1,165 @@
+"""Trainer checkpoints: a run saved after N batches and resumed in a fresh process for M more ends
+with the parameters of the uninterrupted N + M batch run, bit for bit; bad checkpoints are
+refused, naming the file, before anything changes; writes are atomic and never overwrite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from algorithms import CutMix, LabelSmoothing
+from algorithms.core import Trainer
+from algorithms.core.checkpoint import CheckpointError
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The run both halves build: a model with dropout (torch's global generator), SGD with momentum,
+# a step schedule, CutMix (its own generator) and label smoothing, four batches an epoch.
+SETUP = textwrap.dedent('''
+    import torch
+    from algorithms import CutMix, LabelSmoothing
+    from algorithms.core import Trainer
+
+    def build(duration, load_path=None, precision="fp32", parallel="single"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+                                    torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(6, 5))
+        g = torch.Generator().manual_seed(1)
+        data = [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g)) for _ in range(4)]
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+        return Trainer(model, data, duration, optimizer=optimizer, schedulers=[scheduler],
+                       algorithms=[CutMix(alpha=1.0), LabelSmoothing(0.1)], seed=3, device="cpu",
+                       precision=precision, parallel=parallel, load_path=load_path)
+''')
+
+
+def _build(duration, load_path=None, precision="fp32", parallel="single"):
+    namespace: dict = {}
+    exec(SETUP, namespace)  # noqa: S102 - the same code the fresh process runs
+    return namespace["build"](duration, load_path, precision, parallel)
+
+
+def _resume_in_a_fresh_process(checkpoint: Path, duration: str, out: Path, precision="fp32", parallel="single"):
+    script = SETUP + textwrap.dedent(f'''
+        trainer = build({duration!r}, load_path={str(checkpoint)!r}, precision={precision!r}, parallel={parallel!r})
+        trainer.fit()
+        model = trainer.state.model
+        model = model.module if isinstance(model, torch.nn.DataParallel) else model
+        torch.save({{"params": model.state_dict(), "batch": trainer.state.timestamp.batch,
+                    "epoch": trainer.state.timestamp.epoch,
+                    "lr": trainer.state.optimizer.param_groups[0]["lr"]}}, {str(out)!r})
+    ''')
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # the same threads: the same sums
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+@pytest.mark.parametrize(("first", "total"), [("3ba", "6ba"), ("4ba", "2ep"), ("1ep", "3ep"), ("5ba", "7ba")],
+                         ids=["mid-epoch", "at-an-epoch-end", "in-epochs", "into-the-second-epoch"])
+@pytest.mark.parametrize(("precision", "parallel"), [("fp32", "single"), ("amp_fp16", "single"), ("fp32", "dp")])
+def test_a_resumed_run_ends_where_the_uninterrupted_run_does(first, total, precision, parallel, tmp_path):
+    uninterrupted = _build(total, precision=precision, parallel=parallel)
+    uninterrupted.fit()
+    expected = uninterrupted.state.model
+    expected = expected.module if isinstance(expected, torch.nn.DataParallel) else expected
+
+    interrupted = _build(first, precision=precision, parallel=parallel)
+    interrupted.fit()
+    checkpoint = interrupted.save_checkpoint(tmp_path / "run.ckpt")
+    resumed = _resume_in_a_fresh_process(checkpoint, total, tmp_path / "out.pt", precision, parallel)
+
+    assert resumed["batch"] == uninterrupted.state.timestamp.batch
+    assert resumed["epoch"] == uninterrupted.state.timestamp.epoch
+    assert resumed["lr"] == uninterrupted.state.optimizer.param_groups[0]["lr"]
+    for name, value in expected.state_dict().items():
+        assert torch.equal(resumed["params"][name], value), name
+    # and the interruption mattered: the first half's parameters are not the end's
+    assert not all(torch.equal(p, q) for p, q in zip(interrupted.state.model.parameters(),
+                                                       uninterrupted.state.model.parameters(), strict=True))
+
+
+def test_the_checkpoint_holds_every_algorithms_state_and_the_generators(tmp_path):
+    trainer = _build("3ba")
+    trainer.fit()
+    checkpoint = torch.load(trainer.save_checkpoint(tmp_path / "c.ckpt"), weights_only=True)
+    assert [a["name"] for a in checkpoint["algorithms"]] == ["CutMix", "LabelSmoothing"]
+    cutmix = trainer.engine.algorithms[0]
+    assert torch.equal(checkpoint["algorithms"][0]["state"]["generator"], cutmix.generator(trainer.state).get_state())
+    assert checkpoint["algorithms"][1]["state"] == {}  # label smoothing draws nothing
+    assert checkpoint["timestamp"] == {"epoch": 0, "batch": 3, "sample": 24, "batch_in_epoch": 3}
+    assert torch.equal(checkpoint["rng"]["torch"], torch.get_rng_state())
+
+
+def test_an_existing_file_is_not_overwritten_and_no_temporary_file_is_left(tmp_path):
+    trainer = _build("1ba")
+    trainer.fit()
+    path = tmp_path / "c.ckpt"
+    path.write_bytes(b"keep")
+    with pytest.raises(CheckpointError, match=r"c\.ckpt: exists — pass overwrite=True to replace it"):
+        trainer.save_checkpoint(path)
+    assert path.read_bytes() == b"keep"
+    trainer.save_checkpoint(path, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ckpt"]
+
+
+def _model_copy(trainer):
+    return {k: v.clone() for k, v in trainer.state.model.state_dict().items()}
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p, good: p.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2]),
+     r"not a readable checkpoint \(.*\) — it may be truncated or another program's file"),
+    (lambda p, good: torch.save({"weights": torch.zeros(2)}, p), r"not a Methods Library checkpoint"),
+    (lambda p, good: p.write_text("hello"), r"not a readable checkpoint"),
+    (lambda p, good: None, r"no such checkpoint file — check load_path"),
+])
+def test_a_bad_checkpoint_is_refused_naming_the_file_and_changes_nothing(make, message, tmp_path):
+    good = tmp_path / "good.ckpt"
+    first = _build("2ba")
+    first.fit()
+    first.save_checkpoint(good)
+    bad = tmp_path / "bad.ckpt"
+    make(bad, good)
+    with pytest.raises(CheckpointError, match=rf"^{tmp_path}/bad\.ckpt: {message}"):
+        _build("4ba", load_path=bad)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (dict(algorithms=[CutMix(alpha=1.0)]),
+     r"saved with algorithms \[CutMix, LabelSmoothing\], this Trainer has \[CutMix\]"),
+    (dict(algorithms=[LabelSmoothing(0.1), CutMix(alpha=1.0)]), r"resume with the same algorithms in the same order"),
+    (dict(schedulers=[]), r"saved with 1 scheduler\(s\), this Trainer has 0"),
+    (dict(model=torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 5))), r"the model's parameters differ"),
+    (dict(precision="amp_fp16"), r"saved without a GradScaler, this Trainer's precision 'amp_fp16' uses one"),
+    (dict(parallel="ddp"), r"checkpoints support parallel='single' or 'dp' so far, not 'ddp'"),
+])
+def test_a_checkpoint_of_another_setup_is_refused_before_anything_changes(change, message, tmp_path, monkeypatch):
+    first = _build("2ba")
+    first.fit()
+    path = first.save_checkpoint(tmp_path / "c.ckpt")
+    torch.manual_seed(0)
+    model = change.get("model") or torch.nn.Sequential(
+        torch.nn.Conv2d(3, 6, 3), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(6, 5))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    schedulers = change.get("schedulers", [torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)])
+    algorithms = change.get("algorithms", [CutMix(alpha=1.0), LabelSmoothing(0.1)])
+    if change.get("parallel") == "ddp":  # refused before any process group is joined
+        monkeypatch.setattr("algorithms.core.trainer.init_distributed", lambda device: None)
+        monkeypatch.setattr("algorithms.core.trainer.rank_and_world_size", lambda: (0, 1))
+        monkeypatch.setattr("algorithms.core.trainer.wrap_model", lambda m, *a: m)
+    with pytest.raises(CheckpointError, match=message):
+        Trainer(model, [], "4ba", optimizer=optimizer, schedulers=schedulers, algorithms=algorithms, seed=3,
+                device="cpu", precision=change.get("precision", "fp32"), parallel=change.get("parallel", "single"),
+                load_path=path)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
