@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .distributed import unwrap_model
+
 if TYPE_CHECKING:
     from .trainer import Trainer
 
@@ -39,10 +41,6 @@ TIMESTAMP_FIELDS = ("epoch", "batch", "sample", "batch_in_epoch")
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be written or used: one line naming the file and what to do."""
-
-
-def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if isinstance(model, torch.nn.DataParallel) else model
 
 
 def _check_parallel(trainer: Trainer, what: str) -> None:
@@ -61,7 +59,7 @@ def save_checkpoint(trainer: Trainer, path: str | Path, overwrite: bool = False)
     ts = state.timestamp
     checkpoint = {
         "format": FORMAT, "version": VERSION,
-        "model": _unwrapped(state.model).state_dict(),
+        "model": unwrap_model(state.model).state_dict(),
         "optimizers": [opt.state_dict() for opt in state.optimizers],
         "schedulers": [s.state_dict() for s in state.schedulers],
         "scaler": trainer.scaler.state_dict() if trainer.scaler.is_enabled() else None,
@@ -127,7 +125,7 @@ def _check_compatible(checkpoint: Mapping[str, Any], trainer: Trainer, path: Pat
         if saved_n != here_n:
             raise CheckpointError(f"{path}: saved with {saved_n} {what}(s), this Trainer has {here_n} — resume "
                                   f"with the same {what}s")
-    model_keys = set(_unwrapped(state.model).state_dict())
+    model_keys = set(unwrap_model(state.model).state_dict())
     if set(checkpoint["model"]) != model_keys:
         extra = sorted(set(checkpoint["model"]) - model_keys)[:3]
         lacking = sorted(model_keys - set(checkpoint["model"]))[:3]
@@ -147,7 +145,7 @@ def restore_checkpoint(trainer: Trainer, path: str | Path) -> None:
     checkpoint = read_checkpoint(path)
     _check_compatible(checkpoint, trainer, path)
     state = trainer.state
-    _unwrapped(state.model).load_state_dict(checkpoint["model"])
+    unwrap_model(state.model).load_state_dict(checkpoint["model"])
     for opt, saved in zip(state.optimizers, checkpoint["optimizers"], strict=True):
         opt.load_state_dict(saved)
     for scheduler, saved in zip(state.schedulers, checkpoint["schedulers"], strict=True):

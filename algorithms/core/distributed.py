@@ -46,6 +46,7 @@ __all__ = [
     "all_reduce_sum",
     "deepspeed_initialize",
     "AutocastDataParallel",
+    "unwrap_model",
     "wrap_model",
 ]
 
@@ -195,6 +196,14 @@ class AutocastDataParallel(torch.nn.DataParallel):
     def parallel_apply(self, replicas: Any, inputs: Any, kwargs: Any) -> Any:
         return super().parallel_apply([_AutocastReplica(r, self.precision, self.device_type) for r in replicas],
                                       inputs, kwargs)
+
+
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The network inside a DataParallel or DistributedDataParallel wrapper (``model`` itself
+    otherwise: FSDP shards the module in place, DeepSpeed's engine is unwrapped when it is made)."""
+    if isinstance(model, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+        return model.module
+    return model
 
 
 def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device,

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.algorithm import Algorithm
+from ..core.distributed import unwrap_model
 from ..core.event import Event
 from ..core.precision import autocast
 from ..core.state import State
@@ -194,9 +195,10 @@ class SelectiveBackprop(Algorithm):
         def loss(outputs: torch.Tensor, target: torch.Tensor, reduction: str) -> torch.Tensor:
             return trainer_loss(outputs.float(), target, reduction=reduction)  # as the Trainer calls it
 
+        # scored unwrapped: scoring needs neither DataParallel's scatter nor DDP's gradient hooks
         with autocast(state.precision, state.device):
             input, target = select_using_loss(state.batch_get_item(self.input_key),
-                                              state.batch_get_item(self.target_key), _scoring_model(state.model),
+                                              state.batch_get_item(self.target_key), unwrap_model(state.model),
                                               loss, self.keep, self.scale_factor, generator=self.generator(state))
         state.batch_set_item(self.input_key, input)
         state.batch_set_item(self.target_key, target)
@@ -271,11 +273,3 @@ def _check_interrupt(interrupt: int) -> None:
 
 def _is_real(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def _scoring_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The module to score with: DataParallel and DDP unwrapped (scoring needs neither their scatter
-    nor their gradient hooks); FSDP's sharded module is called as it is."""
-    if isinstance(model, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
-        return model.module
-    return model
