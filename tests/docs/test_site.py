@@ -119,7 +119,8 @@ def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
         page = soup(tmp_path / "html" / "method_cards" / f"{key}.html")
         methods_section = page.select(".sidebar-tree ul")[0]  # the "Methods Library" caption's list
         links = [a["href"] for a in methods_section.select("a")]
-        assert links == ["methods_overview.html", "../tables/algorithms_table.html", "../tables/composability.html", "#"]
+        assert links == ["methods_overview.html", "../tables/algorithms_table.html", "../tables/composability.html",
+                         "#"]
         assert methods_section.select_one("li.current a").get_text() == f"Card {key}"
     # past the limit a card is reached from the home page through the overview and the table, which list them all
     index = soup(tmp_path / "html" / "index.html")

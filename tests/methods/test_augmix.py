@@ -16,7 +16,7 @@ import random
 import pytest
 import torch
 from test_augmentations import REFERENCE, reference_magnitude
-from trainer_support import Observed, image_batches, one_hot, replayed_generator, soft_cross_entropy
+from trainer_support import Observed, image_batches, no_host_sync, one_hot, replayed_generator, soft_cross_entropy
 
 import algorithms.functional as cf
 from algorithms import AugMix, LabelSmoothing
@@ -246,10 +246,6 @@ def test_on_cuda_the_class_makes_no_host_sync():
     state.batch = (images, torch.zeros(32, dtype=torch.long, device="cuda"))
     algo = AugMix()
     algo.apply(Event.AFTER_DATALOADER, state)  # warm up (first-call allocations)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_host_sync():
         algo.apply(Event.AFTER_DATALOADER, state)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     assert state.batch[0].device.type == "cuda" and state.batch[0].dtype == torch.float32

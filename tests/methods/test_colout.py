@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_cutout import _expected as _cutout_definition
-from trainer_support import Observed, replayed_generator
+from trainer_support import Observed, no_host_sync, replayed_generator
 
 import algorithms.functional as cf
 from algorithms import ColOut, CutOut
@@ -301,12 +301,8 @@ def test_on_cuda_the_class_makes_no_host_sync():
     images, masks = torch.rand(8, 3, 32, 32, device="cuda"), torch.randint(0, 3, (8, 32, 32), device="cuda")
     state.batch = (images, masks)
     algo = ColOut()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_host_sync():
         algo.apply(Event.AFTER_DATALOADER, state)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     x, y = state.batch
     rows, cols = _kept(replayed_generator(ColOut, 0), 32, 32, 0.15, 0.15)
     assert x.device == images.device and y.device == images.device

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from trainer_support import Observed, replayed_generator
+from trainer_support import Observed, no_host_sync, replayed_generator
 
 import algorithms.functional as cf
 from algorithms import CutOut, ProgressiveResizing
@@ -496,12 +496,8 @@ def test_on_cuda_the_class_makes_no_host_sync(mode):
     masks = torch.randint(0, 5, (4, 32, 32), device="cuda")
     state.batch = (images, masks)
     algorithm.generator(state)  # created outside the check: seeding is set-up, not the hot path
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_host_sync():
         algorithm.apply(Event.AFTER_DATALOADER, state)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     out, mask = state.batch
     assert out.device == images.device and out.dtype == torch.bfloat16 and out.shape == (4, 3, 16, 16)
     assert mask.device == images.device and mask.dtype == torch.int64 and mask.shape == (4, 16, 16)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_augmentations import REFERENCE, reference_magnitude
-from trainer_support import Observed, replayed_generator
+from trainer_support import Observed, no_host_sync, replayed_generator
 
 import algorithms.functional as cf
 from algorithms import RandAugment
@@ -203,12 +203,8 @@ def test_on_cuda_the_class_makes_no_host_sync():
     state.batch = (images, torch.zeros(32, dtype=torch.long, device="cuda"))
     algo = RandAugment()
     algo.apply(Event.AFTER_DATALOADER, state)  # warm up (first-call allocations)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_host_sync():
         algo.apply(Event.AFTER_DATALOADER, state)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     assert state.batch[0].device.type == "cuda" and state.batch[0].dtype == torch.float32
 
 

@@ -20,7 +20,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from trainer_support import Observed, replayed_generator
+from trainer_support import Observed, no_host_sync, replayed_generator
 
 import algorithms.functional as cf
 from algorithms import MixUp, SelectiveBackprop
@@ -555,12 +555,8 @@ def test_on_cuda_the_class_makes_no_host_sync(precision):
     algo.apply(Event.AFTER_DATALOADER, state)  # warm up (cuDNN, the pinned-memory pool)
     state.batch = batch
     buffers = {k: v.clone() for k, v in model.state_dict().items()}
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_host_sync():
         algo.apply(Event.AFTER_DATALOADER, state)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
     x, y = state.batch
     assert x.shape == (8, 3, 16, 16) and x.device.type == "cuda" and x.dtype == torch.float32
     assert y.shape == (8,) and y.device.type == "cuda"

@@ -10,6 +10,9 @@ class's draws from it, batch after batch, without reading anything back from the
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from algorithms.core import Algorithm, Event, State
@@ -65,3 +68,15 @@ def image_classifier(k: int = 4) -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
                                torch.nn.Flatten(), torch.nn.Linear(4, k))
 
+
+
+@contextlib.contextmanager
+def no_host_sync() -> Iterator[None]:
+    """Inside it, a CUDA operation that makes the host wait for the device raises (torch's sync
+    debug mode ``"error"``): what runs there is shown to make no host synchronisation."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

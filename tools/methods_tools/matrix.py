@@ -41,8 +41,8 @@ from .files import write_atomic
 from .results import COMPOSABILITY_DIR, composability_problems
 
 __all__ = ["EFFECTS", "KINDS", "OBSERVABLES", "Batch", "Cell", "CellRun", "MatrixError", "Settings", "cell_note",
-           "decide", "default_output_path", "effects_seen", "expected_effects", "matrix_environment",
-           "plan_cells", "run_cell", "run_matrix", "vision_methods"]
+           "decide", "default_output_path", "effects_seen", "matrix_environment",
+           "plan_cells", "run_cell", "run_matrix"]
 
 Progress = Callable[[str], None]
 
@@ -113,11 +113,6 @@ def _method_records(records: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {key: r for key, r in sorted(records.items()) if r.kind == "method"}
 
 
-def vision_methods(records: Mapping[str, Any] | None = None) -> list[str]:
-    """The keys of the methods a vision workload runs (used by the tests' sample)."""
-    return [k for k, r in _method_records(records).items() if "vision" in r.domains]
-
-
 def plan_cells(records: Mapping[str, Any] | None = None, kinds: Iterable[str] = KINDS,
                parallels: Sequence[str] = DISTRIBUTED) -> list[Cell]:
     """Every cell of ``kinds``, in a fixed order, from the registry's ``kind: method`` records.
@@ -137,12 +132,6 @@ def plan_cells(records: Mapping[str, Any] | None = None, kinds: Iterable[str] = 
     if "parallel" in kinds:
         cells += [Cell("parallel", (key,), parallel=mode) for mode in parallels for key in methods]
     return cells
-
-
-def expected_effects(cell: Cell, records: Mapping[str, Any]) -> list[str]:
-    """The observable effects of the cell's methods, in :data:`OBSERVABLES` order."""
-    wanted = {name for key in cell.methods for name in records[key].observable}
-    return [name for name in OBSERVABLES if name in wanted]
 
 
 def cell_note(cell: Cell, records: Mapping[str, Any]) -> str | None:
