@@ -1,0 +1,175 @@
+"""Module surgery: the one helper every model-changing method is built on.
+
+:func:`replace_module_classes` walks a model once, top-down, and replaces each module that a
+policy matches with what the policy returns, in its parent, under the same name:
+
+- a policy is ``{module class: replacement(module, index) -> new module or None}``, matched with
+  ``isinstance``; ``index`` counts the matches of that class so far, in walk order; ``None``
+  leaves the module as it is;
+- the replacement is moved to the original's device and floating dtype (a policy that builds a
+  new module on the CPU in float32 need not know where the model lives); loading the original's
+  weights where the math allows is the policy's part, as only it knows the math;
+- optimizers that already hold the original's parameters are updated: the original's parameters
+  leave their parameter group and the replacement's join it, and a parameter the replacement
+  keeps (the same tensor, or the same name and shape) keeps its optimizer state;
+- the replaced modules are returned, by qualified name, so a caller counts them with ``len``;
+  with none, it warns, naming the method.
+
+Modules inside a replacement are not visited again unless ``recurse_on_replacements=True``, and
+a model already wrapped for a parallel mode is refused: surgery runs before wrapping
+(``Event.INIT`` in the :class:`~algorithms.core.Trainer`).
+
+Composer's ``composer.utils.module_surgery.replace_module_classes`` is the model for this helper;
+it returns ``{old module: new module}`` where this returns ``{qualified name: new module}``.
+
+Example::
+
+    >>> import torch
+    >>> from algorithms.surgery import replace_module_classes
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    >>> replaced = replace_module_classes(model, {torch.nn.ReLU: lambda m, i: torch.nn.GELU()})
+    >>> sorted(replaced), type(model[1]).__name__
+    (['1'], 'GELU')
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Optional
+
+import torch
+from torch import nn
+
+__all__ = ["NoModulesReplacedWarning", "Policy", "count_module_instances", "replace_module_classes"]
+
+#: A replacement: ``(module, index among this class's matches) -> new module, or None to keep it``.
+Policy = Callable[[nn.Module, int], Optional[nn.Module]]
+
+
+class NoModulesReplacedWarning(UserWarning):
+    """A surgery method found nothing in the model to replace."""
+
+
+def count_module_instances(model: nn.Module, module_class: type | tuple[type, ...]) -> int:
+    """How many modules of ``model`` (itself included) are instances of ``module_class``."""
+    return sum(isinstance(m, module_class) for m in model.modules())
+
+
+def _wrapped(model: nn.Module) -> bool:
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    if isinstance(model, (DataParallel, DistributedDataParallel)):
+        return True
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:  # pragma: no cover - torch without distributed
+        return False
+    return isinstance(model, FullyShardedDataParallel)
+
+
+def _place(new: nn.Module, old: nn.Module) -> nn.Module:
+    """``new`` on ``old``'s device, its floating tensors in ``old``'s floating dtype."""
+    tensors = [*old.parameters(recurse=True), *old.buffers(recurse=True)]
+    if not tensors:
+        return new
+    device = tensors[0].device
+    floating = next((t.dtype for t in tensors if t.is_floating_point()), None)
+    new = new.to(device=device)
+    if floating is not None:
+        new = new.to(dtype=floating)  # casts floating tensors only; integer buffers stay
+    return new
+
+
+def _update_optimizers(optimizers: Sequence[torch.optim.Optimizer], old: nn.Module, new: nn.Module) -> None:
+    old_params = dict(old.named_parameters())
+    new_params = dict(new.named_parameters())
+    old_ids = {id(p) for p in old_params.values()}
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            held = [p for p in group["params"] if id(p) in old_ids]
+            if not held:
+                continue
+            group["params"] = [p for p in group["params"] if id(p) not in old_ids]
+            present = {id(p) for g in optimizer.param_groups for p in g["params"]}
+            for name, p in new_params.items():
+                if id(p) in present:
+                    continue
+                group["params"].append(p)
+                present.add(id(p))
+                before = old_params.get(name)
+                if before is not None and before is not p and before.shape == p.shape and before in optimizer.state:
+                    optimizer.state[p] = optimizer.state.pop(before)
+            for p in held:
+                if all(p is not q for q in new_params.values()):
+                    optimizer.state.pop(p, None)
+
+
+def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
+                           optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+                           recurse_on_replacements: bool = False, method: str | None = None
+                           ) -> dict[str, nn.Module]:
+    """Replace the modules of ``model`` that ``policies`` match, in place; see the module docstring.
+
+    Args:
+        model: the model to change; its own root is never replaced (wrap it instead).
+        policies: ``{module class: replacement}``; the first class (in the mapping's order) that a
+            module is an instance of decides.
+        optimizers: optimizers that already hold the model's parameters, updated to hold the
+            replacements' parameters instead.
+        recurse_on_replacements: also visit the modules inside a replacement (a policy whose
+            replacement contains a module of the class it matches would then never stop; such a
+            replacement is refused).
+        method: the name the warning gives when nothing was replaced (default: this function's).
+
+    Returns:
+        ``{qualified name: replacement}`` of every module replaced, in walk order.
+
+    Raises:
+        ValueError: ``model`` is wrapped for DataParallel, DDP or FSDP, or a policy's key is not
+            a module class.
+    """
+    if _wrapped(model):
+        raise ValueError("model: is wrapped for a parallel mode; apply surgery to the model before wrapping it "
+                         "(the Trainer does it at Event.INIT)")
+    for cls in policies:
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise ValueError(f"policies: key {cls!r} is not a torch.nn.Module class")
+    if optimizers is None:
+        optimizers = ()
+    elif isinstance(optimizers, torch.optim.Optimizer):
+        optimizers = (optimizers,)
+    optimizers = tuple(optimizers)
+    replaced: dict[str, nn.Module] = {}
+    indices = dict.fromkeys(policies, 0)
+
+    def visit(parent: nn.Module, prefix: str, depth: int) -> None:
+        for name, child in list(parent.named_children()):
+            qualified = f"{prefix}{name}"
+            cls = next((c for c in policies if isinstance(child, c)), None)
+            new = None
+            if cls is not None:
+                new = policies[cls](child, indices[cls])
+                indices[cls] += 1
+            if new is None or new is child:
+                visit(child, f"{qualified}.", depth)
+                continue
+            if not isinstance(new, nn.Module):
+                raise ValueError(f"policies: the replacement for {qualified} ({type(child).__name__}) returned "
+                                 f"{type(new).__name__}, not a torch.nn.Module or None")
+            new = _place(new, child)
+            setattr(parent, name, new)
+            _update_optimizers(optimizers, child, new)
+            replaced[qualified] = new
+            if recurse_on_replacements:
+                if depth > 64:
+                    raise ValueError(f"policies: replacing {qualified} goes on without end (a replacement holds "
+                                     "a module of the class it replaces); use recurse_on_replacements=False")
+                visit(new, f"{qualified}.", depth + 1)
+
+    visit(model, "", 0)
+    if not replaced:
+        names = ", ".join(c.__name__ for c in policies)
+        warnings.warn(f"{method or 'replace_module_classes'}: no module of the model matched ({names}); "
+                      "the model is unchanged", NoModulesReplacedWarning, stacklevel=2)
+    return replaced
