@@ -36,7 +36,12 @@ def test_the_photographs_are_real_and_ship_with_the_package():
     assert 0 <= float(photos.min()) and float(photos.max()) <= 1 and float(photos.std()) > 0.1
 
 
-@pytest.mark.parametrize("record", WITH_FIGURE, ids=[r.key for r in WITH_FIGURE])
+BATCH_LIKE = [r for r in WITH_FIGURE if r.raw["figure"]["kind"] in ("batch", "targets", "selection")]
+SURGERY = [r for r in WITH_FIGURE if r.raw["figure"]["kind"] == "surgery"]
+PLOT = [r for r in WITH_FIGURE if r.raw["figure"]["kind"] == "plot"]
+
+
+@pytest.mark.parametrize("record", BATCH_LIKE, ids=[r.key for r in BATCH_LIKE])
 def test_the_caption_gives_the_exact_call_and_it_runs(record):
     """The card's caption quotes a call a reader can run as written, with the figure's seed."""
     region = regions(render_card("method", record.key))["figure"].body
@@ -57,6 +62,96 @@ def test_the_caption_gives_the_exact_call_and_it_runs(record):
         assert first.shape != photos.shape or not torch.equal(first, photos)  # the method changed them (or their size)
     if record.raw["figure"]["kind"] == "selection":
         assert 0 < first.shape[0] < namespace["inputs"].shape[0]  # it kept some rows, not all
+
+
+@pytest.mark.parametrize("record", SURGERY, ids=[r.key for r in SURGERY])
+def test_a_surgery_figure_shows_the_captions_call_changing_the_reference_model(record):
+    """The caption's call, run here on the named reference model, changes the classes of as many
+    modules as the figure says, and the shown submodule is there before and after."""
+    spec = record.raw["figure"]
+    region = regions(render_card("method", record.key))["figure"].body
+    (call,) = re.findall(r"`(cf\.[^`]+)`", region)
+    assert call == figures.figure_call(record) and f"`{spec['module']}`" in region and f"`{spec['model']}`" in region
+    import algorithms.models
+
+    torch.manual_seed(spec["seed"])
+    model = getattr(algorithms.models, spec["model"])(10)
+    before = {name: type(m) for name, m in model.named_modules()}
+    result = eval(call, {"cf": cf, "torch": torch, "model": model})  # noqa: S307 (the caption's own code)
+    after = {name: type(m) for name, m in (result if hasattr(result, "named_modules") else model).named_modules()}
+    changed = sum(after.get(name) is not cls for name, cls in before.items() if name)
+    shown_before, shown_after, figure_changed = figures.surgery_views(record)
+    assert changed == figure_changed and changed > 0
+    assert shown_before and shown_after and shown_before != shown_after
+
+
+@pytest.mark.parametrize("record", PLOT, ids=[r.key for r in PLOT])
+def test_a_plot_figure_draws_what_the_captions_call_returns(record):
+    """The caption's call is the method's own function, it repeats with the seed, and it returns a
+    drawable dict."""
+    region = regions(render_card("method", record.key))["figure"].body
+    (call,) = re.findall(r"`(algorithms\.[^`]+)`", region)
+    assert call == figures.figure_call(record)
+    import importlib
+
+    module = importlib.import_module(call.split("(")[0].rsplit(".", 1)[0])
+    namespace = {"torch": torch, "algorithms": importlib.import_module("algorithms"), module.__name__: module}
+    first = eval(call, namespace)  # noqa: S307 (the caption's own code)
+    second = figures.plot_data(record)
+    assert first.keys() == second.keys() and first["type"] in ("image", "lines", "bars")
+    for key in ("values", "x", "series"):
+        if key in first:
+            assert repr(first[key]) == repr(second[key])  # the seed in the caption makes it repeat
+
+
+def test_the_figure_kinds_surgery_and_plot_draw_from_the_methods_code(tmp_path, monkeypatch):
+    """A synthetic surgery method (ReLU -> GELU) and a plot function: the surgery view counts the
+    replaced modules of resnet20 from the model itself, and a bad plot return is one clear error."""
+    import types
+
+    import algorithms.models
+
+    from algorithms.surgery import replace_module_classes
+
+    def apply_gelu(model):
+        replace_module_classes(model, {torch.nn.ReLU: lambda m, i: torch.nn.GELU()})
+        return model
+
+    def data(n=3):
+        return {"type": "lines", "x": list(range(n)), "series": {"y": [i * i for i in range(n)]}}
+
+    def bad():
+        return [1, 2]
+
+    module = types.ModuleType("algorithms.fake_surgery.fake_surgery")
+    module.apply_gelu, module.data, module.bad = apply_gelu, data, bad
+    for f in (apply_gelu, data, bad):
+        f.__module__ = module.__name__
+    monkeypatch.setitem(__import__("sys").modules, module.__name__, module)
+    monkeypatch.setattr(figures, "_functional", lambda record: apply_gelu)
+    relus = sum(isinstance(m, torch.nn.ReLU) for m in algorithms.models.resnet20(10).modules())
+    record = types.SimpleNamespace(key="fake_surgery", functional="apply_gelu", raw={"figure": {
+        "kind": "surgery", "model": "resnet20", "module": "layer1.0", "arguments": {}, "seed": 0, "alt": "x"}})
+    before, after, changed = figures.surgery_views(record)
+    assert changed == relus and any("ReLU" in line for line in before) and any("GELU" in line for line in after)
+    assert figures.figure_call(record) == "cf.apply_gelu(model)"
+    svg = figures._draw(record, "sha256:test")
+    assert svg.lstrip().startswith("<") and "GELU" in svg and f"{relus} modules changed class" in svg
+    record.raw["figure"] = {"kind": "plot", "data": "data", "arguments": {"n": 4}, "seed": 0, "alt": "x"}
+    assert figures.plot_data(record)["series"]["y"] == [0, 1, 4, 9]
+    assert figures.figure_call(record) == "algorithms.fake_surgery.fake_surgery.data(n=4)"
+    assert "<svg" in figures._draw(record, "sha256:test")
+    record.raw["figure"]["arguments"] = {}
+    monkeypatch.setattr(module, "data", lambda: {"type": "image", "values": [[0.0, 1.0], [2.0, 3.0]]})
+    assert "<svg" in figures._draw(record, "sha256:test")
+    monkeypatch.setattr(module, "data", lambda: {"type": "bars", "labels": ["a", "b"], "series": {"s": [1, 2]}})
+    assert "<svg" in figures._draw(record, "sha256:test")
+    record.raw["figure"].update(data="bad", arguments={})
+    with pytest.raises(figures.FigureError, match="returned list"):
+        figures.plot_data(record)
+    record.raw["figure"]["data"] = "missing"
+    with pytest.raises(figures.FigureError, match="'missing' is not in"):
+        figures.plot_data(record)
 
 
 def test_the_selection_batch_is_the_same_at_every_call_and_leaves_torchs_generator_alone():
@@ -133,7 +228,7 @@ def test_a_figure_that_cannot_be_drawn_is_one_problem_naming_the_method(tmp_path
     generated = pages.generate(out_dir=tmp_path / "out", metadata_root=package, generators=[figures.render_figures])
     assert generated.outputs == {}
     (line,) = generated.problems
-    assert line.startswith("cutout: figure: cutout_batch failed on the sample photographs: ValueError: length=3.0")
+    assert line.startswith("cutout: figure: cutout_batch failed on the figure's inputs: ValueError: length=3.0")
     assert not (tmp_path / "out").exists()  # nothing written
 
 

@@ -20,7 +20,17 @@ that gives the exact call. The kinds:
   ``f(input, target, model, loss_fun, ...) -> (input, target)`` (Selective Backprop): a seeded
   synthetic batch (:func:`selection_batch`) scored by a small seeded classifier, each example's
   loss against its loss rank, the examples the call keeps highlighted, and how often each rank is
-  kept over :data:`SELECTION_DRAWS` calls.
+  kept over :data:`SELECTION_DRAWS` calls;
+- ``surgery``: for methods that change a model, ``f(model, **arguments)``: a fresh reference model
+  (``model``, a builder of ``algorithms.models``, built under ``seed``) before (left) and after
+  (right) the call, as the structure of its submodule ``module``, with how many modules of the
+  whole model changed class or went;
+- ``plot``: the function ``data`` of the method's own module (where its functional form is),
+  called with the arguments (and the seeded generator, if it takes one), returns what to draw:
+  ``{"type": "image", "values": 2-D}``, ``{"type": "lines", "x": [...], "series": {label: [...]}}``
+  or ``{"type": "bars", "labels": [...], "series": {label: [...]}}``, each with optional
+  ``title``, ``xlabel`` and ``ylabel``: a method's filter, schedule or bias matrix, computed by
+  its own code.
 
 A figure carries the hash of its inputs (the figure entry, the method's source, the drawing code,
 the versions of torch, matplotlib and scikit-image) as its ``dc:identifier``; an unchanged figure
@@ -40,8 +50,8 @@ from typing import Any
 
 from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 
-__all__ = ["FIGURES", "PHOTOS", "FigureError", "figure_call", "figure_caption", "figure_path", "render_figures",
-           "selection_batch", "selection_counts"]
+__all__ = ["FIGURES", "PHOTOS", "FigureError", "figure_call", "figure_caption", "figure_path", "plot_data",
+           "render_figures", "selection_batch", "selection_counts", "surgery_views"]
 
 FIGURES = Path("tables") / "figures"
 #: The photographs a batch figure shows: scikit-image's bundled sample images, by function name.
@@ -69,6 +79,14 @@ def _arguments(arguments: Mapping[str, Any]) -> str:
 def figure_call(record: Any) -> str:
     """The exact call a figure shows, as a reader would type it (the caption quotes it)."""
     spec = record.raw["figure"]
+    if spec["kind"] == "plot":
+        data = _data_function(record)
+        extra = _arguments(spec["arguments"])
+        generator = (f"generator=torch.Generator().manual_seed({spec['seed']})"
+                     if "generator" in inspect.signature(data).parameters else "")
+        return f"{data.__module__}.{data.__name__}({', '.join(p for p in (extra, generator) if p)})"
+    if spec["kind"] == "surgery":
+        return f"cf.{record.functional}({', '.join(p for p in ('model', _arguments(spec['arguments'])) if p)})"
     inputs = "photos, labels" if _takes_target(record) else "photos"
     if spec["kind"] == "targets":
         inputs = "logits, label"
@@ -84,7 +102,14 @@ def figure_caption(record: Any) -> str:
     from .markup import md_code
 
     call = md_code(figure_call(record))
-    kind = record.raw["figure"]["kind"]
+    spec = record.raw["figure"]
+    kind = spec["kind"]
+    if kind == "surgery":
+        return (f"The submodule `{spec['module']}` of a fresh `{spec['model']}` (`algorithms.models."
+                f"{spec['model']}`) before (left) and after (right) {call}; the count is of the modules "
+                f"of the whole model that changed class; drawn by every docs build.")
+    if kind == "plot":
+        return f"What {call} computes, drawn by every docs build."
     if kind == "targets":
         return f"A one-hot label over 10 classes and the target that {call} makes of it."
     if kind == "selection":
@@ -101,6 +126,132 @@ def _functional(record: Any) -> Callable[..., Any]:
     import importlib
 
     return getattr(importlib.import_module(f"algorithms.{record.key}"), record.functional)
+
+
+def _data_function(record: Any) -> Callable[..., Any]:
+    """A plot figure's ``data`` function, from the module that defines the functional form."""
+    module = inspect.getmodule(_functional(record))
+    name = record.raw["figure"]["data"]
+    data = getattr(module, name, None)
+    if not callable(data):
+        raise FigureError(f"the plot's data function {name!r} is not in {module.__name__} — define it there or "
+                          f"fix 'data' in algorithms/{record.key}/metadata.json")
+    return data
+
+
+def _reference_model(name: str, seed: int) -> Any:
+    """A fresh reference model ``algorithms.models.<name>`` with 10 outputs, built under ``seed``."""
+    import torch
+
+    import algorithms.models as models
+
+    builder = getattr(models, name, None)
+    if not callable(builder):
+        raise FigureError(f"model {name!r} is not a builder of algorithms.models — use one of "
+                          f"{', '.join(n for n in models.__all__ if n[0].islower() and n != 'get_model' and n != 'lm_loss')}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return builder(10)
+
+
+def _structure(module: Any, width: int = 78) -> list[str]:
+    """The module's ``repr``, one line per line, cut to ``width`` characters."""
+    return [line if len(line) <= width else line[:width - 3] + "..." for line in repr(module).splitlines()]
+
+
+def surgery_views(record: Any) -> tuple[list[str], list[str], int]:
+    """What a surgery figure shows: the structure of the figure's submodule before and after the
+    call, and how many modules of the whole model changed class or went."""
+    import copy
+
+    spec = record.raw["figure"]
+    model = _reference_model(spec["model"], spec["seed"])
+    before = copy.deepcopy(model)
+    result = _functional(record)(model, **spec["arguments"])
+    after = result if hasattr(result, "named_modules") else model
+    try:
+        shown_before, shown_after = before.get_submodule(spec["module"]), after.get_submodule(spec["module"])
+    except AttributeError:
+        raise FigureError(f"module {spec['module']!r} is not a submodule of {spec['model']} — fix 'module' in "
+                          f"algorithms/{record.key}/metadata.json") from None
+    classes = {name: type(m) for name, m in after.named_modules()}
+    changed = sum(classes.get(name) is not type(m) for name, m in before.named_modules() if name)
+    return _structure(shown_before), _structure(shown_after), changed
+
+
+def plot_data(record: Any) -> Mapping[str, Any]:
+    """What a plot figure's ``data`` function returns for the figure's arguments, checked."""
+    import torch
+
+    spec = record.raw["figure"]
+    data = _data_function(record)
+    extra = ({"generator": torch.Generator().manual_seed(spec["seed"])}
+             if "generator" in inspect.signature(data).parameters else {})
+    out = data(**spec["arguments"], **extra)
+    kinds = {"image": ("values",), "lines": ("x", "series"), "bars": ("labels", "series")}
+    if not isinstance(out, Mapping) or out.get("type") not in kinds:
+        raise FigureError(f"{data.__name__} returned {type(out).__name__}, not a dict whose 'type' is one of "
+                          f"{', '.join(kinds)}")
+    missing = [k for k in kinds[out["type"]] if k not in out]
+    if missing:
+        raise FigureError(f"{data.__name__}: a {out['type']} plot needs {', '.join(map(repr, missing))}")
+    return out
+
+
+def _values(values: Any) -> Any:
+    import torch
+
+    return torch.as_tensor(values, dtype=torch.float64).detach().cpu().numpy()
+
+
+def _draw_plot(plt: Any, record: Any) -> Any:
+    out = plot_data(record)
+    kind = out["type"]
+    if kind == "image":
+        values = _values(out["values"])
+        if values.ndim != 2:
+            raise FigureError(f"an image plot needs 2-D values, got shape {tuple(values.shape)}")
+        fig, ax = plt.subplots(figsize=(4.2, 3.6))
+        shown = ax.imshow(values, cmap="viridis", interpolation="nearest")
+        fig.colorbar(shown, ax=ax)
+        if values.size <= 64:  # small matrices carry their numbers
+            for i in range(values.shape[0]):
+                for j in range(values.shape[1]):
+                    ax.text(j, i, f"{values[i, j]:.3g}", ha="center", va="center", fontsize=8,
+                            color="white" if values[i, j] < values.mean() else "black")
+    else:
+        series = {str(k): _values(v) for k, v in out["series"].items()}
+        fig, ax = plt.subplots(figsize=(6.4, 3.2))
+        if kind == "lines":
+            x = _values(out["x"])
+            for label, y in series.items():
+                ax.plot(x, y, label=label)
+        else:
+            labels = [str(label) for label in out["labels"]]
+            width = 0.8 / max(len(series), 1)
+            for i, (label, y) in enumerate(series.items()):
+                ax.bar([p + (i - (len(series) - 1) / 2) * width for p in range(len(labels))], y, width=width,
+                       label=label)
+            ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 8 else 0, ha="right"
+                          if len(labels) > 8 else "center")
+        if len(series) > 1:
+            ax.legend(frameon=False)
+        ax.grid(alpha=0.3)
+    ax.set_title(out.get("title", ""))
+    ax.set_xlabel(out.get("xlabel", ""))
+    ax.set_ylabel(out.get("ylabel", ""))
+    return fig
+
+
+def _draw_surgery(plt: Any, record: Any) -> Any:
+    before, after, changed = surgery_views(record)
+    lines = max(len(before), len(after))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 0.6 + 0.17 * lines))
+    for ax, title, text in ((axes[0], "before", before), (axes[1], f"after ({changed} modules changed class)", after)):
+        ax.set_axis_off()
+        ax.set_title(title, loc="left", fontsize=10)
+        ax.text(0, 1, "\n".join(text), family="monospace", fontsize=7, va="top", ha="left", transform=ax.transAxes)
+    return fig
 
 
 def _parameters(record: Any) -> list[str]:
@@ -128,8 +279,14 @@ def _versions() -> dict[str, str | None]:
 def _key(record: Any) -> str:
     """The hash of everything the figure is drawn from."""
     module = inspect.getmodule(_functional(record))
+    models = None
+    if record.raw["figure"]["kind"] == "surgery":  # the reference model's code is an input too
+        import algorithms.models as reference
+
+        models = [inspect.getsource(m) for m in sorted({inspect.getmodule(getattr(reference, n))
+                                                         for n in reference.__all__}, key=lambda m: m.__name__)]
     inputs = {"figure": record.raw["figure"], "key": record.key, "functional": record.functional,
-              "source": inspect.getsource(module) if module else None, "drawing": _DRAWING_CODE,
+              "source": inspect.getsource(module) if module else None, "drawing": _DRAWING_CODE, "models": models,
               "versions": _versions()}
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -275,15 +432,21 @@ def _draw(record: Any, key: str) -> str:
             ax.grid(axis="y", alpha=0.3)
         elif spec["kind"] == "selection":
             fig = _draw_selection(plt, record, spec)
+        elif spec["kind"] == "surgery":
+            fig = _draw_surgery(plt, record)
+        elif spec["kind"] == "plot":
+            fig = _draw_plot(plt, record)
         else:
-            raise FigureError(f"figure kind {spec['kind']!r} is not known — use batch, targets or selection")
+            raise FigureError(f"figure kind {spec['kind']!r} is not known — use batch, targets, selection, surgery "
+                              "or plot")
         fig.tight_layout()
         return svg_text(plt, fig, key)
 
 
 # A change to the drawing redraws.
 _DRAWING_CODE = "".join(inspect.getsource(f) for f in (_draw, photos, selection_batch, selection_counts,
-                                                        _draw_selection))
+                                                        _draw_selection, surgery_views, _structure,
+                                                        _reference_model, plot_data, _draw_plot, _draw_surgery))
 
 
 def _figure(record: Any, previous: Path) -> str:
@@ -303,7 +466,7 @@ def render_figures(site: Site) -> dict[Path, Content]:
         except FigureError as exc:
             raise FigureError(f"{record.key}: figure: {exc}") from None
         except Exception as exc:  # the method itself failed on the photographs
-            raise FigureError(f"{record.key}: figure: {record.functional} failed on the sample photographs: "
+            raise FigureError(f"{record.key}: figure: {record.functional} failed on the figure's inputs: "
                               f"{type(exc).__name__}: {exc} — fix the figure's arguments in "
                               f"algorithms/{record.key}/metadata.json or the method") from None
     return outputs
