@@ -101,6 +101,54 @@ def test_smoothed_targets_needs_every_target_float_and_above_zero():
     assert "smoothed_targets" not in effects_seen([Batch(torch.zeros(1), torch.zeros(1))])  # no target seen
 
 
+def test_changed_model_needs_a_module_class_or_a_parameters_shape_dtype_or_layout_to_differ():
+    """By the schema's definition, against the model the run began with (alone) or the other
+    method's model alone (in a pair)."""
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten())
+
+    def seen(after, before=None, reference=None):
+        b = _batch()
+        b.model_before, b.model_after = matrix.model_signature(before or model()), matrix.model_signature(after)
+        return "changed_model" in effects_seen([b], reference)
+
+    assert not seen(model())  # the same classes and parameters (values do not count)
+    relu = model()
+    relu[1] = torch.nn.GELU()
+    assert seen(relu)  # a module changed class
+    wider = model()
+    wider[0] = torch.nn.Conv2d(3, 5, 3)
+    assert seen(wider)  # a parameter changed shape
+    assert seen(model().double())  # dtype
+    assert seen(model().to(memory_format=torch.channels_last))  # layout of the 4-D weight
+    assert not seen(model().to(memory_format=torch.channels_last), before=model().to(memory_format=torch.channels_last))
+    other = _batch()
+    other.model_after = matrix.model_signature(relu)
+    assert not seen(relu, reference=[other])  # the other method alone made that change
+    assert seen(wider, reference=[other])
+
+
+def test_the_workloads_models_hold_what_their_domains_methods_change():
+    """The vision cells' model has every module class a vision method targets; the nlp cells run
+    the reference transformer on dict batches with next-token labels."""
+    from algorithms.models.resnet import BasicBlock
+
+    work = matrix.WORKLOADS["vision"](Settings(), 0)
+    classes = {type(m) for m in work.model.modules()}
+    for cls in (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.MaxPool2d, BasicBlock, torch.nn.GroupNorm,
+                torch.nn.Dropout, torch.nn.Linear):
+        assert cls in classes
+    assert work.model(work.batches[0][0]).shape == (Settings().batch_size, matrix.NUM_CLASSES)
+    assert work.model(torch.rand(2, 3, 5, 5)).shape == (2, matrix.NUM_CLASSES)  # any image size
+    nlp = matrix.WORKLOADS["nlp"](Settings(), 0)
+    batch = nlp.batches[0]
+    assert (nlp.input_key, nlp.target_key) == ("input_ids", "labels")
+    assert torch.equal(batch["input_ids"][:, 1:], batch["labels"][:, :-1])  # labels: the next token
+    with torch.no_grad():
+        assert float(nlp.loss_fn(nlp.model(batch["input_ids"]), batch["labels"])) > 0
+
+
 def test_in_a_pair_each_methods_effect_is_decided_against_the_other_method_alone():
     """A pair's batches against the other method's solo run (same seeds, same draws): only what
     this method changed counts, including on images the other method made smaller."""

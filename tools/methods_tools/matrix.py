@@ -1,7 +1,9 @@
 """The composability matrix: the logic of ``tools/composability_matrix.py`` (``nox -s matrix``).
 
-Every method (``kind: method``) of the metadata registry runs a few Trainer batches on a small
-model that takes any image size, with its metadata's suggested hyperparameters:
+Every method (``kind: method``) of the metadata registry runs a few Trainer batches of its
+domain's workload (:data:`WORKLOADS`: vision, a small model for any image size that holds every
+module class a vision method changes; nlp, the reference ``transformer_tiny`` on token dict
+batches), with its metadata's suggested hyperparameters:
 
 - ``solo``: alone (fp32, one process);
 - ``pair``: with every other method that shares a domain, in both orders;
@@ -10,9 +12,10 @@ model that takes any image size, with its metadata's suggested hyperparameters:
   fp32, two processes under torchrun: one launch per mode runs every method in turn
   (:mod:`methods_tools.matrix_worker`).
 
-Two recorder algorithms watch each run: one listed first records the loader's batch at
-``AFTER_DATALOADER`` (before any method changes it), one listed last records what the model is
-given at ``BEFORE_FORWARD`` and the loss's target and value at ``AFTER_LOSS``. Each observable
+Two recorder algorithms watch each run: one listed first records the model at ``INIT`` and the
+loader's batch at ``AFTER_DATALOADER`` (before any method changes them), one listed last records
+the model at ``INIT`` (after every method's surgery, before the Trainer wraps it), what the model
+is given at ``BEFORE_FORWARD`` and the loss's target and value at ``AFTER_LOSS``. Each observable
 effect of the metadata schema is decided from them by its definition (:data:`EFFECTS`), and the
 cell's outcome follows the composability schema: ``runs``, ``refused`` (a ValueError or
 TypeError), ``interaction`` (an effect not seen or another error, explained by a note in either
@@ -40,15 +43,16 @@ from algorithms.core.options import DISTRIBUTED, PRECISIONS
 from .files import write_atomic
 from .results import COMPOSABILITY_DIR, composability_problems
 
-__all__ = ["EFFECTS", "KINDS", "OBSERVABLES", "Batch", "Cell", "CellRun", "MatrixError", "Settings", "cell_note",
-           "decide", "default_output_path", "effects_seen", "matrix_environment",
-           "plan_cells", "run_cell", "run_matrix"]
+__all__ = ["EFFECTS", "KINDS", "OBSERVABLES", "WORKLOADS", "Batch", "Cell", "CellRun", "MatrixError", "Settings",
+           "Workload", "cell_note", "decide", "default_output_path", "effects_seen", "matrix_environment",
+           "model_signature", "plan_cells", "run_cell", "run_matrix", "vision_model"]
 
 Progress = Callable[[str], None]
 
 KINDS = ("solo", "pair", "precision", "parallel")
 #: The observable effects of the metadata schema's ``observable``, in the order cells list them.
-OBSERVABLES = ("changed_inputs", "smaller_inputs", "fewer_examples", "mixed_targets", "smoothed_targets")
+OBSERVABLES = ("changed_inputs", "smaller_inputs", "fewer_examples", "mixed_targets", "smoothed_targets",
+               "changed_model")
 #: Errors that mean "this combination is refused": a clear message about the arguments.
 REFUSALS = ("ValueError", "TypeError")
 #: How far above a row's minimum a target entry must be to count as one of the mixed classes.
@@ -160,6 +164,10 @@ class Batch:
     model_input: Any = None
     loss_target: Any = None
     loss: float | None = None
+    #: The model's signature (:func:`model_signature`) when the run began, and after every
+    #: method's surgery at ``Event.INIT`` (before the Trainer wraps it).
+    model_before: Any = None
+    model_after: Any = None
 
 
 def _baseline(b: Batch, r: Batch | None) -> tuple[Any, Any]:
@@ -246,6 +254,28 @@ def _smoothed_targets(batches: Sequence[Batch], reference: Sequence[Batch] | Non
         _differs(b.loss_target, _baseline(b, r)[1]) for b, r in pairs)
 
 
+def model_signature(model: Any) -> tuple[tuple[Any, ...], ...]:
+    """What ``changed_model`` compares: every module's class by qualified name, and every
+    parameter's name, shape, dtype and (4-D) whether it is channels-last."""
+    import torch
+
+    modules = tuple(("module", name, f"{type(m).__module__}.{type(m).__qualname__}") for name, m in model.named_modules())
+    params = tuple(("parameter", name, tuple(p.shape), str(p.dtype),
+                    p.ndim == 4 and p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous())
+                   for name, p in model.named_parameters())
+    return modules + params
+
+
+def _changed_model(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
+    """The model after the methods' surgery differs from the baseline's: the reference run's model
+    after its surgery, or, without a reference, the model the run began with."""
+    for b, r in _pairs(batches, reference):
+        base = b.model_before if r is None else r.model_after
+        if b.model_after is not None and base is not None and b.model_after != base:
+            return True
+    return False
+
+
 #: Each observable effect's decision, by its definition in the metadata schema's ``observable``:
 #: against the loader's batch for a method alone, against the other method alone (same seeds, so
 #: the same draws) for a method in a pair, so each method's own effect is what is seen.
@@ -255,6 +285,7 @@ EFFECTS: Mapping[str, Callable[..., bool]] = {
     "fewer_examples": _fewer_examples,
     "mixed_targets": _mixed_targets,
     "smoothed_targets": _smoothed_targets,
+    "changed_model": _changed_model,
 }
 
 
@@ -294,30 +325,78 @@ class CellRun:
 
 
 def _workload_domain(cell: Cell, records: Mapping[str, Any]) -> str | None:
-    """The domain the cell's model and data come from: one every method of the cell has, that a
-    workload exists for (today: vision)."""
+    """The domain the cell's model and data come from: the first of :data:`WORKLOADS` that every
+    method of the cell has."""
     shared = set.intersection(*(set(records[k].domains) for k in cell.methods))
     return next((d for d in WORKLOADS if d in shared), None)
 
 
-def _vision_workload(settings: Settings, rank: int) -> tuple[Any, list[tuple[Any, Any]]]:
-    """A conv + adaptive pooling + linear model (any image size) and seeded images of 10 classes.
+@dataclass
+class Workload:
+    """A cell's model, its batches, and how the Trainer reads them."""
+
+    model: Any
+    batches: list[Any]
+    input_key: int | str = 0
+    target_key: int | str = 1
+    loss_fn: Any = None
+
+
+def vision_model(seed: int) -> Any:
+    """The vision cells' model: small, for any image size, and holding every module class a vision
+    method changes: convolutions (strided, and 64 wide), batch norm, max pooling, the reference
+    ResNets' ``BasicBlock``, group norm, dropout and linear layers."""
+    import torch
+    from torch import nn
+
+    from algorithms.models.resnet import BasicBlock
+
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                         BasicBlock(16, 32, stride=2), nn.MaxPool2d(2), BasicBlock(32, 64, stride=2),
+                         nn.GroupNorm(8, 64), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.1),
+                         nn.Linear(64, NUM_CLASSES))
+
+
+def _vision_workload(settings: Settings, rank: int) -> Workload:
+    """:func:`vision_model` and seeded images of 10 classes.
 
     The model's weights are the same on every rank; each rank draws its own batches."""
     import torch
 
-    torch.manual_seed(settings.seed)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, NUM_CLASSES))
+    model = vision_model(settings.seed)
     g = torch.Generator().manual_seed(settings.seed * 1000 + rank)
     size, n = settings.image_size, settings.batch_size
     batches = [(torch.rand(n, 3, size, size, generator=g), torch.randint(0, NUM_CLASSES, (n,), generator=g))
                for _ in range(settings.steps)]
-    return model, batches
+    return Workload(model, batches)
 
 
-WORKLOADS: Mapping[str, Callable[[Settings, int], tuple[Any, list[tuple[Any, Any]]]]] = {
+#: The language-model cells' tokens: a small vocabulary and sequences of this length.
+NLP_VOCAB = 32
+NLP_LENGTH = 16
+
+
+def _nlp_workload(settings: Settings, rank: int) -> Workload:
+    """The reference ``transformer_tiny`` on seeded token sequences, as dict batches
+    ``{"input_ids", "labels"}`` (labels: the next token), with its next-token loss."""
+    import torch
+
+    from algorithms.models import lm_loss, transformer_tiny
+
+    torch.manual_seed(settings.seed)
+    model = transformer_tiny(NLP_VOCAB)
+    g = torch.Generator().manual_seed(settings.seed * 1000 + rank)
+    batches = []
+    for _ in range(settings.steps):
+        tokens = torch.randint(0, NLP_VOCAB, (settings.batch_size, NLP_LENGTH + 1), generator=g)
+        batches.append({"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]})
+    return Workload(model, batches, "input_ids", "labels", lm_loss)
+
+
+WORKLOADS: Mapping[str, Callable[[Settings, int], Workload]] = {
     "vision": _vision_workload,
+    "nlp": _nlp_workload,
 }
 
 
@@ -329,27 +408,36 @@ class _Loader(list):
         self.batch_size = batch_size
 
 
-def _recorders(batches: list[Batch]) -> tuple[Any, Any]:
-    """The first and the last algorithm of a cell: the loader's batch, and what the model and the loss saw."""
+def _recorders(batches: list[Batch], input_key: int | str = 0) -> tuple[Any, Any]:
+    """The first and the last algorithm of a cell: the model before and after the methods'
+    surgery at ``INIT``, the loader's batch, and what the model and the loss saw."""
     from algorithms.core import Algorithm, Event
+
+    models: dict[str, Any] = {}
 
     def item(value: Any) -> Any:
         return value.detach().clone() if hasattr(value, "detach") else value
 
     class LoaderRecorder(Algorithm):
         def match(self, event: Any, state: Any) -> bool:
-            return event is Event.AFTER_DATALOADER
+            return event in (Event.INIT, Event.AFTER_DATALOADER)
 
         def apply(self, event: Any, state: Any, logger: Any = None) -> None:
-            batches.append(Batch(loader_input=item(state.batch_get_item(0))))
+            if event is Event.INIT:
+                models["before"] = model_signature(state.model)
+                return
+            batches.append(Batch(loader_input=item(state.batch_get_item(input_key)),
+                                 model_before=models.get("before"), model_after=models.get("after")))
 
     class ModelRecorder(Algorithm):
         def match(self, event: Any, state: Any) -> bool:
-            return event in (Event.BEFORE_FORWARD, Event.AFTER_LOSS)
+            return event in (Event.INIT, Event.BEFORE_FORWARD, Event.AFTER_LOSS)
 
         def apply(self, event: Any, state: Any, logger: Any = None) -> None:
-            if event is Event.BEFORE_FORWARD:
-                batches[-1].model_input = item(state.batch_get_item(0))
+            if event is Event.INIT:
+                models["after"] = model_signature(state.model)
+            elif event is Event.BEFORE_FORWARD:
+                batches[-1].model_input = item(state.batch_get_item(input_key))
             else:
                 batches[-1].loss_target = item(state.loss_target)
                 batches[-1].loss = float(state.loss.detach().float())
@@ -383,15 +471,16 @@ def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None =
         return CellRun(error_type="LookupError", detail=f"no workload for the domains the methods share: add one to "
                        f"WORKLOADS in {__name__}")
     rank = rank_and_world_size()[0] if cell.parallel in DISTRIBUTED else 0
-    model, data = WORKLOADS[domain](settings, rank)
+    workload = WORKLOADS[domain](settings, rank)
     batches: list[Batch] = []
-    first, last = _recorders(batches)
+    first, last = _recorders(batches, workload.input_key)
+    loss = {} if workload.loss_fn is None else {"loss_fn": workload.loss_fn}
     try:
         methods = _build_methods(cell, records)
-        trainer = Trainer(model, _Loader(data, settings.batch_size), f"{settings.steps}ba",
+        trainer = Trainer(workload.model, _Loader(workload.batches, settings.batch_size), f"{settings.steps}ba",
                           optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
                           algorithms=[first, *methods, last], precision=cell.precision, parallel=cell.parallel,
-                          seed=settings.seed)
+                          seed=settings.seed, input_key=workload.input_key, target_key=workload.target_key, **loss)
         trainer.fit()
     except Exception as exc:  # recorded: the outcome says whether it was a refusal
         return CellRun(error_type=type(exc).__name__, detail=_error_line(exc), wall_s=time.perf_counter() - start)
