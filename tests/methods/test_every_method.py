@@ -40,19 +40,28 @@ def _functional(record):
 # -- workloads: a small model and batches per domain ------------------------------------------
 
 def _vision():
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
-                                torch.nn.Flatten(), torch.nn.Linear(4, NUM_CLASSES))
-    return model, lambda g, bs: torch.randn(bs, 3, 8, 8, generator=g)
+    """A small convolutional network holding the module classes vision methods change (a strided
+    convolution 16 wide, batch norm, max pooling, group norm, dropout, a linear layer)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.GroupNorm(4, 16), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Dropout(0.1), torch.nn.Linear(16, NUM_CLASSES))
+    return model, lambda g, bs: torch.randn(bs, 3, 8, 8, generator=g), {}
 
 
-def _nlp(length=5, vocab=11):
-    model = torch.nn.Sequential(torch.nn.Embedding(vocab, 8), torch.nn.Flatten(),
-                                torch.nn.Linear(8 * length, NUM_CLASSES))
-    return model, lambda g, bs: torch.randint(0, vocab, (bs, length), generator=g)
+def _nlp(length=8, vocab=11):
+    """The reference transformer on dict batches of token ids, labelled with the next token."""
+    from algorithms.models import lm_loss, transformer_tiny
+
+    def batch(g, bs):
+        tokens = torch.randint(0, vocab, (bs, length + 1), generator=g)
+        return {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
+
+    return transformer_tiny(vocab), batch, {"input_key": "input_ids", "target_key": "labels", "loss_fn": lm_loss}
 
 
 def _general():
-    return torch.nn.Linear(5, NUM_CLASSES), lambda g, bs: torch.randn(bs, 5, generator=g)
+    return torch.nn.Linear(5, NUM_CLASSES), lambda g, bs: torch.randn(bs, 5, generator=g), {}
 
 
 # The first of a method's domains found here picks its workload; the order prefers images.
@@ -60,23 +69,49 @@ WORKLOADS = {"vision": _vision, "nlp": _nlp, "general": _general}
 
 
 def _workload(record, n_batches=2, batch_size=6, seed=0):
-    """``(model, [(input, target), ...])`` for the method's first domain that has a workload."""
+    """``(model, batches, trainer keyword arguments)`` for the method's first domain that has a
+    workload: tuple batches ``(input, class)`` or, for nlp, dict batches."""
     domain = next((d for d in WORKLOADS if d in record.domains), None)
     if domain is None:
         pytest.fail(f"{record.key}: no workload for domains {list(record.domains)} — add one to "
                     f"WORKLOADS in {__file__}")
     torch.manual_seed(seed)
-    model, make_input = WORKLOADS[domain]()
+    model, make_input, options = WORKLOADS[domain]()
     g = torch.Generator().manual_seed(seed)
-    batches = [(make_input(g, batch_size), torch.randint(0, NUM_CLASSES, (batch_size,), generator=g))
-               for _ in range(n_batches)]
-    return model, batches
+    batches = []
+    for _ in range(n_batches):
+        inputs = make_input(g, batch_size)
+        batches.append(inputs if isinstance(inputs, dict) else
+                       (inputs, torch.randint(0, NUM_CLASSES, (batch_size,), generator=g)))
+    return model, batches, options
+
+
+def _tensors(batch):
+    """A batch's tensors, of a tuple or a dict batch."""
+    return list(batch.values()) if isinstance(batch, dict) else list(batch)
+
+
+def _changes_the_model(record):
+    """A surgery method: its functional form changes the model (and its optimizers) it is given, by
+    its contract (the ``changed_model`` observable)."""
+    return "changed_model" in record.observable
+
+
+def _build(record):
+    """The class with its defaults; a parameter without one (Stochastic Depth's target layer) gets
+    its metadata's suggested value."""
+    required = {name: record.hyperparameters[name].suggested
+                for name, p in inspect.signature(_cls(record)).parameters.items()
+                if p.default is inspect.Parameter.empty and name in record.hyperparameters}
+    return _cls(record)(**required)
 
 
 def _functional_arguments(record):
-    """The required arguments of the functional form, built from their names."""
+    """The required arguments of the functional form, built from their names (a hyperparameter
+    without a default takes its metadata's suggested value)."""
     g = torch.Generator().manual_seed(0)
-    model, [(inputs, target)] = _workload(record, n_batches=1)
+    model, [batch], _ = _workload(record, n_batches=1)
+    inputs, target = _tensors(batch)
     makers = {
         "input": lambda: inputs,
         "sample": lambda: inputs,  # Composer's name where the input may also be an (input, target) pair
@@ -86,15 +121,20 @@ def _functional_arguments(record):
         "scale_factor": lambda: 0.5,
         "model": lambda: model,
         "loss_fun": lambda: torch.nn.functional.cross_entropy,
+        "iters_per_epoch": lambda: 2,  # Gyro Dropout's schedule: the length of the training run
+        "max_epoch": lambda: 1,
     }
     args = {}
     for name, param in inspect.signature(_functional(record)).parameters.items():
         if param.default is not inspect.Parameter.empty or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        if name not in makers:
+        if name in makers:
+            args[name] = makers[name]()
+        elif name in record.hyperparameters:
+            args[name] = record.hyperparameters[name].suggested
+        else:
             pytest.fail(f"{record.functional}: no test input for parameter {name!r} — add it to "
                         f"_functional_arguments in {__file__}")
-        args[name] = makers[name]()
     return args
 
 
@@ -121,18 +161,18 @@ class _SeenBatches(Algorithm):
         return event is Event.BEFORE_LOSS
 
     def apply(self, event, state, logger=None):
-        self.batches.append([t.detach().clone() for t in state.batch])
+        self.batches.append([t.detach().clone() for t in _tensors(state.batch)])
 
 
 # -- the shared tests --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
 def test_constructs_with_its_defaults_and_trains_two_batches(record):
-    algo = _cls(record)()
+    algo = _build(record)
     assert isinstance(algo, Algorithm)
-    model, batches = _workload(record)
+    model, batches, options = _workload(record)
     losses = _Losses()
-    trainer = Trainer(model, batches, "2ba", algorithms=[algo, losses], seed=0, device="cpu")
+    trainer = Trainer(model, batches, "2ba", algorithms=[algo, losses], seed=0, device="cpu", **options)
     trainer.fit()
     assert trainer.state.timestamp.batch == 2
     assert len(losses.losses) == 2 and all(torch.isfinite(loss) for loss in losses.losses)
@@ -142,20 +182,23 @@ def test_constructs_with_its_defaults_and_trains_two_batches(record):
 
 @pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
 def test_training_leaves_the_callers_batches_unchanged(record):
-    model, batches = _workload(record)
+    model, batches, options = _workload(record)
     before = copy.deepcopy(batches)
-    Trainer(model, batches, "2ba", algorithms=[_cls(record)()], seed=0, device="cpu").fit()
+    Trainer(model, batches, "2ba", algorithms=[_build(record)], seed=0, device="cpu", **options).fit()
     for batch, original in zip(batches, before, strict=True):
-        for t, t0 in zip(batch, original, strict=True):
+        for t, t0 in zip(_tensors(batch), _tensors(original), strict=True):
             assert torch.equal(t, t0)
 
 
 @pytest.mark.parametrize("record", WITH_FUNCTIONAL, ids=_ids(WITH_FUNCTIONAL))
 def test_the_functional_form_leaves_its_arguments_unchanged(record):
+    """Except, for a surgery method, the model (and optimizers) it exists to change."""
     args = _functional_arguments(record)
     before = {k: _snapshot(v) for k, v in args.items()}
     _functional(record)(**args)
     for name, value in args.items():
+        if _changes_the_model(record) and name in ("model", "optimizers"):
+            continue
         assert _equal_state(_snapshot(value), before[name]), f"{record.functional} changed its argument {name!r}"
 
 
@@ -183,17 +226,17 @@ def test_functional_defaults_equal_the_class_defaults(record):
 def test_state_dict_round_trip_resumes_the_same_draws(record):
     """A copy restored from ``state_dict()`` has the same state and goes on exactly as the
     original does: the batches the loss sees after resuming are the same."""
-    cls = _cls(record)
-    model, batches = _workload(record, n_batches=3)
-    original = cls()
-    Trainer(copy.deepcopy(model), batches[:1], "1ba", algorithms=[original], seed=0, device="cpu").fit()
-    restored = cls()
+    model, batches, options = _workload(record, n_batches=3)
+    original = _build(record)
+    Trainer(copy.deepcopy(model), batches[:1], "1ba", algorithms=[original], seed=0, device="cpu", **options).fit()
+    restored = _build(record)
     restored.load_state_dict(copy.deepcopy(original.state_dict()))
     assert _equal_state(restored.state_dict(), original.state_dict())
 
     def resume(algo):
         seen = _SeenBatches()
-        Trainer(copy.deepcopy(model), batches[1:], "2ba", algorithms=[algo, seen], seed=1, device="cpu").fit()
+        Trainer(copy.deepcopy(model), batches[1:], "2ba", algorithms=[algo, seen], seed=1, device="cpu",
+                **options).fit()
         return seen.batches
 
     for a, b in zip(resume(original), resume(restored), strict=True):
