@@ -279,21 +279,28 @@ def new_method_metadata(key: str, class_name: str, functional: str) -> dict[str,
             "attribution": f"{todo}: first author et al., year.",
             "link": "https://arxiv.org/abs/0000.00000",
             "aka": [],
-            "domains": [f"{todo}: one or more of vision, nlp, speech, tabular, general"],
-            "tags": [f"{todo}: one or more of speedup, regularization, augmentation, curriculum, optimization, "
-                     "architecture, precision, parallelism, memory, loss"],
+            "domains": [f"{todo}: one or more of {', '.join(_schema_enum('domains'))}"],
+            "tags": [f"{todo}: one or more of {', '.join(_schema_enum('tags'))}"],
             "summary": f"{todo}: a paragraph on how it works.",
             "use": f"{todo}: where it applies (tasks, models, data) and where it does not.",
             "paper": {"title": f"{todo}: the paper's title", "authors": [f"{todo}: every author"],
                       "venue": f"{todo}: the venue", "year": 2000, "url": "https://arxiv.org/abs/0000.00000"},
             "math_equivalent": False,
-            "observable": [f"{todo}: one or more of changed_inputs, smaller_inputs, fewer_examples, mixed_targets, "
-                           "smoothed_targets: what the composability matrix checks to see the method act"],
+            "observable": [f"{todo}: one or more of {', '.join(_schema_enum('observable'))}: what the "
+                           "composability matrix checks to see the method act"],
             "hyperparameters": {"example_hparam": {"suggested": 0.5, "range": [0, 1],
                                                    "note": f"{todo}: rename it to the method's own."}},
             "plumbing": ["input_key"],
         },
     }
+
+
+def _schema_enum(field: str) -> list[str]:
+    """The values the metadata schema allows in a method's list ``field`` (one source of truth)."""
+    from algorithms.metadata import SCHEMA_PATH
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return list(schema["$defs"]["method"]["properties"][field]["items"]["enum"])
 
 
 def scaffold_method(key: str, *, class_name: str | None = None, functional: str | None = None,
