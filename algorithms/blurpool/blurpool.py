@@ -1,0 +1,250 @@
+"""BlurPool: low-pass filter before every strided convolution and max-pool, so downsampling aliases less.
+
+Zhang, "Making Convolutional Networks Shift-Invariant Again", ICML 2019.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.state import State
+from ..surgery import replace_module_classes
+
+__all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "apply_blurpool", "blur_2d", "blur_filter",
+           "blur_filter_plot"]
+
+
+def apply_blurpool(model: nn.Module, replace_convs: bool = True, replace_maxpools: bool = True,
+                   blur_first: bool = True, min_channels: int = 16,
+                   optimizers: torch.optim.Optimizer | Any | None = None) -> nn.Module:
+    """Put a fixed blur in front of the model's strided convolutions and inside its max-pools, in
+    place, as ``composer.functional.apply_blurpool``.
+
+    Each :class:`torch.nn.Conv2d` with a stride above 1 (on either axis) and at least
+    ``min_channels`` input channels becomes a :class:`BlurConv2d` holding a convolution with the
+    original's weights and bias; each :class:`torch.nn.MaxPool2d` becomes a :class:`BlurMaxPool2d`
+    with the same window. A convolution that is already a BlurConv2d's own is left alone, so applying
+    it twice blurs once.
+
+    Args:
+        model: the model to change, in place.
+        replace_convs: replace the strided convolutions.
+        replace_maxpools: replace the max-pools.
+        blur_first: blur a convolution's input, then convolve with its stride (the cost of one blur);
+            otherwise convolve with stride 1 and blur the output with the stride, as the paper does
+            (about stride² times the convolution's multiply-adds).
+        min_channels: leave convolutions with fewer input channels alone (an RGB stem, say), ``>= 0``.
+        optimizers: optimizers that already hold the model's parameters; they are given the
+            replacements' parameters instead.
+
+    Returns:
+        ``model``, changed in place.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import apply_blurpool
+        >>> from algorithms.models import resnet20
+        >>> model = apply_blurpool(resnet20())
+        >>> type(model.layer2[0].conv1).__name__, model(torch.randn(2, 3, 16, 16)).shape
+        ('BlurConv2d', torch.Size([2, 10]))
+    """
+    check_blurpool(replace_convs, replace_maxpools, blur_first, min_channels)
+
+    def blur_conv(conv: nn.Conv2d, index: int) -> nn.Module | None:
+        strided = max(conv.stride) > 1
+        if not strided or conv.in_channels < min_channels or getattr(conv, "_blurpool_own", False):
+            return None
+        return BlurConv2d.from_conv2d(conv, blur_first=blur_first)
+
+    # A max-pool has no tensors for the surgery helper to take the device and dtype from: the model's.
+    tensors = [*model.parameters(), *model.buffers()]
+    device = tensors[0].device if tensors else None
+    dtype = next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
+    policies: dict[type, Any] = {}
+    if replace_maxpools:
+        policies[nn.MaxPool2d] = lambda pool, index: BlurMaxPool2d.from_maxpool2d(pool).to(device, dtype)
+    if replace_convs:
+        policies[nn.Conv2d] = blur_conv
+    replace_module_classes(model, policies, optimizers=optimizers, method="BlurPool")
+    return model
+
+
+def blur_filter(dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
+    """The paper's 3 x 3 binomial low-pass filter, ``[1, 2, 1]^T [1, 2, 1] / 16``: it sums to 1."""
+    row = torch.tensor([1.0, 2.0, 1.0], dtype=dtype, device=device)
+    return torch.outer(row, row) / 16
+
+
+def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1,
+            filter: torch.Tensor | None = None) -> torch.Tensor:
+    """Blur each channel of ``input`` with ``filter`` (default :func:`blur_filter`), then keep every
+    ``stride``-th pixel, as ``composer.functional``'s ``blur_2d``.
+
+    The border is padded by reflection, as in the paper's code (replication where a side is one
+    pixel), so a constant image stays constant and the output has ``ceil(H / stride)`` rows.
+
+    Args:
+        input: a batch ``(N, C, H, W)``; not modified.
+        stride: the subsampling step along H and W (an int or a pair).
+        filter: ``(kh, kw)``, ``(1, 1, kh, kw)`` or ``(C, 1, kh, kw)``, with odd ``kh`` and ``kw``;
+            cross-correlated with each channel on its own.
+
+    Returns:
+        The blurred (and subsampled) batch, in the input's dtype and on its device.
+    """
+    if input.ndim != 4:
+        raise ValueError(f"input: blur_2d needs a batch (N, C, H, W), got shape {tuple(input.shape)}")
+    channels = input.shape[1]
+    if filter is None:
+        filter = blur_filter(input.dtype, input.device)
+    if filter.ndim == 2:
+        filter = filter[None, None]
+    if filter.ndim != 4 or filter.shape[1] != 1 or filter.shape[0] not in (1, channels):
+        raise ValueError(f"filter: needs shape (kh, kw), (1, 1, kh, kw) or ({channels}, 1, kh, kw), got "
+                         f"{tuple(filter.shape)}")
+    kh, kw = filter.shape[-2:]
+    if kh % 2 == 0 or kw % 2 == 0:
+        raise ValueError(f"filter: needs odd height and width, got {kh} x {kw}")
+    filter = filter.to(dtype=input.dtype).expand(channels, 1, kh, kw)
+    pad = (kw // 2, kw // 2, kh // 2, kh // 2)
+    mode = "reflect" if input.shape[-2] > kh // 2 and input.shape[-1] > kw // 2 else "replicate"
+    return F.conv2d(F.pad(input, pad, mode=mode), filter, stride=stride, groups=channels)
+
+
+def check_blurpool(replace_convs: bool, replace_maxpools: bool, blur_first: bool, min_channels: int) -> None:
+    for name, value in (("replace_convs", replace_convs), ("replace_maxpools", replace_maxpools),
+                        ("blur_first", blur_first)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={value!r}: must be True or False")
+    if not (replace_convs or replace_maxpools):
+        raise ValueError("replace_convs=False and replace_maxpools=False: BlurPool would replace nothing; "
+                         "set one of them")
+    if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 0:
+        raise ValueError(f"min_channels={min_channels!r}: must be an integer >= 0")
+
+
+class BlurConv2d(nn.Module):
+    """A strided convolution with the paper's blur in front of it (or after it, at stride 1).
+
+    ``blur_first=True``: ``conv(blur_2d(x))``, the convolution keeping its stride.
+    ``blur_first=False``: ``blur_2d(conv(x), stride)``, the convolution at stride 1, as in the
+    paper. Either way the output has the shape the original convolution's had. The filter is a
+    buffer that is not saved in the state dict (it is a constant).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
+                 stride: int | tuple[int, int] = 2, padding: int | tuple[int, int] | str = 0,
+                 dilation: int | tuple[int, int] = 1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros", blur_first: bool = True):
+        super().__init__()
+        self.blur_first = blur_first
+        self.blur_stride = 1 if blur_first else stride
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride if blur_first else 1,
+                              padding=padding, dilation=dilation, groups=groups, bias=bias,
+                              padding_mode=padding_mode)
+        self.conv._blurpool_own = True  # a second apply_blurpool leaves it alone
+        blurred = in_channels if blur_first else out_channels
+        self.register_buffer("blur_filter", blur_filter()[None, None].repeat(blurred, 1, 1, 1), persistent=False)
+
+    @classmethod
+    def from_conv2d(cls, conv: nn.Conv2d, blur_first: bool = True) -> BlurConv2d:
+        """A BlurConv2d whose convolution has ``conv``'s shape, settings, weights and bias (copies)."""
+        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride, padding=conv.padding,
+                  dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None,
+                  padding_mode=conv.padding_mode, blur_first=blur_first)
+        with torch.no_grad():
+            new.conv.weight.copy_(conv.weight)
+            if conv.bias is not None:
+                new.conv.bias.copy_(conv.bias)
+        return new
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.blur_first:
+            return self.conv(blur_2d(input, filter=self.blur_filter))
+        return blur_2d(self.conv(input), stride=self.blur_stride, filter=self.blur_filter)
+
+    def extra_repr(self) -> str:
+        return f"blur_first={self.blur_first}"
+
+
+class BlurMaxPool2d(nn.Module):
+    """Max-pooling with the paper's blur between the max and the subsampling (its MaxBlurPool):
+    ``blur_2d(max_pool2d(x, kernel_size, stride=1), stride)``, the window's padding, dilation
+    and ceil mode kept. The output has the shape :class:`torch.nn.MaxPool2d`'s has for the same
+    arguments at the usual settings (a window of 2 or 3 at stride 2, or stride 1)."""
+
+    def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
+                 padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, ceil_mode: bool = False):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
+        self.dilation = dilation
+        self.ceil_mode = ceil_mode
+        self.register_buffer("blur_filter", blur_filter()[None, None], persistent=False)
+
+    @classmethod
+    def from_maxpool2d(cls, pool: nn.MaxPool2d) -> BlurMaxPool2d:
+        """A BlurMaxPool2d with ``pool``'s window, stride, padding, dilation and ceil mode."""
+        return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        maxima = F.max_pool2d(input, self.kernel_size, stride=1, padding=self.padding, dilation=self.dilation,
+                              ceil_mode=self.ceil_mode)
+        return blur_2d(maxima, stride=self.stride, filter=self.blur_filter)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+def blur_filter_plot() -> dict[str, Any]:
+    """The card's figure: the filter :func:`blur_filter` returns, which every BlurConv2d and
+    BlurMaxPool2d applies to each channel."""
+    return {"type": "image", "values": blur_filter(torch.float64).tolist(),
+            "title": "BlurPool's filter (sums to 1)", "xlabel": "column", "ylabel": "row"}
+
+
+class BlurPool(Algorithm):
+    """BlurPool as a training-loop algorithm: at ``Event.INIT``, before the Trainer wraps the model
+    or builds its optimizer, :func:`apply_blurpool` blurs the model's strided convolutions and
+    max-pools (optimizers given to the Trainer are updated).
+
+    Args:
+        replace_convs: replace strided convolutions with :class:`BlurConv2d`.
+        replace_maxpools: replace max-pools with :class:`BlurMaxPool2d`.
+        blur_first: blur before the (strided) convolution; otherwise convolve at stride 1 and blur
+            after, as the paper does, at about stride² times the convolution's cost.
+        min_channels: leave convolutions with fewer input channels alone.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import BlurPool
+        >>> from algorithms.core import Trainer
+        >>> from algorithms.models import resnet20
+        >>> batches = [(torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,)))]
+        >>> Trainer(resnet20(), batches, "1ep", algorithms=[BlurPool()], seed=0).fit()
+    """
+
+    def __init__(self, replace_convs: bool = True, replace_maxpools: bool = True, blur_first: bool = True,
+                 min_channels: int = 16):
+        check_blurpool(replace_convs, replace_maxpools, blur_first, min_channels)
+        self.replace_convs = replace_convs
+        self.replace_maxpools = replace_maxpools
+        self.blur_first = blur_first
+        self.min_channels = min_channels
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.INIT
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        apply_blurpool(state.model, replace_convs=self.replace_convs, replace_maxpools=self.replace_maxpools,
+                       blur_first=self.blur_first, min_channels=self.min_channels, optimizers=state.optimizers)

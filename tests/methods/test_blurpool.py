@@ -1,0 +1,333 @@
+"""BlurPool's own semantics, checked against its definition (Zhang, 2019) and Composer's tests.
+
+The filter is the binomial ``[1, 2, 1]^T [1, 2, 1] / 16``, applied to each channel on its own
+with the border reflected; a strided convolution becomes blur-then-convolve (or convolve at
+stride 1, then a strided blur), a max-pool becomes a dense max, a blur and the subsampling. The
+tests every method passes (it trains in the Trainer, its functional and class defaults agree)
+already run from the metadata registry.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from trainer_support import Observed
+
+import algorithms.functional as cf
+from algorithms import BlurPool
+from algorithms.blurpool.blurpool import BlurConv2d, BlurMaxPool2d, blur_2d, blur_filter, blur_filter_plot
+from algorithms.core import Trainer
+from algorithms.models import resnet18, resnet20
+from algorithms.surgery import NoModulesReplacedWarning
+
+
+class ConvModel(torch.nn.Module):
+    """Composer's test model: a strided convolution with 32 input channels, a strided one with 8,
+    an unstrided one, a max-pool and two linear layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(32, 8, 3, stride=2, padding=1, bias=False)
+        self.conv2 = torch.nn.Conv2d(8, 32, 3, stride=2, padding=1, bias=False)  # too few input channels
+        self.conv3 = torch.nn.Conv2d(32, 64, 3, stride=1, padding=1, bias=False)  # not strided
+        self.pool1 = torch.nn.MaxPool2d(kernel_size=2, stride=2, padding=1)
+        self.pool2 = torch.nn.AdaptiveAvgPool2d(1)
+        self.flatten = torch.nn.Flatten()
+        self.linear1 = torch.nn.Linear(64, 48)
+        self.linear2 = torch.nn.Linear(48, 10)
+
+    def forward(self, x):
+        x = self.pool1(self.conv3(self.conv2(self.conv1(x))))
+        return self.linear2(self.linear1(self.flatten(self.pool2(x))))
+
+
+def _reference_blur(x: torch.Tensor, stride: int = 1) -> torch.Tensor:
+    """The definition pixel by pixel: reflect the border by one pixel, weight the 3 x 3
+    neighbourhood by outer([1, 2, 1], [1, 2, 1]) / 16, keep every stride-th pixel."""
+    n, c, h, w = x.shape
+    weights = [[1, 2, 1], [2, 4, 2], [1, 2, 1]]
+    padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
+    out = torch.zeros_like(x)
+    for i in range(h):
+        for j in range(w):
+            out[:, :, i, j] = sum(weights[a][b] * padded[:, :, i + a, j + b] for a in range(3) for b in range(3)) / 16
+    return out[:, :, ::stride, ::stride]
+
+
+# -- the filter and blur_2d ---------------------------------------------------------------------
+
+def test_the_filter_is_the_outer_product_of_the_binomial_row_and_sums_to_one():
+    row = torch.tensor([1.0, 2.0, 1.0]) / 4
+    assert torch.equal(blur_filter(), torch.outer(row, row))
+    assert blur_filter().sum() == 1
+    assert blur_filter(torch.float64).dtype == torch.float64
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("size", [(5, 5), (4, 7), (8, 8)])
+def test_blur_2d_matches_the_definition(stride, size):
+    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    out = blur_2d(x, stride=stride)
+    assert out.shape == (2, 3, -(-size[0] // stride), -(-size[1] // stride))
+    torch.testing.assert_close(out, _reference_blur(x, stride), rtol=0, atol=1e-12)
+
+
+def test_blurring_a_constant_image_leaves_it_constant():
+    for shape in ((1, 2, 6, 6), (1, 2, 1, 5), (1, 1, 1, 1)):
+        x = torch.full(shape, 3.5)
+        assert torch.allclose(blur_2d(x), x, rtol=0, atol=1e-6)
+        assert torch.allclose(blur_2d(x, stride=2), x[:, :, ::2, ::2], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(("n", "c", "size"), list(itertools.product([2], [2], [(3, 3), (3, 7), (4, 4)])))
+def test_blur_2d_keeps_the_shape_and_does_not_raise_the_spread(n, c, size):
+    """Composer's blur_2d tests: the shape is kept and the standard deviation does not grow."""
+    x = torch.randn(n, c, *size, generator=torch.Generator().manual_seed(1))
+    out = blur_2d(x)
+    assert out.shape == x.shape and torch.std(out) <= torch.std(x)
+
+
+def test_blur_2d_takes_a_custom_filter_and_refuses_bad_ones():
+    x = torch.randn(1, 2, 5, 5)
+    identity = torch.zeros(3, 3)
+    identity[1, 1] = 1
+    assert torch.equal(blur_2d(x, filter=identity), x)
+    assert torch.equal(blur_2d(x, filter=identity[None, None].repeat(2, 1, 1, 1)), x)
+    with pytest.raises(ValueError, match="filter: needs odd"):
+        blur_2d(x, filter=torch.ones(2, 2) / 4)
+    with pytest.raises(ValueError, match="filter: needs shape"):
+        blur_2d(x, filter=torch.ones(3, 1, 3, 3))
+    with pytest.raises(ValueError, match=r"input: .* got shape \(2, 5, 5\)"):
+        blur_2d(x[0])
+
+
+def test_blurring_before_subsampling_removes_the_aliasing_of_a_one_pixel_shift():
+    """The paper's point: stride-2 subsampling of stripes one pixel wide gives all ones or all
+    zeros depending on a one-pixel shift; blurred first, both shifts give one half inside."""
+    stripes = (torch.arange(8) % 2).float().expand(1, 1, 8, 8).contiguous()
+    shifted = torch.roll(stripes, 1, dims=-1)
+    plain = stripes[..., ::2, ::2], shifted[..., ::2, ::2]
+    assert torch.equal(plain[0], torch.zeros(1, 1, 4, 4)) and torch.equal(plain[1], torch.ones(1, 1, 4, 4))
+    blurred = blur_2d(stripes, stride=2), blur_2d(shifted, stride=2)
+    inside = (..., slice(None), slice(1, None))  # away from the reflected left border
+    assert torch.allclose(blurred[0][inside], torch.full_like(blurred[0][inside], 0.5))
+    assert torch.allclose(blurred[1][inside], torch.full_like(blurred[1][inside], 0.5))
+
+
+# -- the modules --------------------------------------------------------------------------------
+
+def _pool_args():
+    return list(itertools.product([(3, 3), (3, 7), (4, 4)], [1, 2], [(1, 1), (1, 3), (3, 3)]))
+
+
+@pytest.mark.parametrize(("size", "stride", "kernel_size"), _pool_args())
+def test_blur_max_pool_has_the_shape_of_max_pool(size, stride, kernel_size):
+    x = torch.randn(2, 2, *size)
+    args = dict(kernel_size=kernel_size, stride=stride, dilation=1)
+    assert BlurMaxPool2d(**args)(x).shape == torch.nn.MaxPool2d(**args)(x).shape
+
+
+def test_blur_max_pool_is_a_dense_max_then_a_strided_blur():
+    x = torch.randn(2, 3, 9, 9, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    pool = BlurMaxPool2d.from_maxpool2d(torch.nn.MaxPool2d(3, stride=2, padding=1)).double()
+    expected = _reference_blur(F.max_pool2d(x, 3, stride=1, padding=1), stride=2)
+    torch.testing.assert_close(pool(x), expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("blur_first", [True, False])
+@pytest.mark.parametrize(("size", "stride", "kernel_size"), _pool_args())
+def test_blur_conv_has_the_shape_of_the_convolution(size, stride, kernel_size, blur_first):
+    x = torch.randn(2, 2, *size)
+    args = dict(kernel_size=kernel_size, stride=stride, dilation=1, in_channels=2, out_channels=3)
+    conv = torch.nn.Conv2d(**args)
+    assert BlurConv2d.from_conv2d(conv, blur_first=blur_first)(x).shape == conv(x).shape
+
+
+@pytest.mark.parametrize("blur_first", [True, False])
+def test_blur_conv_is_blur_then_conv_or_conv_then_strided_blur(blur_first):
+    g = torch.Generator().manual_seed(3)
+    conv = torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=True).double()
+    x = torch.randn(2, 4, 9, 9, generator=g, dtype=torch.float64)
+    blur = BlurConv2d.from_conv2d(conv, blur_first=blur_first).double()
+    if blur_first:
+        expected = conv(_reference_blur(x))
+    else:
+        expected = _reference_blur(F.conv2d(x, conv.weight, conv.bias, stride=1, padding=1), stride=2)
+    torch.testing.assert_close(blur(x), expected, rtol=0, atol=1e-12)
+
+
+def test_blur_conv_copies_the_weights_and_bias_of_the_original():
+    """Composer's: the parameters match the original's, are trainable, and are new tensors."""
+    conv = torch.nn.Conv2d(16, 32, 3, stride=1, bias=True)
+    blur = BlurConv2d.from_conv2d(conv)
+    assert torch.equal(blur.conv.weight, conv.weight) and torch.equal(blur.conv.bias, conv.bias)
+    assert blur.conv.weight.requires_grad and blur.conv.bias.requires_grad
+    assert blur.conv.weight is not conv.weight
+    assert "blur_filter" not in blur.state_dict()  # a constant, not state
+
+
+# -- apply_blurpool -----------------------------------------------------------------------------
+
+def _strided_convs(model, min_channels=16):
+    return [n for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Conv2d) and max(m.stride) > 1 and m.in_channels >= min_channels]
+
+
+@pytest.mark.parametrize("min_channels", [0, 16, 17, 32, 33])
+def test_on_resnet20_it_replaces_exactly_the_strided_convolutions_with_enough_channels(min_channels):
+    model = resnet20()
+    expected = _strided_convs(model, min_channels)
+    before = copy.deepcopy(model)
+    if not expected:
+        with pytest.warns(NoModulesReplacedWarning, match="BlurPool"):
+            cf.apply_blurpool(model, min_channels=min_channels)
+        return
+    assert cf.apply_blurpool(model, min_channels=min_channels) is model
+    replaced = [n for n, m in model.named_modules() if isinstance(m, BlurConv2d)]
+    assert replaced == expected
+    if min_channels <= 16:
+        assert replaced == ["layer2.0.conv1", "layer2.0.downsample.0", "layer3.0.conv1", "layer3.0.downsample.0"]
+    for name in replaced:
+        assert torch.equal(model.get_submodule(name).conv.weight, before.get_submodule(name).weight)
+
+
+def test_on_resnet18_the_max_pool_is_replaced_too():
+    model = resnet18()
+    strided = _strided_convs(model)
+    cf.apply_blurpool(model)
+    assert type(model.maxpool) is BlurMaxPool2d
+    assert sorted(n for n, m in model.named_modules() if isinstance(m, BlurConv2d)) == sorted(strided)
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+
+@pytest.mark.parametrize(("replace_convs", "replace_maxpools", "blur_first"),
+                         [(True, True, True), (True, True, False), (True, False, True), (True, False, False),
+                          (False, True, True), (False, True, False)])
+def test_composers_conv_model(replace_convs, replace_maxpools, blur_first):
+    """Composer's tests on its ConvModel: conv1 is replaced (32 input channels, stride 2), conv2
+    (8 input channels) and conv3 (stride 1) are not, pool1 is replaced by the flag, conv1's
+    weights are kept, and the output shape is unchanged."""
+    model = ConvModel()
+    weight = model.conv1.weight.detach().clone()
+    x = torch.randn(2, 32, 16, 16)
+    shape = model(x).shape
+    cf.apply_blurpool(model, replace_convs=replace_convs, replace_maxpools=replace_maxpools, blur_first=blur_first)
+    assert type(model.conv1) is (BlurConv2d if replace_convs else torch.nn.Conv2d)
+    assert type(model.conv2) is torch.nn.Conv2d and type(model.conv3) is torch.nn.Conv2d
+    assert type(model.pool1) is (BlurMaxPool2d if replace_maxpools else torch.nn.MaxPool2d)
+    conv1 = model.conv1.conv if replace_convs else model.conv1
+    assert torch.equal(conv1.weight, weight)
+    assert model(x).shape == shape
+
+
+def test_applying_it_twice_blurs_once():
+    model = resnet20()
+    cf.apply_blurpool(model)
+    once = repr(model)
+    with pytest.warns(NoModulesReplacedWarning):
+        cf.apply_blurpool(model)
+    assert repr(model) == once
+
+
+def test_an_optimizer_built_before_holds_the_new_parameters_and_none_of_the_old():
+    model = ConvModel()
+    old = model.conv1.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    cf.apply_blurpool(model, optimizers=optimizer)
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    assert all(p is not old for p in held)
+    assert any(p is model.conv1.conv.weight for p in held)
+    assert {id(p) for p in held} == {id(p) for p in model.parameters()}
+    before = model.conv1.conv.weight.detach().clone()
+    model(torch.randn(2, 32, 8, 8)).sum().backward()
+    optimizer.step()
+    assert not torch.equal(model.conv1.conv.weight, before)
+
+
+def test_forward_and_backward_after_surgery_and_dtype_and_device_are_kept():
+    model = resnet18().double()
+    cf.apply_blurpool(model)
+    for module in (model.maxpool, model.layer2[0].conv1):
+        assert module.blur_filter.dtype == torch.float64
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64, requires_grad=True)
+    out = model(x)
+    assert out.dtype == torch.float64
+    out.sum().backward()
+    assert x.grad is not None and model.layer2[0].conv1.conv.weight.grad is not None
+
+
+def test_channels_last_inputs_and_weights_work():
+    model = resnet20().to(memory_format=torch.channels_last)
+    cf.apply_blurpool(model)
+    x = torch.randn(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    reference = copy.deepcopy(model).to(memory_format=torch.contiguous_format)
+    torch.testing.assert_close(model(x), reference(x.contiguous()), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"min_channels": -1}, "min_channels=-1"), ({"min_channels": 1.5}, "min_channels=1.5"),
+    ({"min_channels": True}, "min_channels=True"), ({"blur_first": 1}, "blur_first=1"),
+    ({"replace_convs": "yes"}, "replace_convs='yes'"),
+    ({"replace_convs": False, "replace_maxpools": False}, "replace_convs=False and replace_maxpools=False"),
+])
+def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        BlurPool(**kwargs)
+    model = resnet20()
+    before = repr(model)
+    with pytest.raises(ValueError, match=words):
+        cf.apply_blurpool(model, **kwargs)
+    assert repr(model) == before
+
+
+def test_a_model_without_strided_convolutions_or_max_pools_warns():
+    """Composer's: a linear model, and a stride-1 convolution with min_channels above its channels."""
+    with pytest.warns(NoModulesReplacedWarning, match="BlurPool"):
+        cf.apply_blurpool(torch.nn.Linear(16, 32))
+    with pytest.warns(NoModulesReplacedWarning, match="BlurPool"):
+        cf.apply_blurpool(torch.nn.Sequential(torch.nn.Conv2d(32, 64, 3, stride=1)), min_channels=64)
+
+
+# -- the class in the Trainer --------------------------------------------------------------------
+
+def test_it_matches_only_init():
+    from algorithms.core import Event
+
+    algo = BlurPool()
+    assert [e for e in Event if algo.match(e, None)] == [Event.INIT]
+
+
+def test_in_the_trainer_the_model_trained_is_blurred_and_the_optimizer_holds_it():
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 10, (4,), generator=g)) for _ in range(3)]
+    model = resnet20()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    seen = Observed()
+    trainer = Trainer(model, batches, "3ba", optimizer=optimizer, algorithms=[BlurPool(), seen], seed=0,
+                      device="cpu")
+    start = trainer.state.model.layer2[0].conv1.conv.weight.detach().clone()
+    trainer.fit()
+    trained = trainer.state.model
+    assert type(trained.layer2[0].conv1) is BlurConv2d and type(trained.layer3[0].downsample[0]) is BlurConv2d
+    assert {id(p) for g in optimizer.param_groups for p in g["params"]} == {id(p) for p in trained.parameters()}
+    assert not torch.equal(trained.layer2[0].conv1.conv.weight, start)  # the new parameters are trained
+    assert len(seen.losses) == 3 and all(torch.isfinite(loss) for loss in seen.losses)
+
+
+def test_the_figure_is_the_filter_the_modules_apply():
+    out = blur_filter_plot()
+    assert out["type"] == "image"
+    assert torch.equal(torch.tensor(out["values"], dtype=torch.float64), blur_filter(torch.float64))
+    assert torch.equal(BlurConv2d(2, 2, 3).blur_filter[0, 0], blur_filter())
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_replacements_live_on_the_model_device():
+    model = resnet18().cuda()
+    cf.apply_blurpool(model)
+    assert model.maxpool.blur_filter.is_cuda and model.layer2[0].conv1.blur_filter.is_cuda
+    assert model(torch.randn(2, 3, 64, 64, device="cuda")).is_cuda
