@@ -129,6 +129,44 @@ def test_changed_model_needs_a_module_class_or_a_parameters_shape_dtype_or_layou
     assert seen(wider, reference=[other])
 
 
+def test_changed_weights_compares_the_evaluated_parameters_with_the_baseline_or_the_reference():
+    def batch(weights, baseline=None):
+        b = _batch()
+        b.eval_weights, b.baseline_weights = weights, baseline
+        return b
+
+    w = {"w": torch.ones(2)}
+    assert not effects_seen([batch(w, {"w": torch.ones(2)})])
+    assert "changed_weights" in effects_seen([batch(w, {"w": torch.zeros(2)})])
+    assert "changed_weights" in effects_seen([batch(w, {"v": torch.ones(2)})])  # other parameters
+    assert not effects_seen([batch(w)])  # no baseline: nothing can be decided
+    assert "changed_weights" not in effects_seen([batch(w, {"w": torch.zeros(2)})], [batch({"w": torch.ones(2)})])
+    assert "changed_weights" in effects_seen([batch(w)], [batch({"w": torch.full((2,), 2.0)})])
+
+
+def test_smaller_inputs_counts_shorter_token_sequences():
+    tokens = torch.randint(0, 9, (4, 8))
+    assert effects_seen([Batch(tokens, tokens[:, :4])]) == ["smaller_inputs"]
+    assert effects_seen([Batch(tokens, tokens.reshape(8, 4))]) == ["smaller_inputs"]  # more, shorter rows
+    assert "smaller_inputs" not in effects_seen([Batch(tokens, tokens[:2])])
+
+
+def test_a_cell_evaluates_after_training_and_trains_a_baseline_for_changed_weights(monkeypatch):
+    """A real cell of the vision workload: the evaluated weights are recorded, and a method whose
+    effect is changed_weights is decided against the same run without it."""
+    records = {k: r for k, r in load_all_metadata().items() if r.kind == "method"}
+    key = next(iter(sorted(records)))
+    run = matrix.run_cell(Cell("solo", (key,)), Settings(steps=2), records)
+    assert run.error_type is None and run.batches[-1].eval_weights and run.batches[-1].baseline_weights is None
+    monkeypatch.setitem(records, key, SimpleNamespace(**{**vars(records[key]),
+                                                         "observable": (*records[key].observable, "changed_weights")}))
+    monkeypatch.setattr(matrix, "_BASELINE_WEIGHTS", {})
+    run = matrix.run_cell(Cell("solo", (key,)), Settings(steps=2), records)
+    baseline = run.batches[-1].baseline_weights
+    assert baseline and baseline.keys() == run.batches[-1].eval_weights.keys()
+    assert ("vision", "fp32", "single") in matrix._BASELINE_WEIGHTS
+
+
 def test_the_workloads_models_hold_what_their_domains_methods_change():
     """The vision cells' model has every module class a vision method targets; the nlp cells run
     the reference transformer on dict batches with next-token labels."""

@@ -52,7 +52,7 @@ Progress = Callable[[str], None]
 KINDS = ("solo", "pair", "precision", "parallel")
 #: The observable effects of the metadata schema's ``observable``, in the order cells list them.
 OBSERVABLES = ("changed_inputs", "smaller_inputs", "fewer_examples", "mixed_targets", "smoothed_targets",
-               "changed_model")
+               "changed_model", "changed_weights")
 #: Errors that mean "this combination is refused": a clear message about the arguments.
 REFUSALS = ("ValueError", "TypeError")
 #: How far above a row's minimum a target entry must be to count as one of the mixed classes.
@@ -168,6 +168,10 @@ class Batch:
     #: method's surgery at ``Event.INIT`` (before the Trainer wraps it).
     model_before: Any = None
     model_after: Any = None
+    #: On the last batch: the parameters the model evaluates with after training (at
+    #: ``EVAL_START``, after every method's swap), and those of the same run without any method.
+    eval_weights: Any = None
+    baseline_weights: Any = None
 
 
 def _baseline(b: Batch, r: Batch | None) -> tuple[Any, Any]:
@@ -198,13 +202,14 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def _smaller_inputs(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
-    """Some batch whose model input is smaller in space than the baseline's (every dim after the
-    channels no larger, one smaller)."""
+    """Some batch whose model input is smaller in space or time than the baseline's: for images
+    every dim after the channels, for token ids ``(N, T)`` the sequence, no larger and one smaller."""
     def smaller(b: Batch, r: Batch | None) -> bool:
         base, _ = _baseline(b, r)
-        if b.model_input is None or base is None or b.model_input.ndim < 3 or b.model_input.ndim != base.ndim:
+        if b.model_input is None or base is None or b.model_input.ndim < 2 or b.model_input.ndim != base.ndim:
             return False
-        seen, given = b.model_input.shape[2:], base.shape[2:]
+        first = 2 if b.model_input.ndim >= 3 else 1
+        seen, given = b.model_input.shape[first:], base.shape[first:]
         return all(s <= g for s, g in zip(seen, given, strict=True)) and any(
             s < g for s, g in zip(seen, given, strict=True))
     return any(smaller(b, r) for b, r in _pairs(batches, reference))
@@ -276,6 +281,22 @@ def _changed_model(batches: Sequence[Batch], reference: Sequence[Batch] | None =
     return False
 
 
+def _weights_differ(a: Any, b: Any) -> bool:
+    import torch
+
+    return a.keys() != b.keys() or any(a[k].shape != b[k].shape or not torch.equal(a[k], b[k]) for k in a)
+
+
+def _changed_weights(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
+    """The parameters the model evaluates with after training differ from the baseline's: the
+    reference run's, or, without a reference, those of the same run without any method."""
+    if not batches:
+        return False
+    last = batches[-1]
+    base = last.baseline_weights if reference is None else (reference[-1].eval_weights if reference else None)
+    return last.eval_weights is not None and base is not None and _weights_differ(last.eval_weights, base)
+
+
 #: Each observable effect's decision, by its definition in the metadata schema's ``observable``:
 #: against the loader's batch for a method alone, against the other method alone (same seeds, so
 #: the same draws) for a method in a pair, so each method's own effect is what is seen.
@@ -286,6 +307,7 @@ EFFECTS: Mapping[str, Callable[..., bool]] = {
     "mixed_targets": _mixed_targets,
     "smoothed_targets": _smoothed_targets,
     "changed_model": _changed_model,
+    "changed_weights": _changed_weights,
 }
 
 
@@ -431,11 +453,14 @@ def _recorders(batches: list[Batch], input_key: int | str = 0) -> tuple[Any, Any
 
     class ModelRecorder(Algorithm):
         def match(self, event: Any, state: Any) -> bool:
-            return event in (Event.INIT, Event.BEFORE_FORWARD, Event.AFTER_LOSS)
+            return event in (Event.INIT, Event.BEFORE_FORWARD, Event.AFTER_LOSS, Event.EVAL_START)
 
         def apply(self, event: Any, state: Any, logger: Any = None) -> None:
             if event is Event.INIT:
                 models["after"] = model_signature(state.model)
+            elif event is Event.EVAL_START:
+                if batches:
+                    batches[-1].eval_weights = {name: p.detach().clone() for name, p in state.model.named_parameters()}
             elif event is Event.BEFORE_FORWARD:
                 batches[-1].model_input = item(state.batch_get_item(input_key))
             else:
@@ -457,11 +482,35 @@ def _build_methods(cell: Cell, records: Mapping[str, Any]) -> list[Any]:
         **{name: h.suggested for name, h in records[k].hyperparameters.items()}) for k in cell.methods]
 
 
-def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None) -> CellRun:
-    """Train the cell in this process (under torchrun for a parallel cell) and say what was seen."""
+def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Settings) -> list[Batch]:
+    """Train the workload with ``methods`` in the cell's precision and parallel mode, then evaluate
+    one batch; what the recorders saw."""
     import torch
 
     from algorithms.core import Trainer
+
+    batches: list[Batch] = []
+    first, last = _recorders(batches, workload.input_key)
+    loss = {} if workload.loss_fn is None else {"loss_fn": workload.loss_fn}
+    trainer = Trainer(workload.model, _Loader(workload.batches, settings.batch_size), f"{settings.steps}ba",
+                      optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
+                      algorithms=[first, *methods, last], precision=cell.precision, parallel=cell.parallel,
+                      seed=settings.seed, input_key=workload.input_key, target_key=workload.target_key, **loss)
+    trainer.fit()
+    trainer.eval(workload.batches[:1])
+    return batches
+
+
+#: The eval weights of each workload trained without any method, by (domain, precision, parallel).
+_BASELINE_WEIGHTS: dict[tuple[str, str, str], Any] = {}
+
+
+def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None) -> CellRun:
+    """Train the cell in this process (under torchrun for a parallel cell) and say what was seen.
+
+    A cell with a method whose effect is ``changed_weights`` also trains the same workload without
+    any method (once per domain, precision and parallel mode in this process), the baseline that
+    effect is decided against when the cell has no reference run."""
     from algorithms.core.distributed import rank_and_world_size
 
     records = _method_records(records)
@@ -471,17 +520,13 @@ def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None =
         return CellRun(error_type="LookupError", detail=f"no workload for the domains the methods share: add one to "
                        f"WORKLOADS in {__name__}")
     rank = rank_and_world_size()[0] if cell.parallel in DISTRIBUTED else 0
-    workload = WORKLOADS[domain](settings, rank)
-    batches: list[Batch] = []
-    first, last = _recorders(batches, workload.input_key)
-    loss = {} if workload.loss_fn is None else {"loss_fn": workload.loss_fn}
     try:
-        methods = _build_methods(cell, records)
-        trainer = Trainer(workload.model, _Loader(workload.batches, settings.batch_size), f"{settings.steps}ba",
-                          optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
-                          algorithms=[first, *methods, last], precision=cell.precision, parallel=cell.parallel,
-                          seed=settings.seed, input_key=workload.input_key, target_key=workload.target_key, **loss)
-        trainer.fit()
+        batches = _train(cell, _build_methods(cell, records), WORKLOADS[domain](settings, rank), settings)
+        if batches and any("changed_weights" in records[k].observable for k in cell.methods):
+            key = (domain, cell.precision, cell.parallel)
+            if key not in _BASELINE_WEIGHTS:
+                _BASELINE_WEIGHTS[key] = _train(cell, [], WORKLOADS[domain](settings, rank), settings)[-1].eval_weights
+            batches[-1].baseline_weights = _BASELINE_WEIGHTS[key]
     except Exception as exc:  # recorded: the outcome says whether it was a refusal
         return CellRun(error_type=type(exc).__name__, detail=_error_line(exc), wall_s=time.perf_counter() - start)
     return CellRun(seen=effects_seen(batches), detail=nonfinite_loss(batches), wall_s=time.perf_counter() - start,
