@@ -142,7 +142,7 @@ def apply_gated_linear_units(model: nn.Module,
             glu.down.weight.copy_(block.down.weight[:, :width])
             if glu.down.bias is not None:
                 glu.down.bias.copy_(block.down.bias)
-        return glu
+        return glu.train(block.training)
 
     return replace_module_classes(model, {FeedForward: to_glu}, optimizers=optimizers, method="GatedLinearUnits")
 

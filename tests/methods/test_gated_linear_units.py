@@ -236,3 +236,11 @@ def test_on_cuda_the_blocks_stay_on_the_device():
     assert all(p.is_cuda for p in model.parameters())
     with torch.autocast("cuda", dtype=torch.bfloat16):
         assert model(torch.randint(0, VOCAB, (2, 8), device="cuda")).is_cuda
+
+
+def test_a_model_in_eval_mode_gets_blocks_in_eval_mode():
+    model = _model().eval()
+    cf.apply_gated_linear_units(model)
+    assert not any(m.training for m in model.modules())
+    x = torch.randint(0, VOCAB, (2, 8))
+    assert torch.equal(model(x), model(x))  # no dropout
