@@ -1,0 +1,211 @@
+"""ALiBi: no position embeddings; each attention head's logits are biased by its slope times the distance.
+
+Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
+Extrapolation", ICLR 2022.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.state import State
+from ..models.transformer import CausalSelfAttention, PositionEmbedding
+from ..surgery import replace_module_classes
+
+__all__ = ["Alibi", "AlibiAttention", "alibi_bias", "alibi_bias_figure", "alibi_slopes", "apply_alibi",
+           "shorten_sequences"]
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """The heads' slopes, steepest first: ``2 ** (-8 h / n_heads)`` for ``h = 1 .. n_heads`` when
+    ``n_heads`` is a power of 2; otherwise, as the paper's code does, those of the largest power of
+    2 below, ``n``, then every other slope of ``2 n`` heads (the 1st, 3rd, ...) for the rest."""
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
+        raise ValueError(f"n_heads={n_heads!r}: must be a positive integer")
+    if n_heads & (n_heads - 1) == 0:
+        return [2.0 ** (-8 * h / n_heads) for h in range(1, n_heads + 1)]
+    below = 2 ** math.floor(math.log2(n_heads))
+    return alibi_slopes(below) + alibi_slopes(2 * below)[0::2][:n_heads - below]
+
+
+def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """ALiBi's bias ``(heads, length, length)``: ``-slopes[h] * (i - j)`` for query ``i`` and key
+    ``j <= i``, and 0 above the diagonal (which causal attention masks).
+
+    Computed in float32 on ``slopes``' device, then cast to ``dtype`` (default: float32).
+    """
+    positions = torch.arange(length, device=slopes.device, dtype=torch.float32)
+    distance = (positions[:, None] - positions[None, :]).clamp_(min=0)  # i - j, 0 where j > i
+    bias = -slopes.to(torch.float32)[:, None, None] * distance
+    return bias if dtype is None else bias.to(dtype)
+
+
+class AlibiAttention(CausalSelfAttention):
+    """Causal self-attention whose logits get ALiBi's bias (:func:`alibi_bias`); sequences up to
+    ``max_sequence_length`` positions.
+
+    Args:
+        d_model: width of the residual stream.
+        n_heads: attention heads, each with its slope from :func:`alibi_slopes`.
+        max_sequence_length: the longest sequence it accepts.
+        dropout: attention dropout while training.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, max_sequence_length: int, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout)
+        self.max_sequence_length = max_sequence_length
+        # Derived from n_heads, not learned or trained: not part of the state dict.
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False)
+
+    def attention_bias(self, length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        if length > self.max_sequence_length:
+            raise ValueError(f"input_ids: {length} positions, but ALiBi was applied with max_sequence_length="
+                             f"{self.max_sequence_length}; apply it with a larger one")
+        return alibi_bias(self.slopes, length, dtype)
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, max_sequence_length={self.max_sequence_length}"
+
+
+def apply_alibi(model: nn.Module, max_sequence_length: int,
+                optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None
+                ) -> dict[str, nn.Module]:
+    """Give ``model`` ALiBi in place of its position embedding, as ``composer.functional.apply_alibi``.
+
+    Each :class:`~algorithms.models.transformer.PositionEmbedding` becomes ``nn.Identity`` and each
+    :class:`~algorithms.models.transformer.CausalSelfAttention` an :class:`AlibiAttention` holding
+    the same ``qkv`` and ``out`` layers (the same parameters), so the model accepts sequences up to
+    ``max_sequence_length``, beyond the length the position embedding covered. Applied again, it
+    sets a new ``max_sequence_length``.
+
+    Args:
+        model: the model to change, e.g. :class:`~algorithms.models.TransformerLM`.
+        max_sequence_length: the longest sequence the model will accept afterwards; the bias is
+            computed for each call's length, so a large value costs nothing.
+        optimizers: optimizers that already hold the model's parameters; the position embedding's
+            weight leaves them.
+
+    Returns:
+        ``{qualified name: new module}`` for every module replaced (a warning when there is none).
+
+    Example::
+
+        >>> import torch
+        >>> import algorithms.functional as cf
+        >>> from algorithms.models import transformer_tiny
+        >>> model = transformer_tiny(vocab_size=50)  # learned positions for 128 tokens
+        >>> sorted(cf.apply_alibi(model, max_sequence_length=512))
+        ['blocks.0.attn', 'blocks.1.attn', 'position']
+        >>> model(torch.randint(0, 50, (1, 300))).shape
+        torch.Size([1, 300, 50])
+    """
+    check_max_sequence_length(max_sequence_length)
+
+    def to_alibi(attention: nn.Module, index: int) -> AlibiAttention:
+        assert isinstance(attention, CausalSelfAttention)
+        d_model = attention.qkv.in_features
+        new = AlibiAttention(d_model, attention.n_heads, max_sequence_length, attention.dropout)
+        new.qkv, new.out = attention.qkv, attention.out  # the same layers: trained weights and optimizer state kept
+        return new.train(attention.training)
+
+    return replace_module_classes(model, {PositionEmbedding: lambda module, index: nn.Identity().train(module.training),
+                                          CausalSelfAttention: to_alibi},
+                                  optimizers=optimizers, method="Alibi")
+
+
+def alibi_bias_figure(n_heads: int = 4, head: int = 0, length: int = 16) -> dict[str, Any]:
+    """What the card's figure draws: the bias one head adds to its attention logits."""
+    bias = alibi_bias(torch.tensor(alibi_slopes(n_heads)), length)[head]
+    slope = alibi_slopes(n_heads)[head]
+    return {"type": "image", "values": bias,
+            "title": f"ALiBi bias of head {head + 1} of {n_heads} (slope {slope:g}); keys after the query are masked",
+            "xlabel": "key position j", "ylabel": "query position i"}
+
+
+def check_max_sequence_length(max_sequence_length: Any) -> None:
+    if isinstance(max_sequence_length, bool) or not isinstance(max_sequence_length, int) or max_sequence_length < 1:
+        raise ValueError(f"max_sequence_length={max_sequence_length!r}: must be a positive integer, the longest "
+                         "sequence the model will accept")
+
+
+def check_train_sequence_length_scaling(scaling: Any) -> None:
+    if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not math.isfinite(scaling) \
+            or not 0 < scaling <= 1:
+        raise ValueError(f"train_sequence_length_scaling={scaling!r}: must be in (0, 1], the fraction of the "
+                         "sequence length to train on")
+
+
+def shorten_sequences(batch: Any, train_sequence_length_scaling: float) -> Any:
+    """The batch with every tensor of two or more dimensions ``(N, T, ...)`` cut into rows of
+    ``max(1, int(T * train_sequence_length_scaling))`` positions: each row's consecutive pieces,
+    in order, ``(N * (T // length), length, ...)``; a row's last ``T % length`` positions are
+    dropped, so no piece joins the end of one row to the start of the next. Other items are kept.
+    """
+    check_train_sequence_length_scaling(train_sequence_length_scaling)
+    items = batch.items() if isinstance(batch, Mapping) else enumerate(batch)
+    shapes = {tuple(v.shape[:2]) for _, v in items if isinstance(v, torch.Tensor) and v.ndim >= 2}
+    if len(shapes) > 1:
+        raise ValueError(f"batch: its sequence tensors differ in (batch, length): {sorted(shapes)}")
+    if not shapes or train_sequence_length_scaling == 1:
+        return batch
+    (n, t), = shapes
+    length = max(1, int(t * train_sequence_length_scaling))
+    pieces = t // length
+
+    def cut(v: Any) -> Any:
+        if not (isinstance(v, torch.Tensor) and v.ndim >= 2):
+            return v
+        return v[:, :pieces * length].reshape(n * pieces, length, *v.shape[2:])
+
+    if isinstance(batch, Mapping):
+        return {k: cut(v) for k, v in batch.items()}
+    out = [cut(v) for v in batch]
+    return type(batch)(*out) if hasattr(batch, "_fields") else type(batch)(out)
+
+
+class Alibi(Algorithm):
+    """ALiBi as a training-loop algorithm: at ``Event.INIT``, :func:`apply_alibi` replaces the
+    model's position embedding and attention; after each batch is loaded
+    (``Event.AFTER_DATALOADER``), its sequences are cut to ``train_sequence_length_scaling`` of
+    their length (the batch holds more, shorter rows of the same tokens), to train short and
+    evaluate long.
+
+    Args:
+        max_sequence_length: the longest sequence the model will accept.
+        train_sequence_length_scaling: the fraction of each sequence's length to train on, in
+            ``(0, 1]``; 1 leaves the batches as they are.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import Alibi
+        >>> from algorithms.core import Trainer
+        >>> from algorithms.models import lm_loss, transformer_tiny
+        >>> ids = torch.randint(0, 50, (4, 33))
+        >>> batches = [{"input_ids": ids[:, :-1], "labels": ids[:, 1:]}]
+        >>> trainer = Trainer(transformer_tiny(50), batches, "1ba", loss_fn=lm_loss, input_key="input_ids",
+        ...                   target_key="labels", algorithms=[Alibi(max_sequence_length=256)], seed=0, device="cpu")
+        >>> trainer.fit()  # trains on 16 rows of 8 tokens
+    """
+
+    def __init__(self, max_sequence_length: int, train_sequence_length_scaling: float = 0.25):
+        check_max_sequence_length(max_sequence_length)
+        check_train_sequence_length_scaling(train_sequence_length_scaling)
+        self.max_sequence_length = max_sequence_length
+        self.train_sequence_length_scaling = train_sequence_length_scaling
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.INIT or (event is Event.AFTER_DATALOADER and self.train_sequence_length_scaling != 1)
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        if event is Event.INIT:
+            apply_alibi(state.model, self.max_sequence_length, optimizers=state.optimizers)
+        else:
+            state.batch = shorten_sequences(state.batch, self.train_sequence_length_scaling)
