@@ -123,9 +123,10 @@ def apply_alibi(model: nn.Module, max_sequence_length: int,
 def alibi_bias_figure(n_heads: int = 4, head: int = 0, length: int = 16) -> dict[str, Any]:
     """What the card's figure draws: the bias one head adds to its attention logits."""
     bias = alibi_bias(torch.tensor(alibi_slopes(n_heads)), length)[head]
+    later = torch.ones(length, length, dtype=torch.bool).triu(1)
     slope = alibi_slopes(n_heads)[head]
-    return {"type": "image", "values": bias,
-            "title": f"ALiBi bias of head {head + 1} of {n_heads} (slope {slope:g}); keys after the query are masked",
+    return {"type": "image", "values": bias.masked_fill(later, float("nan")),  # masked keys: left blank
+            "title": f"ALiBi bias of head {head + 1} of {n_heads} (slope {slope:g}); masked keys blank",
             "xlabel": "key position j", "ylabel": "query position i"}
 
 
