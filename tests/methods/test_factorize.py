@@ -23,8 +23,13 @@ from trainer_support import Observed
 import algorithms.functional as cf
 from algorithms import Factorize
 from algorithms.core import Event, Trainer
-from algorithms.factorize.factorize import (FactorizedConv2d, FactorizedLinear, factorizing_could_speedup,
-                                            latent_size, low_rank_factors)
+from algorithms.factorize.factorize import (
+    FactorizedConv2d,
+    FactorizedLinear,
+    factorizing_could_speedup,
+    latent_size,
+    low_rank_factors,
+)
 from algorithms.models import resnet20
 from algorithms.surgery import NoModulesReplacedWarning
 
@@ -217,9 +222,9 @@ def test_composers_counts_on_a_small_conv_model():
         shape = model(x).shape
         cf.apply_factorization(model, factorize_convs=convs, factorize_linears=linears, min_channels=3,
                                latent_channels=2, min_features=8, latent_features=4)
-        count = lambda cls: sum(isinstance(m, cls) for m in model.modules())  # noqa: E731
-        assert count(FactorizedConv2d) == (2 if convs else 0)
-        assert count(FactorizedLinear) == (2 if linears else 0)
+        classes = [type(m) for m in model.modules()]
+        assert classes.count(FactorizedConv2d) == (2 if convs else 0)
+        assert classes.count(FactorizedLinear) == (2 if linears else 0)
         assert model(x).shape == shape
 
 
