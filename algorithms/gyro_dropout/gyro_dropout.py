@@ -1,0 +1,183 @@
+"""Gyro Dropout: train a fixed set of pre-selected dropout masks (subnetworks), a few at a time.
+
+Lee, Kim, Oh, Kim, Jeung, Noh and Seo, "Gyro Dropout: Maximizing Ensemble Effect in Neural Network
+Training", MLSys 2022.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.state import State
+from ..core.time import TimeUnit
+from ..surgery import replace_module_classes
+
+__all__ = ["GyroDropout", "GyroDropoutLayer", "apply_gyro_dropout", "batch_masks"]
+
+
+def apply_gyro_dropout(model: nn.Module, iters_per_epoch: int, max_epoch: int, p: float = 0.5, sigma: int = 256,
+                       tau: int = 16) -> nn.Module:
+    """Replace every ``nn.Dropout`` of ``model`` with a :class:`GyroDropoutLayer`, in place, as
+    ``composer.functional.apply_gyro_dropout``.
+
+    Args:
+        model: the model to change.
+        iters_per_epoch: training steps per epoch.
+        max_epoch: epochs of the run; with ``iters_per_epoch`` it sets how long each selection of
+            masks is trained (see :class:`GyroDropoutLayer`).
+        p: the drop probability of each unit in each pre-selected mask, in ``[0, 1)``; it
+            replaces the dropout's own.
+        sigma: how many masks (subnetworks) each layer pre-selects, ``>= 1``.
+        tau: how many of them each batch trains at once, in ``[1, sigma]``.
+
+    Returns:
+        ``model``; it warns (:class:`~algorithms.surgery.NoModulesReplacedWarning`) when it holds
+        no ``nn.Dropout``.
+
+    Example::
+
+        >>> import torch
+        >>> import algorithms.functional as cf
+        >>> from algorithms.models import transformer_tiny
+        >>> model = cf.apply_gyro_dropout(transformer_tiny(vocab_size=50), iters_per_epoch=100, max_epoch=2,
+        ...                               p=0.1, sigma=16, tau=4)
+        >>> type(model.drop).__name__, type(model.blocks[0].ffn.drop).__name__
+        ('GyroDropoutLayer', 'GyroDropoutLayer')
+    """
+    check_gyro_dropout(p, sigma, tau, iters_per_epoch=iters_per_epoch, max_epoch=max_epoch)
+    replace_module_classes(model, {nn.Dropout: lambda module, index: GyroDropoutLayer(
+        iters_per_epoch, max_epoch, p, sigma, tau)}, method="GyroDropout")
+    return model
+
+
+class GyroDropoutLayer(nn.Module):
+    """Dropout with ``sigma`` fixed masks over the last dimension, ``tau`` of them per batch.
+
+    At its first training call it draws ``sigma`` masks over the input's last dimension (the
+    units), each unit kept with probability ``1 - p``. Every ``iter_num`` training calls it
+    selects ``tau`` distinct masks among them, where ``iter_num = max(int(iters_per_epoch *
+    max_epoch / sigma), 1) * tau``, so over the run the selections cover about ``sigma``
+    masks. Each call splits the batch into ``tau`` runs of consecutive examples (``N / tau``
+    each when ``tau`` divides ``N``) and multiplies run ``k`` by selected mask ``k`` and by
+    ``1 / (1 - p)``, the same mask at every position of an example. In evaluation it is the
+    identity.
+
+    Draws come from ``generator`` (a CPU ``torch.Generator``) when set, else from torch's global
+    one. The masks, the selection and the step count are in the state dict, so a resumed run
+    goes on with the same subnetworks.
+    """
+
+    def __init__(self, iters_per_epoch: int, max_epoch: int, p: float, sigma: int, tau: int):
+        super().__init__()
+        check_gyro_dropout(p, sigma, tau, iters_per_epoch=iters_per_epoch, max_epoch=max_epoch)
+        self.iters_per_epoch, self.max_epoch = iters_per_epoch, max_epoch
+        self.p, self.sigma, self.tau = float(p), sigma, tau
+        self.iter_num = max(int(iters_per_epoch * max_epoch / sigma), 1) * tau
+        self.training_step = 0
+        self.generator: torch.Generator | None = None
+        self.register_buffer("preselect_masks", torch.empty(0, 0))  # (sigma, units), 1 keeps a unit
+        self.register_buffer("selected", torch.empty(0, dtype=torch.long))  # (tau,) indices of the masks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return x
+        if self.preselect_masks.numel() == 0:
+            masks = torch.rand(self.sigma, x.shape[-1], generator=self.generator) > self.p
+            self.preselect_masks = masks.to(device=x.device, dtype=self.preselect_masks.dtype, non_blocking=True)
+        if self.training_step % self.iter_num == 0:
+            chosen = torch.randperm(self.sigma, generator=self.generator)[:self.tau]
+            self.selected = chosen.to(x.device, non_blocking=True)
+        self.training_step += 1
+        n = x.shape[0]
+        run = torch.arange(n, device=x.device) * self.tau // n  # which selected mask each example takes
+        mask = self.preselect_masks[self.selected[run]].view(n, *([1] * (x.ndim - 2)), x.shape[-1])
+        return x * mask.to(x.dtype) * (1 / (1 - self.p))
+
+    def get_extra_state(self) -> dict[str, int]:
+        return {"training_step": self.training_step}
+
+    def set_extra_state(self, state: Mapping[str, int]) -> None:
+        self.training_step = int(state["training_step"])
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # The masks' shape is known only once drawn: take the saved shape before loading into it.
+        for name in ("preselect_masks", "selected"):
+            saved = state_dict.get(prefix + name)
+            if saved is not None and saved.shape != getattr(self, name).shape:
+                current = getattr(self, name)
+                setattr(self, name, torch.empty(saved.shape, dtype=current.dtype, device=current.device))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, sigma={self.sigma}, tau={self.tau}, iter_num={self.iter_num}"
+
+
+def check_gyro_dropout(p: float, sigma: int, tau: int, **counts: int) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+        raise ValueError(f"p={p!r}: a drop probability in [0, 1)")
+    for name, value in (("sigma", sigma), ("tau", tau), *counts.items()):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r}: must be an integer >= 1")
+    if tau > sigma:
+        raise ValueError(f"tau={tau!r}: each batch trains tau distinct masks of the sigma={sigma} pre-selected ones, "
+                         "so tau <= sigma")
+
+
+def batch_masks(units: int = 32, batch_size: int = 16, p: float = 0.5, sigma: int = 16, tau: int = 4,
+                generator: torch.Generator | None = None) -> dict[str, Any]:
+    """The figure's data: the mask each example of one training batch gets from a fresh
+    :class:`GyroDropoutLayer` drawing from ``generator``, as an image (examples x units)."""
+    layer = GyroDropoutLayer(iters_per_epoch=100, max_epoch=1, p=p, sigma=sigma, tau=tau).train()
+    layer.generator = generator
+    with torch.no_grad():
+        mask = layer(torch.ones(batch_size, units)) * (1 - p)
+    return {"type": "image", "values": mask,
+            "title": f"One batch: {tau} of {sigma} pre-selected masks, {batch_size // tau} examples each (p={p})",
+            "xlabel": "unit", "ylabel": "example (1 kept, 0 dropped)"}
+
+
+class GyroDropout(Algorithm):
+    """Gyro Dropout as a training-loop algorithm: at ``Event.INIT`` :func:`apply_gyro_dropout`
+    replaces the model's ``nn.Dropout`` layers, with ``iters_per_epoch`` and ``max_epoch`` taken
+    from the Trainer's data loader and ``max_duration`` (a run given in batches counts as one
+    epoch of that many).
+
+    Args:
+        p: the drop probability of each unit in each pre-selected mask, in ``[0, 1)``.
+        sigma: how many masks each dropout layer pre-selects.
+        tau: how many of them each batch trains at once, ``<= sigma``.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import GyroDropout
+        >>> from algorithms.core import Trainer
+        >>> model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+        ...                             torch.nn.Linear(16, 4))
+        >>> batches = [(torch.randn(8, 8), torch.randint(0, 4, (8,))) for _ in range(4)]
+        >>> Trainer(model, batches, "1ep", algorithms=[GyroDropout(p=0.5, sigma=8, tau=4)], seed=0).fit()
+    """
+
+    def __init__(self, p: float = 0.5, sigma: int = 256, tau: int = 16):
+        check_gyro_dropout(p, sigma, tau)
+        self.p, self.sigma, self.tau = p, sigma, tau
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.INIT
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        unit, value = state.max_duration.unit, int(state.max_duration.value)
+        if unit is TimeUnit.EPOCH and state.dataloader_len:
+            iters_per_epoch, max_epoch = state.dataloader_len, value
+        elif unit is TimeUnit.BATCH:
+            iters_per_epoch, max_epoch = value, 1
+        else:
+            raise ValueError(f"max_duration={state.max_duration}: GyroDropout needs the run's number of steps, so "
+                             "give it in epochs of a data loader with a length, or in batches")
+        apply_gyro_dropout(state.model, max(iters_per_epoch, 1), max(max_epoch, 1), self.p, self.sigma, self.tau)
