@@ -17,6 +17,19 @@ seconds to start its process, fit the 10 minutes; and 4 epochs put the baseline 
 10 % accuracy of chance (the cards state how far). Short training is what it is: a method
 that regularizes, which pays off over long schedules, can cost accuracy here.
 
+The language-model workload (``--workload nlp``) trains the methods of domain nlp the same way
+on a causal transformer (transformer_tiny) over the Python standard library's own source, byte
+by byte (stdlib_text): 150 AdamW steps (lr 0.003) of 32 windows of 128 bytes, then the mean
+next-token cross entropy on 256 held-out windows (lower is better); throughput is in tokens per
+second. A run took 18 to 50 s on two shared CPU cores (tools/methods_tools/measure.py says
+more); the file is results/effects/nlp-<cpu|gpu>-<hardware>.json, and it records the Python
+version, whose sources are the corpus:
+
+    python tools/measure_methods.py --workload nlp
+
+A method whose metadata names ``"workload": {"model": "resnet20_gn"}`` is measured on that
+reference model, against a baseline of that model with the same seeds.
+
 Each run is its own worker process, as in ``tools/compare_training.py``; a failure is recorded
 with its reason and the rest go on. The output (default
 ``results/effects/vision-<cpu|gpu>-<hardware>.json``, validated against

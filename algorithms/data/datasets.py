@@ -1,12 +1,16 @@
 """Loaders returning train and test splits as ``torch.utils.data.Dataset`` objects.
 
-Nothing here downloads: CIFAR-10 is read from a directory the user provides and ``digits``
-ships inside scikit-learn.
+Nothing here downloads: CIFAR-10 is read from a directory the user provides, ``digits``
+ships inside scikit-learn and ``stdlib_text`` is read from the running interpreter's own
+standard library.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +20,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from ..core.options import dataset_names
 
-__all__ = ["DataSplits", "cifar10", "digits", "get_dataset", "synthetic"]
+__all__ = ["DataSplits", "cifar10", "digits", "get_dataset", "stdlib_text", "synthetic"]
 
 # Per-channel statistics of the CIFAR-10 training set (as commonly used with torchvision).
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -25,14 +29,20 @@ CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 @dataclass(frozen=True)
 class DataSplits:
-    """A data set's splits and what a comparison needs to know about it."""
+    """A data set's splits and what a comparison needs to know about it.
+
+    ``test`` is the held-out split (``stdlib_text`` calls it validation). Image data sets have an
+    ``image_size``; token sequences have a ``seq_len`` instead, and ``num_classes`` is then the
+    vocabulary size (the logits' last dimension).
+    """
 
     name: str
     train: Dataset
     test: Dataset
     num_classes: int
-    image_size: int
+    image_size: int | None
     has_accuracy: bool  # False for synthetic data: its "accuracy" means nothing
+    seq_len: int | None = None
 
 
 class _Resized(Dataset):
@@ -142,10 +152,103 @@ def synthetic(image_size: int | None = None, train_size: int = 50_000, test_size
                       _Synthetic(test_size, size, num_classes, seed + 1),
                       num_classes=num_classes, image_size=size, has_accuracy=False)
 
+# Directories of the standard library that are not its own source: installed packages and the
+# test suites (whose data files and generated cases would dominate the sample).
+_STDLIB_SKIP = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
 
-def get_dataset(name: str, root: str | Path | None = None, image_size: int | None = None) -> DataSplits:
+
+def _digest(relative: str) -> bytes:
+    return hashlib.sha256(relative.encode("utf-8")).digest()
+
+
+def stdlib_files(root: str | Path | None = None, max_bytes: int = 4_000_000) -> list[str]:
+    """The standard library's ``*.py`` files the corpus reads, as sorted ``/``-separated paths
+    relative to ``root`` (default: the running interpreter's ``sysconfig`` stdlib directory).
+
+    Files are taken in the order of a SHA-256 of their relative path, each whole, while the total
+    stays within ``max_bytes``: a fixed sample spread over the whole library rather than its
+    first modules in alphabetical order.
+    """
+    root = Path(root) if root is not None else Path(sysconfig.get_paths()["stdlib"])
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such directory — the standard library's sources are needed")
+    relative = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _STDLIB_SKIP)
+        base = Path(folder).relative_to(root)
+        relative += [(base / n).as_posix() for n in names if n.endswith(".py")]
+    chosen, total = [], 0
+    for path in sorted(relative, key=_digest):
+        size = (root / path).stat().st_size
+        if total + size <= max_bytes:
+            chosen.append(path)
+            total += size
+    return sorted(chosen)
+
+
+def is_validation_file(relative: str, validation_fraction: float) -> bool:
+    """Whether the file at ``relative`` belongs to the validation split: a fixed hash of the path,
+    so the split is the same on every machine and a file is never in both splits."""
+    return int.from_bytes(_digest(relative)[8:16], "big") < validation_fraction * 2**64
+
+
+class TokenWindows(Dataset):
+    """Non-overlapping windows of ``seq_len`` tokens over ``tokens`` (a 1-D uint8 tensor): example
+    ``i`` is ``{"input_ids": tokens[i*T : i*T+T], "labels": tokens[i*T+1 : i*T+T+1]}`` as long
+    tensors, the labels the inputs shifted by one position."""
+
+    def __init__(self, tokens: torch.Tensor, seq_len: int):
+        self.tokens, self.seq_len = tokens, seq_len
+        self.length = max(len(tokens) - 1, 0) // seq_len
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not -self.length <= index < self.length:
+            raise IndexError(index)
+        start = (index % self.length) * self.seq_len
+        window = self.tokens[start:start + self.seq_len + 1].long()
+        return {"input_ids": window[:-1], "labels": window[1:]}
+
+
+def stdlib_text(seq_len: int = 128, max_bytes: int = 4_000_000, validation_fraction: float = 0.1,
+                root: str | Path | None = None) -> DataSplits:
+    """A character-level corpus of Python source: the standard library's own ``*.py`` files.
+
+    Read from the running interpreter's installation (``root`` overrides it), without the test
+    suites and installed packages, sampled to at most ``max_bytes`` (:func:`stdlib_files`). The
+    tokens are the files' bytes (vocabulary 0 to 255, the same on every machine). A file goes
+    to validation by a fixed hash of its path (:func:`is_validation_file`, about
+    ``validation_fraction`` of them), else to train; each split is its files joined in sorted
+    order, cut into non-overlapping windows of ``seq_len`` (:class:`TokenWindows`). The sources
+    differ between Python versions, so the splits' sizes do too.
+    """
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"seq_len={seq_len!r}: must be a positive integer")
+    if not 0 < validation_fraction < 1:
+        raise ValueError(f"validation_fraction={validation_fraction!r}: must be between 0 and 1")
+    base = Path(root) if root is not None else Path(sysconfig.get_paths()["stdlib"])
+    parts: dict[bool, list[bytes]] = {False: [], True: []}
+    for relative in stdlib_files(base, max_bytes):
+        parts[is_validation_file(relative, validation_fraction)].append((base / relative).read_bytes())
+    train, validation = (torch.frombuffer(bytearray(b"".join(parts[v])), dtype=torch.uint8) if parts[v]
+                         else torch.zeros(0, dtype=torch.uint8) for v in (False, True))
+    return DataSplits("stdlib_text", TokenWindows(train, seq_len), TokenWindows(validation, seq_len),
+                      num_classes=256, image_size=None, has_accuracy=False, seq_len=seq_len)
+
+
+def get_dataset(name: str, root: str | Path | None = None, image_size: int | None = None,
+                seq_len: int | None = None) -> DataSplits:
     """The data set ``name`` (one of :func:`algorithms.core.options.dataset_names`); ``root`` is
-    needed for ``cifar10``."""
+    needed for ``cifar10``; ``image_size`` is for the image data sets, ``seq_len`` for
+    ``stdlib_text``."""
+    if name == "stdlib_text":
+        if image_size is not None:
+            raise ValueError(f"data 'stdlib_text' is text: it takes seq_len, not image_size={image_size}")
+        return stdlib_text(seq_len or 128)
+    if seq_len is not None:
+        raise ValueError(f"data {name!r} holds images: it takes image_size, not seq_len={seq_len}")
     if name == "cifar10":
         if root is None:
             raise ValueError("data 'cifar10' needs its directory: pass the extracted cifar-10-batches-py folder")

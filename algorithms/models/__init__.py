@@ -1,7 +1,28 @@
-"""Reference models for the training comparisons: ``from algorithms.models import get_model``."""
+"""Reference models for the training comparisons: ``from algorithms.models import get_model``.
 
-from .resnet import ResNet, get_model, resnet18, resnet20, resnet50, resnet56
+The members of the model-family metadata (``algorithms/models/*.metadata.json``): the ResNets
+for images and the causal transformer for language modelling, each built by name with
+:func:`get_model`.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .resnet import ResNet, resnet18, resnet20, resnet20_gn, resnet50, resnet56
 from .transformer import TransformerLM, lm_loss, transformer_small, transformer_tiny
 
-__all__ = ["ResNet", "TransformerLM", "get_model", "lm_loss", "resnet18", "resnet20", "resnet50", "resnet56",
-           "transformer_small", "transformer_tiny"]
+__all__ = ["ResNet", "TransformerLM", "get_model", "lm_loss", "resnet18", "resnet20", "resnet20_gn", "resnet50",
+           "resnet56", "transformer_small", "transformer_tiny"]
+
+
+def get_model(name: str, num_classes: int) -> nn.Module:
+    """The reference model ``name`` (a member of the model-family metadata, see
+    :func:`algorithms.core.options.model_names`) with ``num_classes`` outputs: the classes of an
+    image model, the vocabulary size of a language model."""
+    from ..core.options import model_names
+
+    names = model_names()
+    if name not in names:
+        raise ValueError(f"model {name!r} is not known — use one of {', '.join(names)}")
+    return globals()[name](num_classes)

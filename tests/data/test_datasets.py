@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,3 +75,84 @@ def test_synthetic_is_deterministic_and_has_no_accuracy():
     assert not splits.has_accuracy
     with pytest.raises(ValueError, match="digits"):
         get_dataset("imagenet")
+
+
+# --------------------------------------------------------------------------------------------- stdlib_text
+
+@pytest.fixture(scope="module")
+def stdlib_splits():
+    return get_dataset("stdlib_text")
+
+
+def test_stdlib_text_windows_are_inputs_and_labels_shifted_by_one(stdlib_splits):
+    splits = stdlib_splits
+    assert (splits.seq_len, splits.num_classes, splits.image_size, splits.has_accuracy) == (128, 256, None, False)
+    first, second = splits.train[0], splits.train[1]
+    assert set(first) == {"input_ids", "labels"}
+    for example in (first, second, splits.test[0], splits.test[-1]):
+        assert example["input_ids"].shape == example["labels"].shape == (128,)
+        assert example["input_ids"].dtype == example["labels"].dtype == torch.long
+    assert torch.equal(first["labels"][:-1], first["input_ids"][1:])
+    assert first["labels"][-1] == second["input_ids"][0]  # non-overlapping windows of one stream
+    assert int(first["input_ids"].max()) < 256
+    with pytest.raises(IndexError):
+        splits.train[len(splits.train)]
+
+
+def test_stdlib_text_split_is_by_file_deterministic_and_disjoint(stdlib_splits):
+    import sysconfig
+
+    from algorithms.data.datasets import is_validation_file, stdlib_files
+
+    files = stdlib_files()
+    assert files == sorted(files) and files == stdlib_files()
+    assert not any(part in ("site-packages", "test", "tests") for f in files for part in f.split("/"))
+    root = Path(sysconfig.get_paths()["stdlib"])
+    assert sum((root / f).stat().st_size for f in files) <= 4_000_000
+    validation = [f for f in files if is_validation_file(f, 0.1)]
+    assert 0 < len(validation) < len(files) / 4
+    again = get_dataset("stdlib_text")
+    for split in ("train", "test"):
+        a, b = getattr(stdlib_splits, split), getattr(again, split)
+        assert len(a) == len(b) and torch.equal(a[len(a) // 2]["input_ids"], b[len(b) // 2]["input_ids"])
+    # the bytes of the train files and of the validation files, and nothing else
+    n_train = sum((root / f).stat().st_size for f in files if f not in validation)
+    assert len(stdlib_splits.train) == (n_train - 1) // 128
+
+
+def test_stdlib_text_reads_a_given_tree_without_network(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "site-packages").mkdir()
+    (tmp_path / "pkg" / "a.py").write_bytes(b"x = 1\n" * 50)
+    (tmp_path / "b.py").write_bytes(b"y = 2\n" * 50)
+    (tmp_path / "site-packages" / "c.py").write_bytes(b"z = 3\n" * 50)
+    from algorithms.data import stdlib_text
+    from algorithms.data.datasets import stdlib_files
+
+    assert stdlib_files(tmp_path) == ["b.py", "pkg/a.py"]
+    splits = stdlib_text(seq_len=8, root=tmp_path, validation_fraction=0.5)
+    assert (len(splits.train) + len(splits.test)) * 8 <= 600
+    assert bytes(splits.train[0]["input_ids"].tolist()).decode() in ("x = 1\nx ", "y = 2\ny ")
+
+
+def test_stdlib_text_options_are_checked():
+    with pytest.raises(ValueError, match="takes seq_len, not image_size"):
+        get_dataset("stdlib_text", image_size=32)
+    with pytest.raises(ValueError, match="holds images: it takes image_size, not seq_len"):
+        get_dataset("digits", seq_len=64)
+    from algorithms.data import stdlib_text
+
+    with pytest.raises(ValueError, match="seq_len=0"):
+        stdlib_text(seq_len=0)
+
+
+def test_stdlib_text_metadata_matches_the_data_on_its_python(stdlib_splits):
+    import platform
+
+    from algorithms.metadata import load_all_datasets
+
+    meta = load_all_datasets()["stdlib_text"].raw
+    assert list(meta["input_shape"]) == [stdlib_splits.seq_len] and meta["num_classes"] == stdlib_splits.num_classes
+    if platform.python_version() not in meta["source"]:
+        pytest.skip(f"the split sizes are another Python's than {platform.python_version()}")
+    assert dict(meta["splits"]) == {"train": len(stdlib_splits.train), "validation": len(stdlib_splits.test)}

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from algorithms.core.options import model_input_sizes, model_names
+from algorithms.metadata import load_all_model_families
 from algorithms.models import get_model
 
 BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
@@ -83,7 +84,14 @@ def test_cifar_resnets_have_depth_6n_plus_2(name, blocks_per_stage):
     assert model.fc.in_features == 64
 
 
-@pytest.mark.parametrize("name", sorted(model_names()))
+RESNETS = sorted(m["builder"] for m in load_all_model_families()["resnet"].raw["members"])
+
+
+def test_every_resnet_member_is_a_reference_model():
+    assert set(RESNETS) <= set(model_names()) and "resnet20_gn" in RESNETS
+
+
+@pytest.mark.parametrize("name", RESNETS)
 def test_forward_shape_and_input_size(name):
     model = get_model(name, num_classes=7).eval()
     size = 64 if model_input_sizes()[name] == 224 else 32  # 224-px models pool adaptively; keep the test small
@@ -94,3 +102,24 @@ def test_forward_shape_and_input_size(name):
 def test_unknown_model():
     with pytest.raises(ValueError, match="resnet20"):
         get_model("vgg16", 10)
+
+
+def test_resnet20_gn_is_resnet20_with_group_norms():
+    gn, bn = get_model("resnet20_gn", 10), get_model("resnet20", 10)
+    norms = [m for m in gn.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in gn.modules())
+    assert len(norms) == sum(isinstance(m, torch.nn.BatchNorm2d) for m in bn.modules()) == 21
+    assert all(m.num_groups == 8 for m in norms) and {m.num_channels for m in norms} == {16, 32, 64}
+    assert sum(p.numel() for p in gn.parameters()) == sum(p.numel() for p in bn.parameters())
+    assert [n for n, _ in gn.named_parameters()] == [n for n, _ in bn.named_parameters()]
+    assert list(gn.buffers()) == []  # no running statistics
+    # a group norm's output does not depend on the rest of the batch
+    gn.train()
+    x = torch.randn(4, 3, 32, 32)
+    torch.testing.assert_close(gn(x)[:1], gn(x[:1]))
+
+
+def test_group_norm_has_at_most_as_many_groups_as_channels():
+    from algorithms.models.resnet import group_norm
+
+    assert group_norm(64).num_groups == 8 and group_norm(4).num_groups == 4

@@ -67,6 +67,9 @@ class CompareOptions:
     command: str = ""
     algorithm: str | None = None  # a method's key: the run trains with it (methods_tools.measure)
     hparams: str = "{}"  # that method's constructor arguments, a JSON object
+    seq_len: int | None = None  # text data: tokens per example (default: the model's positions)
+    eval_examples: int | None = None  # evaluate on this many held-out examples (default: all)
+    optimizer: str = "sgd"  # or "adamw" (the language-model workload's)
 
 
 def parse_configs(text: str) -> tuple[Config, ...]:
@@ -170,9 +173,11 @@ def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc
     args = ["-m", "methods_tools.compare_worker", "--model", options.model, "--data", options.data,
             "--epochs", str(options.epochs), "--batch-size", str(options.batch_size),
             "--precision", config.precision, "--parallel", config.parallel, "--seed", str(options.seed),
-            "--lr", str(options.lr), "--workers", str(options.workers), "--out-dir", str(out_dir)]
+            "--lr", str(options.lr), "--workers", str(options.workers), "--optimizer", options.optimizer,
+            "--out-dir", str(out_dir)]
     for flag, value in (("--max-batches", options.max_batches), ("--data-root", options.data_root),
-                        ("--image-size", options.image_size), ("--zero-stage", config.zero_stage),
+                        ("--image-size", options.image_size), ("--seq-len", options.seq_len),
+                        ("--eval-examples", options.eval_examples), ("--zero-stage", config.zero_stage),
                         ("--algorithm", options.algorithm)):
         if value is not None:
             args += [flag, str(value)]

@@ -7,6 +7,12 @@ that file (status ``failed``) rather than lost, and the exit status is 1.
 
 ``--algorithm KEY`` adds one method of the library (its metadata's class, built with the JSON
 object of ``--hparams``) to the run: how :mod:`methods_tools.measure` measures each method.
+
+A text data set (its metadata's ``input_shape`` is one sequence length, as ``stdlib_text``'s)
+makes the run a language model's: dict batches ``{"input_ids", "labels"}`` of ``--seq-len``
+tokens (default: the model's positions), :func:`algorithms.models.lm_loss`, and no accuracy:
+the loss is the mean next-token cross entropy on the held-out split, or on ``--eval-examples``
+of its windows spread evenly over it.
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.core.distributed import is_distributed, rank_and_world_size
 from algorithms.core.options import model_input_sizes
+from algorithms.core.precision import autocast
 from algorithms.data import get_dataset
-from algorithms.models import get_model
+from algorithms.metadata import load_all_datasets
+from algorithms.models import get_model, lm_loss
 from methods_tools.files import write_atomic
 
 __all__ = ["main", "run_one"]
@@ -127,25 +135,65 @@ def _local_bytes(tensor: torch.Tensor) -> int:
 def method_algorithm(key: str, hparams: dict[str, Any]) -> Algorithm:
     """The Algorithm of the library's method ``key`` (its metadata's ``class_name``), built with ``hparams``."""
     import algorithms
-    from algorithms.metadata import load_all_metadata
+    from algorithms.metadata import PACKAGE_ROOT, load_metadata
 
-    record = load_all_metadata()[key]
+    record = load_metadata(PACKAGE_ROOT / key / "metadata.json")  # this method's file alone
     return getattr(algorithms, record.class_name)(**hparams)
+
+
+def is_text_data(name: str) -> bool:
+    """Whether the data set ``name`` holds token sequences (its metadata's input shape is one length)."""
+    return len(load_all_datasets()[name].raw["input_shape"]) == 1
+
+
+def evenly_spaced(dataset: Any, count: int | None) -> Any:
+    """``count`` examples of ``dataset`` at evenly spaced indices (all of it when None or more)."""
+    n = len(dataset)
+    if count is None or count >= n:
+        return dataset
+    return Subset(dataset, [i * n // count for i in range(count)])
+
+
+@torch.no_grad()
+def lm_validation_loss(model: torch.nn.Module, loader: Any, state: Any) -> float:
+    """Mean next-token cross entropy over every labelled token the loader yields (eval mode)."""
+    model.eval()
+    total = torch.zeros((), dtype=torch.float64, device=state.device)
+    tokens = 0
+    for batch in loader:
+        ids, labels = batch["input_ids"].to(state.device), batch["labels"].to(state.device)
+        with autocast(state.precision, state.device):
+            logits = model(ids)
+        counted = int((labels != -100).sum())
+        total += lm_loss(logits.float(), labels).double() * counted
+        tokens += counted
+    return float(total) / tokens
+
+
+def _optimizer(args: argparse.Namespace) -> Any:
+    if args.optimizer == "adamw":
+        return lambda params: torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+    return lambda params: torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=5e-4)
 
 
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration in this process and return its measurements."""
     parallel, precision = args.parallel, args.precision
     label = f"{precision}:{parallel}" + (f" + {args.algorithm}" if args.algorithm else "")
-    splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or model_input_sizes()[args.model])
+    size = model_input_sizes()[args.model]
+    text = is_text_data(args.data)
+    if text:
+        splits = get_dataset(args.data, root=args.data_root, seq_len=args.seq_len or size)
+    else:
+        splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or size)
     rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
-    train_sampler, test_set = None, splits.test
+    train_sampler, test_set = None, evenly_spaced(splits.test, args.eval_examples)
     if is_distributed(parallel):
         train_sampler = DistributedSampler(splits.train, num_replicas=world_size, rank=rank, shuffle=True,
                                            seed=args.seed)
         # Every test image exactly once over the ranks (a DistributedSampler would pad with repeats);
         # Trainer.eval sums the counts over the ranks.
-        test_set = Subset(splits.test, range(rank, len(splits.test), world_size))
+        test_set = Subset(test_set, range(rank, len(test_set), world_size))
     g = torch.Generator().manual_seed(args.seed)
     train = DataLoader(splits.train, batch_size=args.batch_size, shuffle=train_sampler is None,
                        sampler=train_sampler, generator=g, drop_last=True, num_workers=args.workers)
@@ -155,11 +203,11 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     model = get_model(args.model, splits.num_classes)
     timer = EpochTimer(label, args.epochs)
     extra = [method_algorithm(args.algorithm, json.loads(args.hparams))] if args.algorithm else []
+    lm = {"loss_fn": lm_loss, "input_key": "input_ids", "target_key": "labels"} if text else {}
     trainer = Trainer(
-        model, _CappedLoader(train, args.max_batches), f"{args.epochs}ep",
-        optimizer=lambda params: torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=5e-4),
+        model, _CappedLoader(train, args.max_batches), f"{args.epochs}ep", optimizer=_optimizer(args),
         algorithms=[*extra, timer], precision=precision, parallel=parallel, zero_stage=args.zero_stage or 2,
-        seed=args.seed,
+        seed=args.seed, **lm,
     )
     state = trainer.state
     device = state.device
@@ -176,7 +224,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     samples = state.timestamp.sample * (world_size if is_distributed(parallel) else 1)
 
     metrics = {"accuracy": None, "loss": None}
-    if splits.has_accuracy:
+    if text:  # a language model has no accuracy: its figure is the validation loss
+        metrics["loss"] = lm_validation_loss(state.model, test, state)
+    elif splits.has_accuracy:
         metrics = trainer.eval(test)
 
     if device.type == "cuda":
@@ -208,6 +258,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True)
     p.add_argument("--data-root")
     p.add_argument("--image-size", type=int)
+    p.add_argument("--seq-len", type=int, help="text data: tokens per example (default: the model's positions)")
+    p.add_argument("--eval-examples", type=int, help="evaluate on this many held-out examples, evenly spaced")
+    p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
+                   help="sgd: momentum 0.9, weight decay 5e-4; adamw: weight decay 0.01")
     p.add_argument("--epochs", type=int, required=True)
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--max-batches", type=int)

@@ -5,14 +5,15 @@ measurements (``results/effects/*.json``, written by ``tools/measure_methods.py`
   practices, whose measured rows come from the training comparison), which its card pulls in
   with ``{include}``: per effects file that measured it, the baseline's and the method's figures
   with their ratios and changes and the spread over seeds; else that it is not measured yet.
-- ``tables/effects/<stem>.svg``: per effects file, speed-up against accuracy change of every
-  measured method with error bars, drawn like the training charts (matplotlib, text kept as
+- ``tables/effects/<stem>.svg``: per effects file, speed-up against the change in quality
+  (accuracy, or a language model's validation loss) of every measured method with error bars, drawn like the training charts (matplotlib, text kept as
   text, reused while a hash of its inputs is unchanged); the overview shows it beside a sortable
   table of the same figures (:func:`overview_effects`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
@@ -59,6 +60,12 @@ class MethodEffect:
     accuracy_change: str
     loss_change: str
     number: Mapping[str, Any]  # the summary entry: the chart and the sortable table's data-* values
+    model: str | None = None  # the reference model it was measured on when not the workload's
+
+    @property
+    def label(self) -> str:
+        """Its name, with the model it was measured on when that is not the workload's."""
+        return self.name if self.model is None else f"{self.name} ({self.model})"
 
 
 @dataclass(frozen=True)
@@ -75,21 +82,43 @@ class EffectsFile:
     max_load: float | None  # the highest 1-minute load average of its runs when above the core count
     cpu_count: int
     memory_label: str
-    baseline: MethodEffect | None
+    baseline: MethodEffect | None  # the baseline of the workload's model
     methods: Mapping[str, MethodEffect]  # by key, in display-name order
     failures: Mapping[str, tuple[str, ...]]  # key -> the reasons its failed runs give
     chart: str | None  # the chart's path in the docs source; None when no method was measured
+    baselines: Mapping[str | None, MethodEffect] = dataclasses.field(default_factory=dict)  # by model
+    python: str = ""  # the interpreter's version: the standard-library corpus differs between them
 
     @property
     def title(self) -> str:
         return f"{self.hardware}, {self.date}"
 
     @property
+    def is_loss(self) -> bool:
+        """Whether quality is a language model's validation loss (lower is better), not accuracy."""
+        return self.settings["metric"] == "loss"
+
+    @property
+    def throughput_label(self) -> str:
+        return f"Throughput ({self.settings['throughput_unit']}/s)"
+
+    @property
+    def quality_change_label(self) -> str:
+        return "the change in validation loss" if self.is_loss else "the change in test accuracy"
+
+    def quality_change(self, effect: MethodEffect) -> str:
+        return effect.loss_change if self.is_loss else effect.accuracy_change
+
+    def baseline_of(self, effect: MethodEffect) -> MethodEffect | None:
+        """The baseline ``effect`` is compared with: of the model it was measured on."""
+        return self.baselines.get(effect.model)
+
+    @property
     def chart_alt(self) -> str:
         """What the chart shows, in words, with every point's figures."""
-        points = "; ".join(f"{m.name} {m.throughput_ratio} speed-up, {m.accuracy_change}"
+        points = "; ".join(f"{m.label} {m.throughput_ratio} speed-up, {self.quality_change(m)}"
                            for m in self.methods.values())
-        return (f"Speed-up (throughput over the baseline's) against the change in test accuracy, with the "
+        return (f"Speed-up (throughput over the baseline's) against {self.quality_change_label}, with the "
                 f"spread over seeds as error bars, for {len(self.methods)} methods measured on {self.title}: "
                 f"{points}")
 
@@ -102,7 +131,7 @@ def _effect(entry: Mapping[str, Any], name: str) -> MethodEffect:
         throughput_ratio=_pm(entry["throughput_ratio"], ".2f", suffix="x"),
         memory_ratio=_pm(entry["memory_ratio"], ".2f", suffix="x"),
         accuracy_change=_pm(entry["accuracy_change"], "+.1f", 100, " points"),
-        loss_change=_pm(entry["loss_change"], "+.3f"), number=entry,
+        loss_change=_pm(entry["loss_change"], "+.3f"), number=entry, model=entry["model"],
     )
 
 
@@ -110,7 +139,9 @@ def effects_file(path: Path, document: Mapping[str, Any], names: Mapping[str, st
     """The view of one validated effects document; ``names`` maps method keys to display names
     (in display order); a key it lacks (a method since removed) is left out."""
     env = document["environment"]
-    summary = {entry["method"]: entry for entry in document["summary"]}
+    summary = {entry["method"]: entry for entry in document["summary"] if entry["method"] != BASELINE}
+    baselines = {entry["model"]: _effect(entry, "Baseline") for entry in document["summary"]
+                 if entry["method"] == BASELINE}
     loads = [r["load_average"][0] for r in document["runs"] if r["load_average"]]
     kinds = {r["memory_kind"] for r in document["runs"] if r["memory_kind"]}
     methods = {key: _effect(summary[key], name) for key, name in names.items() if key in summary}
@@ -125,9 +156,9 @@ def effects_file(path: Path, document: Mapping[str, Any], names: Mapping[str, st
         max_load=max(loads) if loads and max(loads) > env["cpu_count"] else None, cpu_count=env["cpu_count"],
         memory_label="Peak GPU memory allocated (MiB)" if kinds == {"cuda_max_allocated"}
         else "Peak memory of the process (MiB, resident set)",
-        baseline=_effect(summary[BASELINE], "Baseline") if BASELINE in summary else None,
-        methods=methods, failures={k: tuple(v) for k, v in failures.items()},
-        chart=(EFFECTS / f"{path.stem}.svg").as_posix() if methods else None,
+        baseline=baselines.get(None), methods=methods, failures={k: tuple(v) for k, v in failures.items()},
+        chart=(EFFECTS / f"{path.stem}.svg").as_posix() if methods else None, baselines=baselines,
+        python=env["python"],
     )
 
 
@@ -144,8 +175,8 @@ def _chart_key(view: EffectsFile) -> str:
         version = importlib.metadata.version("matplotlib")
     except importlib.metadata.PackageNotFoundError:
         version = None
-    points = [(m.name, dict(m.number)) for m in view.methods.values()]
-    inputs = {"points": points, "title": view.title, "matplotlib": version, "code": _DRAWING_CODE}
+    points = [(m.label, dict(m.number)) for m in view.methods.values()]
+    inputs = {"points": points, "title": view.title, "metric": view.settings["metric"], "matplotlib": version, "code": _DRAWING_CODE}
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -165,8 +196,9 @@ def _draw_or_fail(view: EffectsFile, key: str) -> str:
 
 
 def _draw_chart(view: EffectsFile, key: str) -> str:
-    """Speed-up (throughput ratio) against accuracy change, one labelled point per method with
-    its spread over seeds as error bars; identical bytes for identical input."""
+    """Speed-up (throughput ratio) against the change in quality (accuracy in points, or a language
+    model's validation loss), one labelled point per method with its spread over seeds as error
+    bars; identical bytes for identical input."""
     plt = pyplot("the effects chart needs it", ChartError)
 
     def mean_std(entry: Mapping[str, Any] | None, scale: float = 1.0) -> tuple[float, float]:
@@ -176,7 +208,8 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         ax.axhline(1.0, color="#888888", linewidth=0.8, linestyle="--")
         ax.axvline(0.0, color="#888888", linewidth=0.8, linestyle="--")
-        points = [(m.name, *mean_std(m.number["accuracy_change"], 100), *mean_std(m.number["throughput_ratio"]))
+        change, scale = ("loss_change", 1.0) if view.is_loss else ("accuracy_change", 100.0)
+        points = [(m.label, *mean_std(m.number[change], scale), *mean_std(m.number["throughput_ratio"]))
                   for m in view.methods.values()]
         xspan = (max(p[1] for p in points) - min(p[1] for p in points)) or 1.0
         yspan = (max(p[3] for p in points) - min(p[3] for p in points)) or 1.0
@@ -188,7 +221,8 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
             near = sum(1 for px, py in placed if abs(px - x) < 0.05 * xspan and abs(py - y) < 0.05 * yspan)
             ax.annotate(name, (x, y), xytext=(6, 6 - 11 * near), textcoords="offset points")
             placed.append((x, y))
-        ax.set_xlabel("test accuracy change vs the baseline (points)")
+        ax.set_xlabel("validation loss change vs the baseline (lower is better)" if view.is_loss
+                      else "test accuracy change vs the baseline (points)")
         ax.set_ylabel("speed-up: throughput / baseline's")
         ax.grid(alpha=0.3)
         ax.set_title(f"{view.settings['model']} on {view.settings['data']}: {view.title}")

@@ -1,8 +1,11 @@
 """Measure each method's effects against a baseline: the logic of ``tools/measure_methods.py``.
 
-A domain's reference workload (vision: a CIFAR ResNet on the digits) trains once as a baseline
-and once with each method of that domain (``kind: method``) on its own, with its metadata's
-suggested hyperparameters, for every seed. Every (method, seed) job is one run of the training
+A domain's reference workload (vision: a CIFAR ResNet on the digits; nlp: a small causal
+transformer on the standard library's source) trains once as a baseline and once with each method
+of that domain (``kind: method``) on its own, with its metadata's suggested hyperparameters, for
+every seed. A method whose metadata names ``workload: {"model": ...}`` (one that acts on modules
+the workload's model lacks, such as group norms) trains that reference model instead, and a
+baseline of that model runs for the same seeds to compare it with. Every (method, seed) job is one run of the training
 comparison's harness (:func:`methods_tools.compare.run_config`: its own worker process, the same
 progress lines, failures recorded with their reason, a timeout). The runs, and per method the
 mean and spread over seeds with its ratios and changes against the baseline of the same seed,
@@ -27,10 +30,10 @@ from typing import Any
 
 from . import compare
 from .files import write_atomic
-from .results import EFFECTS_DIR, ResultsError, effects_problems, load_effects
+from .results import EFFECTS_DIR, V1_SETTINGS, ResultsError, effects_problems, load_effects
 
 __all__ = ["BASELINE", "WORKLOADS", "Job", "MeasureError", "MeasureOptions", "Workload", "domain_methods",
-           "merge_documents", "plan_jobs", "run_measurement", "select_jobs", "summarize"]
+           "merge_documents", "method_models", "plan_jobs", "run_measurement", "select_jobs", "summarize"]
 
 BASELINE = "baseline"
 Progress = Callable[[str], None]
@@ -42,22 +45,40 @@ class MeasureError(ValueError):
 
 @dataclass(frozen=True)
 class Workload:
-    """A domain's reference workload and its default size."""
+    """A domain's reference workload and its default size.
+
+    ``image_size`` is for image data, ``seq_len`` for text; ``metric`` is the figure of quality:
+    ``accuracy`` (higher is better) or ``loss`` (a language model's validation loss, lower is
+    better); ``eval_examples`` evaluates that many held-out examples (evenly spaced) instead of all.
+    """
 
     model: str
     data: str
-    image_size: int
+    image_size: int | None
     epochs: int
     batch_size: int
     lr: float = 0.05
+    max_batches: int | None = None
+    seq_len: int | None = None
+    optimizer: str = "sgd"
+    eval_examples: int | None = None
+    metric: str = "accuracy"
 
 
 # The vision workload's defaults keep the whole sweep (a baseline and four methods, three seeds:
 # 15 runs) near 10 minutes on two CPU cores: at 16 px a ResNet-20 epoch over the 1,438 training
 # digits takes about 7 s there (32 px: about 24 s), and four epochs put the baseline far above
 # the 10 % of chance (tools/measure_methods.py says more).
+# The nlp workload: 150 AdamW steps of 32 windows of 128 bytes (614,400 tokens, about a sixth of
+# an epoch of the 3.9 M training bytes), then the validation loss on 256 held-out windows. Measured
+# on two CPU cores shared with other jobs: 100 steps trained in 12 s at load 3.1 (0.12 s a step),
+# 200 steps in 68 s at load 3.4 to 4.2 (0.34 s a step), so a run of 150 takes 18 to 50 s plus about
+# 4 s to start its process and read the corpus. The baseline's validation loss falls from ln 256
+# = 5.55 nats per byte (chance) to 2.86 after 100 steps and 2.59 after 200.
 WORKLOADS: Mapping[str, Workload] = {
     "vision": Workload(model="resnet20", data="digits", image_size=16, epochs=4, batch_size=64),
+    "nlp": Workload(model="transformer_tiny", data="stdlib_text", image_size=None, seq_len=128, epochs=1,
+                    max_batches=150, batch_size=32, lr=3e-3, optimizer="adamw", eval_examples=256, metric="loss"),
 }
 
 
@@ -66,7 +87,7 @@ class MeasureOptions:
     workload: str
     model: str
     data: str
-    image_size: int
+    image_size: int | None
     epochs: int
     batch_size: int
     seeds: tuple[int, ...]
@@ -75,15 +96,22 @@ class MeasureOptions:
     data_root: str | None = None
     timeout_s: float = 1800.0
     command: str = ""
+    seq_len: int | None = None
+    optimizer: str = "sgd"
+    eval_examples: int | None = None
+    metric: str = "accuracy"
 
     def settings(self) -> dict[str, Any]:
         """What every run trains: two files merge, or a file is resumed, only when these are equal."""
         from algorithms.metadata import load_all_datasets
 
         classes = load_all_datasets()[self.data].raw.get("num_classes")
+        chance = 1 / classes if classes and self.metric == "accuracy" else None
         return {"workload": self.workload, "model": self.model, "data": self.data, "image_size": self.image_size,
-                "epochs": self.epochs, "batch_size": self.batch_size, "max_batches": self.max_batches,
-                "lr": self.lr, "precision": "fp32", "chance_accuracy": 1 / classes if classes else None}
+                "seq_len": self.seq_len, "epochs": self.epochs, "batch_size": self.batch_size,
+                "max_batches": self.max_batches, "lr": self.lr, "optimizer": self.optimizer, "precision": "fp32",
+                "eval_examples": self.eval_examples, "metric": self.metric,
+                "throughput_unit": "samples" if self.seq_len is None else "tokens", "chance_accuracy": chance}
 
 
 @dataclass(frozen=True)
@@ -91,10 +119,11 @@ class Job:
     method: str  # BASELINE or a method's key
     seed: int
     hparams: Mapping[str, Any] = field(default_factory=dict)
+    model: str | None = None  # a reference model other than the workload's (a method's workload.model)
 
     @property
     def label(self) -> str:
-        return f"{self.method} seed {self.seed}"
+        return f"{self.method}{f' ({self.model})' if self.model else ''} seed {self.seed}"
 
 
 def domain_methods(domain: str, records: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
@@ -107,31 +136,55 @@ def domain_methods(domain: str, records: Mapping[str, Any] | None = None) -> dic
             for key, record in sorted(records.items()) if record.kind == "method" and domain in record.domains}
 
 
-def plan_jobs(methods: Mapping[str, Mapping[str, Any]], seeds: Sequence[int]) -> list[Job]:
-    """Every job of a full sweep, in a fixed order: per seed, the baseline then each method, so a
-    change in the machine's load over the sweep falls on the baseline and the methods alike."""
-    return [job for s in seeds for job in (Job(BASELINE, s), *(Job(key, s, dict(h)) for key, h in methods.items()))]
+def method_models(domain: str, records: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The methods of ``domain`` whose metadata names a reference model to measure them on
+    (``workload: {"model": ...}``), by key."""
+    if records is None:
+        from algorithms.metadata import load_all_metadata
+
+        records = load_all_metadata()
+    return {key: record.raw["workload"]["model"] for key, record in sorted(records.items())
+            if record.kind == "method" and domain in record.domains and record.raw.get("workload")}
+
+
+def plan_jobs(methods: Mapping[str, Mapping[str, Any]], seeds: Sequence[int],
+              models: Mapping[str, str] = {}) -> list[Job]:
+    """Every job of a full sweep, in a fixed order: per seed, the baseline (then one of each other
+    model in ``models``, a method key -> the model it is measured on), then each method, so a
+    change in the machine's load over the sweep falls on the baselines and the methods alike."""
+    others = sorted(set(models.values()))
+    return [job for s in seeds
+            for job in (Job(BASELINE, s), *(Job(BASELINE, s, model=m) for m in others),
+                        *(Job(key, s, dict(h), models.get(key)) for key, h in methods.items()))]
 
 
 def _hparams_key(hparams: Mapping[str, Any]) -> str:
     return json.dumps(hparams, sort_keys=True)
 
 
+def _job_key(method: str, model: str | None, seed: int, hparams: Mapping[str, Any]) -> tuple[Any, ...]:
+    return method, model, seed, _hparams_key(hparams)
+
+
 def select_jobs(jobs: Sequence[Job], existing: Iterable[Mapping[str, Any]], *, only: Iterable[str] = (),
                 shard: tuple[int, int] | None = None) -> list[Job]:
     """The jobs still to run: this shard's (jobs K, K+N, ... of the full list), of the ``only``
     methods when given (redone even when measured; the baseline only where a seed has none),
-    else those without a successful run of the same method, seed and hyperparameters."""
+    else those without a successful run of the same method, model, seed and hyperparameters. With
+    ``only``, a baseline is of the model the named methods are measured on."""
+    only = set(only)
+    only_models = {job.model for job in jobs if job.method in only}
     if shard is not None:
         k, n = shard
         jobs = jobs[k::n]
-    done = {(r["method"], r["seed"], _hparams_key(r["hparams"])) for r in existing if r["status"] == "ok"}
-    only = set(only)
+    done = {_job_key(r["method"], r.get("model"), r["seed"], r["hparams"]) for r in existing if r["status"] == "ok"}
     selected = []
     for job in jobs:
         if only and job.method != BASELINE and job.method not in only:
             continue
-        if job.method in only or (job.method, job.seed, _hparams_key(job.hparams)) not in done:
+        if only and job.method == BASELINE and job.model not in only_models:
+            continue
+        if job.method in only or _job_key(job.method, job.model, job.seed, job.hparams) not in done:
             selected.append(job)
     return selected
 
@@ -141,19 +194,22 @@ def select_jobs(jobs: Sequence[Job], existing: Iterable[Mapping[str, Any]], *, o
 def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress: Progress) -> dict[str, Any]:
     """One (method, seed) run in the comparison's harness, as an effects run entry."""
     compare_options = compare.CompareOptions(
-        model=options.model, data=options.data, epochs=options.epochs, batch_size=options.batch_size,
+        model=job.model or options.model, data=options.data, epochs=options.epochs, batch_size=options.batch_size,
         configs=(compare.Config("fp32", "single"),), nproc=1, max_batches=options.max_batches,
         data_root=options.data_root, image_size=options.image_size, seed=job.seed, lr=options.lr,
         timeout_s=options.timeout_s, algorithm=None if job.method == BASELINE else job.method,
-        hparams=json.dumps(dict(job.hparams)))
+        hparams=json.dumps(dict(job.hparams)), seq_len=options.seq_len, eval_examples=options.eval_examples,
+        optimizer=options.optimizer)
     start = compare.environment()
     run = compare.run_config(compare_options.configs[0], compare_options, dict(env), progress)
+    throughput = run["throughput"]
+    if throughput is not None and options.seq_len is not None:
+        throughput *= options.seq_len  # every example is a full window: tokens per second
     return {
-        "method": job.method, "seed": job.seed, "hparams": dict(job.hparams),
+        "method": job.method, "model": job.model, "seed": job.seed, "hparams": dict(job.hparams),
         "status": "ok" if run["status"] == "ok" else "failed", "reason": run["reason"],
-        "date": start["date"], "load_average": start["load_average"],
-        **{k: run[k] for k in ("wall_s", "samples", "throughput", "peak_memory_bytes", "memory_kind", "accuracy",
-                               "loss")},
+        "date": start["date"], "load_average": start["load_average"], "throughput": throughput,
+        **{k: run[k] for k in ("wall_s", "samples", "peak_memory_bytes", "memory_kind", "accuracy", "loss")},
     }
 
 
@@ -166,8 +222,11 @@ def _spread(values: Sequence[float]) -> dict[str, Any] | None:
     return {"mean": mean, "std": std}
 
 
-def _method_order(method: str) -> tuple[int, str]:
-    return (0, "") if method == BASELINE else (1, method)
+def _method_order(method: str, model: str | None = None) -> tuple[int, str, str]:
+    """The baseline of the workload's model, the baselines of other models, then the methods."""
+    if method == BASELINE:
+        return (0, "", "") if model is None else (1, model, "")
+    return 2, method, model or ""
 
 
 def _per_seed(paired: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], name: str,
@@ -186,16 +245,18 @@ def _change(a: float, b: float) -> float:
 
 
 def summarize(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per method (baseline first), over its successful seeds: mean and spread of each figure, and
-    the per-seed ratios and changes against the baseline's run of the same seed."""
+    """Per method (baselines first) and model, over its successful seeds: mean and spread of each
+    figure, and the per-seed ratios and changes against the baseline's run of the same model and
+    seed."""
     ok = [r for r in runs if r["status"] == "ok"]
-    baseline = {r["seed"]: r for r in ok if r["method"] == BASELINE}
+    baseline = {(r["model"], r["seed"]): r for r in ok if r["method"] == BASELINE}
     summary = []
-    for method in sorted({r["method"] for r in ok}, key=_method_order):
-        mine = sorted((r for r in ok if r["method"] == method), key=lambda r: r["seed"])
-        paired = [(r, baseline[r["seed"]]) for r in mine if r["seed"] in baseline and method != BASELINE]
+    for method, model in sorted({(r["method"], r["model"]) for r in ok}, key=lambda k: _method_order(*k)):
+        mine = sorted((r for r in ok if r["method"] == method and r["model"] == model), key=lambda r: r["seed"])
+        paired = [(r, baseline[(model, r["seed"])]) for r in mine
+                  if (model, r["seed"]) in baseline and method != BASELINE]
         summary.append({
-            "method": method, "hparams": mine[-1]["hparams"], "seeds": [r["seed"] for r in mine],
+            "method": method, "model": model, "hparams": mine[-1]["hparams"], "seeds": [r["seed"] for r in mine],
             **{name: _spread([r[name] for r in mine if r[name] is not None])
                for name in ("throughput", "peak_memory_bytes", "wall_s", "accuracy", "loss")},
             "throughput_ratio": _per_seed(paired, "throughput", _ratio),
@@ -208,13 +269,17 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def build_document(env: Mapping[str, Any], settings: Mapping[str, Any], commands: Sequence[str],
                    runs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The validated effects document of ``runs`` (one per method and seed: a later one wins)."""
-    by_job: dict[tuple[str, int], Mapping[str, Any]] = {}
-    for run in runs:
-        by_job[(run["method"], run["seed"])] = run
-    ordered = [by_job[k] for k in sorted(by_job, key=lambda k: (_method_order(k[0]), k[1]))]
+    """The validated effects document of ``runs`` (one per method, model and seed: a later one wins).
+
+    Settings a caller leaves out are those of the first (vision) workload's files, and a run
+    without a ``model`` is of the workload's model (:func:`methods_tools.results.upgrade_effects`)."""
+    settings = {**V1_SETTINGS, **settings}
+    by_job: dict[tuple[str, str | None, int], Mapping[str, Any]] = {}
+    for run in ({"model": None, **r} for r in runs):
+        by_job[(run["method"], run["model"], run["seed"])] = run
+    ordered = [by_job[k] for k in sorted(by_job, key=lambda k: (_method_order(k[0], k[1]), k[2]))]
     document = {
-        "$schema": "../../algorithms/effects.schema.json", "schema_version": 1,
+        "$schema": "../../algorithms/effects.schema.json", "schema_version": 2,
         "environment": dict(env), "settings": dict(settings), "commands": list(commands),
         "runs": ordered, "summary": summarize(ordered),
     }
@@ -279,10 +344,11 @@ def default_output_path(workload: str, env: Mapping[str, Any], root: Path = EFFE
 
 def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] = (),
                     shard: tuple[int, int] | None = None, force: bool = False, progress: Progress = lambda s: None,
-                    runner: Callable[..., dict[str, Any]] = run_job,
-                    env: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    runner: Callable[..., dict[str, Any]] = run_job, env: Mapping[str, Any] | None = None,
+                    records: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run the jobs still to run into ``out`` (resumed when it holds compatible runs; started afresh
-    with ``force``), writing it after every job; return the final document."""
+    with ``force``), writing it after every job; return the final document. The methods are those
+    of ``records`` (default: the library's metadata)."""
     env = dict(env) if env is not None else compare.environment()
     settings = options.settings()
     existing = None if force else read_existing(out)
@@ -292,14 +358,16 @@ def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] =
             raise MeasureError("\n".join(problems + [f"{out}: pass --force to measure afresh into it"]))
     old_runs = list(existing["runs"]) if existing else []
     commands = [*(existing["commands"] if existing else []), options.command]
-    jobs = select_jobs(plan_jobs(domain_methods(options.workload), options.seeds), old_runs, only=only, shard=shard)
+    plan = plan_jobs(domain_methods(options.workload, records), options.seeds,
+                     method_models(options.workload, records))
+    jobs = select_jobs(plan, old_runs, only=only, shard=shard)
     runs = old_runs
     document = None
     for i, job in enumerate(jobs, start=1):
         prefix = f"[{i}/{len(jobs)}]"
         progress(f"{prefix} {job.label}: starting")
         run = runner(job, options, env, lambda line, prefix=prefix: progress(f"{prefix} {line}"))
-        detail = run["reason"] if run["status"] != "ok" else f"{run['wall_s']:.1f} s, accuracy {run['accuracy']}"
+        detail = run["reason"] if run["status"] != "ok" else f"{run['wall_s']:.1f} s, {options.metric} {run[options.metric]}"
         progress(f"{prefix} {job.label}: {run['status']} ({detail})")
         runs = [*runs, run]
         document = build_document(env, settings, commands, runs)
@@ -328,11 +396,12 @@ def _parser(doc: str) -> Any:
     p.add_argument("--workload", default="vision", help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--data", help="the workload's data set (vision: digits, or cifar10 with --data-root)")
     p.add_argument("--data-root", help="cifar10: the extracted cifar-10-batches-py directory")
-    p.add_argument("--image-size", type=int, help="input size in pixels (vision default: 16)")
-    p.add_argument("--epochs", type=int, help="epochs per run (vision default: 4)")
-    p.add_argument("--batch-size", type=int, help="(vision default: 64)")
-    p.add_argument("--max-batches", type=int, help="cap on batches per epoch, for smoke runs")
-    p.add_argument("--lr", type=float, help="SGD learning rate (default 0.05)")
+    p.add_argument("--image-size", type=int, help="vision: input size in pixels (default: 16)")
+    p.add_argument("--seq-len", type=int, help="nlp: tokens per example (default: 128)")
+    p.add_argument("--epochs", type=int, help="epochs per run (vision default: 4, nlp: 1)")
+    p.add_argument("--batch-size", type=int, help="(vision default: 64, nlp: 32)")
+    p.add_argument("--max-batches", type=int, help="cap on batches per epoch (nlp default: 150), e.g. for smoke runs")
+    p.add_argument("--lr", type=float, help="learning rate (vision: SGD, 0.05; nlp: AdamW, 0.003)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per method (default 3)")
     p.add_argument("--only", help="comma-separated method keys: re-measure them (and a missing baseline)")
     p.add_argument("--shard", help="K/N: run jobs K, K+N, K+2N, ... of the sweep (needs --out)")
@@ -360,16 +429,24 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
             problems.append(f"{args.out}: exists — pass --force to overwrite it, or choose --out")
         return problems, None
     default = WORKLOADS[args.workload]
+    text = default.seq_len is not None
+    for flag, value, wrong in (("--image-size", args.image_size, text), ("--seq-len", args.seq_len, not text)):
+        if value is not None and wrong:
+            problems.append(f"{flag}: not for the {args.workload} workload, whose data are "
+                            f"{'text: give --seq-len' if text else 'images: give --image-size'}")
     options = MeasureOptions(
         workload=args.workload, model=default.model, data=args.data or default.data,
-        image_size=args.image_size or default.image_size, epochs=args.epochs or default.epochs,
+        image_size=None if text else args.image_size or default.image_size,
+        seq_len=args.seq_len or default.seq_len if text else None, epochs=args.epochs or default.epochs,
         batch_size=args.batch_size or default.batch_size, seeds=tuple(range(max(args.seeds, 0))),
-        lr=args.lr if args.lr is not None else default.lr, max_batches=args.max_batches, data_root=args.data_root,
-        timeout_s=args.timeout)
+        lr=args.lr if args.lr is not None else default.lr,
+        max_batches=args.max_batches if args.max_batches is not None else default.max_batches,
+        data_root=args.data_root, timeout_s=args.timeout, optimizer=default.optimizer,
+        eval_examples=default.eval_examples, metric=default.metric)
     problems += compare.check_options(options.model, options.data, options.data_root, options.epochs,
                                       options.batch_size, options.max_batches, 1)
     for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
-                        ("--image-size", args.image_size)):
+                        ("--image-size", args.image_size), ("--seq-len", args.seq_len)):
         if value is not None and value < 1 and f"{flag}: {value} — must be at least 1" not in problems:
             problems.append(f"{flag}: {value} — must be at least 1")
     if args.seeds < 2:
@@ -379,6 +456,11 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
     if not args.timeout > 0:
         problems.append(f"--timeout: {args.timeout} — must be positive")
     methods = domain_methods(args.workload)
+    known_models = set(compare.model_names())
+    for key, model in method_models(args.workload).items():
+        if model not in known_models:
+            problems.append(f"algorithms/{key}/metadata.json: workload: model {model!r} is not a reference model "
+                            f"— use one of {', '.join(sorted(known_models))}")
     for key in _only(args):
         if key not in methods:
             problems.append(f"--only: {key!r} is not a {args.workload} method — use one of {', '.join(methods)}")

@@ -23,7 +23,7 @@ from . import REPO_ROOT
 __all__ = ["COMPOSABILITY_DIR", "COMPOSABILITY_SCHEMA_PATH", "EFFECTS_DIR", "EFFECTS_SCHEMA_PATH", "RESULTS_DIR",
            "RESULTS_SCHEMA_PATH", "ResultsError", "composability_problems", "discover_composability",
            "discover_effects", "discover_results", "effects_problems", "load_composability", "load_effects",
-           "load_results", "results_problems"]
+           "load_results", "results_problems", "upgrade_effects", "V1_SETTINGS"]
 
 RESULTS_SCHEMA_PATH = PACKAGE_ROOT / "results.schema.json"
 EFFECTS_SCHEMA_PATH = PACKAGE_ROOT / "effects.schema.json"
@@ -56,10 +56,32 @@ def effects_problems(data: Any, where: str = "<effects>") -> list[str]:
     return _problems(data, EFFECTS_SCHEMA_PATH, where)
 
 
-def _load(path: str | Path, problems: Any, tool: str) -> dict[str, Any]:
+# What version 1 of the effects files (vision only, one model per file) measured, in the fields
+# version 2 added: images, SGD, the whole test split, accuracy, samples per second.
+V1_SETTINGS = {"seq_len": None, "optimizer": "sgd", "eval_examples": None, "metric": "accuracy",
+                        "throughput_unit": "samples"}
+
+
+def upgrade_effects(data: Any) -> Any:
+    """An effects document of an older schema version as the current one (a copy; anything else as
+    it is): version 1's settings get the fields version 2 added at what version 1 measured, and its
+    runs and summary entries the workload's own model (``model: null``)."""
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        return data
+    upgraded = {**data, "schema_version": 2}
+    if isinstance(data.get("settings"), dict):
+        upgraded["settings"] = {**data["settings"], **V1_SETTINGS}
+    for part in ("runs", "summary"):
+        if isinstance(data.get(part), list):
+            upgraded[part] = [{"method": e.get("method"), "model": None, **e} if isinstance(e, dict) else e
+                              for e in data[part]]
+    return upgraded
+
+
+def _load(path: str | Path, problems: Any, tool: str, upgrade: Any = lambda data: data) -> dict[str, Any]:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = upgrade(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} — fix the file or regenerate it "
                            f"with {tool}") from None
@@ -75,8 +97,9 @@ def load_results(path: str | Path) -> dict[str, Any]:
 
 
 def load_effects(path: str | Path) -> dict[str, Any]:
-    """The validated content of one effects file; :class:`ResultsError` lists every problem."""
-    return _load(path, effects_problems, "tools/measure_methods.py")
+    """The validated content of one effects file, upgraded to the current schema version
+    (:func:`upgrade_effects`); :class:`ResultsError` lists every problem."""
+    return _load(path, effects_problems, "tools/measure_methods.py", upgrade_effects)
 
 
 def discover_results(root: str | Path | None = None) -> list[Path]:
