@@ -68,9 +68,11 @@ def _wrapped(model: nn.Module) -> bool:
     return isinstance(model, FullyShardedDataParallel)
 
 
-def _place(new: nn.Module, old: nn.Module) -> nn.Module:
-    """``new`` on ``old``'s device, its floating tensors in ``old``'s floating dtype."""
-    tensors = [*old.parameters(recurse=True), *old.buffers(recurse=True)]
+def _place(new: nn.Module, old: nn.Module, model: nn.Module) -> nn.Module:
+    """``new`` on ``old``'s device, its floating tensors in ``old``'s floating dtype; for an
+    original without tensors (a pooling layer), the model's."""
+    tensors = [*old.parameters(recurse=True), *old.buffers(recurse=True)] or \
+        [*model.parameters(recurse=True), *model.buffers(recurse=True)]
     if not tensors:
         return new
     device = tensors[0].device
@@ -107,8 +109,8 @@ def _update_optimizers(optimizers: Sequence[torch.optim.Optimizer], old: nn.Modu
 
 def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
                            optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
-                           recurse_on_replacements: bool = False, method: str | None = None
-                           ) -> dict[str, nn.Module]:
+                           recurse_on_replacements: bool = False, method: str | None = None,
+                           stacklevel: int = 2) -> dict[str, nn.Module]:
     """Replace the modules of ``model`` that ``policies`` match, in place; see the module docstring.
 
     Args:
@@ -121,6 +123,8 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
             replacement contains a module of the class it matches would then never stop; such a
             replacement is refused).
         method: the name the warning gives when nothing was replaced (default: this function's).
+        stacklevel: the warning's, as :func:`warnings.warn`'s (a method's functional form passes 3
+            so that it points at its caller).
 
     Returns:
         ``{qualified name: replacement}`` of every module replaced, in walk order.
@@ -157,7 +161,7 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
             if not isinstance(new, nn.Module):
                 raise ValueError(f"policies: the replacement for {qualified} ({type(child).__name__}) returned "
                                  f"{type(new).__name__}, not a torch.nn.Module or None")
-            new = _place(new, child)
+            new = _place(new, child, model)
             setattr(parent, name, new)
             _update_optimizers(optimizers, child, new)
             replaced[qualified] = new
@@ -171,5 +175,5 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
     if not replaced:
         names = ", ".join(c.__name__ for c in policies)
         warnings.warn(f"{method or 'replace_module_classes'}: no module of the model matched ({names}); "
-                      "the model is unchanged", NoModulesReplacedWarning, stacklevel=2)
+                      "the model is unchanged", NoModulesReplacedWarning, stacklevel=stacklevel)
     return replaced

@@ -63,6 +63,12 @@ def test_replacements_are_placed_in_the_originals_dtype():
     assert bn[0].num_batches_tracked.dtype == torch.long and bn[0].weight.dtype == torch.float64
 
 
+def test_a_replacement_of_a_module_without_tensors_takes_the_models_dtype():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).double()
+    replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.Linear(4, 4), nn.ReLU())})
+    assert model[1][0].weight.dtype == torch.float64
+
+
 @pytest.mark.cuda
 def test_replacements_are_placed_on_the_originals_device():
     model = _net().cuda()
