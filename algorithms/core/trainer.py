@@ -313,6 +313,8 @@ class Trainer:
             outputs = outputs.float()
             n = int(inputs.shape[0])
             loss_sum += state.loss_fn(outputs, targets).double() * n
+            if _classes_last(outputs, targets):  # a language model's logits (N, T, V) for labels (N, T)
+                outputs = outputs.movedim(-1, 1)
             labels = class_indices(targets, outputs.shape)
             counted = labels >= 0
             correct += ((outputs.argmax(dim=1) == labels) & counted).sum()
@@ -327,3 +329,12 @@ class Trainer:
             raise ValueError("the eval dataloader yielded no samples")
         accuracy = correct / labelled if labelled else float("nan")
         return {"accuracy": accuracy, "loss": loss_sum / count}
+
+
+def _classes_last(outputs: torch.Tensor, targets: torch.Tensor) -> bool:
+    """Whether ``outputs`` hold their classes on the last dim for class-index ``targets``: the
+    shape ``(*targets.shape, C)``, and not also the classes-on-dim-1 shape ``(N, C, *rest)``."""
+    if targets.is_floating_point() or outputs.ndim != targets.ndim + 1 or outputs.ndim < 3:
+        return False
+    dim1 = outputs.shape[0] == targets.shape[0] and outputs.shape[2:] == targets.shape[1:]
+    return not dim1 and outputs.shape[:-1] == targets.shape
