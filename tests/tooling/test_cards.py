@@ -86,3 +86,59 @@ def test_unpaired_markers_say_where(text, message):
     with pytest.raises(cards.RegionError, match=message) as info:
         cards.regions(text)
     assert info.value.line >= 1
+
+
+# -- a best practice that is an optimizer: trainer_option {"optimizer": "<dotted class>"} ------
+
+def _optimizer_practice():
+    from pathlib import Path
+
+    from algorithms.metadata import load_metadata
+
+    return load_metadata(Path(__file__).parents[2] / "algorithms" / "core" / "decoupled_weight_decay.metadata.json")
+
+
+@pytest.mark.parametrize("dotted", ["algorithms.optim.NoSuchOptimizer", "torch.nn.Linear", "DecoupledSGDW"])
+def test_an_optimizer_option_must_name_an_optimizer_class(dotted):
+    from dataclasses import replace
+
+    from methods_tools.checks import check_functional
+
+    record = _optimizer_practice()
+    assert check_functional({record.key: record}) == []
+    bad = replace(record, trainer_option={"optimizer": dotted})
+    problems = [str(p) for p in check_functional({bad.key: bad})]
+    assert len(problems) == 1 and "trainer_option" in problems[0] and dotted in problems[0], problems
+
+
+def test_an_optimizer_practices_card_is_checked_against_its_optimizers_signatures(tmp_path):
+    """Bare ``name=value`` may name the option's optimizer's parameters (and the Trainer's), and
+    ``Optimizer(name=value)`` any optimizer of its module, defaults checked."""
+    import shutil
+    from pathlib import Path
+
+    from methods_tools.checks import check_cards
+
+    root = Path(__file__).parents[2]
+    repo, package = tmp_path / "repo", tmp_path / "repo" / "algorithms"
+    (package / "core").mkdir(parents=True)
+    shutil.copy(root / "algorithms" / "core" / "decoupled_weight_decay.metadata.json", package / "core")
+    shutil.copytree(root / "docs" / "source" / "templates", repo / "docs" / "source" / "templates")
+    cards_dir = repo / "docs" / "source" / "method_cards"
+    cards_dir.mkdir(parents=True)
+    card = cards_dir / "decoupled_weight_decay.md"
+    text = (root / "docs" / "source" / "method_cards" / "decoupled_weight_decay.md").read_text()
+
+    def problems(extra: str) -> list[str]:
+        card.write_text(text.replace("## Considerations\n", f"## Considerations\n\n{extra}\n", 1))
+        return [str(p) for p in check_cards(repo, package, results_root=tmp_path / "results")
+                if "decoupled_weight_decay.md" in str(p)]
+
+    assert problems("") == []
+    assert problems("Keep `momentum=0.9` and `DecoupledAdamW(eps=1e-8)`, the default.") == []
+    found = problems("The default `weight_decay=0.5` here.")
+    assert len(found) == 1 and "code's default is 0" in found[0], found
+    found = problems("Its default is `DecoupledAdamW(weight_decay=0.5)`.")
+    assert len(found) == 1 and "1e-05" in found[0], found
+    found = problems("Try `DecoupledAdamW(nesterov=True)` or `betas=(0.9, 0.9)`.")
+    assert len(found) == 2 and all("names no parameter" in p for p in found), found

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -152,6 +153,10 @@ def check_functional(records: Mapping[str, MethodRecord] | None = None, *, class
                 if option not in known:
                     problem(record, "trainer_option", f"{option!r} is not a parameter of algorithms.core.Trainer "
                                                       f"— use one of: {', '.join(known)}")
+            if "optimizer" in (record.trainer_option or {}) and _option_optimizer(record) is None:
+                problem(record, "trainer_option", f"optimizer={record.trainer_option['optimizer']!r} is not a "
+                                                  "torch.optim.Optimizer class the package exports — name it by "
+                                                  "its dotted path, e.g. algorithms.optim.DecoupledSGDW")
         if record.functional is not None:
             exported = getattr(functional, "__all__", dir(functional))
             if record.functional not in exported or not callable(getattr(functional, record.functional, None)):
@@ -195,6 +200,27 @@ def check_functional(records: Mapping[str, MethodRecord] | None = None, *, class
                                                   "functional form and the class must share defaults — make "
                                                   "them the same")
     return problems
+
+
+def _is_optimizer_class(obj: Any) -> bool:
+    import torch
+
+    return isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer)
+
+
+def _option_optimizer(record: MethodRecord) -> Any:
+    """The optimizer class a best practice's ``trainer_option`` ``{"optimizer": "<dotted name>"}``
+    names, or None (no such option, or no such class)."""
+    from .codeinfo import resolve
+
+    dotted = (record.trainer_option or {}).get("optimizer") if record.is_best_practice else None
+    if not isinstance(dotted, str) or "." not in dotted:
+        return None
+    try:
+        cls = resolve(dotted)
+    except (ImportError, AttributeError):
+        return None
+    return cls if _is_optimizer_class(cls) else None
 
 
 def check_method_placeholders(package_root: Path | None = None, repo_root: Path | None = None) -> list[Problem]:
@@ -277,6 +303,12 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
         except CodeLookupError as exc:
             problems.append(exc.problem)
             unresolved.add(record.key)
+        optimizer = _option_optimizer(record)
+        if optimizer is not None:  # the optimizers of its module, by class name, as the card calls them
+            module = importlib.import_module(optimizer.__module__)
+            for name in getattr(module, "__all__", ()):
+                if _is_optimizer_class(getattr(module, name, None)):
+                    signatures[name] = parameters(getattr(module, name))
 
     subjects: list[tuple[str, Any]] = [(record.kind, record) for record in records.values()
                                        if record.key not in unresolved]
@@ -294,8 +326,9 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
         problems += check_card_sections(path, text, cards.sections(fresh)[1:])
         problems += check_card_regions(path, text, fresh, record.key, kind)
         if kind in METHOD_KINDS:
-            own = trainer_parameters() if record.is_best_practice else {
-                **signatures[record.class_name], **signatures[record.functional]}
+            optimizer = _option_optimizer(record) if record.is_best_practice else None
+            own = ({**trainer_parameters(), **(parameters(optimizer) if optimizer else {})}
+                   if record.is_best_practice else {**signatures[record.class_name], **signatures[record.functional]})
             problems += _check_inline(path, text, own, signatures)
     card_files = sorted({card_path(kind, "x", repo_root).parent for kind in CARD_DIRS}, key=str)
     problems += placeholder_problems([p for folder in card_files for p in sorted(folder.glob("*.md"))])
