@@ -84,10 +84,16 @@ _EXAMPLE_ARGS = {
     "logits": "logits",
     "outputs": "logits",
     "model": "model",
+    "module": "model",
     "loss_fun": "loss_fun",
     "loss_fn": "loss_fun",
     "scale_factor": "0.5",
+    "batch": "batch",
+    "iters_per_epoch": "2",
+    "max_epoch": "1",
 }
+#: The language-model examples' vocabulary (bytes) and sequence length.
+_VOCAB, _SEQ = 256, 32
 
 
 class UnknownName(LookupError):
@@ -336,29 +342,45 @@ def draft_record(key: str, metadata_text: str, path: Path) -> Any:
     return _record(key, path, entry)
 
 
+def _nlp(record: Any) -> bool:
+    return "vision" not in record.domains and "nlp" in record.domains
+
+
 def _data_lines(record: Any, needs: set[str]) -> list[str]:
     lines = []
     if "images" in needs:
         lines.append(f"images = torch.rand({_BATCH}, 3, 32, 32)" if "vision" in record.domains
+                     else f"images = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ}))" if _nlp(record)
                      else f"images = torch.randn({_BATCH}, 16)")
     if "labels" in needs:
         lines.append(f"labels = torch.randint(0, {_CLASSES}, ({_BATCH},))")
     if "logits" in needs:
         lines.append(f"logits = torch.randn({_BATCH}, {_CLASSES})")
+    if "batch" in needs:
+        lines += [f"tokens = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ + 1}))",
+                  'batch = {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}']
     if "model" in needs:
-        lines.append(f"model = {_example_model(record)}")
+        lines += _model_lines(record)
     if "loss_fun" in needs:
         lines.append("loss_fun = torch.nn.functional.cross_entropy")
     return lines
 
 
-def _example_model(record: Any) -> str:
-    """A small classifier for the examples; for images one that takes any image size (global
-    pooling), since some methods change the size."""
+def _model_lines(record: Any) -> list[str]:
+    """``model = ...`` for the examples: the reference model a surgery method acts on (its
+    metadata's workload model, else its domain's: ``resnet20`` or ``transformer_tiny``), or a
+    small classifier; for images one that takes any image size (global pooling), since some
+    methods change the size."""
+    workload = (record.raw.get("workload") or {}).get("model")
+    surgery = "changed_model" in (record.raw.get("observable") or ())
+    if workload or surgery or _nlp(record):
+        name = workload or ("transformer_tiny" if _nlp(record) else "resnet20")
+        size = _VOCAB if name.startswith("transformer") else _CLASSES
+        return [f"from algorithms.models import {name}", "", f"model = {name}({size})"]
     if "vision" in record.domains:
-        return (f"torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.AdaptiveAvgPool2d(1), "
-                f"torch.nn.Flatten(), torch.nn.Linear(8, {_CLASSES}))")
-    return f"torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, {_CLASSES}))"
+        return [f"model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.AdaptiveAvgPool2d(1), "
+                f"torch.nn.Flatten(), torch.nn.Linear(8, {_CLASSES}))"]
+    return [f"model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, {_CLASSES}))"]
 
 
 def _call_args(positional: list[str], keywords: dict[str, Any]) -> str:
@@ -366,17 +388,19 @@ def _call_args(positional: list[str], keywords: dict[str, Any]) -> str:
 
 
 def _functional_example(record: Any, params: dict[str, Any], suggested: dict[str, Any]) -> str:
+    """A required parameter with an example argument by its name is passed positionally; one that
+    is a hyperparameter gets its suggested value by keyword, as the others do."""
     from .codeinfo import REQUIRED
 
     positional, needs, unknown = [], set(), []
     for name, param in params.items():
-        if param.default is REQUIRED:
+        if param.default is REQUIRED and (name in _EXAMPLE_ARGS or name not in suggested):
             arg = _EXAMPLE_ARGS.get(name, name)
             if name not in _EXAMPLE_ARGS:
                 unknown.append(f"{name} = ...  # TODO: an example value for {name}")
             positional.append(arg)
             needs.add(arg)
-    keywords = {k: v for k, v in suggested.items() if k in params}
+    keywords = {k: v for k, v in suggested.items() if k in params and k not in positional}
     lines = ["import torch", "import algorithms.functional as cf", ""]
     lines += _data_lines(record, needs) + unknown
     lines.append(f"result = cf.{record.functional}({_call_args(positional, keywords)})")
@@ -411,20 +435,31 @@ _TEARDOWN = "\n".join([
 
 
 def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, Any]) -> str:
-    vision = "vision" in record.domains
+    vision, nlp = "vision" in record.domains, _nlp(record)
     lines = ["import torch"]
     if class_name:
         lines.append(f"from algorithms import {class_name}")
-    lines += [
-        "from algorithms.core import Trainer",
-        "",
-        f"model = {_example_model(record)}",
-        "train_dataloader = [",
-        f"    ({'torch.rand(8, 3, 32, 32)' if vision else 'torch.randn(8, 16)'}, torch.randint(0, {_CLASSES}, (8,)))",
-        "    for _ in range(2)",
-        "]",
-    ]
+    lines += ["from algorithms.core import Trainer"]
+    if nlp:
+        lines += ["from algorithms.models import lm_loss"]
+    lines += ["", *_model_lines(record)]
+    if nlp:
+        lines += [
+            "train_dataloader = []",
+            "for _ in range(2):",
+            f"    tokens = torch.randint(0, {_VOCAB}, (8, {_SEQ + 1}))",
+            '    train_dataloader.append({"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]})',
+        ]
+    else:
+        lines += [
+            "train_dataloader = [",
+            f"    ({'torch.rand(8, 3, 32, 32)' if vision else 'torch.randn(8, 16)'}, torch.randint(0, {_CLASSES}, (8,)))",
+            "    for _ in range(2)",
+            "]",
+        ]
     options = "".join(f", {k}={literal(v)}" for k, v in (record.trainer_option or {}).items())
+    if nlp:
+        options += ', loss_fn=lm_loss, input_key="input_ids", target_key="labels"'
     algorithms = f", algorithms=[{class_name}({_call_args([], suggested)})]" if class_name else ""
     lines += [
         f'trainer = Trainer(model, train_dataloader, max_duration="1ep"{algorithms}{options})',
