@@ -19,10 +19,16 @@ __all__ = ["Algorithm"]
 class Algorithm(ABC):
     """A method that runs inside the training loop.
 
+    ``unused_parameters``: set True on a class whose steps may leave some of the model's
+    parameters without a gradient (Stochastic Depth's dropped blocks), so that under DDP the
+    Trainer wraps the model with ``find_unused_parameters=True``.
+
     The :class:`~algorithms.core.Engine` calls :meth:`apply` at every event for which
     :meth:`match` is true. Subclasses sample their random parameters in ``apply`` and call their
     functional form; the math lives only there.
     """
+
+    unused_parameters: bool = False
 
     @abstractmethod
     def match(self, event: Event, state: State) -> bool:

@@ -207,13 +207,18 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device,
-               precision: str = "fp32") -> torch.nn.Module:
-    """``model`` wrapped for ``parallel`` (DeepSpeed wraps in :func:`deepspeed_initialize`)."""
+               precision: str = "fp32", find_unused_parameters: bool = False) -> torch.nn.Module:
+    """``model`` wrapped for ``parallel`` (DeepSpeed wraps in :func:`deepspeed_initialize`).
+
+    ``find_unused_parameters``: DDP looks for parameters a step leaves without a gradient (a
+    block Stochastic Depth dropped), at the cost of a graph traversal each step; the Trainer
+    sets it when an algorithm says it needs it (``Algorithm.unused_parameters``)."""
     if parallel == "dp":
         return AutocastDataParallel(model, precision, device.type)
     if parallel == "ddp":
         return torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=find_unused_parameters)
     if parallel == "fsdp":
         from torch.distributed.fsdp import fully_shard
 

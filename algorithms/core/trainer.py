@@ -174,7 +174,8 @@ class Trainer:
         """Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer."""
         state = self.state
         if self.parallel != "deepspeed":
-            state.model = wrap_model(state.model, self.parallel, state.device, state.precision)
+            unused = any(a.unused_parameters for a in self.engine.algorithms)
+            state.model = wrap_model(state.model, self.parallel, state.device, state.precision, unused)
         if not isinstance(optimizer, torch.optim.Optimizer):
             factory = optimizer or (lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9))
             optimizer = factory(state.model.parameters())

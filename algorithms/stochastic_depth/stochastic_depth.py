@@ -242,6 +242,12 @@ class StochasticDepth(Algorithm):
         self.drop_distribution = drop_distribution
         self.drop_warmup = drop_warmup
 
+    @property
+    def unused_parameters(self) -> bool:
+        """A dropped block's branch gets no gradient in that step ("block" mode), so DDP must look
+        for unused parameters; "sample" mode multiplies every branch, so none is unused."""
+        return self.stochastic_method == "block"
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.INIT or (event is Event.BATCH_START and self._warmup.value > 0)
 

@@ -144,3 +144,34 @@ def test_fsdp_on_cuda_matches_one_process(reference, tmp_path):
     got = torch.load(out)["params"]
     for name, expected in reference.items():
         torch.testing.assert_close(got[name].cpu(), expected, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("unused", [False, True])
+def test_ddp_looks_for_unused_parameters_only_when_an_algorithm_says_it_leaves_some(unused, monkeypatch):
+    """A one-process torchrun world: the DDP wrapper's find_unused_parameters follows the
+    algorithms' ``unused_parameters`` (Stochastic Depth's dropped blocks get no gradient)."""
+    import torch.distributed as dist
+
+    from algorithms.core import Algorithm, Event
+
+    class Leaves(Algorithm):
+        unused_parameters = unused
+
+        def match(self, event, state):
+            return event is Event.INIT
+
+        def apply(self, event, state, logger=None):
+            pass
+
+    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                            LOCAL_WORLD_SIZE="1").items():
+        monkeypatch.setenv(name, value)
+    try:
+        trainer = Trainer(torch.nn.Linear(3, 2), [(torch.randn(4, 3), torch.randint(0, 2, (4,)))], "1ba",
+                          algorithms=[Leaves()], parallel="ddp", device="cpu", seed=0)
+        assert isinstance(trainer.state.model, torch.nn.parallel.DistributedDataParallel)
+        assert trainer.state.model.find_unused_parameters is unused
+        trainer.fit()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
