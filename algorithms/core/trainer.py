@@ -75,7 +75,8 @@ class Trainer:
         zero_stage: the DeepSpeed ZeRO stage (1 or 2) for ``parallel="deepspeed"``.
         seed: seeds torch's global generator and the algorithms' generators.
         schedulers: learning-rate schedulers, stepped after every optimizer step.
-        grad_clip_norm: clip the gradient norm to this value (after unscaling under AMP).
+        grad_clip_norm: clip the gradient norm to this value (after unscaling under AMP). The
+            algorithms at ``BEFORE_OPTIMIZER_STEP`` see these unscaled (and clipped) gradients.
         input_key: where the model's input is in each batch: an index of a tuple or list
             batch, or a key of a dict batch such as ``"input_ids"``; the model is called on
             ``batch[input_key]`` and its batch size counts the samples.
@@ -218,9 +219,21 @@ class Trainer:
     def fit(self) -> None:
         """Train until ``max_duration``."""
         state, run = self.state, self.engine.run_event
-        model, optimizer = state.model, state.optimizer
+        model = state.model
         forward = self._deepspeed if self._deepspeed is not None else model
         run(Event.FIT_START)
+        optimizer = state.optimizer  # read after FIT_START, where an algorithm may wrap it (SAM)
+
+        def backward_again() -> torch.Tensor:
+            """This batch's forward, loss and backward once more at the weights the optimizer has
+            set, on the batch and loss target as the algorithms left them, without the events: the
+            closure an optimizer with ``first_step(closure)`` (SAM's) gets after the backward."""
+            with autocast(state.precision, state.device):
+                loss = state.loss_fn(forward(self._batch_item(state.batch, "input_key")).float(),
+                                     state.loss_target)
+            self.scaler.scale(loss).backward()
+            return loss
+
         while not self._done():
             skip, self._resume_batches = self._resume_batches, 0  # a resumed run's epoch, part done
             state.timestamp.batch_in_epoch = skip
@@ -252,10 +265,14 @@ class Trainer:
                     self._deepspeed.backward(state.loss)
                 else:
                     self.scaler.scale(state.loss).backward()
+                    if hasattr(optimizer, "first_step"):  # SAM: the gradient at w + e(w) replaces it
+                        optimizer.first_step(backward_again)
                 run(Event.AFTER_BACKWARD)
-                if self.grad_clip_norm is not None and self._deepspeed is None:
-                    self.scaler.unscale_(optimizer)  # clip the true gradients, not scaled ones
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
+                if self._deepspeed is None:
+                    # The clipping and the algorithms at BEFORE_OPTIMIZER_STEP see true gradients.
+                    self.scaler.unscale_(optimizer)
+                    if self.grad_clip_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
                 run(Event.BEFORE_OPTIMIZER_STEP)
                 if self._deepspeed is not None:
                     self._deepspeed.step()  # steps, clips (its config) and zeroes the gradients

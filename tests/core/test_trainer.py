@@ -490,3 +490,103 @@ def test_dp_wraps_the_model_in_data_parallel_and_trains_as_one_device_does_on_th
     a.fit()
     b.fit()
     assert torch.equal(single.weight, dp.weight) and torch.equal(single.bias, dp.bias)
+
+
+# -- the optimizer hooks SAM and gradient clipping use -------------------------------------------
+
+class _TwoPassOptimizer(torch.optim.SGD):
+    """An SGD whose ``first_step(closure)`` records the gradient the Trainer's backward left, moves
+    the weights by ``shift``, clears the gradients and calls the closure there."""
+
+    def __init__(self, params, shift):
+        super().__init__(params, lr=0.1)
+        self.shift, self.first, self.closure_losses = shift, [], []
+
+    def first_step(self, closure):
+        params = [p for group in self.param_groups for p in group["params"]]
+        self.first.append([p.grad.clone() for p in params])
+        with torch.no_grad():
+            for p in params:
+                p.add_(self.shift)
+                p.grad = None
+        self.closure_losses.append(closure().detach())
+        with torch.no_grad():
+            for p in params:
+                p.sub_(self.shift)
+
+
+class _Wrap(Algorithm):
+    """Replaces the Trainer-built optimizer at FIT_START, as SAM does; records what the step sees."""
+
+    def __init__(self, shift):
+        self.shift, self.opt, self.grads, self.loss = shift, None, [], []
+
+    def match(self, event, state):
+        return event in (Event.FIT_START, Event.BEFORE_OPTIMIZER_STEP)
+
+    def apply(self, event, state, logger=None):
+        if event is Event.FIT_START:
+            self.opt = _TwoPassOptimizer(state.model.parameters(), self.shift)
+            state.optimizers = (self.opt,)
+        else:
+            self.grads.append([p.grad.clone() for p in state.model.parameters()])
+            self.loss.append(state.loss.detach())
+
+
+def test_an_optimizer_with_first_step_gets_the_batch_again_at_the_weights_it_sets():
+    """After the backward the Trainer calls first_step with a closure that runs the batch's forward,
+    loss and backward at the weights the optimizer set (no events); the step then sees that
+    gradient, and state.loss stays the loss at the weights the batch started from. An optimizer
+    an algorithm installs at FIT_START is the one the Trainer steps."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3)
+    start = [p.detach().clone() for p in model.parameters()]
+    data = _data(n=1)
+    wrap, count = _Wrap(shift=0.5), Count()
+    Trainer(model, data, "1ba", algorithms=[wrap, count], device="cpu").fit()
+    x, y = data[0]
+
+    def grads_at(shift):
+        ref = torch.nn.Linear(6, 3)
+        with torch.no_grad():
+            for p, p0 in zip(ref.parameters(), start, strict=True):
+                p.copy_(p0 + shift)
+        loss = torch.nn.functional.cross_entropy(ref(x), y)
+        loss.backward()
+        return loss.detach(), [p.grad for p in ref.parameters()]
+
+    loss0, g0 = grads_at(0.0)
+    loss1, g1 = grads_at(0.5)
+    for a, b, c, d in zip(wrap.opt.first[0], g0, wrap.grads[0], g1, strict=True):
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(c, d)
+    torch.testing.assert_close(wrap.opt.closure_losses[0], loss1)
+    torch.testing.assert_close(wrap.loss[0], loss0)
+    assert count.counts[Event.BEFORE_FORWARD] == 1  # the closure ran no events
+    for p, p0, g in zip(model.parameters(), start, g1, strict=True):  # the wrapper's SGD stepped
+        torch.testing.assert_close(p.detach(), p0 - 0.1 * g)
+
+
+class _StepGrads(Algorithm):
+    def __init__(self):
+        self.after_backward, self.before_step = [], []
+
+    def match(self, event, state):
+        return event in (Event.AFTER_BACKWARD, Event.BEFORE_OPTIMIZER_STEP)
+
+    def apply(self, event, state, logger=None):
+        grads = [p.grad.detach().clone() for p in state.model.parameters()]
+        (self.after_backward if event is Event.AFTER_BACKWARD else self.before_step).append(grads)
+
+
+def test_before_optimizer_step_sees_unscaled_gradients_under_amp_fp16_without_clipping():
+    """The Trainer unscales before BEFORE_OPTIMIZER_STEP whether or not it clips, so an algorithm
+    there (gradient clipping) works on the true gradients; the step is unchanged."""
+    probe = _StepGrads()
+    model = torch.nn.Linear(6, 3)
+    trainer = Trainer(model, _data(n=1), "1ba", precision="amp_fp16", device="cpu", algorithms=[probe])
+    scale = trainer.scaler.get_scale()
+    trainer.fit()
+    assert scale > 1
+    for scaled, unscaled in zip(probe.after_backward[0], probe.before_step[0], strict=True):
+        torch.testing.assert_close(scaled / scale, unscaled)

@@ -1,0 +1,242 @@
+"""SAM: step with the gradient taken at the worst weights within a small ball, so training seeks
+flat minima.
+
+Foret, Kleiner, Mobahi and Neyshabur, "Sharpness-Aware Minimization for Efficiently Improving
+Generalization", ICLR 2021.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.state import State
+
+__all__ = ["SAM", "SAMOptimizer", "sam_perturbation"]
+
+
+def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05,
+                     epsilon: float = 1e-12) -> list[torch.Tensor]:
+    """SAM's ascent step ``e(w) = rho * g / (||g|| + epsilon)``, one tensor per gradient.
+
+    ``||g||`` is the L2 norm of all of ``grads`` together (the whole model's gradient, not each
+    tensor's): ``e(w)`` is the first-order solution of the paper's inner maximisation
+    ``max_{||e|| <= rho} L(w + e)`` (its equation 2 with p = 2), a step of length ``rho`` (less
+    ``epsilon``'s share) uphill. Where the gradient is not finite (an overflowed ``amp_fp16``
+    backward) every tensor is zero, decided on the device without a host sync.
+
+    Args:
+        grads: the gradients ``g`` at the weights ``w``; not modified.
+        rho: the radius of the neighbourhood, ``>= 0``.
+        epsilon: added to the norm so a zero gradient gives a zero step, ``>= 0``.
+
+    Returns:
+        New tensors, one per gradient, of its shape, dtype and device.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import sam_perturbation
+        >>> [e] = sam_perturbation([torch.tensor([3.0, 4.0])], rho=0.5)
+        >>> e
+        tensor([0.3000, 0.4000])
+    """
+    check_sam(rho, epsilon)
+    grads = list(grads)
+    if not grads:
+        return []
+    norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+    if hasattr(norm, "full_tensor"):  # FSDP's sharded gradients give a sharded norm
+        norm = norm.full_tensor()
+    finite = torch.isfinite(norm)
+    scale = rho / (norm.float() + epsilon)
+    return [torch.where(finite.to(g.device), g * scale.to(g.device, g.dtype), 0.0) for g in grads]
+
+
+def check_sam(rho: float, epsilon: float, interval: int = 1) -> None:
+    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho < 0:
+        raise ValueError(f"rho={rho!r}: the neighbourhood's radius, a number >= 0")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
+            or epsilon < 0:
+        raise ValueError(f"epsilon={epsilon!r}: added to the gradient norm, a number >= 0")
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+        raise ValueError(f"interval={interval!r}: SAM runs every interval-th step, an integer >= 1")
+
+
+class SAMOptimizer(torch.optim.Optimizer):
+    """``base_optimizer`` stepping with the gradient at ``w + e(w)`` (:func:`sam_perturbation`).
+
+    It shares the base optimizer's parameter groups, state and ``state_dict`` (so schedulers,
+    checkpoints and anything that edits the groups act on both); it only adds
+    :meth:`first_step`, which the :class:`~algorithms.core.Trainer` calls after each backward
+    with a closure that runs the batch's forward, loss and backward again.
+
+    Args:
+        base_optimizer: the optimizer that takes the step.
+        rho: the neighbourhood's radius.
+        epsilon: added to the gradient norm.
+        interval: the gradient is taken at ``w + e(w)`` every ``interval``-th step; the others are
+            plain steps of the base optimizer.
+        global_step: steps already taken (a resumed run's), so the interval goes on in phase.
+    """
+
+    def __init__(self, base_optimizer: torch.optim.Optimizer, rho: float = 0.05, epsilon: float = 1e-12,
+                 interval: int = 1, global_step: int = 0):
+        check_sam(rho, epsilon, interval)
+        # Not Optimizer.__init__: that would copy the groups' list and add SAM's keys to them.
+        self.base_optimizer = base_optimizer
+        self.rho, self.epsilon, self.interval = rho, epsilon, interval
+        self.global_step = global_step
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.base_optimizer.param_groups
+
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.base_optimizer.state
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.base_optimizer.defaults
+
+    def first_step(self, closure: Callable[[], Any]) -> Any:
+        """On a SAM step: move the weights ``w`` to ``w + e(w)`` computed from their gradients,
+        clear the gradients, call ``closure`` (which leaves the gradient at ``w + e(w)``), and put
+        the weights back to exactly ``w``. Returns what ``closure`` returned, or ``None`` on the
+        other steps, which leave everything as it is."""
+        self.global_step += 1
+        if self.global_step % self.interval:
+            return None
+        params = [p for group in self.param_groups for p in group["params"] if p.grad is not None]
+        if not params:
+            return None
+        with torch.no_grad():
+            saved = [p.detach().clone() for p in params]
+            for p, e in zip(params, sam_perturbation([p.grad for p in params], self.rho, self.epsilon),
+                            strict=True):
+                p.add_(e)  # climb to w + e(w)
+                p.grad = None
+        with torch.enable_grad():
+            loss = closure()
+        with torch.no_grad():
+            for p, w in zip(params, saved, strict=True):
+                p.copy_(w)  # back to w exactly (w + e - e can differ in the last bit)
+        return loss
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        """The base optimizer's step, with whatever gradients the parameters hold."""
+        return self.base_optimizer.step(closure)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.base_optimizer.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.base_optimizer.add_param_group(param_group)
+
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.base_optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:  # type: ignore[override]
+        self.base_optimizer.load_state_dict(state_dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.__dict__
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return (f"SAMOptimizer({self.base_optimizer!r}, rho={self.rho!r}, epsilon={self.epsilon!r}, "
+                f"interval={self.interval!r})")
+
+
+class SAM(Algorithm):
+    """Sharpness-aware minimization in the Trainer: at ``Event.FIT_START`` (once the Trainer has
+    built the optimizer) it wraps each optimizer in a :class:`SAMOptimizer`. Each batch then
+    costs one more forward and backward (every ``interval``-th batch): the Trainer's backward
+    gives the gradient at ``w``, the weights move to ``w + e(w)``, the batch runs forward and
+    backward again there, the weights go back to ``w`` and the optimizer steps with that second
+    gradient, which the Trainer unscales, clips and (under DDP) has averaged as usual.
+
+    Args:
+        rho: the neighbourhood's radius, ``>= 0``; 0 takes plain steps at twice the cost.
+        epsilon: added to the gradient norm, ``>= 0``.
+        interval: take the gradient at ``w + e(w)`` every ``interval``-th step only, ``>= 1``.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import SAM
+        >>> from algorithms.core import Trainer
+        >>> model = torch.nn.Linear(5, 3)
+        >>> batches = [(torch.randn(8, 5), torch.randint(0, 3, (8,)))]
+        >>> trainer = Trainer(model, batches, "2ba", algorithms=[SAM(rho=0.05)], seed=0)
+        >>> trainer.fit()
+        >>> type(trainer.state.optimizer).__name__
+        'SAMOptimizer'
+    """
+
+    def __init__(self, rho: float = 0.05, epsilon: float = 1e-12, interval: int = 1):
+        check_sam(rho, epsilon, interval)
+        self.rho = rho
+        self.epsilon = epsilon
+        self.interval = interval
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.FIT_START
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        state.optimizers = tuple(
+            opt if isinstance(opt, SAMOptimizer) else  # a second fit() of the same Trainer
+            SAMOptimizer(opt, self.rho, self.epsilon, self.interval, global_step=state.timestamp.batch)
+            for opt in state.optimizers)
+
+
+# -- the figure ---------------------------------------------------------------------------------
+
+def _valley_loss(w: torch.Tensor) -> torch.Tensor:
+    """A 2-D loss whose minima, w_1 = 0, form a valley that is sharp near w_2 = 0 and flatter away
+    from it: the curvature across the valley is 1 + 10 / (1 + w_2^2)."""
+    return 0.5 * w[..., 0] ** 2 * (1 + 10 / (1 + w[..., 1] ** 2))
+
+
+def _worst_nearby(w: torch.Tensor, rho: float, directions: int = 64) -> float:
+    """``max_{||e|| = rho} L(w + e)`` over ``directions`` evenly spaced directions."""
+    angles = torch.arange(directions, dtype=w.dtype) * (2 * math.pi / directions)
+    return float(_valley_loss(w.detach() + rho * torch.stack([angles.cos(), angles.sin()], dim=1)).max())
+
+
+def sam_trajectory(steps: int = 150, lr: float = 0.05, rho: float = 0.3,
+                   start: Iterable[float] = (0.5, 0.3)) -> dict[str, Any]:
+    """Plain gradient descent and SAM (:class:`SAMOptimizer` around the same SGD, its
+    ``first_step`` given the closure the Trainer would give) from the same start on a valley of
+    minima that is sharp at one end: per step, each run's loss ``L(w)`` and the worst loss within
+    ``rho`` of it, what SAM minimises. Both reach the valley floor; gradient descent stops where it
+    lands, SAM goes on along the floor to where the valley is flatter."""
+    series: dict[str, list[float]] = {}
+    for name in ("gradient descent", "SAM"):
+        w = torch.tensor(list(start), dtype=torch.float64, requires_grad=True)
+        base = torch.optim.SGD([w], lr=lr)
+        opt = SAMOptimizer(base, rho=rho) if name == "SAM" else base
+        losses, worst = [], []
+        for _ in range(steps + 1):
+            opt.zero_grad()
+            loss = _valley_loss(w)
+            loss.backward()
+            losses.append(float(loss.detach()))
+            worst.append(_worst_nearby(w, rho))
+            if isinstance(opt, SAMOptimizer):
+                opt.first_step(lambda: _valley_loss(w).backward())
+            opt.step()
+        series[f"{name}: L(w)"] = losses
+        series[f"{name}: max L within rho"] = worst
+    return {"type": "lines", "x": list(range(steps + 1)), "series": series,
+            "title": f"A valley of minima, sharp at one end (rho={rho}, lr={lr})", "xlabel": "step",
+            "ylabel": "loss"}
