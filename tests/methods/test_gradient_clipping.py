@@ -1,0 +1,307 @@
+"""Gradient clipping's own semantics, checked against its definitions and Composer's tests.
+
+'norm': the total L2 norm becomes the threshold where it was above it, direction kept; 'value':
+every element clamped; 'adaptive' (AGC, Brock et al., 2021): each unit's gradient scaled by
+min(1, threshold * max(||W_u||, 1e-3) / ||G_u||). Composer's tests check that each type calls the
+matching clipping routine, that the algorithm runs at its event, that FSDP refuses 'adaptive', and
+AGC's coefficient on 1-D to 4-D examples; all are re-expressed here. Run under torchrun, this file
+is also the worker of ``test_two_ranks_clip_the_same_averaged_gradients``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import algorithms.functional as cf
+from algorithms import GradientClipping
+from algorithms.core import Algorithm, Event, Trainer
+from algorithms.gradient_clipping.gradient_clipping import clipping_trajectory, is_fsdp
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cnn_with_grads(scale=1.0, seed=0):
+    """Composer's test model shape: a convolution, linear layers, biases; gradients from one batch."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(8, 3, 10, 10, generator=g), torch.randint(0, 3, (8,), generator=g)
+    (F.cross_entropy(model(x), y) * scale).backward()
+    return model
+
+
+def _grads(model):
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def _norm(tensors):
+    return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors)))
+
+
+def test_norm_clipping_scales_the_total_norm_down_to_the_threshold():
+    model = _cnn_with_grads(scale=50.0)
+    before = _grads(model)
+    threshold = _norm(before) / 4  # a threshold that clips
+    cf.apply_gradient_clipping(model, "norm", threshold, fsdp_enabled=False)
+    after = _grads(model)
+    assert _norm(after) == pytest.approx(threshold, rel=1e-5)
+    for a, b in zip(after, before, strict=True):
+        torch.testing.assert_close(a, b * threshold / _norm(before), rtol=1e-5, atol=1e-7)  # direction kept
+    cf.apply_gradient_clipping(model, "norm", 10 * threshold, fsdp_enabled=False)  # below: unchanged
+    assert all(torch.equal(a, b) for a, b in zip(_grads(model), after, strict=True))
+
+
+def test_value_clipping_clamps_every_element():
+    model = _cnn_with_grads(scale=50.0)
+    before = _grads(model)
+    threshold = 0.25 * max(float(t.abs().max()) for t in before)
+    cf.apply_gradient_clipping(model, "value", threshold, fsdp_enabled=False)
+    after = _grads(model)
+    assert max(float(t.abs().max()) for t in after) <= threshold
+    assert sum(int((t.abs() > threshold).sum()) for t in before) > 0  # it clipped some
+    for a, b in zip(after, before, strict=True):
+        assert torch.equal(a, b.clamp(-threshold, threshold))
+
+
+def _agc_by_hand(weight, grad, threshold):
+    """Unit by unit with Python loops: rows (over all other dimensions) of a 2-D+ tensor, the whole
+    of a 1-D one."""
+    out = grad.clone().double()
+    units = [slice(None)] if weight.ndim <= 1 else range(weight.shape[0])
+    for u in units:
+        w_norm = max(float(weight[u].double().norm()), 1e-3)
+        g_norm = float(grad[u].double().norm())
+        if g_norm > threshold * w_norm:
+            out[u] = grad[u].double() * threshold * w_norm / g_norm
+    return out
+
+
+@pytest.mark.parametrize("threshold", [0.01, 0.05, 0.5])
+def test_adaptive_clipping_is_agc_unit_by_unit(threshold):
+    model = _cnn_with_grads(scale=5.0)
+    before = _grads(model)
+    cf.apply_gradient_clipping(model, "adaptive", threshold, fsdp_enabled=False)
+    clipped = 0
+    for p, b in zip(model.parameters(), before, strict=True):
+        want = _agc_by_hand(p.detach(), b, threshold)
+        torch.testing.assert_close(p.grad.double(), want, rtol=1e-5, atol=1e-8)
+        clipped += int(not torch.equal(p.grad, b))
+    assert clipped > 0
+
+
+@pytest.mark.parametrize(("weights", "grad", "threshold", "expected"), [
+    # Composer's cases of _get_clipped_gradient_coeff, 1-D to 4-D.
+    ([3., 4.], [7., 24.], 0.5, [0.7, 2.4]),
+    ([[3., 4.], [9., 40.]], [[7., 24.], [5., 12.]], 0.5, [[0.7, 2.4], [5., 12.]]),
+    ([[[3., 8.], [2., 2.]], [[1., 3.], [3., 9.]]], [[[1., 1.], [3., 5.]], [[1., 1.], [1., 1.]]], 1 / 3,
+     [[[0.5, 0.5], [1.5, 2.5]], [[1.0, 1.0], [1.0, 1.0]]]),
+    ([[[[3.], [8.]], [[2.], [2.]]], [[[1.], [3.]], [[3.], [9.]]]], [[[[1.], [1.]], [[3.], [5.]]], [[[1.], [1.]], [[1.], [1.]]]],
+     1 / 3, [[[[0.5], [0.5]], [[1.5], [2.5]]], [[[1.0], [1.0]], [[1.0], [1.0]]]]),
+    # A zero gradient stays zero; a zero weight is floored at the paper's 1e-3 (Composer's gives 0).
+    ([1., 1.], [0., 0.], 1e-4, [0., 0.]),
+    ([0., 0.], [1., 1.], 0.5, [0.5e-3 / 2**0.5, 0.5e-3 / 2**0.5]),
+])
+def test_agc_on_composers_examples(weights, grad, threshold, expected):
+    p = torch.nn.Parameter(torch.tensor(weights))
+    p.grad = torch.tensor(grad)
+    holder = torch.nn.Module()
+    holder.p = p
+    cf.apply_gradient_clipping(holder, "adaptive", threshold, fsdp_enabled=False)
+    torch.testing.assert_close(p.grad, torch.tensor(expected))
+
+
+def test_parameters_without_gradients_are_skipped():
+    model = torch.nn.Linear(3, 2)
+    for kind in ("norm", "value", "adaptive"):
+        cf.apply_gradient_clipping(model, kind, 0.1)
+        assert all(p.grad is None for p in model.parameters())
+
+
+class _Grads(Algorithm):
+    def __init__(self):
+        self.after_backward, self.at_step = [], []
+
+    def match(self, event, state):
+        return event in (Event.AFTER_BACKWARD, Event.AFTER_TRAIN_BATCH)
+
+    def apply(self, event, state, logger=None):
+        if event is Event.AFTER_BACKWARD:
+            self.after_backward.append(_grads(state.model))
+
+
+class _AtStep(Algorithm):
+    """Put after GradientClipping: the gradients the optimizer steps with."""
+
+    def __init__(self):
+        self.grads = []
+
+    def match(self, event, state):
+        return event is Event.BEFORE_OPTIMIZER_STEP
+
+    def apply(self, event, state, logger=None):
+        self.grads.append(_grads(state.model))
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp_fp16"])
+def test_in_the_trainer_it_clips_the_unscaled_gradient_before_the_step(precision):
+    """Under amp_fp16 backward runs on the scaled loss; the optimizer gets the unscaled gradient
+    clipped to the threshold, computed here from the scaled gradient's norm and the scale."""
+    g = torch.Generator().manual_seed(3)
+    data = [(torch.randn(8, 16, generator=g) * 4, torch.randint(0, 4, (8,), generator=g))]
+    seen, at_step = _Grads(), _AtStep()
+    model = _mlp()
+    reference = copy.deepcopy(model)
+    F.cross_entropy(reference(data[0][0]), data[0][1]).backward()
+    threshold = _norm([p.grad for p in reference.parameters()]) / 4
+    trainer = Trainer(model, data, "1ba", precision=precision, device="cpu",
+                      algorithms=[seen, GradientClipping("norm", threshold), at_step],
+                      optimizer=lambda params: torch.optim.SGD(params, lr=0.5))
+    scale = trainer.scaler.get_scale() if precision == "amp_fp16" else 1.0
+    start = [p.detach().clone() for p in trainer.state.model.parameters()]
+    trainer.fit()
+    unscaled = [t.double() / scale for t in seen.after_backward[0]]
+    norm = _norm(unscaled)
+    assert norm > 3 * threshold  # the threshold clips
+    for got, want in zip(at_step.grads[0], unscaled, strict=True):
+        torch.testing.assert_close(got.double(), want * threshold / norm, rtol=1e-5, atol=1e-8)
+    for p0, p1, grad in zip(start, trainer.state.model.parameters(), at_step.grads[0], strict=True):
+        torch.testing.assert_close(p1.detach(), p0 - 0.5 * grad)  # the step used them
+    if precision == "amp_fp16":
+        assert scale > 1
+
+
+def test_the_class_runs_the_functional_form_at_before_optimizer_step(monkeypatch):
+    """Composer's test_gradient_clipping_algorithm: the algorithm calls the functional form with
+    its arguments at its event, and not FSDP's path for an unsharded model."""
+    import algorithms.gradient_clipping.gradient_clipping as module
+
+    calls = []
+    monkeypatch.setattr(module, "apply_gradient_clipping", lambda *a, **k: calls.append((a, k)))
+    model = _mlp()
+    algo = GradientClipping("value", 0.25)
+    assert algo.match(Event.BEFORE_OPTIMIZER_STEP, None) and not algo.match(Event.AFTER_BACKWARD, None)
+    Trainer(model, [(torch.randn(4, 16), torch.randint(0, 4, (4,)))], "2ba", algorithms=[algo], device="cpu").fit()
+    assert len(calls) == 2
+    assert calls[0][0][1:] == ("value", 0.25) and calls[0][1] == {"fsdp_enabled": False}
+    assert not is_fsdp(model)
+
+
+def test_it_changes_the_weights_the_run_ends_with():
+    g = torch.Generator().manual_seed(4)
+    data = [(torch.randn(8, 16, generator=g) * 4, torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
+    runs = []
+    for algos in ([], [GradientClipping("norm", 0.1)], [GradientClipping("adaptive", 0.01)]):
+        t = Trainer(_mlp(), data, "3ba", algorithms=algos, device="cpu", seed=0)
+        t.fit()
+        runs.append([p.detach() for p in t.state.model.parameters()])
+    for clipped in runs[1:]:
+        assert any(not torch.allclose(a, b) for a, b in zip(runs[0], clipped, strict=True))
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("scale", 1.0), "clipping_type='scale'"), (("Norm", 1.0), "clipping_type='Norm'"),
+    (("norm", 0.0), "clipping_threshold=0.0"), (("norm", -1.0), "clipping_threshold=-1.0"),
+    (("value", float("inf")), "clipping_threshold=inf"), (("value", "1"), "clipping_threshold='1'"),
+])
+def test_bad_arguments_fail_naming_the_argument(args, words):
+    with pytest.raises(ValueError, match=f"^{words}"):
+        GradientClipping(*args)
+    with pytest.raises(ValueError, match=f"^{words}"):
+        cf.apply_gradient_clipping(torch.nn.Linear(2, 2), *args, fsdp_enabled=False)
+
+
+def test_adaptive_clipping_is_refused_with_fsdp():
+    with pytest.raises(ValueError, match="^clipping_type='adaptive': not with fsdp_enabled"):
+        cf.apply_gradient_clipping(torch.nn.Linear(2, 2), "adaptive", 0.01, fsdp_enabled=True)
+
+
+def test_the_figure_is_computed_by_the_clipping():
+    out = clipping_trajectory("norm", 1.0, steps=40, generator=torch.Generator().manual_seed(0))
+    before, after = out["series"]["before clipping"], out["series"]["after clipping"]
+    assert out["type"] == "lines" and len(out["x"]) == len(before) == len(after) == 40
+    assert any(b > 1.0 for b in before)
+    for b, a in zip(before, after, strict=True):
+        assert a == pytest.approx(min(b, 1.0), rel=1e-5)
+
+
+# -- two ranks: DDP and FSDP ---------------------------------------------------------------------
+
+GLOBAL_BATCH = 8
+
+
+def _global_batch():
+    g = torch.Generator().manual_seed(5)
+    return torch.randn(GLOBAL_BATCH, 16, generator=g) * 4, torch.randint(0, 4, (GLOBAL_BATCH,), generator=g)
+
+
+@pytest.mark.parametrize("clipping_type", ["norm", "value"])
+def test_two_ranks_clip_the_same_averaged_gradients(tmp_path, clipping_type):
+    """Two ranks with half the global batch each: after clipping both hold the same gradients,
+    those of one process clipping the whole batch's gradient (DDP averages before the clipping);
+    FSDP's sharded run steps to the same weights."""
+    out = tmp_path / "grads.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           __file__, clipping_type, str(out)], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = torch.load(out)
+    x, y = _global_batch()
+    at_step = _AtStep()
+    single = Trainer(_mlp(), [(x, y)], "1ba", algorithms=[GradientClipping(clipping_type, 0.05), at_step],
+                     optimizer=lambda params: torch.optim.SGD(params, lr=0.5), device="cpu")
+    single.fit()
+    names = [n for n, _ in single.state.model.named_parameters()]
+    for rank in (0, 1):
+        for name, want in zip(names, at_step.grads[0], strict=True):
+            torch.testing.assert_close(got["ddp_grads"][rank][name], want, rtol=1e-5, atol=1e-7, msg=name)
+    for (name, p) in single.state.model.named_parameters():
+        torch.testing.assert_close(got["ddp_params"][name], p.detach(), rtol=1e-5, atol=1e-7, msg=name)
+        torch.testing.assert_close(got["fsdp_params"][name], p.detach(), rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _worker(clipping_type: str, out_path: str) -> None:
+    import torch.distributed as dist
+
+    from algorithms.core.distributed import rank_and_world_size
+
+    rank, world = rank_and_world_size()
+    x, y = _global_batch()
+    per = GLOBAL_BATCH // world
+    data = [(x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])]
+    result = {}
+    for parallel in ("ddp", "fsdp"):
+        at_step = _AtStep()
+        trainer = Trainer(_mlp(), data, "1ba", algorithms=[GradientClipping(clipping_type, 0.05), at_step],
+                          optimizer=lambda params: torch.optim.SGD(params, lr=0.5), parallel=parallel, device="cpu")
+        trainer.fit()
+        model = trainer.state.model
+        params = {n.removeprefix("module."): (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+                  for n, p in model.named_parameters()}
+        result[f"{parallel}_params"] = params
+        if parallel == "ddp":
+            names = [n.removeprefix("module.") for n, _ in model.named_parameters()]
+            grads = [None] * world
+            dist.all_gather_object(grads, dict(zip(names, at_step.grads[0], strict=True)))
+            result["ddp_grads"] = grads
+    if rank == 0:
+        torch.save(result, out_path)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _worker(*sys.argv[1:])
