@@ -1,0 +1,156 @@
+"""Low Precision LayerNorm: layer norms that run in the autocast dtype instead of float32.
+
+Under ``torch.autocast`` on CUDA, ``layer_norm`` is on the list of operations autocast runs in
+float32, so every layer norm casts its half-precision input up and its output stays float32 (on
+the CPU it runs in its input's dtype, and a float32 residual stream keeps it in float32).
+:class:`LPLayerNorm` casts its input, weight and bias to the autocast dtype and runs there.
+Composer's ``LowPrecisionLayerNorm`` is the model for this method.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.options import PRECISIONS
+from ..core.state import State
+from ..surgery import NoModulesReplacedWarning, replace_module_classes
+
+__all__ = ["LPLayerNorm", "LowPrecisionLayerNorm", "apply_low_precision_layernorm", "layernorm_error"]
+
+#: The Trainer precisions under which the replacement acts: the autocast ones.
+AUTOCAST_PRECISIONS = ("amp_fp16", "amp_bf16")
+
+
+def apply_low_precision_layernorm(model: nn.Module, precision: str | None = None,
+                                  optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None
+                                  ) -> nn.Module:
+    """Replace every ``nn.LayerNorm`` of ``model`` with :class:`LPLayerNorm`, in place, as
+    ``composer.functional.apply_low_precision_layernorm``.
+
+    Only for the autocast precisions: with ``precision`` ``"amp_fp16"`` or ``"amp_bf16"`` (the
+    Trainer's names) each layer norm is replaced, its weight and bias copied; with any other
+    precision (``None`` included, the default) nothing is replaced and it warns, since outside
+    autocast the replacement computes exactly what ``nn.LayerNorm`` does.
+
+    Args:
+        model: the model to change.
+        precision: the Trainer precision the model will train under, one of
+            :data:`~algorithms.core.options.PRECISIONS` or ``None``.
+        optimizers: optimizers that already hold the model's parameters; they are given the
+            replacements' parameters (and their state) instead.
+
+    Returns:
+        ``model``; it warns (:class:`~algorithms.surgery.NoModulesReplacedWarning`) when it
+        replaces nothing.
+
+    Example::
+
+        >>> import torch
+        >>> import algorithms.functional as cf
+        >>> from algorithms.models import transformer_tiny
+        >>> model = cf.apply_low_precision_layernorm(transformer_tiny(vocab_size=50), precision="amp_bf16")
+        >>> type(model.ln_f).__name__
+        'LPLayerNorm'
+        >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+        ...     model.ln_f(torch.randn(2, 64)).dtype
+        torch.bfloat16
+    """
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)} (or None)")
+    if precision not in AUTOCAST_PRECISIONS:
+        warnings.warn(f"LowPrecisionLayerNorm: precision={precision!r} runs no autocast, where a low precision "
+                      "layer norm computes what nn.LayerNorm does; it applies to amp_fp16 and amp_bf16 only, so the "
+                      "model is unchanged", NoModulesReplacedWarning, stacklevel=2)
+        return model
+    replace_module_classes(model, {nn.LayerNorm: _to_lp_layernorm}, optimizers=optimizers,
+                           method="LowPrecisionLayerNorm")
+    return model
+
+
+class LPLayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` that, under autocast, runs in the autocast dtype: its input, weight and
+    bias are cast to it and ``layer_norm`` runs with autocast off, so the output has that dtype.
+    Outside autocast it is ``nn.LayerNorm``."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        device_type = input.device.type
+        if not torch.is_autocast_enabled(device_type):
+            return super().forward(input)
+        dtype = torch.get_autocast_dtype(device_type)
+        weight = None if self.weight is None else self.weight.to(dtype)
+        bias = None if self.bias is None else self.bias.to(dtype)
+        with torch.autocast(device_type=device_type, enabled=False):
+            return F.layer_norm(input.to(dtype), self.normalized_shape, weight, bias, self.eps)
+
+
+def _to_lp_layernorm(module: nn.Module, index: int) -> LPLayerNorm | None:
+    if type(module) is LPLayerNorm:
+        return None  # already low precision
+    assert isinstance(module, nn.LayerNorm)
+    new = LPLayerNorm(module.normalized_shape, eps=module.eps, elementwise_affine=module.elementwise_affine,
+                      bias=module.bias is not None)
+    with torch.no_grad():
+        if module.weight is not None:
+            new.weight.copy_(module.weight)
+        if module.bias is not None:
+            new.bias.copy_(module.bias)
+    return new.train(module.training)
+
+
+def layernorm_error(width: int = 64, offsets: tuple[float, ...] | list[float] = (0, 1, 4, 16, 64),
+                    generator: torch.Generator | None = None) -> dict[str, Any]:
+    """The figure's data: the largest absolute difference between :class:`LPLayerNorm` under CPU
+    autocast (bfloat16, float16) and ``nn.LayerNorm`` in float32, on seeded rows of ``width``
+    standard normal values shifted by each offset (a mean large against the spread, as residual
+    streams grow, is where rounding the input costs most), with seeded weights and biases."""
+    reference = nn.LayerNorm(width)
+    with torch.no_grad():
+        reference.weight.copy_(1 + 0.1 * torch.randn(width, generator=generator))
+        reference.bias.copy_(0.1 * torch.randn(width, generator=generator))
+    low = apply_low_precision_layernorm(nn.Sequential(reference), precision="amp_bf16")[0]
+    noise = torch.randn(256, width, generator=generator)
+    series: dict[str, list[float]] = {"bfloat16": [], "float16": []}
+    for offset in offsets:
+        x = noise + offset
+        with torch.no_grad():
+            expected = reference(x)
+            for label, dtype in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
+                with torch.autocast("cpu", dtype=dtype):
+                    out = low(x)
+                series[label].append(float((out.float() - expected).abs().max()))
+    return {"type": "lines", "x": [float(o) for o in offsets], "series": series,
+            "title": f"LPLayerNorm under autocast against nn.LayerNorm in float32, width {width}",
+            "xlabel": "mean of the input (its standard deviation is 1)", "ylabel": "largest absolute difference"}
+
+
+class LowPrecisionLayerNorm(Algorithm):
+    """Low Precision LayerNorm as a training-loop algorithm: at ``Event.INIT``,
+    :func:`apply_low_precision_layernorm` replaces the model's layer norms when the Trainer's
+    precision is ``amp_fp16`` or ``amp_bf16`` (and warns, changing nothing, otherwise).
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import LowPrecisionLayerNorm
+        >>> from algorithms.core import Trainer
+        >>> from algorithms.models import lm_loss, transformer_tiny
+        >>> ids = torch.randint(0, 50, (4, 17))
+        >>> batches = [{"input_ids": ids[:, :-1], "labels": ids[:, 1:]}]
+        >>> Trainer(transformer_tiny(50), batches, "1ba", loss_fn=lm_loss, input_key="input_ids",
+        ...         target_key="labels", algorithms=[LowPrecisionLayerNorm()], precision="amp_bf16",
+        ...         device="cpu", seed=0).fit()
+    """
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.INIT
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        apply_low_precision_layernorm(state.model, precision=state.precision, optimizers=state.optimizers)
