@@ -1,0 +1,170 @@
+"""Layer freezing: stop training the earliest layers progressively during the last part of
+training, which saves their backward and optimizer work.
+
+After FreezeOut (Brock, Lim, Ritchie and Weston, 2017) and Freeze Training (Raghu, Gilmer,
+Yosinski and Sohl-Dickstein, SVCCA, 2017), with Composer's linear schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..core.algorithm import Algorithm
+from ..core.event import Event
+from ..core.state import State
+
+__all__ = ["LayerFreezing", "freeze_layers"]
+
+log = logging.getLogger(__name__)
+
+
+def freeze_layers(model: torch.nn.Module,
+                  optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
+                  current_duration: float, freeze_start: float = 0.5,
+                  freeze_level: float = 1.0) -> tuple[int, float]:
+    """Freeze the earliest layers of ``model`` in place, as ``composer.functional.freeze_layers``.
+
+    The layers are the modules without children that hold parameters, in definition order
+    (depth first). The fraction to freeze is :func:`freeze_schedule`: 0 until ``freeze_start``,
+    then linear up to ``freeze_level`` at the end of training. The first
+    ``int(fraction * (layers - 1))`` layers are frozen (the last layer, the classifier, never is):
+    their parameters get ``requires_grad=False`` and no gradient, and leave every optimizer's
+    parameter groups and state, so neither momentum nor weight decay moves them. Freezing only
+    grows: a layer frozen earlier stays frozen.
+
+    Args:
+        model: the model being trained.
+        optimizers: the optimizer or optimizers training it, or ``None``.
+        current_duration: the fraction of training done, in ``[0, 1]``.
+        freeze_start: the fraction of training before freezing begins, in ``[0, 1)``.
+        freeze_level: the fraction of the layers frozen at the end of training, in ``[0, 1]``.
+
+    Returns:
+        ``(freeze_depth, freeze_percentage)``: how many layers the schedule freezes now, and the
+        scheduled fraction of the layers.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import freeze_layers
+        >>> model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(5)])
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> freeze_layers(model, opt, current_duration=0.75, freeze_start=0.5, freeze_level=1.0)
+        (2, 0.5)
+        >>> [p.requires_grad for p in model[1].parameters()], len(opt.param_groups[0]["params"])
+        ([False, False], 6)
+    """
+    fraction = freeze_schedule(current_duration, freeze_start, freeze_level)
+    layers = _layers(model)
+    depth = int(fraction * (len(layers) - 1)) if layers else 0
+    if optimizers is None:
+        optimizers = ()
+    elif isinstance(optimizers, torch.optim.Optimizer):
+        optimizers = (optimizers,)
+    frozen = [p for layer in layers[:depth] for p in layer.parameters()]
+    _remove_from_optimizers(frozen, optimizers)
+    for p in frozen:
+        p.requires_grad_(False)
+        p.grad = None
+    log.info("layer freezing (freeze_start=%s, freeze_level=%s): %d of %d layers frozen (%.1f %% scheduled)",
+             freeze_start, freeze_level, depth, len(layers), 100 * fraction)
+    return depth, fraction
+
+
+def freeze_schedule(current_duration: float, freeze_start: float = 0.5, freeze_level: float = 1.0) -> float:
+    """The fraction of the layers to freeze at ``current_duration``: 0 up to ``freeze_start``, then
+    ``freeze_level * (current_duration - freeze_start) / (1 - freeze_start)``."""
+    check_layer_freezing(freeze_start, freeze_level)
+    if isinstance(current_duration, bool) or not isinstance(current_duration, (int, float)) \
+            or not 0 <= current_duration <= 1:
+        raise ValueError(f"current_duration={current_duration!r}: the fraction of training done, in [0, 1]")
+    if current_duration <= freeze_start:
+        return 0.0
+    return freeze_level * (current_duration - freeze_start) / (1.0 - freeze_start)
+
+
+def check_layer_freezing(freeze_start: float, freeze_level: float) -> None:
+    if isinstance(freeze_start, bool) or not isinstance(freeze_start, (int, float)) \
+            or not math.isfinite(freeze_start) or not 0 <= freeze_start < 1:
+        raise ValueError(f"freeze_start={freeze_start!r}: the fraction of training before freezing, in [0, 1)")
+    if isinstance(freeze_level, bool) or not isinstance(freeze_level, (int, float)) \
+            or not math.isfinite(freeze_level) or not 0 <= freeze_level <= 1:
+        raise ValueError(f"freeze_level={freeze_level!r}: the fraction of the layers frozen at the end, in [0, 1]")
+
+
+def _layers(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules without children that hold parameters, depth first in definition order."""
+    children = list(module.children())
+    if not children:
+        return [module] if any(True for _ in module.parameters(recurse=False)) else []
+    return [layer for child in children for layer in _layers(child)]
+
+
+def _remove_from_optimizers(params: list[torch.Tensor], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    gone = {id(p) for p in params}
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["params"] = [p for p in group["params"] if id(p) not in gone]
+        for p in params:
+            opt.state.pop(p, None)
+
+
+class LayerFreezing(Algorithm):
+    """Layer freezing in the Trainer: at the end of every epoch (``Event.EPOCH_END``) it calls
+    :func:`freeze_layers` with the fraction of training done, so from ``freeze_start`` on the
+    earliest layers stop training, a growing share of them each epoch.
+
+    Args:
+        freeze_start: the fraction of training before freezing begins, in ``[0, 1)``.
+        freeze_level: the fraction of the layers frozen at the end of training, in ``[0, 1]``.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import LayerFreezing
+        >>> from algorithms.core import Trainer
+        >>> model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        >>> batches = [(torch.randn(8, 5), torch.randint(0, 3, (8,)))]
+        >>> Trainer(model, batches, "4ep", algorithms=[LayerFreezing(freeze_start=0.25)]).fit()
+        >>> model[0].weight.requires_grad
+        False
+    """
+
+    def __init__(self, freeze_start: float = 0.5, freeze_level: float = 1.0):
+        check_layer_freezing(freeze_start, freeze_level)
+        self.freeze_start = freeze_start
+        self.freeze_level = freeze_level
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.EPOCH_END
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        freeze_layers(state.model, state.optimizers, state.progress(), self.freeze_start, self.freeze_level)
+
+
+# -- the figure ---------------------------------------------------------------------------------
+
+def freeze_schedule_plot(freeze_start: float = 0.5, freeze_level: float = 1.0, points: int = 41) -> dict[str, Any]:
+    """The scheduled fraction of layers frozen over training, and the fraction of resnet20's
+    layers :func:`freeze_layers` freezes at each point (whole layers: a staircase)."""
+    from ..models import resnet20
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = resnet20(10)
+    n = len(_layers(model))
+    x = [i / (points - 1) for i in range(points)]
+    scheduled, frozen = [], []
+    for duration in x:
+        depth, fraction = freeze_layers(model, None, duration, freeze_start, freeze_level)
+        scheduled.append(fraction)
+        frozen.append(depth / n)
+    return {"type": "lines", "x": x,
+            "series": {"scheduled fraction": scheduled, f"resnet20: layers frozen / {n}": frozen},
+            "title": f"freeze_start={freeze_start}, freeze_level={freeze_level}",
+            "xlabel": "fraction of training done", "ylabel": "fraction of layers frozen"}
