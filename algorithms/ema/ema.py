@@ -1,0 +1,297 @@
+"""EMA: evaluate with an exponential moving average of the weights seen during training.
+
+The average of iterates goes back to Polyak and Juditsky, "Acceleration of Stochastic
+Approximation by Averaging", 1992; the exponentially weighted form is the one Composer's EMA uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..core.algorithm import Algorithm
+from ..core.distributed import unwrap_model
+from ..core.event import Event
+from ..core.state import State
+from ..core.time import Duration, TimeUnit
+
+__all__ = ["EMA", "compute_ema", "ema_trajectory"]
+
+
+def compute_ema(model: torch.nn.Module, ema_model: torch.nn.Module, smoothing: float = 0.99) -> None:
+    r"""Move ``ema_model``'s weights towards ``model``'s, in place, as ``composer.functional.compute_ema``:
+
+    .. math::
+        W_{ema} \leftarrow \text{smoothing} \cdot W_{ema} + (1 - \text{smoothing}) \cdot W_{model}
+
+    for every parameter and every floating-point buffer (batch-norm statistics included); integer
+    buffers (batch norm's ``num_batches_tracked``) are copied. A term's weight halves every
+    :math:`-\ln 2 / \ln(\text{smoothing})` updates, so ``smoothing = exp(-ln 2 / half_life)``.
+
+    Args:
+        model: the model being trained; not modified.
+        ema_model: a copy of ``model`` (the same parameters and buffers, in the same order) holding
+            the average; changed in place.
+        smoothing: how much of the old average each update keeps, in ``[0, 1]``: 0 copies
+            ``model``, 1 leaves the average as it is.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import compute_ema
+        >>> model, ema_model = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+        >>> with torch.no_grad():
+        ...     _ = model.weight.fill_(1.0), ema_model.weight.fill_(0.0)
+        >>> compute_ema(model, ema_model, smoothing=0.9)
+        >>> ema_model.weight
+        Parameter containing:
+        tensor([[0.1000, 0.1000]], requires_grad=True)
+    """
+    check_smoothing(smoothing)
+    averaged, current = [], []
+    with torch.no_grad():
+        for ema_tensor, tensor in paired_tensors(model, ema_model):
+            if ema_tensor.is_floating_point() or ema_tensor.is_complex():
+                averaged.append(ema_tensor.detach())
+                current.append(tensor.detach())
+            else:
+                ema_tensor.copy_(tensor)
+        if averaged:
+            torch._foreach_mul_(averaged, smoothing)
+            torch._foreach_add_(averaged, current, alpha=1.0 - smoothing)
+
+
+def paired_tensors(model: torch.nn.Module, copy_: torch.nn.Module, name: str = "ema_model"
+                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(copy's tensor, model's tensor)`` for every parameter and then every buffer, checked to
+    correspond (a ValueError naming the copy's argument otherwise)."""
+    mine = [*copy_.parameters(), *copy_.buffers()]
+    theirs = [*model.parameters(), *model.buffers()]
+    if len(mine) != len(theirs) or any(a.shape != b.shape for a, b in zip(mine, theirs, strict=True)):
+        raise ValueError(f"{name}: its parameters and buffers do not match model's — make it with "
+                         "copy.deepcopy(model)")
+    return list(zip(mine, theirs, strict=True))
+
+
+def check_smoothing(smoothing: float) -> None:
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1:
+        raise ValueError(f"smoothing={smoothing!r}: the share of the old average each update keeps, in [0, 1]")
+
+
+def duration_argument(name: str, text: Any, units: tuple[TimeUnit, ...]) -> Duration:
+    """``text`` parsed as a duration in one of ``units``, or a ValueError naming the argument."""
+    try:
+        duration = Duration.parse(text)
+    except ValueError as exc:
+        raise ValueError(f"{name}={text!r}: {exc}") from None
+    if duration.unit not in units:
+        raise ValueError(f"{name}={text!r}: give it in {' or '.join(repr(u.value) for u in units)}, e.g. "
+                         f"'10{units[0].value}'")
+    return duration
+
+
+class EMA(Algorithm):
+    """Keep an exponential moving average of the weights and evaluate with it.
+
+    The training weights are left alone: after each update interval (from ``ema_start`` on) the
+    average moves towards them with :func:`compute_ema`; at ``Event.EVAL_START`` the averaged
+    weights are swapped into the model and at ``Event.EVAL_END`` the training weights come back. The
+    first update at or after ``ema_start`` starts the average as a copy of the weights then. The
+    average is in :meth:`state_dict`, so a checkpoint resumes it.
+
+    Args:
+        half_life: how long a term of the average takes to lose half its weight, in batches or
+            epochs (``'1000ba'``, ``'1ep'``); ``smoothing = exp(-ln 2 * update_interval / half_life)``.
+            Give either it or ``smoothing``.
+        smoothing: the share of the old average each update keeps, in ``[0, 1]``, used as given
+            (with ``half_life=None``).
+        ema_start: when averaging starts: ``'0.0dur'``, ``'2ep'``, ``'500ba'``.
+        update_interval: update every this many batches or epochs (``'1ba'``, ``'1ep'``); by default
+            one of ``half_life``'s unit, or ``'1ba'`` with ``smoothing``. With ``half_life`` it must
+            be in the same unit.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import EMA
+        >>> from algorithms.core import Trainer
+        >>> model = torch.nn.Linear(4, 3)
+        >>> batches = [(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(4)]
+        >>> ema = EMA(half_life="2ba")
+        >>> trainer = Trainer(model, batches, "1ep", algorithms=[ema], seed=0)
+        >>> trainer.fit()
+        >>> round(ema.smoothing, 4)
+        0.7071
+        >>> sorted(trainer.eval(batches))  # with the averaged weights
+        ['accuracy', 'loss']
+    """
+
+    def __init__(self, half_life: str | None = "1000ba", smoothing: float | None = None, ema_start: str = "0.0dur",
+                 update_interval: str | None = None):
+        if half_life is None and smoothing is None:
+            raise ValueError("half_life=None: give half_life (e.g. '1000ba') or smoothing (e.g. 0.999)")
+        if half_life is not None and smoothing is not None:
+            raise ValueError(f"smoothing={smoothing!r}: give either half_life or smoothing, not both — pass "
+                             "half_life=None with smoothing")
+        periodic = (TimeUnit.BATCH, TimeUnit.EPOCH)
+        life = duration_argument("half_life", half_life, periodic) if half_life is not None else None
+        duration_argument("ema_start", ema_start, (TimeUnit.DURATION, TimeUnit.BATCH, TimeUnit.EPOCH, TimeUnit.SAMPLE))
+        if update_interval is None:
+            interval = Duration(1, life.unit if life is not None else TimeUnit.BATCH)
+        else:
+            interval = duration_argument("update_interval", update_interval, periodic)
+            if interval.value < 1:
+                raise ValueError(f"update_interval={update_interval!r}: must be at least one batch or epoch")
+            if life is not None and interval.unit is not life.unit:
+                raise ValueError(f"update_interval={update_interval!r}: must be in half_life's unit "
+                                 f"({life.unit.value!r}), since the smoothing is their ratio")
+        if smoothing is not None:
+            check_smoothing(smoothing)
+        self.half_life = half_life
+        #: The smoothing of each update: as given, or ``exp(-ln 2 * update_interval / half_life)``.
+        self.smoothing = float(smoothing) if smoothing is not None else _smoothing(interval, life)
+        self.ema_start = ema_start
+        self.update_interval = str(interval)
+        self._interval = interval
+        self._ema_model: torch.nn.Module | None = None
+        self._pending: Mapping[str, torch.Tensor] | None = None  # averaged weights loaded before the copy exists
+        self._swapped_into: torch.nn.Module | None = None  # the model holding the average during evaluation
+
+    @property
+    def ema_model(self) -> torch.nn.Module | None:
+        """The averaged weights as a copy of the model (``None`` before averaging starts); during
+        evaluation they are in the model and this holds the training weights."""
+        return self._ema_model
+
+    def _update_event(self) -> Event:
+        return Event.BATCH_END if self._interval.unit is TimeUnit.BATCH else Event.EPOCH_END
+
+    def _started(self) -> bool:
+        return self._ema_model is not None or self._pending is not None
+
+    def match(self, event: Event, state: State) -> bool:
+        if event is self._update_event():
+            return True
+        return event in (Event.EVAL_START, Event.EVAL_END) and self._started()
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        model = unwrap_model(state.model)
+        if event is Event.EVAL_START:
+            if self._swapped_into is None:
+                _swap(model, self._average(model))
+                self._swapped_into = model
+        elif event is Event.EVAL_END:
+            if self._swapped_into is not None:
+                _swap(self._swapped_into, self._average(model))
+                self._swapped_into = None
+        elif not self._started():
+            if state.reached(self.ema_start):
+                self._ema_model = frozen_copy(model)
+        elif state.timestamp.get(self._interval.unit) % int(self._interval.value) == 0:
+            compute_ema(model, self._average(model), self.smoothing)
+
+    def _average(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The copy holding the average, made from ``model`` where a checkpoint's weights wait for it."""
+        if self._ema_model is None:
+            self._ema_model = frozen_copy(model)
+            self._ema_model.load_state_dict(self._pending)
+            self._pending = None
+        return self._ema_model
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base's state and ``ema_weights``: the average's ``state_dict`` (``None`` before it
+        starts), taken from the model while evaluation has it swapped in."""
+        state = super().state_dict()
+        holder = self._swapped_into if self._swapped_into is not None else self._ema_model
+        if holder is not None:
+            state["ema_weights"] = {k: v.detach().clone() for k, v in holder.state_dict().items()}
+        elif self._pending is not None:
+            state["ema_weights"] = dict(self._pending)
+        else:
+            state["ema_weights"] = None
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        weights = state_dict.get("ema_weights")
+        self._swapped_into = None
+        if weights is None:
+            self._ema_model, self._pending = None, None
+        elif self._ema_model is not None:
+            self._ema_model.load_state_dict(weights)
+        else:
+            self._pending = dict(weights)
+
+    def _state_keys(self) -> set[str]:
+        return super()._state_keys() | {"ema_weights"}
+
+
+def _smoothing(interval: Duration, half_life: Duration) -> float:
+    if half_life.value == 0:  # a half life of nothing keeps nothing of the past
+        return 0.0
+    return math.exp(-math.log(2) * interval.value / half_life.value)
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` on its device, without gradients, to hold averaged weights."""
+    duplicate = copy.deepcopy(model)
+    for p in duplicate.parameters():
+        p.grad = None
+        p.requires_grad_(False)
+    return duplicate
+
+
+@torch.no_grad()
+def _swap(model: torch.nn.Module, other: torch.nn.Module) -> None:
+    """Exchange the values of every parameter and buffer of two copies of a model, in place (the
+    optimizer keeps its tensors; one tensor's worth of extra memory at a time)."""
+    for a, b in paired_tensors(model, other):
+        held = a.detach().clone()
+        a.copy_(b)
+        b.copy_(held)
+
+
+def ema_trajectory(steps: int = 150, half_life: str = "10ba", lr: float = 0.3, noise: float = 1.0,
+                   generator: torch.Generator | None = None) -> dict[str, Any]:
+    """One weight of a one-weight model trained by SGD on noisy targets, and its EMA, per step.
+
+    The model is ``y = w * 1`` from ``w = 0``, trained on the squared error to targets drawn from
+    ``N(2, noise**2)``: the weight jumps around 2, and the EMA class (``half_life``) in the Trainer
+    averages the jumps away. For the card's figure.
+    """
+    from ..core.trainer import Trainer
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()
+    targets = 2.0 + noise * torch.randn(steps, generator=generator)
+    batches = [(torch.ones(1, 1), t.reshape(1, 1)) for t in targets]
+    ema = EMA(half_life=half_life)
+    weights = _Record(lambda state: unwrap_model(state.model).weight.item())
+    averages = _Record(lambda state: ema.ema_model.weight.item())
+    trainer = Trainer(model, batches, f"{steps}ba", optimizer=torch.optim.SGD(model.parameters(), lr=lr),
+                      loss_fn=lambda out, target: 0.5 * ((out - target) ** 2).mean(),
+                      algorithms=[ema, weights, averages], device="cpu")
+    trainer.fit()
+    return {"type": "lines", "x": list(range(1, steps + 1)),
+            "series": {"weight": weights.values, f"EMA (half_life={half_life!r})": averages.values},
+            "title": f"SGD on noisy targets around 2 (lr {lr}), one weight",
+            "xlabel": "batch", "ylabel": "weight"}
+
+
+class _Record(Algorithm):
+    """Records ``read(state)`` after every batch (for the figure)."""
+
+    def __init__(self, read: Any):
+        self._read = read
+        self.values: list[float] = []
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.BATCH_END
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        self.values.append(self._read(state))

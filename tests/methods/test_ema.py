@@ -1,0 +1,339 @@
+"""EMA's own semantics, checked against its definition: W_ema = smoothing * W_ema + (1 - smoothing) * W,
+smoothing = exp(-ln 2 * update_interval / half_life), evaluation with the average and training with
+the training weights. Composer's tests (compute_ema on models for smoothing 0, 0.5, 0.99 and 1; the
+smoothing derived from half_life; the average swapped in at EVAL_START and out at EVAL_END) are
+re-expressed here.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import algorithms.functional as cf
+from algorithms import EMA
+from algorithms.core import Algorithm, Event, Trainer
+from algorithms.ema.ema import ema_trajectory
+from algorithms.models import resnet20, transformer_tiny
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _tensors(model):
+    return [*model.parameters(), *model.buffers()]
+
+
+def _bn_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))
+
+
+def _batches(n=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(8, 3, 6, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(n)]
+
+
+class _Weights(Algorithm):
+    """Records a copy of the model's parameters and buffers at ``event``."""
+
+    def __init__(self, event=Event.BATCH_END):
+        self.event, self.seen = event, []
+
+    def match(self, event, state):
+        return event is self.event
+
+    def apply(self, event, state, logger=None):
+        self.seen.append([t.detach().clone() for t in _tensors(state.model)])
+
+
+# -- the functional form ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("smoothing", [0, 0.5, 0.99, 1])
+@pytest.mark.parametrize("make", [_bn_model, lambda: resnet20(num_classes=10), lambda: transformer_tiny(11)],
+                         ids=["conv-bn", "resnet20", "transformer_tiny"])
+def test_compute_ema_is_the_weighted_sum_for_parameters_and_buffers(smoothing, make):
+    model, ema_model = make(), make()
+    with torch.no_grad():  # other weights and statistics than the average's
+        for t in _tensors(model):
+            if t.is_floating_point():
+                t.add_(torch.randn(t.shape, generator=torch.Generator().manual_seed(t.numel())))
+            else:
+                t.add_(3)
+    original = copy.deepcopy(ema_model)
+    before = [t.clone() for t in _tensors(model)]
+    cf.compute_ema(model, ema_model, smoothing=smoothing)
+    for new, old, w in zip(_tensors(ema_model), _tensors(original), _tensors(model), strict=True):
+        if new.is_floating_point():
+            torch.testing.assert_close(new, old * smoothing + (1 - smoothing) * w)
+        else:  # num_batches_tracked: the model's count, not a weighted sum
+            assert torch.equal(new, w)
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(model), before, strict=True))  # model untouched
+
+
+def test_compute_ema_keeps_dtype_and_refuses_a_model_that_is_not_a_copy():
+    model = _bn_model().double()
+    ema_model = copy.deepcopy(model)
+    cf.compute_ema(model, ema_model, smoothing=0.9)
+    assert all(t.dtype == torch.float64 for t in ema_model.parameters())
+    with pytest.raises(ValueError, match=r"^ema_model: its parameters and buffers do not match model's"):
+        cf.compute_ema(model, torch.nn.Linear(2, 2), smoothing=0.9)
+    for bad in (-0.1, 1.5, True, "0.9"):
+        with pytest.raises(ValueError, match=rf"^smoothing={bad!r}: "):
+            cf.compute_ema(model, ema_model, smoothing=bad)
+
+
+# -- the class: smoothing, updates, swaps ----------------------------------------------------------
+
+@pytest.mark.parametrize(("half_life", "interval", "updates_per_half_life"),
+                         [("10ba", None, 10), ("20ba", "5ba", 4), ("1ep", "1ep", 1), ("1000ba", "1ba", 1000)])
+def test_smoothing_from_half_life_is_exp_of_minus_ln2_over_the_half_life(half_life, interval, updates_per_half_life):
+    ema = EMA(half_life=half_life, update_interval=interval)
+    assert ema.smoothing == pytest.approx(math.exp(-math.log(2) / updates_per_half_life), rel=1e-12)
+    assert ema.smoothing ** updates_per_half_life == pytest.approx(0.5)  # a term's weight halves in half_life
+    assert EMA(half_life=None, smoothing=0.9).smoothing == 0.9
+    assert EMA(half_life="0ba").smoothing == 0.0
+
+
+def _train(ema, n=4, epochs=1, extra=(), data=None, model=None):
+    model = model or _bn_model()
+    data = data or _batches(n)
+    trainer = Trainer(model, data, f"{epochs}ep", optimizer=torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9),
+                      algorithms=[ema, *extra] if ema else list(extra), seed=0, device="cpu")
+    trainer.fit()
+    return trainer
+
+
+def _expected_average(weights, smoothing, updates):
+    """The average by its definition: a copy of the weights at the first recorded step, then updated at
+    each index of ``updates``."""
+    average = [t.clone() for t in weights[0]]
+    for i in updates:
+        average = [a * smoothing + (1 - smoothing) * w if a.is_floating_point() else w.clone()
+                   for a, w in zip(average, weights[i], strict=True)]
+    return average
+
+
+def test_the_average_follows_the_formula_over_several_steps_and_training_is_untouched():
+    recorder = _Weights()
+    ema = EMA(half_life="3ba")
+    trainer = _train(ema, n=6, extra=[recorder])
+    expected = _expected_average(recorder.seen, ema.smoothing, updates=range(1, 6))
+    for got, want in zip(_tensors(ema.ema_model), expected, strict=True):
+        torch.testing.assert_close(got, want)
+    # the training weights are exactly those of the run without EMA
+    plain = _train(None, n=6)
+    for a, b in zip(_tensors(trainer.state.model), _tensors(plain.state.model), strict=True):
+        assert torch.equal(a, b)
+    assert not torch.allclose(ema.ema_model[0].weight, trainer.state.model[0].weight)  # and they differ
+
+
+def test_buffers_are_averaged_and_the_batch_count_is_copied():
+    recorder = _Weights()
+    ema = EMA(half_life=None, smoothing=0.6)
+    trainer = _train(ema, n=3, extra=[recorder])
+    bn, bn_ema = trainer.state.model[1], ema.ema_model[1]
+    assert [n for n, _ in trainer.state.model.named_buffers()][0] == "1.running_mean"
+    means = [seen[6] for seen in recorder.seen]  # after the six parameters, the first buffer
+    torch.testing.assert_close(bn_ema.running_mean, (means[0] * 0.6 + 0.4 * means[1]) * 0.6 + 0.4 * means[2])
+    assert int(bn_ema.num_batches_tracked) == int(bn.num_batches_tracked) == 3
+
+
+@pytest.mark.parametrize(("interval", "start", "first", "updates"),
+                         [("2ba", "0.0dur", 0, [1, 3, 5]), ("3ba", "0.0dur", 0, [2, 5]), ("1ba", "3ba", 2, [3, 4, 5]),
+                          ("1ba", "0.5dur", 2, [3, 4, 5])])
+def test_update_interval_and_ema_start_choose_the_updates(interval, start, first, updates):
+    recorder = _Weights()
+    ema = EMA(half_life="4ba", update_interval=interval, ema_start=start)
+    _train(ema, n=6, extra=[recorder])
+    expected = _expected_average(recorder.seen[first:], ema.smoothing, [i - first for i in updates])
+    for got, want in zip(_tensors(ema.ema_model), expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_an_epoch_interval_updates_at_epoch_ends():
+    recorder = _Weights(Event.EPOCH_END)
+    ema = EMA(half_life="1ep")
+    _train(ema, n=2, epochs=3, extra=[recorder])
+    expected = _expected_average(recorder.seen, 0.5, [1, 2])
+    for got, want in zip(_tensors(ema.ema_model), expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+class _EvalAtEpochEnd(Algorithm):
+    """Calls the Trainer's eval at the first epoch's end (at an epoch end the next epoch puts the model
+    back in training mode), recording the weights the model evaluates with."""
+
+    def __init__(self, data):
+        self.data, self.trainer, self.seen = data, None, None
+
+    def match(self, event, state):
+        return event is Event.EPOCH_END and state.timestamp.epoch == 1
+
+    def apply(self, event, state, logger=None):
+        probe = _Weights(Event.EVAL_BATCH_START)
+        self.trainer.engine.algorithms += (probe,)
+        self.trainer.eval(self.data)
+        self.trainer.engine.algorithms = self.trainer.engine.algorithms[:-1]
+        self.seen = probe.seen[0]
+
+
+def test_evaluation_uses_the_average_and_training_resumes_with_the_training_weights():
+    data = _batches(2)
+    midway = _EvalAtEpochEnd(data)
+    ema = EMA(half_life="2ba")
+    recorder = _Weights(Event.EPOCH_END)
+    model = _bn_model()
+    trainer = Trainer(model, data, "2ep", optimizer=torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9),
+                      algorithms=[ema, recorder, midway], seed=0, device="cpu")
+    midway.trainer = trainer
+    trainer.fit()
+    # what the model evaluated with at the first epoch's end is the average then (not the training weights)
+    no_eval = EMA(half_life="2ba")
+    plain = _train(no_eval, n=2, epochs=2, data=data, extra=[_Weights()])
+    assert midway.seen is not None
+    assert not all(torch.equal(a, b) for a, b in zip(midway.seen, recorder.seen[0], strict=True))
+    # and training went on from the training weights: the run ends where the run without the eval does
+    for a, b in zip(_tensors(trainer.state.model), _tensors(plain.state.model), strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(_tensors(ema.ema_model), _tensors(no_eval.ema_model), strict=True):
+        assert torch.equal(a, b)
+    # after fit: eval swaps the average in and the training weights back
+    probe = _Weights(Event.EVAL_BATCH_START)
+    trainer.engine.algorithms += (probe,)
+    before = [t.clone() for t in _tensors(trainer.state.model)]
+    trainer.eval(data)
+    for a, b in zip(probe.seen[0], _tensors(ema.ema_model), strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(_tensors(trainer.state.model), before, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_swap_on_events_as_composer_tests_it():
+    model = _bn_model()
+    state = Trainer(model, _batches(1), "1ba", device="cpu").state
+    ema = EMA(half_life=None, smoothing=0.999, update_interval="1ba")
+    state.timestamp.batch = 1
+    ema.apply(Event.BATCH_END, state)  # starts: a copy of the weights
+    original = copy.deepcopy(state.model)
+    with torch.no_grad():
+        for p in state.model.parameters():
+            p.add_(1.0)  # a training step
+    training = copy.deepcopy(state.model)
+    state.timestamp.batch = 2
+    ema.apply(Event.BATCH_END, state)
+    for e, o, w in zip(ema.ema_model.parameters(), original.parameters(), state.model.parameters(), strict=True):
+        torch.testing.assert_close(e, o * 0.999 + 0.001 * w)
+    averaged = copy.deepcopy(ema.ema_model)
+    ema.apply(Event.EVAL_START, state)
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(state.model), _tensors(averaged), strict=True))
+    ema.apply(Event.EVAL_END, state)
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(state.model), _tensors(training), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(ema.ema_model), _tensors(averaged), strict=True))
+
+
+def test_eval_before_the_average_starts_uses_the_training_weights():
+    ema = EMA(ema_start="1ep")
+    trainer = Trainer(_bn_model(), _batches(1), "1ba", algorithms=[ema], device="cpu")
+    before = [t.clone() for t in _tensors(trainer.state.model)]
+    trainer.eval(_batches(1))
+    assert ema.ema_model is None
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(trainer.state.model), before, strict=True))
+
+
+def test_state_dict_keeps_the_average_and_a_fresh_ema_resumes_it():
+    ema = EMA(half_life="2ba")
+    trainer = _train(ema, n=3)
+    saved = ema.state_dict()
+    assert set(saved) == {"ema_weights"}
+    assert all(torch.equal(saved["ema_weights"][k], v) for k, v in ema.ema_model.state_dict().items())
+    fresh = EMA(half_life="2ba")
+    fresh.load_state_dict(saved)
+    assert fresh.state_dict()["ema_weights"].keys() == saved["ema_weights"].keys()
+    trainer.state.timestamp.batch = 4
+    for algo in (ema, fresh):
+        algo.apply(Event.BATCH_END, trainer.state)
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(fresh.ema_model), _tensors(ema.ema_model), strict=True))
+    assert EMA().state_dict() == {"ema_weights": None}
+    with pytest.raises(ValueError, match=r"unknown key\(s\) 'step'"):
+        fresh.load_state_dict({"step": 3})
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(half_life=None), r"^half_life=None: give half_life"),
+    (dict(smoothing=0.9), r"^smoothing=0\.9: give either half_life or smoothing, not both"),
+    (dict(half_life="0.5dur"), r"^half_life='0\.5dur': give it in 'ba' or 'ep'"),
+    (dict(half_life="ten"), r"^half_life='ten': duration 'ten' is not understood"),
+    (dict(half_life=None, smoothing=1.5), r"^smoothing=1\.5: "),
+    (dict(ema_start="soon"), r"^ema_start='soon': "),
+    (dict(update_interval="0ba"), r"^update_interval='0ba': must be at least one"),
+    (dict(update_interval="1ep"), r"^update_interval='1ep': must be in half_life's unit \('ba'\)"),
+    (dict(update_interval="0.1dur"), r"^update_interval='0\.1dur': give it in 'ba' or 'ep'"),
+])
+def test_bad_arguments_are_refused_naming_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EMA(**kwargs)
+
+
+def test_the_figure_is_the_classs_average_of_a_noisy_weight():
+    out = ema_trajectory(steps=40, half_life="5ba", generator=torch.Generator().manual_seed(0))
+    weight, average = out["series"].values()
+    assert out["type"] == "lines" and out["x"] == list(range(1, 41)) and len(weight) == len(average) == 40
+    smoothing = math.exp(-math.log(2) / 5)
+    expected = [weight[0]]
+    for w in weight[1:]:
+        expected.append(smoothing * expected[-1] + (1 - smoothing) * w)
+    assert average == pytest.approx(expected, abs=1e-5)
+    steps = torch.tensor(weight).diff().abs().mean()
+    assert torch.tensor(average).diff().abs().mean() < steps / 2  # smoother than the weight
+
+
+# -- two ranks ----------------------------------------------------------------------------------------
+
+DDP_SCRIPT = textwrap.dedent('''
+    import sys
+    import torch
+    import torch.distributed as dist
+    from algorithms import EMA
+    from algorithms.core import Trainer
+    from algorithms.core.distributed import rank_and_world_size
+
+    rank, world = rank_and_world_size()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(64, 5))
+    g = torch.Generator().manual_seed(1 + rank)  # each rank its own batches
+    data = [(torch.randn(4, 3, 6, 6, generator=g), torch.randint(0, 5, (4,), generator=g)) for _ in range(3)]
+    ema = EMA(half_life="2ba")
+    trainer = Trainer(model, data, "3ba", algorithms=[ema], parallel="ddp", device="cpu", seed=0,
+                      optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
+    trainer.fit()
+    mine = {"ema": ema.ema_model.state_dict(), "model": trainer.state.model.module.state_dict()}
+    seen = [None] * world
+    dist.all_gather_object(seen, mine)
+    if rank == 0:
+        torch.save(seen, sys.argv[1])
+    dist.destroy_process_group()
+''')
+
+
+def test_two_ddp_ranks_keep_the_same_average(tmp_path):
+    script, out = tmp_path / "ema_ddp.py", tmp_path / "out.pt"
+    script.write_text(DDP_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(out)], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rank0, rank1 = torch.load(out)
+    assert rank0["ema"].keys() == rank1["ema"].keys()
+    for name in rank0["ema"]:
+        assert torch.equal(rank0["ema"][name], rank1["ema"][name]), name
+        assert torch.equal(rank0["model"][name], rank1["model"][name]), name
+    assert not all(torch.equal(rank0["ema"][n], rank0["model"][n]) for n in rank0["ema"])
