@@ -1,0 +1,327 @@
+"""SWA: average snapshots of the weights taken late in training, then recompute batch-norm statistics.
+
+Izmailov, Podoprikhin, Garipov, Vetrov and Wilson, "Averaging Weights Leads to Wider Optima and
+Better Generalization", UAI 2018.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.optim.swa_utils import SWALR, get_swa_multi_avg_fn, update_bn
+
+from ..core.algorithm import Algorithm
+from ..core.distributed import all_reduce_sum, unwrap_model
+from ..core.event import Event
+from ..core.precision import autocast
+from ..core.state import State, batch_get_item
+from ..core.time import TimeUnit
+from ..ema.ema import duration_argument, frozen_copy, paired_tensors
+
+__all__ = ["SWA", "swa_trajectory", "update_swa_average"]
+
+_ANNEAL = {"linear": "linear", "lin": "linear", "cos": "cos", "cosine": "cos"}
+
+
+def update_swa_average(swa_model: torch.nn.Module, model: torch.nn.Module, num_averaged: int) -> int:
+    r"""Add ``model``'s weights to the running mean in ``swa_model``, in place, and return the new count.
+
+    With :math:`n` = ``num_averaged`` snapshots already averaged, every parameter becomes
+
+    .. math::
+        \bar W \leftarrow \bar W + \frac{W - \bar W}{n + 1} = \frac{n \bar W + W}{n + 1},
+
+    the mean of the :math:`n + 1` snapshots (a copy of ``model`` for :math:`n = 0`), computed as
+    ``torch.optim.swa_utils.AveragedModel.update_parameters`` does (its SWA average, one fused
+    ``lerp``). Buffers are copied from ``model``, as ``AveragedModel`` does by default; batch-norm
+    statistics of the average are recomputed afterwards (``torch.optim.swa_utils.update_bn``).
+
+    Composer has no functional form of SWA; this is its core step.
+
+    Args:
+        swa_model: a copy of ``model`` (``copy.deepcopy``) holding the mean; changed in place.
+        model: the model whose weights are the next snapshot; not modified.
+        num_averaged: how many snapshots ``swa_model`` holds, an integer ``>= 0``.
+
+    Returns:
+        ``num_averaged + 1``.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import update_swa_average
+        >>> model, swa_model = torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+        >>> n = 0
+        >>> for w in (1.0, 2.0, 6.0):
+        ...     with torch.no_grad():
+        ...         _ = model.weight.fill_(w)
+        ...     n = update_swa_average(swa_model, model, n)
+        >>> n, swa_model.weight.item()
+        (3, 3.0)
+    """
+    if isinstance(num_averaged, bool) or not isinstance(num_averaged, int) or num_averaged < 0:
+        raise ValueError(f"num_averaged={num_averaged!r}: how many snapshots swa_model holds, an integer >= 0")
+    pairs = paired_tensors(model, swa_model, "swa_model")
+    num_params = sum(1 for _ in swa_model.parameters())
+    averaged, current = [], []
+    with torch.no_grad():
+        for i, (mean, tensor) in enumerate(pairs):
+            if i >= num_params or num_averaged == 0 or not mean.is_floating_point():
+                mean.copy_(tensor)
+            else:
+                averaged.append(mean.detach())
+                current.append(tensor.detach())
+        if averaged:
+            get_swa_multi_avg_fn()(averaged, current, num_averaged)
+    return num_averaged + 1
+
+
+class SWA(Algorithm):
+    """Stochastic Weight Averaging in the Trainer.
+
+    From ``swa_start`` on, every ``update_interval`` it adds a snapshot of the weights to a running
+    mean (:func:`update_swa_average`), optionally annealing the learning rate towards ``swa_lr``
+    (``torch.optim.swa_utils.SWALR``, one step per snapshot). At ``swa_end`` (or at the end of
+    training, if that comes first) it recomputes the mean's batch-norm statistics with one pass over
+    the training data (``torch.optim.swa_utils.update_bn``) and loads the mean into the model; any
+    training after ``swa_end`` goes on from there. The mean, its count and the schedule are in
+    :meth:`state_dict`, so a checkpoint resumes them.
+
+    Args:
+        swa_start: when averaging starts: ``'0.7dur'``, ``'3ep'`` or ``'300ba'``.
+        swa_end: when the mean replaces the weights, in ``swa_start``'s unit and after it.
+        update_interval: a snapshot every this many batches or epochs (``'5ba'``, ``'1ep'``),
+            the first at ``swa_start``.
+        schedule_swa_lr: anneal the learning rate during averaging with ``SWALR``.
+        anneal_strategy: ``'linear'`` or ``'cos'`` annealing, with ``schedule_swa_lr``.
+        anneal_steps: the number of snapshots over which the learning rate is annealed, ``> 0``.
+        swa_lr: the learning rate to anneal to; ``None`` keeps each group's rate at ``swa_start``.
+        input_key: where the model's input is in each batch, for the batch-norm pass.
+        bn_dataloader: the batches of the batch-norm pass; by default the State's
+            ``train_dataloader`` where it has one.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms import SWA
+        >>> from algorithms.core import Trainer
+        >>> model = torch.nn.Linear(4, 3)
+        >>> batches = [(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(10)]
+        >>> swa = SWA(swa_start="0.5dur", swa_end="1.0dur", update_interval="1ba")
+        >>> Trainer(model, batches, "1ep", algorithms=[swa], seed=0).fit()
+        >>> swa.num_averaged  # the weights after batches 5 to 10
+        6
+    """
+
+    def __init__(self, swa_start: str = "0.7dur", swa_end: str = "0.97dur", update_interval: str = "1ep",
+                 schedule_swa_lr: bool = False, anneal_strategy: str = "linear", anneal_steps: int = 10,
+                 swa_lr: float | None = None, input_key: int | str = 0, bn_dataloader: Iterable[Any] | None = None):
+        moments = (TimeUnit.DURATION, TimeUnit.EPOCH, TimeUnit.BATCH)
+        start = duration_argument("swa_start", swa_start, moments)
+        end = duration_argument("swa_end", swa_end, moments)
+        if end.unit is not start.unit:
+            raise ValueError(f"swa_end={swa_end!r}: must be in swa_start's unit ({start.unit.value!r})")
+        if end.value <= start.value:
+            raise ValueError(f"swa_end={swa_end!r}: must come after swa_start={swa_start!r}")
+        interval = duration_argument("update_interval", update_interval, (TimeUnit.BATCH, TimeUnit.EPOCH))
+        if interval.value < 1:
+            raise ValueError(f"update_interval={update_interval!r}: must be at least one batch or epoch")
+        if not isinstance(schedule_swa_lr, bool):
+            raise ValueError(f"schedule_swa_lr={schedule_swa_lr!r}: True or False")
+        strategy = _ANNEAL.get(anneal_strategy.lower()) if isinstance(anneal_strategy, str) else None
+        if strategy is None:
+            raise ValueError(f"anneal_strategy={anneal_strategy!r}: 'linear' or 'cos'")
+        if isinstance(anneal_steps, bool) or not isinstance(anneal_steps, int) or anneal_steps <= 0:
+            raise ValueError(f"anneal_steps={anneal_steps!r}: the number of snapshots to anneal over, an integer > 0")
+        if swa_lr is not None and (isinstance(swa_lr, bool) or not isinstance(swa_lr, (int, float))
+                                   or not math.isfinite(swa_lr) or swa_lr <= 0):
+            raise ValueError(f"swa_lr={swa_lr!r}: a learning rate > 0, or None to keep the rate at swa_start")
+        self.swa_start = swa_start
+        self.swa_end = swa_end
+        self.update_interval = update_interval
+        self.schedule_swa_lr = schedule_swa_lr
+        self.anneal_strategy = strategy
+        self.anneal_steps = anneal_steps
+        self.swa_lr = swa_lr
+        self.input_key = input_key
+        self._bn_dataloader = bn_dataloader
+        self._interval = interval
+        self._swa_model: torch.nn.Module | None = None
+        self._scheduler: SWALR | None = None
+        self._pending: dict[str, Any] = {}  # a checkpoint's mean and schedule, until the model is there
+        self._started = self._completed = False
+        self._step_counter = 0  # update events since swa_start
+        self.num_averaged = 0
+
+    @property
+    def swa_model(self) -> torch.nn.Module | None:
+        """The running mean as a copy of the model (``None`` before averaging and after it is loaded)."""
+        return self._swa_model
+
+    def _update_event(self) -> Event:
+        return Event.BATCH_END if self._interval.unit is TimeUnit.BATCH else Event.EPOCH_END
+
+    def match(self, event: Event, state: State) -> bool:
+        return not self._completed and event in (Event.BATCH_END, Event.EPOCH_END, Event.FIT_END)
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        model = unwrap_model(state.model)
+        if event is Event.FIT_END:
+            if self._started:
+                self._finish(state, model)
+            else:
+                warnings.warn(f"SWA: training ended before swa_start={self.swa_start!r}; nothing was averaged",
+                              stacklevel=2)
+            return
+        update = event is self._update_event()
+        if not self._started:
+            if not (update and state.reached(self.swa_start)):
+                return
+            self._started, self._step_counter, self.num_averaged = True, 0, 0
+            self._swa_model = frozen_copy(model)
+        swa_model = self._average(model)
+        if update:
+            if self._step_counter % int(self._interval.value) == 0:
+                self.num_averaged = update_swa_average(swa_model, model, self.num_averaged)
+                if self.schedule_swa_lr:
+                    with warnings.catch_warnings():  # made mid-run, SWALR has not seen this step's optimizer step
+                        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
+                        self._lr_scheduler(state).step()
+            self._step_counter += 1
+        if state.reached(self.swa_end):
+            self._finish(state, model)
+
+    def _average(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self._swa_model is None:  # resumed: the checkpoint's mean, in a copy of this model
+            self._swa_model = frozen_copy(model)
+            self._swa_model.load_state_dict(self._pending.pop("swa_model"))
+        return self._swa_model
+
+    def _lr_scheduler(self, state: State) -> SWALR:
+        if self._scheduler is None:
+            if len(state.optimizers) != 1:
+                raise ValueError(f"schedule_swa_lr=True: SWA anneals one optimizer's rate, the Trainer has "
+                                 f"{len(state.optimizers)}")
+            optimizer = state.optimizers[0]
+            swa_lr = self.swa_lr if self.swa_lr is not None else [g["lr"] for g in optimizer.param_groups]
+            # Made at swa_start, SWALR leaves the rate as it is (its first step anneals by 0).
+            self._scheduler = SWALR(optimizer, swa_lr=swa_lr, anneal_epochs=self.anneal_steps,
+                                    anneal_strategy=self.anneal_strategy)
+            if self._pending.get("swa_scheduler") is not None:
+                self._scheduler.load_state_dict(self._pending.pop("swa_scheduler"))
+        return self._scheduler
+
+    def _finish(self, state: State, model: torch.nn.Module) -> None:
+        """Recompute the mean's batch-norm statistics and load the mean into the model."""
+        swa_model = self._average(model)
+        norms = [m for m in swa_model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        loader = self._bn_dataloader if self._bn_dataloader is not None else getattr(state, "train_dataloader", None)
+        if norms and loader is None:
+            warnings.warn("SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that puts "
+                          "train_dataloader on its State); the mean keeps the last snapshot's batch-norm statistics",
+                          stacklevel=2)
+        elif norms:
+            recompute_batch_norm(swa_model, loader, state, self.input_key)
+        model.load_state_dict(swa_model.state_dict())
+        self._completed = True
+        self._swa_model, self._scheduler = None, None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base's state and the mean (``swa_model``, a ``state_dict``), its count
+        (``num_averaged``), the update events since ``swa_start`` (``step_counter``), whether
+        averaging started and completed, and the ``SWALR`` schedule's state."""
+        state = super().state_dict()
+        weights = self._swa_model.state_dict() if self._swa_model is not None else self._pending.get("swa_model")
+        schedule = self._scheduler.state_dict() if self._scheduler is not None else self._pending.get("swa_scheduler")
+        state.update({
+            "swa_model": None if weights is None else {k: v.detach().clone() for k, v in weights.items()},
+            "swa_scheduler": schedule, "num_averaged": self.num_averaged, "step_counter": self._step_counter,
+            "swa_started": self._started, "swa_completed": self._completed,
+        })
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._started = bool(state_dict.get("swa_started", False))
+        self._completed = bool(state_dict.get("swa_completed", False))
+        self.num_averaged = int(state_dict.get("num_averaged", 0))
+        self._step_counter = int(state_dict.get("step_counter", 0))
+        self._swa_model, self._scheduler, self._pending = None, None, {}
+        if state_dict.get("swa_model") is not None:
+            self._pending["swa_model"] = dict(state_dict["swa_model"])
+        if state_dict.get("swa_scheduler") is not None:
+            self._pending["swa_scheduler"] = dict(state_dict["swa_scheduler"])
+
+    def _state_keys(self) -> set[str]:
+        return super()._state_keys() | {"swa_model", "swa_scheduler", "num_averaged", "step_counter",
+                                        "swa_started", "swa_completed"}
+
+
+@torch.no_grad()
+def recompute_batch_norm(model: torch.nn.Module, loader: Iterable[Any], state: State, input_key: int | str = 0) -> None:
+    """The batch-norm statistics of ``model`` from one pass over ``loader`` (``update_bn``: each
+    batch's mean and variance weighted equally), on the State's device, dtype and precision; in a
+    distributed run the ranks' statistics are averaged, so every rank evaluates with the same."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+
+    def inputs() -> Iterator[torch.Tensor]:
+        for batch in loader:
+            x = batch_get_item(batch, input_key).to(state.device)
+            yield x.to(dtype) if dtype is not None and x.is_floating_point() else x
+
+    with autocast(state.precision, state.device):
+        update_bn(inputs(), model)
+    if state.world_size > 1:
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                for stat in (module.running_mean, module.running_var):
+                    all_reduce_sum(stat).div_(state.world_size)
+
+
+def swa_trajectory(steps: int = 120, swa_start: str = "0.5dur", swa_end: str = "0.85dur", update_interval: str = "5ba",
+                   lr: float = 0.3, noise: float = 1.0, generator: torch.Generator | None = None) -> dict[str, Any]:
+    """One weight of a one-weight model trained by SGD on noisy targets, and SWA's running mean, per step.
+
+    The model is ``y = w * 1`` from ``w = 0``, trained on the squared error to targets drawn from
+    ``N(2, noise**2)``. The SWA class in the Trainer averages a snapshot every ``update_interval``
+    from ``swa_start``; at ``swa_end`` the weight becomes the mean and training goes on from it.
+    For the card's figure.
+    """
+    from ..core.trainer import Trainer
+
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()
+    targets = 2.0 + noise * torch.randn(steps, generator=generator)
+    batches = [(torch.ones(1, 1), t.reshape(1, 1)) for t in targets]
+    swa = SWA(swa_start=swa_start, swa_end=swa_end, update_interval=update_interval)
+    record = _Record(swa)
+    trainer = Trainer(model, batches, f"{steps}ba", optimizer=torch.optim.SGD(model.parameters(), lr=lr),
+                      loss_fn=lambda out, target: 0.5 * ((out - target) ** 2).mean(), algorithms=[swa, record],
+                      device="cpu")
+    trainer.fit()
+    return {"type": "lines", "x": list(range(1, steps + 1)),
+            "series": {"weight": record.weights, f"SWA mean (every {update_interval})": record.means},
+            "title": f"SGD on noisy targets around 2 (lr {lr}); SWA from {swa_start} to {swa_end}",
+            "xlabel": "batch", "ylabel": "weight"}
+
+
+class _Record(Algorithm):
+    """Records the weight and SWA's mean (NaN where there is none) after every batch (for the figure)."""
+
+    def __init__(self, swa: SWA):
+        self._swa = swa
+        self.weights: list[float] = []
+        self.means: list[float] = []
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.BATCH_END
+
+    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        self.weights.append(unwrap_model(state.model).weight.item())
+        mean = self._swa.swa_model
+        self.means.append(mean.weight.item() if mean is not None else float("nan"))

@@ -1,0 +1,314 @@
+"""SWA's own semantics, checked against its definition (Izmailov et al., 2018): the mean of the
+snapshots taken every update_interval from swa_start, batch-norm statistics recomputed with one pass
+over the training data for the mean's weights, the mean loaded at swa_end, the SWALR schedule. The
+running mean is checked against torch.optim.swa_utils.AveragedModel as well. Composer's own SWA
+tests are not among the stored sources read for this; its class's behaviour (snapshots counted
+from swa_start, the mean loaded at swa_end, the schedule stepped per snapshot) is checked here.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import pytest
+import torch
+from torch.optim.swa_utils import AveragedModel
+
+import algorithms.functional as cf
+from algorithms import SWA
+from algorithms.core import Algorithm, Event, Trainer
+from algorithms.models import resnet20
+from algorithms.swa.swa import swa_trajectory
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.Conv2d(4, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))
+
+
+def _batches(n=10, seed=1, size=8):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(size, 3, 7, 7, generator=g), torch.randint(0, 3, (size,), generator=g)) for _ in range(n)]
+
+
+class _Params(Algorithm):
+    """Records the model's parameters (and the learning rate) after every batch."""
+
+    def __init__(self):
+        self.seen, self.lrs = [], []
+
+    def match(self, event, state):
+        return event is Event.BATCH_END
+
+    def apply(self, event, state, logger=None):
+        self.seen.append([p.detach().clone() for p in state.model.parameters()])
+        self.lrs.append(state.optimizer.param_groups[0]["lr"])
+
+
+def _train(swa, duration="10ba", data=None, model=None, before=(), after=()):
+    model = model or _model()
+    data = data or _batches()
+    trainer = Trainer(model, data, duration, optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                      algorithms=[*before, swa, *after], seed=0, device="cpu")
+    trainer.fit()
+    return trainer
+
+
+# -- the functional form ----------------------------------------------------------------------------
+
+def test_update_swa_average_is_the_mean_of_the_snapshots_and_copies_the_buffers():
+    snapshots = [resnet20(num_classes=10) for _ in range(4)]  # each its own random weights
+    for i, s in enumerate(snapshots):
+        for b in s.buffers():
+            b.fill_(i) if b.is_floating_point() else b.fill_(10 * i)
+    swa_model, n = copy.deepcopy(snapshots[0]), 0
+    before = [[t.clone() for t in s.state_dict().values()] for s in snapshots]
+    for s in snapshots:
+        n = cf.update_swa_average(swa_model, s, n)
+    assert n == 4
+    for i, p in enumerate(swa_model.parameters()):
+        torch.testing.assert_close(p, torch.stack([list(s.parameters())[i] for s in snapshots]).mean(0))
+    for b, last in zip(swa_model.buffers(), snapshots[-1].buffers(), strict=True):
+        assert torch.equal(b, last)  # the buffers of the latest snapshot
+    for s, b in zip(snapshots, before, strict=True):  # the snapshots are untouched
+        assert all(torch.equal(x, y) for x, y in zip(s.state_dict().values(), b, strict=True))
+
+
+def test_update_swa_average_agrees_with_torchs_averaged_model():
+    snapshots = [_model() for _ in range(3)]
+    for i, s in enumerate(snapshots):
+        with torch.no_grad():
+            for p in s.parameters():
+                p.add_(i * 0.37)
+    ours, n = copy.deepcopy(snapshots[0]), 0
+    theirs = AveragedModel(snapshots[0])
+    for s in snapshots:
+        n = cf.update_swa_average(ours, s, n)
+        theirs.update_parameters(s)
+    assert n == int(theirs.n_averaged)
+    for a, b in zip(ours.state_dict().values(), theirs.module.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_update_swa_average_keeps_dtype_and_refuses_bad_arguments():
+    model = _model().double()
+    swa_model = copy.deepcopy(model)
+    assert cf.update_swa_average(swa_model, model, 2) == 3
+    assert all(p.dtype == torch.float64 for p in swa_model.parameters())
+    with pytest.raises(ValueError, match=r"^swa_model: its parameters and buffers do not match model's"):
+        cf.update_swa_average(torch.nn.Linear(2, 2), model, 0)
+    for bad in (-1, 1.0, True):
+        with pytest.raises(ValueError, match=rf"^num_averaged={bad!r}: "):
+            cf.update_swa_average(swa_model, model, bad)
+
+
+# -- the class ---------------------------------------------------------------------------------------
+
+def _bn_statistics_of_a_pass(model, data):
+    """Each batch norm's running mean and (unbiased) variance as update_bn defines them: the mean over
+    the batches of each batch's statistics of the layer's input, the model in training mode."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    seen = {m: [] for m in norms}
+    hooks = [m.register_forward_hook(lambda m, inp, out: seen[m].append(inp[0].detach())) for m in norms]
+    model.train()
+    with torch.no_grad():
+        for x, _ in data:
+            model(x)
+    for h in hooks:
+        h.remove()
+    return [(torch.stack([x.mean((0, 2, 3)) for x in seen[m]]).mean(0),
+             torch.stack([x.var((0, 2, 3), unbiased=True) for x in seen[m]]).mean(0)) for m in norms]
+
+
+def test_swa_loads_the_mean_of_its_snapshots_with_batch_norm_statistics_of_a_pass_over_the_data():
+    data = _batches()
+    before, after = _Params(), _Params()
+    swa = SWA(swa_start="3ba", swa_end="9ba", update_interval="2ba", bn_dataloader=data)
+    trainer = _train(swa, "9ba", data=data, before=[before], after=[after])
+    assert swa.num_averaged == 4  # batches 3, 5, 7 and 9
+    snapshots = [before.seen[i - 1] for i in (3, 5, 7, 9)]
+    mean = [torch.stack(ps).mean(0) for ps in zip(*snapshots, strict=True)]
+    for got, want in zip(after.seen[8], mean, strict=True):  # at batch 9, after SWA loaded the mean
+        torch.testing.assert_close(got, want)
+    assert swa.swa_model is None  # nothing kept once loaded
+    # the batch-norm statistics are those of a pass over the data with the mean's weights
+    probe = copy.deepcopy(trainer.state.model)
+    with torch.no_grad():
+        for p, m in zip(probe.parameters(), mean, strict=True):
+            p.copy_(m)
+    norms = [m for m in trainer.state.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for m, (mean_, var) in zip(norms, _bn_statistics_of_a_pass(probe, data), strict=True):
+        torch.testing.assert_close(m.running_mean, mean_)
+        torch.testing.assert_close(m.running_var, var)
+
+
+def test_the_batch_norm_pass_uses_the_states_train_dataloader_and_warns_without_one():
+    data = _batches(6)
+    model = _model()
+    swa = SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba")
+    trainer = Trainer(model, data, "6ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), algorithms=[swa],
+                      seed=0, device="cpu")
+    trainer.state.train_dataloader = data  # what the State would hold
+    trainer.fit()
+    with_loader = [m.running_mean.clone() for m in trainer.state.model.modules()
+                   if isinstance(m, torch.nn.BatchNorm2d)]
+    expected = _bn_statistics_of_a_pass(copy.deepcopy(trainer.state.model), data)
+    for got, (want, _) in zip(with_loader, expected, strict=True):
+        torch.testing.assert_close(got, want)
+    with pytest.warns(UserWarning, match=r"SWA: no batches for the batch-norm pass \(give bn_dataloader="):
+        _train(SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba"), "6ba", data)
+
+
+def test_an_epoch_interval_takes_a_snapshot_at_each_epoch_end_from_swa_start():
+    data = _batches(3)
+    before = _Params()
+    swa = SWA(swa_start="1ep", swa_end="4ep", update_interval="1ep", bn_dataloader=data)
+    trainer = _train(swa, "4ep", data, before=[before])
+    assert swa.num_averaged == 4  # epoch ends 1 to 4
+    mean = [torch.stack(ps).mean(0) for ps in zip(*(before.seen[i] for i in (2, 5, 8, 11)), strict=True)]
+    for got, want in zip(trainer.state.model.parameters(), mean, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_the_end_of_training_loads_the_mean_when_swa_end_is_not_reached():
+    data = _batches(4)
+    before = _Params()
+    swa = SWA(swa_start="0.5dur", swa_end="1.0dur", update_interval="1ba", bn_dataloader=data)
+    trainer = _train(swa, "4ba", data, before=[before])
+    assert swa.num_averaged == 3  # batches 2, 3, 4
+    swa = SWA(swa_start="2ba", swa_end="50ba", update_interval="1ba", bn_dataloader=data)
+    trainer = _train(swa, "4ba", data, before=[before := _Params()])
+    assert swa.num_averaged == 3
+    mean = [torch.stack(ps).mean(0) for ps in zip(*before.seen[1:], strict=True)]
+    for got, want in zip(trainer.state.model.parameters(), mean, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_run_that_ends_before_swa_start_is_left_alone_with_a_warning():
+    reference = Trainer(_model(), _batches(3), "3ba", seed=0, device="cpu")
+    reference.fit()
+    with pytest.warns(UserWarning, match=r"SWA: training ended before swa_start='20ba'; nothing was averaged"):
+        trainer = Trainer(_model(), _batches(3), "3ba", seed=0, device="cpu",
+                          algorithms=[SWA(swa_start="20ba", swa_end="30ba")])
+        trainer.fit()
+    expected = reference.state.model.state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in trainer.state.model.state_dict().items())
+
+
+@pytest.mark.parametrize("strategy", ["linear", "cos"])
+def test_schedule_swa_lr_anneals_to_swa_lr_over_anneal_steps_snapshots(strategy):
+    after = _Params()
+    swa = SWA(swa_start="2ba", swa_end="9ba", update_interval="2ba", schedule_swa_lr=True, anneal_strategy=strategy,
+              anneal_steps=3, swa_lr=0.01, bn_dataloader=_batches())
+    _train(swa, "10ba", after=[after])
+    shape = (lambda t: t) if strategy == "linear" else (lambda t: (1 - math.cos(math.pi * t)) / 2)
+    expected, k = [], 0
+    for batch in range(1, 11):
+        if batch in (2, 4, 6, 8):  # snapshots while averaging (the last, at 9, ends it)
+            k += 1
+        if batch == 9:
+            k += 1
+        t = min(1.0, k / 3)
+        expected.append(0.01 * shape(t) + 0.1 * (1 - shape(t)))
+    assert after.lrs == pytest.approx(expected)
+
+
+def test_without_swa_lr_the_schedule_keeps_the_rate_at_swa_start():
+    after = _Params()
+    _train(SWA(swa_start="2ba", swa_end="9ba", update_interval="1ba", schedule_swa_lr=True, bn_dataloader=_batches()),
+           after=[after])
+    assert after.lrs == pytest.approx([0.1] * 10)
+
+
+def test_the_suggested_values_take_six_snapshots_in_the_reference_runs_four_epochs():
+    data = _batches(23, size=2)
+    swa = SWA(swa_start="0.7dur", swa_end="0.97dur", update_interval="5ba", bn_dataloader=data)
+    _train(swa, "4ep", data)
+    assert swa.num_averaged == 6  # batches 65, 70, ..., 90
+    defaults = SWA(bn_dataloader=data)  # Composer's '1ep': one snapshot in the same run
+    _train(defaults, "4ep", data)
+    assert defaults.num_averaged == 1
+
+
+class _Capture(Algorithm):
+    """Keeps ``algo.state_dict()`` and a copy of the weights at one batch's end."""
+
+    def __init__(self, algo, batch):
+        self.algo, self.batch, self.saved, self.params = algo, batch, None, None
+
+    def match(self, event, state):
+        return event is Event.BATCH_END and state.timestamp.batch == self.batch
+
+    def apply(self, event, state, logger=None):
+        self.saved = self.algo.state_dict()
+        self.params = [p.detach().clone() for p in state.model.parameters()]
+
+
+def test_state_dict_keeps_the_mean_count_and_schedule_and_a_fresh_swa_resumes_them():
+    data = _batches()
+
+    def make():
+        return SWA(swa_start="2ba", swa_end="9ba", update_interval="1ba", schedule_swa_lr=True, swa_lr=0.05,
+                   bn_dataloader=data)
+
+    swa = make()
+    capture = _Capture(swa, 5)
+    trainer = _train(swa, "6ba", data, after=[capture])
+    saved = capture.saved
+    assert {k: saved[k] for k in ("num_averaged", "step_counter", "swa_started", "swa_completed")} == \
+        {"num_averaged": 4, "step_counter": 4, "swa_started": True, "swa_completed": False}
+    assert saved["swa_scheduler"]["_step_count"] == 5  # SWALR's own first step, then one per snapshot
+    fresh = make()
+    fresh.load_state_dict(saved)
+    again = fresh.state_dict()
+    assert again.keys() == saved.keys() and again["swa_scheduler"] == saved["swa_scheduler"]
+    assert all(torch.equal(again["swa_model"][k], v) for k, v in saved["swa_model"].items())
+    # its next snapshot is the mean of five: the four saved and the model's weights now
+    state = trainer.state
+    state.timestamp.batch = 6
+    fresh.apply(Event.BATCH_END, state)
+    assert fresh.num_averaged == 5
+    names = [n for n, _ in state.model.named_parameters()]
+    for name, p, w in zip(names, fresh.swa_model.parameters(), state.model.parameters(), strict=True):
+        torch.testing.assert_close(p, saved["swa_model"][name] + (w - saved["swa_model"][name]) / 5)
+    assert SWA().state_dict()["swa_model"] is None
+    with pytest.raises(ValueError, match=r"unknown key\(s\) 'snapshots'"):
+        fresh.load_state_dict({"snapshots": 3})
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(swa_start="later"), r"^swa_start='later': "),
+    (dict(swa_start="100sp"), r"^swa_start='100sp': give it in 'dur' or 'ep' or 'ba'"),
+    (dict(swa_end="9ep"), r"^swa_end='9ep': must be in swa_start's unit \('dur'\)"),
+    (dict(swa_end="0.5dur"), r"^swa_end='0\.5dur': must come after swa_start='0\.7dur'"),
+    (dict(update_interval="0.1dur"), r"^update_interval='0\.1dur': give it in 'ba' or 'ep'"),
+    (dict(update_interval="0ba"), r"^update_interval='0ba': must be at least one"),
+    (dict(schedule_swa_lr="yes"), r"^schedule_swa_lr='yes': True or False"),
+    (dict(anneal_strategy="step"), r"^anneal_strategy='step': 'linear' or 'cos'"),
+    (dict(anneal_steps=0), r"^anneal_steps=0: "),
+    (dict(swa_lr=-0.1), r"^swa_lr=-0\.1: a learning rate > 0"),
+])
+def test_bad_arguments_are_refused_naming_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SWA(**kwargs)
+
+
+def test_anneal_strategy_takes_composers_spellings():
+    assert SWA(anneal_strategy="cosine").anneal_strategy == "cos"
+    assert SWA(anneal_strategy="LIN").anneal_strategy == "linear"
+
+
+def test_the_figure_is_the_classs_mean_of_a_noisy_weight():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a model without batch norm needs no pass over the data
+        out = swa_trajectory(steps=40, swa_start="10ba", swa_end="30ba", update_interval="5ba",
+                             generator=torch.Generator().manual_seed(0))
+    weight, mean = out["series"].values()
+    assert out["type"] == "lines" and len(weight) == len(mean) == 40
+    assert all(math.isnan(m) for m in mean[:9] + mean[30:])
+    snapshots = [weight[i - 1] for i in (10, 15, 20, 25)]
+    assert mean[28] == pytest.approx(sum(snapshots) / 4, abs=1e-6)  # batch 29: four snapshots
