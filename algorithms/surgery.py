@@ -6,8 +6,9 @@ policy matches with what the policy returns, in its parent, under the same name:
 - a policy is ``{module class: replacement(module, index) -> new module or None}``, matched with
   ``isinstance``; ``index`` counts the matches of that class so far, in walk order; ``None``
   leaves the module as it is;
-- the replacement is moved to the original's device and floating dtype (a policy that builds a
-  new module on the CPU in float32 need not know where the model lives); loading the original's
+- the replacement is moved to the original's device and floating dtype, and takes its train or
+  eval mode (a policy that builds a new module on the CPU in float32, in training mode, need not
+  know where the model lives or how it is used); loading the original's
   weights where the math allows is the policy's part, as only it knows the math;
 - optimizers that already hold the original's parameters are updated: the original's parameters
   leave their parameter group and the replacement's join it, and a parameter the replacement
@@ -161,7 +162,7 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
             if not isinstance(new, nn.Module):
                 raise ValueError(f"policies: the replacement for {qualified} ({type(child).__name__}) returned "
                                  f"{type(new).__name__}, not a torch.nn.Module or None")
-            new = _place(new, child, model)
+            new = _place(new, child, model).train(child.training)
             setattr(parent, name, new)
             _update_optimizers(optimizers, child, new)
             replaced[qualified] = new

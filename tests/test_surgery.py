@@ -63,6 +63,14 @@ def test_replacements_are_placed_in_the_originals_dtype():
     assert bn[0].num_batches_tracked.dtype == torch.long and bn[0].weight.dtype == torch.float64
 
 
+def test_a_replacement_takes_the_originals_train_or_eval_mode():
+    model = _net().eval()
+    replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.Dropout(0.5), nn.ReLU())})
+    assert not model[1].training and not model[1][0].training
+    x = torch.randn(3, 4)
+    assert torch.equal(model(x), model(x))  # no dropout in eval mode
+
+
 def test_a_replacement_of_a_module_without_tensors_takes_the_models_dtype():
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).double()
     replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.Linear(4, 4), nn.ReLU())})

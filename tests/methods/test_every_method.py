@@ -122,6 +122,9 @@ def _functional_arguments(record):
         "model": lambda: model,
         "module": lambda: model,  # Composer's name for the model in apply_weight_standardization
         "loss_fun": lambda: torch.nn.functional.cross_entropy,
+        "batch": lambda: batch,  # Sequence Length Warmup's dict batch
+        "grads": lambda: [torch.randn(p.shape, generator=g) for p in model.parameters()],  # SAM's
+        "curr_seq_len": lambda: 4,
         "iters_per_epoch": lambda: 2,  # Gyro Dropout's schedule: the length of the training run
         "max_epoch": lambda: 1,
     }

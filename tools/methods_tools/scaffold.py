@@ -89,6 +89,8 @@ _EXAMPLE_ARGS = {
     "loss_fn": "loss_fun",
     "scale_factor": "0.5",
     "batch": "batch",
+    "curr_seq_len": "8",
+    "grads": "grads",
     "iters_per_epoch": "2",
     "max_epoch": "1",
 }
@@ -216,9 +218,11 @@ def _method_context(record: Any) -> dict[str, Any]:
         "trainer_teardown": None,
         "launch": None,
         "figure": None,
+        "api_classes": [],
     }
     if record.is_best_practice:
         context["trainer_example"] = _trainer_example(record, None, {})
+        context["api_classes"] = _optimizer_classes(record)
         parallel = (record.trainer_option or {}).get("parallel")
         if parallel in DISTRIBUTED:
             context.update(launch=LAUNCH_COMMAND, trainer_setup=_one_process_world(parallel),
@@ -359,8 +363,10 @@ def _data_lines(record: Any, needs: set[str]) -> list[str]:
     if "batch" in needs:
         lines += [f"tokens = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ + 1}))",
                   'batch = {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}']
-    if "model" in needs:
+    if "model" in needs or "grads" in needs:
         lines += _model_lines(record)
+    if "grads" in needs:
+        lines.append("grads = [torch.randn_like(p) for p in model.parameters()]")
     if "loss_fun" in needs:
         lines.append("loss_fun = torch.nn.functional.cross_entropy")
     return lines
@@ -434,6 +440,25 @@ _TEARDOWN = "\n".join([
 ])
 
 
+def _optimizer_option(record: Any) -> str | None:
+    """An optimizer best practice's class, dotted (``trainer_option: {"optimizer": "algorithms.optim.X"}``)."""
+    value = (record.trainer_option or {}).get("optimizer")
+    return value if isinstance(value, str) and "." in value else None
+
+
+def _optimizer_classes(record: Any) -> list[str]:
+    """What an optimizer best practice's API region documents: every class its module exports
+    (``__all__``), the named one first."""
+    import importlib
+
+    dotted = _optimizer_option(record)
+    if dotted is None:
+        return []
+    module_name, name = dotted.rsplit(".", 1)
+    exported = getattr(importlib.import_module(module_name), "__all__", [name])
+    return [dotted, *(f"{module_name}.{n}" for n in exported if n != name)]
+
+
 def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, Any]) -> str:
     vision, nlp = "vision" in record.domains, _nlp(record)
     lines = ["import torch"]
@@ -457,7 +482,12 @@ def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, A
             "    for _ in range(2)",
             "]",
         ]
-    options = "".join(f", {k}={literal(v)}" for k, v in (record.trainer_option or {}).items())
+    optimizer = _optimizer_option(record)
+    if optimizer:
+        module_name, name = optimizer.rsplit(".", 1)
+        lines.insert(lines.index("from algorithms.core import Trainer") + 1, f"from {module_name} import {name}")
+    options = "".join(f", {k}={name}(model.parameters(), lr=0.1)" if k == "optimizer" and optimizer
+                      else f", {k}={literal(v)}" for k, v in (record.trainer_option or {}).items())
     if nlp:
         options += ', loss_fn=lm_loss, input_key="input_ids", target_key="labels"'
     algorithms = f", algorithms=[{class_name}({_call_args([], suggested)})]" if class_name else ""
