@@ -233,7 +233,7 @@ def sam_trajectory(steps: int = 150, lr: float = 0.05, rho: float = 0.3,
             losses.append(float(loss.detach()))
             worst.append(_worst_nearby(w, rho))
             if isinstance(opt, SAMOptimizer):
-                opt.first_step(lambda: _valley_loss(w).backward())
+                opt.first_step(lambda w=w: _valley_loss(w).backward())
             opt.step()
         series[f"{name}: L(w)"] = losses
         series[f"{name}: max L within rho"] = worst

@@ -267,7 +267,7 @@ def test_two_ranks_take_the_single_process_steps(tmp_path):
     single.fit()
     plain = Trainer(_ddp_model(), _global_batches(), f"{STEPS}ba", optimizer=_sgd, device="cpu", seed=0)
     plain.fit()
-    for (name, p), q in zip(single.state.model.named_parameters(), plain.state.model.parameters(), strict=True):
+    for name, p in single.state.model.named_parameters():
         torch.testing.assert_close(got[0][name], p.detach(), rtol=1e-5, atol=1e-6, msg=name)
         torch.testing.assert_close(got[1][name], p.detach(), rtol=1e-5, atol=1e-6, msg=name)
     assert any(not torch.allclose(p, q) for p, q in zip(single.state.model.parameters(),
