@@ -262,6 +262,13 @@ def test_each_cell_takes_the_note_that_names_it():
     assert matrix.cell_note(Cell("precision", ("a",), precision="bf16"), RECORDS) is None
     assert matrix.cell_note(Cell("parallel", ("a",), parallel="ddp"), RECORDS) == "A under DDP."
     assert matrix.cell_note(Cell("solo", ("a",)), RECORDS) is None
+    # a precision's note explains every cell at that precision: alone, in a pair, in parallel
+    fp32 = {**RECORDS, "a": SimpleNamespace(**{**vars(RECORDS["a"]), "interactions": {
+        **RECORDS["a"].interactions, "precision=fp32": "A does nothing in fp32."}})}
+    assert matrix.cell_note(Cell("solo", ("a",)), fp32) == "A does nothing in fp32."
+    assert matrix.cell_note(Cell("pair", ("c", "a")), fp32) == "A does nothing in fp32."
+    assert matrix.cell_note(Cell("parallel", ("a",), parallel="ddp"), fp32) == "A does nothing in fp32. A under DDP."
+    assert matrix.cell_note(Cell("precision", ("a",), precision="fp16"), fp32) == "A in fp16."
 
 
 @pytest.mark.parametrize(("cell", "run", "outcome", "missing"), [

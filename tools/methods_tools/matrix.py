@@ -140,16 +140,17 @@ def plan_cells(records: Mapping[str, Any] | None = None, kinds: Iterable[str] = 
 
 def cell_note(cell: Cell, records: Mapping[str, Any]) -> str | None:
     """The note that explains the cell: for a pair, either method's ``interactions`` entry keyed by
-    the other; else ``precision=<mode>`` or ``parallel=<mode>`` of the method. None without one."""
+    the other; and for any cell, each method's ``precision=<mode>`` entry for the cell's precision
+    and ``parallel=<mode>`` entry for its parallel mode (a method that does nothing in fp32, such
+    as a low-precision norm, explains it once for every fp32 cell). None without one."""
+    keys = []
     if cell.kind == "pair":
         a, b = cell.methods
-        keys = [(a, b), (b, a)]
-    elif cell.kind == "precision":
-        keys = [(cell.methods[0], f"precision={cell.precision}")]
-    elif cell.kind == "parallel":
-        keys = [(cell.methods[0], f"parallel={cell.parallel}")]
-    else:
-        return None
+        keys += [(a, b), (b, a)]
+    for m in cell.methods:
+        keys.append((m, f"precision={cell.precision}"))
+        if cell.parallel != "single":
+            keys.append((m, f"parallel={cell.parallel}"))
     notes = list(dict.fromkeys(records[m].interactions[k] for m, k in keys if k in records[m].interactions))
     return " ".join(notes) if notes else None
 
