@@ -163,3 +163,110 @@ def test_a_checkpoint_of_another_setup_is_refused_before_anything_changes(change
                 device="cpu", precision=change.get("precision", "fp32"), parallel=change.get("parallel", "single"),
                 load_path=path)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+# -- the weight-averaging methods: their averages resume with the run ----------------------------
+
+# A run with batch norm and dropout and an averaging method, two epochs of four batches. The first
+# half dies right after saving a checkpoint at a batch's end (as a crash would), so SWA's end of
+# training (which loads its mean) does not run there; both halves hold the same algorithms.
+AVERAGING_SETUP = textwrap.dedent('''
+    import torch
+    from algorithms import EMA, SWA
+    from algorithms.core import Algorithm, Event, Trainer
+
+    class Interrupted(Exception):
+        pass
+
+    class SaveAndDie(Algorithm):
+        def __init__(self, batch, path):
+            self.batch, self.path, self.trainer = batch, path, None
+
+        def match(self, event, state):
+            return event is Event.BATCH_END and state.timestamp.batch == self.batch
+
+        def apply(self, event, state, logger=None):
+            self.trainer.save_checkpoint(self.path)
+            raise Interrupted
+
+    def build(method, duration, save_at=None, path=None, load_path=None):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
+                                    torch.nn.Dropout(0.3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                    torch.nn.Linear(6, 5))
+        g = torch.Generator().manual_seed(1)
+        data = [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 5, (8,), generator=g)) for _ in range(4)]
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        algo = (EMA(half_life="2ba") if method == "ema" else
+                SWA(swa_start="2ba", swa_end="7ba", update_interval="1ba", schedule_swa_lr=True, swa_lr=0.02,
+                    anneal_steps=3, bn_dataloader=data))
+        saver = SaveAndDie(save_at, path)
+        trainer = Trainer(model, data, duration, optimizer=optimizer, algorithms=[algo, saver], seed=3, device="cpu",
+                          load_path=load_path)
+        saver.trainer = trainer
+        return trainer
+
+    def outcome(trainer):
+        algo = trainer.engine.algorithms[0]
+        out = {"params": trainer.state.model.state_dict(), "lr": trainer.state.optimizer.param_groups[0]["lr"]}
+        if isinstance(algo, EMA):
+            out["average"] = algo.ema_model.state_dict()
+        else:
+            out["average"] = {"num_averaged": torch.tensor(algo.num_averaged)}
+        return out
+''')
+
+
+_AVERAGING: dict = {}
+
+
+def _averaging(name):
+    if not _AVERAGING:
+        exec(AVERAGING_SETUP, _AVERAGING)  # noqa: S102 - the same code the fresh process runs
+    return _AVERAGING[name]
+
+
+def _resume_averaging_in_a_fresh_process(method, checkpoint, total, out):
+    script = AVERAGING_SETUP + textwrap.dedent(f'''
+        trainer = build({method!r}, {total!r}, load_path={str(checkpoint)!r})
+        trainer.fit()
+        torch.save(outcome(trainer), {str(out)!r})
+    ''')
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return torch.load(out)
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("method", ["ema", "swa"])
+@pytest.mark.parametrize(("first", "total"), [(3, "8ba"), (5, "8ba")], ids=["first-epoch", "second-epoch"])
+def test_an_averaging_method_resumes_its_average_bit_for_bit(method, first, total, tmp_path):
+    build, outcome = _averaging("build"), _averaging("outcome")
+    uninterrupted = build(method, total)
+    uninterrupted.fit()
+    expected = outcome(uninterrupted)
+    checkpoint = tmp_path / "run.ckpt"
+    with pytest.raises(_averaging("Interrupted")):
+        build(method, total, save_at=first, path=checkpoint).fit()
+    resumed = _resume_averaging_in_a_fresh_process(method, checkpoint, total, tmp_path / "out.pt")
+    assert _same(resumed["params"], expected["params"])
+    assert _same(resumed["average"], expected["average"])
+    assert resumed["lr"] == expected["lr"]
+    if method == "swa":
+        assert int(expected["average"]["num_averaged"]) == 6  # batches 2 to 7, loaded at 7
+        assert expected["lr"] == pytest.approx(0.02)  # annealed by SWALR
+    # and the algorithm's state is what carries it: without it the resumed run ends elsewhere
+    saved = torch.load(checkpoint, weights_only=True)
+    saved["algorithms"][0]["state"] = {}
+    stripped = tmp_path / "stripped.ckpt"
+    torch.save(saved, stripped)
+    forgetful = _resume_averaging_in_a_fresh_process(method, stripped, total, tmp_path / "forgetful.pt")
+    assert not _same(forgetful["average"], expected["average"])
+    if method == "swa":  # the mean it loads is another
+        assert not _same(forgetful["params"], expected["params"])
+    else:  # EMA never touches the training weights
+        assert _same(forgetful["params"], expected["params"])
