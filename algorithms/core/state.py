@@ -59,6 +59,8 @@ class State:
     world_size: int = 1
     seed: int | None = None
     dataloader_len: int | None = None
+    #: The Trainer's training batches (SWA's batch-norm pass reads them again at its end).
+    train_dataloader: Any = None
     timestamp: Timestamp = field(default_factory=Timestamp)
     batch: Any = None
     outputs: Any = None

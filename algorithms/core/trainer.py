@@ -153,6 +153,7 @@ class Trainer:
             model=model, max_duration=duration, optimizers=(given,) if given else (),
             schedulers=tuple(schedulers), loss_fn=loss_fn, precision=precision, device=device,
             rank=rank, world_size=world_size, seed=seed, dataloader_len=dataloader_len,
+            train_dataloader=train_dataloader,
         )
         # DeepSpeed scales the loss itself (its fp16 mode); everywhere else amp_fp16 needs ours.
         self.scaler = grad_scaler(precision if parallel != "deepspeed" else "fp32", device)
@@ -316,6 +317,7 @@ class Trainer:
             raise ValueError("eval() needs a dataloader: pass one or give the Trainer eval_dataloader")
         state = self.state
         self.engine.run_event(Event.EVAL_START)
+        was_training = state.model.training
         state.model.eval()
         # Accumulate on the device; one host transfer at the end, not one per batch.
         correct, labelled, loss_sum = (torch.zeros((), device=state.device, dtype=torch.float64)
@@ -339,6 +341,7 @@ class Trainer:
             labelled += counted.sum()
             count += n
             self.engine.run_event(Event.EVAL_BATCH_END)
+        state.model.train(was_training)  # an eval mid-epoch leaves the rest of it training as before
         self.engine.run_event(Event.EVAL_END)
         totals = torch.stack([correct, labelled, loss_sum,
                               torch.tensor(float(count), dtype=torch.float64, device=state.device)])

@@ -590,3 +590,19 @@ def test_before_optimizer_step_sees_unscaled_gradients_under_amp_fp16_without_cl
     assert scale > 1
     for scaled, unscaled in zip(probe.after_backward[0], probe.before_step[0], strict=True):
         torch.testing.assert_close(scaled / scale, unscaled)
+
+
+def test_eval_leaves_the_models_mode_as_it_found_it_and_state_holds_the_train_loader():
+    """An eval mid-run (an algorithm's, or the user's) does not leave the rest of training in eval
+    mode: dropout still drops afterwards."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5), torch.nn.Linear(4, 2))
+    data = [(torch.randn(8, 4), torch.randint(0, 2, (8,)))]
+    trainer = Trainer(model, data, "1ba", device="cpu", seed=0)
+    assert trainer.state.train_dataloader is data
+    model.train()
+    trainer.eval(data)
+    assert model.training and all(m.training for m in model.modules())
+    model.eval()
+    trainer.eval(data)
+    assert not model.training

@@ -152,15 +152,19 @@ def test_the_batch_norm_pass_uses_the_states_train_dataloader_and_warns_without_
     swa = SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba")
     trainer = Trainer(model, data, "6ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), algorithms=[swa],
                       seed=0, device="cpu")
-    trainer.state.train_dataloader = data  # what the State would hold
+    assert trainer.state.train_dataloader is data  # the Trainer puts its loader on the State
     trainer.fit()
     with_loader = [m.running_mean.clone() for m in trainer.state.model.modules()
                    if isinstance(m, torch.nn.BatchNorm2d)]
     expected = _bn_statistics_of_a_pass(copy.deepcopy(trainer.state.model), data)
     for got, (want, _) in zip(with_loader, expected, strict=True):
         torch.testing.assert_close(got, want)
+    model = _model()
+    trainer = Trainer(model, data, "6ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), seed=0, device="cpu",
+                      algorithms=[SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba")])
+    trainer.state.train_dataloader = None  # a State without the loader (one built by hand)
     with pytest.warns(UserWarning, match=r"SWA: no batches for the batch-norm pass \(give bn_dataloader="):
-        _train(SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba"), "6ba", data)
+        trainer.fit()
 
 
 def test_an_epoch_interval_takes_a_snapshot_at_each_epoch_end_from_swa_start():

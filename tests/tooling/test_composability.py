@@ -156,12 +156,12 @@ def test_a_cell_evaluates_after_training_and_trains_a_baseline_for_changed_weigh
     effect is changed_weights is decided against the same run without it."""
     records = {k: r for k, r in load_all_metadata().items() if r.kind == "method"}
     key = next(iter(sorted(records)))
-    run = matrix.run_cell(Cell("solo", (key,)), Settings(steps=2), records)
+    run = matrix.run_cell(Cell("solo", (key,)), Settings(steps=2, epochs=1), records)
     assert run.error_type is None and run.batches[-1].eval_weights and run.batches[-1].baseline_weights is None
     monkeypatch.setitem(records, key, SimpleNamespace(**{**vars(records[key]),
                                                          "observable": (*records[key].observable, "changed_weights")}))
     monkeypatch.setattr(matrix, "_BASELINE_WEIGHTS", {})
-    run = matrix.run_cell(Cell("solo", (key,)), Settings(steps=2), records)
+    run = matrix.run_cell(Cell("solo", (key,)), Settings(steps=2, epochs=1), records)
     baseline = run.batches[-1].baseline_weights
     assert baseline and baseline.keys() == run.batches[-1].eval_weights.keys()
     assert ("vision", "fp32", "single") in matrix._BASELINE_WEIGHTS

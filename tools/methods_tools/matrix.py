@@ -67,13 +67,15 @@ class MatrixError(ValueError):
 class Settings:
     """What every cell trains (the results file's ``settings``).
 
-    Six batches of eight 16-pixel images let every method act: ProgressiveResizing runs its first
-    half at half size and its last batch at full size; SelectiveBackprop selects from half of
-    training on, every other batch (batch 5 of 6); every batch is large enough for a mixing
-    partner of another class.
+    Six batches of eight 16-pixel images, three epochs of two, let every method act:
+    ProgressiveResizing runs its first half at half size and its last batch at full size;
+    SelectiveBackprop selects from half of training on, every other batch (batch 5 of 6); Layer
+    Freezing freezes at the second epoch's end, so the third trains without the frozen layers;
+    every batch is large enough for a mixing partner of another class.
     """
 
     steps: int = 6
+    epochs: int = 3
     batch_size: int = 8
     image_size: int = 16
     nproc: int = 2
@@ -391,7 +393,7 @@ def _vision_workload(settings: Settings, rank: int) -> Workload:
     g = torch.Generator().manual_seed(settings.seed * 1000 + rank)
     size, n = settings.image_size, settings.batch_size
     batches = [(torch.rand(n, 3, size, size, generator=g), torch.randint(0, NUM_CLASSES, (n,), generator=g))
-               for _ in range(settings.steps)]
+               for _ in range(settings.steps // settings.epochs)]
     return Workload(model, batches)
 
 
@@ -411,7 +413,7 @@ def _nlp_workload(settings: Settings, rank: int) -> Workload:
     model = transformer_tiny(NLP_VOCAB)
     g = torch.Generator().manual_seed(settings.seed * 1000 + rank)
     batches = []
-    for _ in range(settings.steps):
+    for _ in range(settings.steps // settings.epochs):
         tokens = torch.randint(0, NLP_VOCAB, (settings.batch_size, NLP_LENGTH + 1), generator=g)
         batches.append({"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]})
     return Workload(model, batches, "input_ids", "labels", lm_loss)
