@@ -125,6 +125,11 @@ def _functional_arguments(record):
         "batch": lambda: batch,  # Sequence Length Warmup's dict batch
         "grads": lambda: [torch.randn(p.shape, generator=g) for p in model.parameters()],  # SAM's
         "curr_seq_len": lambda: 4,
+        "ema_model": lambda: copy.deepcopy(model),  # the averaged copy EMA's and SWA's forms update
+        "swa_model": lambda: copy.deepcopy(model),
+        "num_averaged": lambda: 1,
+        "optimizers": lambda: torch.optim.SGD(model.parameters(), lr=0.1),  # Layer Freezing's
+        "current_duration": lambda: 0.75,
         "iters_per_epoch": lambda: 2,  # Gyro Dropout's schedule: the length of the training run
         "max_epoch": lambda: 1,
     }
@@ -196,12 +201,16 @@ def test_training_leaves_the_callers_batches_unchanged(record):
 
 @pytest.mark.parametrize("record", WITH_FUNCTIONAL, ids=_ids(WITH_FUNCTIONAL))
 def test_the_functional_form_leaves_its_arguments_unchanged(record):
-    """Except, for a surgery method, the model (and optimizers) it exists to change."""
+    """Except, for a surgery method, the model (and optimizers) it exists to change, and the
+    averaged copy a weight-averaging form updates by its contract (``ema_model``, ``swa_model``)."""
     args = _functional_arguments(record)
     before = {k: _snapshot(v) for k, v in args.items()}
     _functional(record)(**args)
+    changed = {"ema_model", "swa_model"}
+    if _changes_the_model(record):
+        changed |= {"model", "module", "optimizers"}
     for name, value in args.items():
-        if _changes_the_model(record) and name in ("model", "module", "optimizers"):
+        if name in changed:
             continue
         assert _equal_state(_snapshot(value), before[name]), f"{record.functional} changed its argument {name!r}"
 
@@ -220,7 +229,9 @@ def _snapshot(value):
 def test_functional_defaults_equal_the_class_defaults(record):
     functional = inspect.signature(_functional(record)).parameters
     constructor = inspect.signature(_cls(record)).parameters
-    shared = functional.keys() & constructor.keys()
+    # A class default of None is derived from the class's other arguments (EMA's smoothing from
+    # its half_life, as Composer's), so the form's default is not compared with it.
+    shared = {n for n in functional.keys() & constructor.keys() if constructor[n].default is not None}
     assert {n: functional[n].default for n in shared} == {n: constructor[n].default for n in shared}
 
 

@@ -194,7 +194,10 @@ def check_functional(records: Mapping[str, MethodRecord] | None = None, *, class
         form = getattr(functional, record.functional, None) if record.functional else None
         if callable(form):
             for name, param in parameters(form).items():
-                if name in params and not _same_value(param.default, params[name].default):
+                # A class default of None means "derived from the class's other arguments" (EMA's
+                # smoothing from its half_life, as Composer's): the form's own default stands.
+                if name in params and params[name].default is not None \
+                        and not _same_value(param.default, params[name].default):
                     problem(record, "functional", f"{record.functional}({name}={param.default!r}) but "
                                                   f"{record.class_name}({name}={params[name].default!r}): the "
                                                   "functional form and the class must share defaults — make "

@@ -91,6 +91,11 @@ _EXAMPLE_ARGS = {
     "batch": "batch",
     "curr_seq_len": "8",
     "grads": "grads",
+    "ema_model": "averaged",
+    "swa_model": "averaged",
+    "num_averaged": "1",
+    "optimizers": "optimizer",
+    "current_duration": "0.75",
     "iters_per_epoch": "2",
     "max_epoch": "1",
 }
@@ -363,10 +368,14 @@ def _data_lines(record: Any, needs: set[str]) -> list[str]:
     if "batch" in needs:
         lines += [f"tokens = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ + 1}))",
                   'batch = {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}']
-    if "model" in needs or "grads" in needs:
+    if needs & {"model", "grads", "averaged", "optimizer"}:
         lines += _model_lines(record)
     if "grads" in needs:
         lines.append("grads = [torch.randn_like(p) for p in model.parameters()]")
+    if "averaged" in needs:
+        lines += ["import copy", "", "averaged = copy.deepcopy(model)  # the averaged weights the form updates"]
+    if "optimizer" in needs:
+        lines.append("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
     if "loss_fun" in needs:
         lines.append("loss_fun = torch.nn.functional.cross_entropy")
     return lines
@@ -406,7 +415,8 @@ def _functional_example(record: Any, params: dict[str, Any], suggested: dict[str
                 unknown.append(f"{name} = ...  # TODO: an example value for {name}")
             positional.append(arg)
             needs.add(arg)
-    keywords = {k: v for k, v in suggested.items() if k in params and k not in positional}
+    # A suggested None is the default that defers to other arguments: the example leaves it out.
+    keywords = {k: v for k, v in suggested.items() if k in params and k not in positional and v is not None}
     lines = ["import torch", "import algorithms.functional as cf", ""]
     lines += _data_lines(record, needs) + unknown
     lines.append(f"result = cf.{record.functional}({_call_args(positional, keywords)})")
@@ -490,7 +500,8 @@ def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, A
                       else f", {k}={literal(v)}" for k, v in (record.trainer_option or {}).items())
     if nlp:
         options += ', loss_fn=lm_loss, input_key="input_ids", target_key="labels"'
-    algorithms = f", algorithms=[{class_name}({_call_args([], suggested)})]" if class_name else ""
+    given = {k: v for k, v in suggested.items() if v is not None}  # None defers to the other arguments
+    algorithms = f", algorithms=[{class_name}({_call_args([], given)})]" if class_name else ""
     lines += [
         f'trainer = Trainer(model, train_dataloader, max_duration="1ep"{algorithms}{options})',
         "trainer.fit()",
