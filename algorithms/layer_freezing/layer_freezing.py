@@ -135,6 +135,9 @@ class LayerFreezing(Algorithm):
         False
     """
 
+    #: Frozen layers get no gradient, so under DDP the Trainer must look for unused parameters.
+    unused_parameters = True
+
     def __init__(self, freeze_start: float = 0.5, freeze_level: float = 1.0):
         check_layer_freezing(freeze_start, freeze_level)
         self.freeze_start = freeze_start

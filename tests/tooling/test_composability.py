@@ -303,6 +303,28 @@ def test_a_launch_that_ends_early_fails_each_of_its_cells_with_the_reason(monkey
     assert entries[0]["seen"] == ["a.changed_inputs"] and entries[1]["detail"] == reason
 
 
+def test_a_pairs_reference_runs_on_the_pairs_workload(monkeypatch):
+    """A method of two domains ("b": vision and nlp) runs alone on vision, but its reference in a
+    pair with an nlp method is its solo run on the nlp workload."""
+    calls = []
+
+    def fake_run_cell(cell, settings, records=None, domain=None):
+        calls.append((cell.kind, cell.methods, domain or matrix._workload_domain(cell, records)))
+        return CellRun(seen=[], batches=[])
+
+    monkeypatch.setattr(matrix, "run_cell", fake_run_cell)
+    matrix.run_cells([Cell("solo", ("b",)), Cell("pair", ("b", "c"))], Settings(), records=RECORDS)
+    assert calls == [("solo", ("b",), "vision"), ("pair", ("b", "c"), "nlp"), ("solo", ("b",), "nlp"),
+                     ("solo", ("c",), "nlp")]
+
+
+def test_methods_get_the_workloads_batch_keys_where_their_plumbing_takes_them():
+    records = load_all_metadata()
+    nlp = matrix.WORKLOADS["nlp"](Settings(), 0)
+    [smoothing] = matrix._build_methods(Cell("solo", ("label_smoothing",)), records, nlp)
+    assert smoothing.target_key == "labels"
+
+
 # --------------------------------------------------------------------------------------------- command line
 
 def test_bad_options_are_one_line_each_and_write_nothing(tmp_path, capsys):

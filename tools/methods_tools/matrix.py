@@ -478,11 +478,15 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def _build_methods(cell: Cell, records: Mapping[str, Any]) -> list[Any]:
+def _build_methods(cell: Cell, records: Mapping[str, Any], workload: Workload | None = None) -> list[Any]:
+    """The cell's methods with their suggested hyperparameters, and the workload's batch keys
+    for a method whose plumbing takes them (``input_key``, ``target_key``)."""
     import algorithms
 
+    keys = {} if workload is None else {"input_key": workload.input_key, "target_key": workload.target_key}
     return [getattr(algorithms, records[k].class_name)(
-        **{name: h.suggested for name, h in records[k].hyperparameters.items()}) for k in cell.methods]
+        **{name: h.suggested for name, h in records[k].hyperparameters.items()},
+        **{name: value for name, value in keys.items() if name in records[k].plumbing}) for k in cell.methods]
 
 
 def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Settings) -> list[Batch]:
@@ -508,23 +512,26 @@ def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Set
 _BASELINE_WEIGHTS: dict[tuple[str, str, str], Any] = {}
 
 
-def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None) -> CellRun:
+def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None,
+             domain: str | None = None) -> CellRun:
     """Train the cell in this process (under torchrun for a parallel cell) and say what was seen.
 
     A cell with a method whose effect is ``changed_weights`` also trains the same workload without
     any method (once per domain, precision and parallel mode in this process), the baseline that
-    effect is decided against when the cell has no reference run."""
+    effect is decided against when the cell has no reference run. ``domain`` runs a solo cell on
+    that domain's workload (a pair's reference) instead of its method's first."""
     from algorithms.core.distributed import rank_and_world_size
 
     records = _method_records(records)
     start = time.perf_counter()
-    domain = _workload_domain(cell, records)
+    domain = domain or _workload_domain(cell, records)
     if domain is None:
         return CellRun(error_type="LookupError", detail=f"no workload for the domains the methods share: add one to "
                        f"WORKLOADS in {__name__}")
     rank = rank_and_world_size()[0] if cell.parallel in DISTRIBUTED else 0
     try:
-        batches = _train(cell, _build_methods(cell, records), WORKLOADS[domain](settings, rank), settings)
+        workload = WORKLOADS[domain](settings, rank)
+        batches = _train(cell, _build_methods(cell, records, workload), workload, settings)
         if batches and any("changed_weights" in records[k].observable for k in cell.methods):
             key = (domain, cell.precision, cell.parallel)
             if key not in _BASELINE_WEIGHTS:
@@ -672,21 +679,25 @@ def run_cells(cells: Sequence[Cell], settings: Settings, *, records: Mapping[str
         entries[i] = entry
         progress(f"[{len(entries)}/{total}] {cell.label}: {describe(entry)} ({entry['wall_s']:.1f} s)")
 
-    references: dict[str, list[Batch]] = {}
+    references: dict[tuple[str, str | None], list[Batch]] = {}
 
-    def reference(key: str) -> list[Batch]:
-        """What the model and the loss see with ``key`` alone (its solo run, run once)."""
-        if key not in references:
-            references[key] = run_cell(Cell("solo", (key,)), settings, records).batches
-        return references[key]
+    def reference(key: str, domain: str | None) -> list[Batch]:
+        """What the model and the loss see with ``key`` alone on ``domain``'s workload (its solo
+        run there, run once): a pair's reference is on the pair's workload."""
+        if (key, domain) not in references:
+            references[key, domain] = run_cell(Cell("solo", (key,)), settings, records, domain=domain).batches
+        return references[key, domain]
 
     for i, cell in enumerate(cells):
         if cell.parallel in DISTRIBUTED:
             continue
         run = run_cell(cell, settings, records)
         if cell.kind == "solo":
-            references[cell.methods[0]] = run.batches
-        refs = {key: reference(key) for key in cell.methods} if cell.kind == "pair" else None
+            references[cell.methods[0], _workload_domain(cell, records)] = run.batches
+        refs = None
+        if cell.kind == "pair":
+            domain = _workload_domain(cell, records)
+            refs = {key: reference(key, domain) for key in cell.methods}
         report(i, cell, decide(cell, run, records, refs))
     for mode in dict.fromkeys(c.parallel for c in cells if c.parallel in DISTRIBUTED):
         mine = [(i, c) for i, c in enumerate(cells) if c.parallel == mode]
