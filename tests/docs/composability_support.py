@@ -31,7 +31,7 @@ def matrix_document(records: Mapping[str, MethodRecord], overrides: Mapping[tupl
         "environment": {"hardware": "Test CPU <i>x</i>, 2 cores", "device_type": "cpu", "torch": "2.13.0",
                         "deepspeed": deepspeed, "python": "3.12.0", "platform": "Linux",
                         "date": "2026-12-05T10:00:00+00:00"},
-        "settings": {"steps": 6, "batch_size": 8, "image_size": 16, "nproc": 2, "seed": 0},
+        "settings": {"steps": 6, "epochs": 3, "batch_size": 8, "image_size": 16, "nproc": 2, "seed": 0},
         "commands": ["tools/composability_matrix.py --force"], "wall_s": 42.0, "cells": []}
     parallels = ("ddp", "fsdp", "deepspeed") if deepspeed else ("ddp", "fsdp")
     for key in expected_cells(records.values(), document, parallels):
