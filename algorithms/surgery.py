@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Optional
 
 import torch
 from torch import nn
@@ -45,7 +44,7 @@ from torch import nn
 __all__ = ["NoModulesReplacedWarning", "Policy", "count_module_instances", "replace_module_classes"]
 
 #: A replacement: ``(module, index among this class's matches) -> new module, or None to keep it``.
-Policy = Callable[[nn.Module, int], Optional[nn.Module]]
+Policy = Callable[[nn.Module, int], nn.Module | None]
 
 
 class NoModulesReplacedWarning(UserWarning):

@@ -110,7 +110,6 @@ def test_the_figure_kinds_surgery_and_plot_draw_from_the_methods_code(tmp_path, 
     import types
 
     import algorithms.models
-
     from algorithms.surgery import replace_module_classes
 
     def apply_gelu(model):

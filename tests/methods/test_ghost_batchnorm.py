@@ -24,8 +24,12 @@ from trainer_support import Observed
 import algorithms.functional as cf
 from algorithms import GhostBatchNorm
 from algorithms.core import Trainer
-from algorithms.ghost_batchnorm.ghost_batchnorm import (GhostBatchNorm1d, GhostBatchNorm2d, GhostBatchNorm3d,
-                                                        ghost_chunk_statistics)
+from algorithms.ghost_batchnorm.ghost_batchnorm import (
+    GhostBatchNorm1d,
+    GhostBatchNorm2d,
+    GhostBatchNorm3d,
+    ghost_chunk_statistics,
+)
 from algorithms.models import resnet20
 from algorithms.surgery import NoModulesReplacedWarning
 

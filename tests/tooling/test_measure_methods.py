@@ -13,8 +13,14 @@ from types import SimpleNamespace
 
 import pytest
 from methods_tools import compare, effects_pages, measure
-from methods_tools.results import (V1_SETTINGS, discover_effects, discover_results, effects_problems, load_effects,
-                                   upgrade_effects)
+from methods_tools.results import (
+    V1_SETTINGS,
+    discover_effects,
+    discover_results,
+    effects_problems,
+    load_effects,
+    upgrade_effects,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOL = REPO_ROOT / "tools" / "measure_methods.py"
@@ -352,8 +358,9 @@ def test_a_method_with_its_own_model_is_compared_with_a_baseline_of_that_model(t
     assert summary[("gn_trick", "resnet20_gn")]["throughput_ratio"]["mean"] == pytest.approx(sum(expected) / 2)
     # --only gn_trick: its runs again, and only its model's baseline where a seed has none
     only = measure.select_jobs(jobs, [], only=["gn_trick"])
-    assert [(j.method, j.model, j.seed) for j in only] == [("baseline", "resnet20_gn", 0), ("gn_trick", "resnet20_gn", 0),
-                                                           ("baseline", "resnet20_gn", 1), ("gn_trick", "resnet20_gn", 1)]
+    assert [(j.method, j.model, j.seed) for j in only] == [
+        ("baseline", "resnet20_gn", 0), ("gn_trick", "resnet20_gn", 0),
+        ("baseline", "resnet20_gn", 1), ("gn_trick", "resnet20_gn", 1)]
     again = FakeRunner()
     _measure(out, again, records=GN_RECORDS, options=_options(seeds=(0, 1)))
     assert again.jobs == []  # the runs of the other model are found in the file too

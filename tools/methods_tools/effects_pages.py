@@ -6,9 +6,10 @@ measurements (``results/effects/*.json``, written by ``tools/measure_methods.py`
   with ``{include}``: per effects file that measured it, the baseline's and the method's figures
   with their ratios and changes and the spread over seeds; else that it is not measured yet.
 - ``tables/effects/<stem>.svg``: per effects file, speed-up against the change in quality
-  (accuracy, or a language model's validation loss) of every measured method with error bars, drawn like the training charts (matplotlib, text kept as
-  text, reused while a hash of its inputs is unchanged); the overview shows it beside a sortable
-  table of the same figures (:func:`overview_effects`).
+  (accuracy, or a language model's validation loss) of every measured method with error bars,
+  drawn like the training charts (matplotlib, text kept as text, reused while a hash of its
+  inputs is unchanged); the overview shows it beside a sortable table of the same figures
+  (:func:`overview_effects`).
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ def _chart_key(view: EffectsFile) -> str:
     except importlib.metadata.PackageNotFoundError:
         version = None
     points = [(m.label, dict(m.number)) for m in view.methods.values()]
-    inputs = {"points": points, "title": view.title, "metric": view.settings["metric"], "matplotlib": version, "code": _DRAWING_CODE}
+    inputs = {"points": points, "title": view.title, "metric": view.settings["metric"], "matplotlib": version,
+              "code": _DRAWING_CODE}
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 

@@ -147,8 +147,8 @@ def _reference_model(name: str, seed: int) -> Any:
 
     builder = getattr(models, name, None)
     if not callable(builder):
-        raise FigureError(f"model {name!r} is not a builder of algorithms.models — use one of "
-                          f"{', '.join(n for n in models.__all__ if n[0].islower() and n != 'get_model' and n != 'lm_loss')}")
+        builders = (n for n in models.__all__ if n[0].islower() and n not in ("get_model", "lm_loss"))
+        raise FigureError(f"model {name!r} is not a builder of algorithms.models — use one of {', '.join(builders)}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return builder(10)

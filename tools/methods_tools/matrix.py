@@ -267,7 +267,8 @@ def model_signature(model: Any) -> tuple[tuple[Any, ...], ...]:
     parameter's name, shape, dtype and (4-D) whether it is channels-last."""
     import torch
 
-    modules = tuple(("module", name, f"{type(m).__module__}.{type(m).__qualname__}") for name, m in model.named_modules())
+    modules = tuple(("module", name, f"{type(m).__module__}.{type(m).__qualname__}")
+                    for name, m in model.named_modules())
     params = tuple(("parameter", name, tuple(p.shape), str(p.dtype),
                     p.ndim == 4 and p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous())
                    for name, p in model.named_parameters())

@@ -367,7 +367,8 @@ def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] =
         prefix = f"[{i}/{len(jobs)}]"
         progress(f"{prefix} {job.label}: starting")
         run = runner(job, options, env, lambda line, prefix=prefix: progress(f"{prefix} {line}"))
-        detail = run["reason"] if run["status"] != "ok" else f"{run['wall_s']:.1f} s, {options.metric} {run[options.metric]}"
+        detail = (run["reason"] if run["status"] != "ok"
+                  else f"{run['wall_s']:.1f} s, {options.metric} {run[options.metric]}")
         progress(f"{prefix} {job.label}: {run['status']} ({detail})")
         runs = [*runs, run]
         document = build_document(env, settings, commands, runs)

@@ -488,7 +488,8 @@ def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, A
     else:
         lines += [
             "train_dataloader = [",
-            f"    ({'torch.rand(8, 3, 32, 32)' if vision else 'torch.randn(8, 16)'}, torch.randint(0, {_CLASSES}, (8,)))",
+            f"    ({'torch.rand(8, 3, 32, 32)' if vision else 'torch.randn(8, 16)'},"
+            f" torch.randint(0, {_CLASSES}, (8,)))",
             "    for _ in range(2)",
             "]",
         ]
