@@ -1,7 +1,8 @@
-"""Runs the matching algorithms at each event, in order, and keeps a trace."""
+"""Runs the matching algorithms at each event, in order, and keeps a trace of the latest events."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,10 @@ from .event import Event
 from .state import State
 
 __all__ = ["Engine", "Trace"]
+
+#: How many of the latest events the trace keeps: a run of a million batches would otherwise keep
+#: eleven million entries, and a trace is read in tests and debugging, over the last few batches.
+TRACE_LIMIT = 10_000
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,12 @@ class Trace:
 
 
 class Engine:
+    """Runs each algorithm whose ``match(event, state)`` is true at ``event``, in order.
+
+    ``trace`` lists the latest :data:`TRACE_LIMIT` events run (with ``keep_trace``), oldest first,
+    each with the algorithms that ran at it.
+    """
+
     def __init__(self, state: State, algorithms: Sequence[Algorithm] = (), logger: Any = None,
                  keep_trace: bool = True):
         for algo in algorithms:
@@ -31,7 +42,11 @@ class Engine:
         self.algorithms = tuple(algorithms)
         self.logger = logger
         self.keep_trace = keep_trace
-        self.trace: list[Trace] = []
+        self._trace: deque[Trace] = deque(maxlen=TRACE_LIMIT)
+
+    @property
+    def trace(self) -> list[Trace]:
+        return list(self._trace)
 
     def run_event(self, event: Event) -> tuple[str, ...]:
         ran = []
@@ -40,5 +55,5 @@ class Engine:
                 algo.apply(event, self.state, self.logger)
                 ran.append(algo.name)
         if self.keep_trace:
-            self.trace.append(Trace(event, tuple(ran)))
+            self._trace.append(Trace(event, tuple(ran)))
         return tuple(ran)

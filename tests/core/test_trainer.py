@@ -606,3 +606,16 @@ def test_eval_leaves_the_models_mode_as_it_found_it_and_state_holds_the_train_lo
     model.eval()
     trainer.eval(data)
     assert not model.training
+
+
+def test_the_trace_keeps_the_latest_events_only(monkeypatch):
+    """A long run does not keep an entry per event forever: the trace holds the last TRACE_LIMIT
+    events, oldest first, and the older ones are gone."""
+    from algorithms.core import engine
+
+    monkeypatch.setattr(engine, "TRACE_LIMIT", 5)
+    t = Trainer(torch.nn.Linear(6, 3), _data(2), "2ep")
+    t.fit()
+    epoch_end = [*Event.batch_events()[-3:], Event.EPOCH_END, Event.FIT_END]
+    assert [tr.event for tr in t.engine.trace] == epoch_end
+    assert len(Trainer(torch.nn.Linear(6, 3), _data(2), "1ba").engine.trace) == 1  # INIT only
