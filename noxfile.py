@@ -1,5 +1,5 @@
 """Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``; ``nox -s matrix``,
-``nox -s mutants`` and ``nox -s minimums`` by hand.
+``nox -s mutants``, ``nox -s minimums``, ``nox -s bench`` and ``nox -s bench_peers`` by hand.
 
 Virtual environments are reused between runs (a second ``nox -s tests`` starts in seconds).
 Torch is installed first, from ``$METHODS_TORCH_SPEC`` (default ``torch==2.13.0``, a CPU build),
@@ -90,6 +90,21 @@ def gpu(session: nox.Session) -> None:
                 "--configs", "fp32:single,fp16:single,bf16:single,amp_fp16:single,amp_bf16:single,"
                              "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2",
                 *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """The benchmark suite, run by hand on a quiet machine (about 10 minutes on 2 CPU cores).
+
+    Batch methods against their memory floors, the Trainer's own cost against a plain loop, the
+    checks' and the docs build's times as the catalog grows: each figure measured side by side in
+    one run, repeated, medians, printed beside its target. Rewrites
+    results/bench/<cpu|gpu>-<hardware>.json (commit it) and fails when a target is missed. Extra
+    arguments go to benchmarks/run.py (e.g. --only trainer_overhead --output /tmp/bench.json).
+    The peers (torchvision, timm, Composer) run in their own session, ``nox -s bench_peers``.
+    """
+    install_project(session, "dev")
+    session.run("python", "benchmarks/run.py", "--force", *session.posargs)
 
 
 @nox.session(python=PYTHON)

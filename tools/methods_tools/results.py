@@ -4,7 +4,8 @@ Three kinds, kept apart by folder so that no validator sees another's files:
 
 - ``results/*.json``: ``tools/compare_training.py`` (``algorithms/results.schema.json``);
 - ``results/effects/*.json``: ``tools/measure_methods.py`` (``algorithms/effects.schema.json``);
-- ``results/composability/*.json``: ``tools/composability_matrix.py`` (``algorithms/composability.schema.json``).
+- ``results/composability/*.json``: ``tools/composability_matrix.py`` (``algorithms/composability.schema.json``);
+- ``results/bench/*.json``: ``benchmarks/run.py``, ``nox -s bench`` (``algorithms/bench.schema.json``).
 
 A schema is checked when a file is written and whenever the docs read one. This module imports no torch. The results
 live in a checkout (``results/``), not in the installed package.
@@ -20,8 +21,9 @@ from algorithms.metadata import PACKAGE_ROOT, schema_validator
 
 from . import REPO_ROOT
 
-__all__ = ["COMPOSABILITY_DIR", "COMPOSABILITY_SCHEMA_PATH", "EFFECTS_DIR", "EFFECTS_SCHEMA_PATH", "RESULTS_DIR",
-           "RESULTS_SCHEMA_PATH", "ResultsError", "composability_problems", "discover_composability",
+__all__ = ["BENCH_DIR", "BENCH_SCHEMA_PATH", "COMPOSABILITY_DIR", "COMPOSABILITY_SCHEMA_PATH", "EFFECTS_DIR",
+           "EFFECTS_SCHEMA_PATH", "RESULTS_DIR", "RESULTS_SCHEMA_PATH", "ResultsError", "bench_problems",
+           "composability_problems", "load_bench", "discover_composability",
            "discover_effects", "discover_results", "effects_problems", "load_composability", "load_effects",
            "load_results", "results_problems", "upgrade_effects", "V1_SETTINGS"]
 
@@ -31,6 +33,8 @@ RESULTS_DIR = REPO_ROOT / "results"
 EFFECTS_DIR = RESULTS_DIR / "effects"
 COMPOSABILITY_SCHEMA_PATH = PACKAGE_ROOT / "composability.schema.json"
 COMPOSABILITY_DIR = RESULTS_DIR / "composability"
+BENCH_SCHEMA_PATH = PACKAGE_ROOT / "bench.schema.json"
+BENCH_DIR = RESULTS_DIR / "bench"
 
 
 class ResultsError(ValueError):
@@ -131,3 +135,13 @@ def discover_composability(root: str | Path | None = None) -> list[Path]:
     """Every ``*.json`` in ``root`` (default: the repository's ``results/composability/``), sorted by name."""
     root = Path(root) if root is not None else COMPOSABILITY_DIR
     return sorted(p for p in root.glob("*.json") if p.is_file()) if root.is_dir() else []
+
+
+def bench_problems(data: Any, where: str = "<bench>") -> list[str]:
+    """One line per way ``data`` breaks the benchmark results schema (empty when it is valid)."""
+    return _problems(data, BENCH_SCHEMA_PATH, where)
+
+
+def load_bench(path: str | Path) -> dict[str, Any]:
+    """The validated content of one benchmark results file; :class:`ResultsError` lists every problem."""
+    return _load(path, bench_problems, "benchmarks/run.py (nox -s bench)")

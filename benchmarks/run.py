@@ -1,0 +1,158 @@
+"""The benchmark suite (``nox -s bench``): every measured ratio beside its target, in one results file.
+
+Each section is a module of this folder with ``run(quick=False) -> {"title", "rows", "details"}``;
+a row is one measured figure (``value`` in ``unit``, its ``spread`` over the repeats, the
+``target`` it is held to with ``compare``, and whether it ``met`` it). Sections time their subjects
+side by side in one process, repeat, and report medians: these machines are shared and noisy, so
+a ratio measured in one run says more than two times measured apart.
+
+    python benchmarks/run.py                         # every section; writes results/bench/<machine>.json
+    python benchmarks/run.py --only trainer_overhead --output /tmp/bench.json
+    python benchmarks/run.py --quick --output -      # a smoke run: small sizes, the numbers mean nothing
+    python benchmarks/run.py --readme                # the README's Performance table, from results/bench/
+
+The results file (schema ``algorithms/bench.schema.json``) names the machine, the software and the
+load average it ran at; commit it. Exit status 1 when a target is missed (the file is written all
+the same), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+README = HERE.parent / "README.md"
+README_REGION = "performance"  # <!-- generated: performance --> ... <!-- end generated: performance -->
+SECTIONS = ("batch_methods", "trainer_overhead", "check_speed", "docs_scale")
+COMPARE = {"<": lambda value, target: value < target, "<=": lambda value, target: value <= target}
+
+
+def load_section(name: str) -> Any:
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    return importlib.import_module(name)
+
+
+def format_row(row: dict[str, Any]) -> str:
+    unit = row["unit"]
+    fmt = (lambda v: f"{v:.2f}x") if unit == "x" else (lambda v: f"{v:.2f} {unit}")
+    lo, hi = row["spread"]
+    verdict = "met" if row["met"] else "MISSED"
+    return (f"  {row['what']:<70} {fmt(row['value']):>10}  [{fmt(lo)} .. {fmt(hi)}]  "
+            f"target {row['compare']} {fmt(row['target'])}: {verdict}")
+
+
+def default_output(env: dict[str, Any]) -> Path:
+    """``results/bench/<cpu|gpu>-<hardware slug>.json``, named as the other results files are."""
+    from methods_tools.compare import default_output_path
+    from methods_tools.results import BENCH_DIR
+
+    return BENCH_DIR / f"{default_output_path(env, BENCH_DIR).stem.removesuffix('-' + env['date'][:10])}.json"
+
+
+def figure(value: float, unit: str) -> str:
+    """A measured figure as the README shows it: ``1.83x``, ``0.12 %``, ``0.21 s``, ``1``."""
+    if unit == "pages":
+        return f"{value:g}"
+    return f"{value:.2f}x" if unit == "x" else f"{value:.2f} {unit}"
+
+
+def render_performance(paths: list[Path], root: Path) -> str:
+    """The README's Performance region: a table per results file (validated), linked from ``root``."""
+    from methods_tools.docsgen import jinja_environment
+    from methods_tools.results import load_bench
+
+    documents = [{**load_bench(path), "path": path.relative_to(root).as_posix()} for path in paths]
+    env = jinja_environment(HERE)
+    env.filters["figure"] = figure
+    return env.get_template("performance.md.j2").render(documents=documents).strip("\n")
+
+
+def update_readme(readme: Path = README, results: list[Path] | None = None) -> bool:
+    """Rewrite the README's Performance region from ``results`` (default: every committed
+    results/bench/*.json); the rest of the file is kept byte for byte. Returns whether it changed."""
+    from methods_tools.cards import Region, regions, replace_regions
+    from methods_tools.files import write_if_changed
+    from methods_tools.results import BENCH_DIR
+
+    results = sorted(BENCH_DIR.glob("*.json")) if results is None else results
+    text = readme.read_text(encoding="utf-8")
+    if README_REGION not in regions(text):
+        raise SystemExit(f"{readme}: no '<!-- generated: {README_REGION} -->' region to rewrite — add the markers "
+                         "where the table belongs")
+    body = (render_performance(results, readme.parent) if results
+            else "No benchmark results are committed yet (run nox -s bench).")
+    return write_if_changed(readme, replace_regions(text, {README_REGION: Region(README_REGION, 0, 0, body)}))
+
+
+def run_suite(names: list[str], quick: bool, log=print) -> dict[str, Any]:
+    from methods_tools.compare import environment
+
+    env = environment()  # the load average as the run starts
+    sections = {}
+    for name in names:
+        log(f"== {name}")
+        start = time.perf_counter()
+        section = load_section(name).run(quick=quick)
+        section["seconds"] = round(time.perf_counter() - start, 1)
+        for row in section["rows"]:  # the verdict is the comparison itself, decided here for every section
+            row["met"] = COMPARE[row["compare"]](row["value"], row["target"])
+        sections[name] = section
+        log(f"{section['title']} ({section['seconds']} s)")
+        for row in section["rows"]:
+            log(format_row(row))
+    end_env = environment()
+    env["load_average_at_end"] = end_env["load_average"]
+    rows = [row for section in sections.values() for row in section["rows"]]
+    return {"$schema": "../../algorithms/bench.schema.json", "schema_version": 1, "environment": env,
+            "quick": quick, "command": " ".join(["python", "benchmarks/run.py", *sys.argv[1:]]),
+            "targets": {"met": sum(r["met"] for r in rows), "total": len(rows)}, "sections": sections}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help=f"comma-separated sections, of: {', '.join(SECTIONS)}")
+    parser.add_argument("--quick", action="store_true", help="small sizes and one repeat: checks the suite runs")
+    parser.add_argument("--output", help="the results file (default results/bench/<machine>.json; - for stdout)")
+    parser.add_argument("--force", action="store_true", help="overwrite the results file if it exists")
+    parser.add_argument("--readme", action="store_true",
+                        help="only rewrite the README's Performance table from the committed results files")
+    args = parser.parse_args(argv)
+    if args.readme:
+        print(f"{README}: {'rewritten' if update_readme() else 'already current'}")
+        return 0
+    names = list(SECTIONS) if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown or not names:
+        parser.error(f"--only {args.only!r}: unknown section(s) {', '.join(unknown) or '(none given)'}; "
+                     f"choose from {', '.join(SECTIONS)}")
+    from methods_tools.compare import environment
+    from methods_tools.files import write_atomic
+    from methods_tools.results import bench_problems
+
+    output = None if args.output == "-" else Path(args.output) if args.output else default_output(environment())
+    if output is not None and output.exists() and not args.force:
+        parser.error(f"{output}: exists; pass --force to overwrite it")
+    document = run_suite(names, args.quick, log=lambda line: print(line, flush=True))
+    problems = bench_problems(document)
+    if problems:  # a section's bug: never write an invalid file
+        raise SystemExit("\n".join(problems))
+    text = json.dumps(document, indent=1) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(output, text, force=args.force)
+        print(f"wrote {output}; commit it, and refresh the README's table with: python benchmarks/run.py --readme")
+    met, total = document["targets"]["met"], document["targets"]["total"]
+    print(f"{met} of {total} targets met" + ("" if met == total else " (the rows marked MISSED are not)"))
+    return 0 if met == total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
