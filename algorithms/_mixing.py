@@ -19,8 +19,8 @@ from .core.event import Event
 from .core.state import State
 from .targets import interpolate_targets, target_dtype
 
-__all__ = ["MixingAlgorithm", "check_alpha", "check_batch_sizes", "check_indices", "randint", "sample_beta",
-           "sample_permutation"]
+__all__ = ["MixingAlgorithm", "check_alpha", "check_batch_sizes", "check_indices", "randint", "randints",
+           "sample_beta", "sample_permutation"]
 
 
 def check_alpha(alpha: float) -> float:
@@ -63,6 +63,15 @@ def sample_permutation(n: int, device: torch.device, generator: torch.Generator 
 def randint(low: int, high: int, generator: torch.Generator | None) -> int:
     """A host integer in ``[low, high)`` drawn from a torch generator."""
     return int(torch.randint(low, high, (1,), generator=generator))
+
+
+def randints(ranges: tuple[tuple[int, int], ...], generator: torch.Generator | None) -> list[int]:
+    """Host integers, one in each ``[low, high)`` of ``ranges``: the draws of successive
+    :func:`randint` calls. Equal ranges take one call, as torch's CPU sampler draws the elements of
+    a tensor one after another from the generator's stream."""
+    if all(r == ranges[0] for r in ranges):
+        return torch.randint(*ranges[0], (len(ranges),), generator=generator).tolist()
+    return [randint(low, high, generator) for low, high in ranges]
 
 
 class MixingAlgorithm(Algorithm):

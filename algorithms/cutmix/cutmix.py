@@ -15,7 +15,7 @@ from .._mixing import (
     check_alpha,
     check_batch_sizes,
     check_indices,
-    randint,
+    randints,
     sample_beta,
     sample_permutation,
 )
@@ -35,6 +35,7 @@ def cutmix_batch(
     indices: torch.Tensor | None = None,
     uniform_sampling: bool = False,
     generator: torch.Generator | None = None,
+    inplace: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, float, BBox]:
     """Replace one box of every image with the same box of another image of the batch.
 
@@ -43,7 +44,7 @@ def cutmix_batch(
     width axis (``dim=-1``), end-exclusive, as in ``composer.functional.cutmix_batch``.
 
     Args:
-        input: images ``(N, C, H, W)``; not modified.
+        input: images ``(N, C, H, W)``; not modified unless ``inplace``.
         target: class indices ``(N,)`` or probabilities ``(N, K)``; not modified.
         length: side of the box as a fraction of the image's sides, in ``(0, 1]``. If ``None``,
             the box area is ``1 - lambda`` with ``lambda ~ Beta(alpha, alpha)``.
@@ -53,11 +54,13 @@ def cutmix_batch(
         uniform_sampling: sample the box centre so every pixel is equally likely to be cut
             (the box may then be clipped by the border); otherwise the centre is uniform in the image.
         generator: torch generator for every random draw.
+        inplace: write the boxes into ``input`` and return it, writing nothing outside the box
+            (Composer's ``cutmix_batch`` has no such option); otherwise ``input`` is copied.
 
     Returns:
         ``(mixed, target_perm, area, bbox)``: the mixed images (same dtype, device and memory
-        format), ``target[indices]``, the fraction of each image left unmixed (the weight of the
-        original target), and the box used.
+        format; ``input`` itself with ``inplace=True``), ``target[indices]``, the fraction of each
+        image left unmixed (the weight of the original target), and the box used.
 
     Example::
 
@@ -99,11 +102,21 @@ def cutmix_batch(
                              f"0 <= y1 <= y2 <= {width} (width)")
 
     x1, y1, x2, y2 = bbox
-    mixed = input.clone()
-    mixed[:, :, x1:x2, y1:y2] = input[indices, :, x1:x2, y1:y2]
+    box = input[:, :, x1:x2, y1:y2]
+    if inplace:
+        # Gather every partner's box before writing any: with a permutation each box written is
+        # another example's source.
+        mixed = input
+        if box.numel():
+            box.copy_(box.index_select(0, indices))
+    else:
+        # One copy of the batch, then each box read from the untouched input straight into place.
+        mixed = input.clone()
+        if box.numel():
+            torch.index_select(box, 0, indices, out=mixed[:, :, x1:x2, y1:y2])
     # The label weight is the exact pixel fraction, not the sampled lambda (the box is clipped).
     area = 1.0 - (x2 - x1) * (y2 - y1) / (height * width)
-    return mixed, target[indices], area, bbox
+    return mixed, target.index_select(0, indices), area, bbox
 
 
 def _sample_bbox(height: int, width: int, cut_area: float, uniform_sampling: bool,
@@ -111,10 +124,10 @@ def _sample_bbox(height: int, width: int, cut_area: float, uniform_sampling: boo
     ratio = math.sqrt(max(0.0, min(1.0, cut_area)))
     cut_h, cut_w = int(height * ratio), int(width * ratio)
     if uniform_sampling:
-        cx = randint(-(cut_h // 2), height + cut_h // 2, generator)
-        cy = randint(-(cut_w // 2), width + cut_w // 2, generator)
+        ranges = ((-(cut_h // 2), height + cut_h // 2), (-(cut_w // 2), width + cut_w // 2))
     else:
-        cx, cy = randint(0, height, generator), randint(0, width, generator)
+        ranges = ((0, height), (0, width))
+    cx, cy = randints(ranges, generator)
     x1, x2 = max(cx - cut_h // 2, 0), min(cx + cut_h - cut_h // 2, height)
     y1, y2 = max(cy - cut_w // 2, 0), min(cy + cut_w - cut_w // 2, width)
     return x1, y1, max(x1, x2), max(y1, y2)

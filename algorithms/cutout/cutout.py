@@ -18,24 +18,27 @@ __all__ = ["CutOut", "cutout_batch"]
 
 
 def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 generator: torch.Generator | None = None, inplace: bool = False) -> torch.Tensor:
     """Zero ``num_holes`` square holes in each image, as ``composer.functional.cutout_batch``.
 
     Each image draws its own holes. A hole's side is ``int(length * min(H, W))`` pixels and its
     centre is uniform over the image; the part of a hole outside the image is clipped away.
 
     Args:
-        input: one image ``(C, H, W)`` or a batch ``(N, C, H, W)``, of any dtype; not modified.
+        input: one image ``(C, H, W)`` or a batch ``(N, C, H, W)``, of any dtype; not modified
+            unless ``inplace``.
         num_holes: how many holes each image gets, ``>= 0``.
         length: the side of a hole as a fraction of the image's shorter side, in ``(0, 1]``.
         uniform_sampling: draw centres from a range widened by half a hole on every side, so every
             pixel is equally likely to be cut; otherwise centres are uniform inside the image, as in
             the paper, and the border is cut less often.
         generator: torch generator for every random draw (default: torch's global one).
+        inplace: zero the holes of ``input`` itself and return it (Composer's ``cutout_batch`` has
+            no such option); otherwise ``input`` is not modified.
 
     Returns:
-        A new tensor with the input's shape, dtype, device and memory format, zero inside the holes
-        and equal to the input elsewhere.
+        A new tensor (``input`` itself with ``inplace=True``) with the input's shape, dtype, device
+        and memory format, zero inside the holes and equal to the input elsewhere.
 
     Example::
 
@@ -51,30 +54,63 @@ def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: float = 0.5, u
         raise ValueError(f"input: CutOut needs an image (C, H, W) or a batch (N, C, H, W), got shape "
                          f"{tuple(input.shape)}")
     batch = input if input.ndim == 4 else input.unsqueeze(0)
-    keep = hole_mask(batch.shape[0], batch.shape[-2], batch.shape[-1], num_holes, length, uniform_sampling,
-                     batch.device, generator).logical_not_().unsqueeze(1)
-    out = batch * keep if batch.is_floating_point() else batch.masked_fill(~keep, 0)
-    return out if input.ndim == 4 else out.squeeze(0)
+    n, height, width = batch.shape[0], batch.shape[-2], batch.shape[-1]
+    if batch.is_floating_point():
+        # One pass over the batch: a multiply by a 0/1 keep mask of the batch's dtype, (N, 1, H, W).
+        keep = keep_mask(n, height, width, num_holes, length, uniform_sampling, batch.device, batch.dtype,
+                         generator).unsqueeze(1)
+        out = torch.mul(batch, keep, out=batch) if inplace else batch * keep
+    else:
+        hole = keep_mask(n, height, width, num_holes, length, uniform_sampling, batch.device, torch.bool,
+                         generator).logical_not_().unsqueeze(1)
+        out = batch.masked_fill_(hole, 0) if inplace else batch.masked_fill(hole, 0)
+    return input if inplace else out if input.ndim == 4 else out.squeeze(0)
 
 
-def hole_mask(n: int, height: int, width: int, num_holes: int, length: float, uniform_sampling: bool,
-              device: torch.device, generator: torch.Generator | None = None) -> torch.Tensor:
-    """A boolean ``(n, height, width)`` mask, true inside each image's ``num_holes`` square holes."""
+def keep_mask(n: int, height: int, width: int, num_holes: int, length: float, uniform_sampling: bool,
+              device: torch.device, dtype: torch.dtype = torch.bool,
+              generator: torch.Generator | None = None) -> torch.Tensor:
+    """An ``(n, height, width)`` mask of ``dtype``, one (true) outside each image's ``num_holes``
+    square holes and zero (false) inside them."""
     side = int(length * min(height, width))
     if num_holes == 0 or side == 0:
-        return torch.zeros(n, height, width, dtype=torch.bool, device=device)
+        return torch.ones(n, height, width, dtype=dtype, device=device)
     half = side // 2
     low_y, high_y = (-half, height + half) if uniform_sampling else (0, height)
     low_x, high_x = (-half, width + half) if uniform_sampling else (0, width)
-    # Drawn on the host generator (no device sync), then moved with the batch.
-    centre_y = torch.randint(low_y, high_y, (n, num_holes), generator=generator)
-    centre_x = torch.randint(low_x, high_x, (n, num_holes), generator=generator)
-    top, left = (centre_y - half).to(device, non_blocking=True), (centre_x - half).to(device, non_blocking=True)
-    rows = torch.arange(height, device=device)
-    cols = torch.arange(width, device=device)
-    in_rows = (rows >= top[..., None]) & (rows < top[..., None] + side)  # (n, holes, height)
-    in_cols = (cols >= left[..., None]) & (cols < left[..., None] + side)  # (n, holes, width)
-    return (in_rows[..., :, None] & in_cols[..., None, :]).any(dim=1)
+    # Drawn on the host generator (no device sync), then moved with the batch: the rows' centres of
+    # every hole, then the columns' (one draw when both ranges are the same), as float32 (exact).
+    if (low_y, high_y) == (low_x, high_x):
+        centres = torch.randint(low_y, high_y, (2, n, num_holes, 1), generator=generator, dtype=torch.float32)
+    else:
+        centres = torch.stack([torch.randint(low, high, (n, num_holes, 1), generator=generator, dtype=torch.float32)
+                               for low, high in ((low_y, high_y), (low_x, high_x))])
+    centres = centres.to(device, non_blocking=True)
+    # A hole centred on c covers pixels c - half .. c - half + side - 1, so pixel p is in it iff
+    # |p + shift - c| <= (side - 1) / 2 with shift = half - (side - 1) / 2 (0, or 0.5 for an even side):
+    # clamp(|p + shift - c| - (side - 1) / 2, 0, 1) is 0 in the hole and 1 outside it.
+    shift, radius = half - (side - 1) / 2, (side - 1) / 2
+    if height == width:
+        rows_out, cols_out = _outside(_positions(height, shift, device) - centres, radius, dtype)
+    else:
+        rows_out = _outside(_positions(height, shift, device) - centres[0], radius, dtype)
+        cols_out = _outside(_positions(width, shift, device) - centres[1], radius, dtype)
+    # A pixel is kept where its row or its column is outside the hole.
+    rows_out, cols_out = rows_out.unsqueeze(-1), cols_out.unsqueeze(-2)
+    keep = torch.maximum(rows_out, cols_out) if dtype != torch.bool else rows_out | cols_out
+    if num_holes == 1:
+        return keep.squeeze(1)
+    return keep.amin(dim=1) if dtype != torch.bool else keep.all(dim=1)
+
+
+def _positions(size: int, shift: float, device: torch.device) -> torch.Tensor:
+    return torch.arange(shift, size + shift, dtype=torch.float32, device=device)
+
+
+def _outside(offsets: torch.Tensor, radius: float, dtype: torch.dtype) -> torch.Tensor:
+    """1 where ``|offset| > radius``, 0 elsewhere (offsets and radius are whole or half numbers)."""
+    keep = offsets.abs_().sub_(radius).clamp_(0, 1)
+    return keep if dtype == torch.float32 else keep.to(dtype)
 
 
 def check_cutout(num_holes: int, length: float) -> None:

@@ -27,6 +27,7 @@ def mixup_batch(
     alpha: float = 0.2,
     indices: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    inplace: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Mix every example with another one of the batch.
 
@@ -34,17 +35,19 @@ def mixup_batch(
     ``composer.functional.mixup_batch``.
 
     Args:
-        input: a batch ``(N, ...)`` of any shape; not modified.
+        input: a batch ``(N, ...)`` of any shape; not modified unless ``inplace``.
         target: class indices ``(N,)`` or probabilities ``(N, K)``; not modified.
         mixing: weight of the mixed-in examples, in ``[0, 1]``. If ``None``, drawn as
             ``min(z, 1 - z)`` with ``z ~ Beta(alpha, alpha)`` so the original example dominates.
         alpha: Beta concentration, ``>= 0``; ``0`` mixes nothing.
         indices: the partner of each example; default a random permutation.
         generator: torch generator for every random draw.
+        inplace: write the mixed batch into ``input`` (a floating tensor) and return it
+            (Composer's ``mixup_batch`` has no such option); otherwise ``input`` is not modified.
 
     Returns:
-        ``(mixed, target_perm, mixing)``: the mixed batch (same dtype, device and memory format),
-        ``target[indices]`` and the mixing weight used. The mixed target is
+        ``(mixed, target_perm, mixing)``: the mixed batch (same dtype, device and memory format;
+        ``input`` itself with ``inplace=True``), ``target[indices]`` and the mixing weight used. The mixed target is
         ``(1 - mixing) * onehot(target) + mixing * onehot(target_perm)``.
 
     Example::
@@ -58,6 +61,9 @@ def mixup_batch(
     """
     check_batch_sizes(input, target)
     check_alpha(alpha)
+    if inplace and not input.is_floating_point():
+        raise ValueError(f"inplace=True: the mixed batch is floating point and cannot be written into the "
+                         f"{input.dtype} input; pass a floating batch or leave inplace=False")
     n = input.shape[0]
     if indices is None:
         indices = sample_permutation(n, input.device, generator)
@@ -68,13 +74,15 @@ def mixup_batch(
         mixing = min(z, 1.0 - z)
     elif not 0 <= mixing <= 1:
         raise ValueError(f"mixing={mixing!r}: must be in [0, 1]")
+    target_perm = target.index_select(0, indices)
     if not input.is_floating_point():  # integer inputs mix into floats, as the formula does
-        return input * (1.0 - mixing) + input[indices] * mixing, target[indices], float(mixing)
-    # One gather into an output of the input's layout, then one fused in-place interpolation:
-    # lerp_(input, 1 - m) computes input - (input - partner) * m there (two passes, no temporary).
-    mixed = torch.index_select(input, 0, indices, out=torch.empty_like(input))
-    mixed.lerp_(input, 1.0 - mixing)
-    return mixed, target[indices], float(mixing)
+        return input * (1.0 - mixing) + input[indices] * mixing, target_perm, float(mixing)
+    # One gather of the partners into a tensor of the input's layout, then one fused interpolation
+    # input + m * (partner - input), written over the partners (or, in place, over the input):
+    # two passes, no other temporary, and the same values either way.
+    partners = torch.index_select(input, 0, indices, out=torch.empty_like(input))
+    mixed = torch.lerp(input, partners, mixing, out=input if inplace else partners)
+    return mixed, target_perm, float(mixing)
 
 
 class MixUp(MixingAlgorithm):

@@ -11,6 +11,7 @@ list that includes empty, full and border-clipped boxes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -19,7 +20,15 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainer_support import Observed, image_batches, image_classifier, one_hot, replayed_generator, soft_cross_entropy
+from trainer_support import (
+    Observed,
+    image_batches,
+    image_classifier,
+    no_host_sync,
+    one_hot,
+    replayed_generator,
+    soft_cross_entropy,
+)
 
 import algorithms.functional as cf
 from algorithms import CutMix, LabelSmoothing
@@ -148,6 +157,76 @@ def test_properties(n, c, h, w, k, dtype, seed, alpha, uniform, channels_last):
     torch.testing.assert_close(target.sum(1), torch.ones(n))
     assert (target >= 0).all()
     assert sorted(y_perm.tolist()) == sorted(y.tolist())  # partners come from a permutation
+
+
+# -- inplace=True ----------------------------------------------------------------------------
+
+# Partners that overlap: a cycle through the batch, a swap, and repeats (not a permutation).
+INPLACE_INDICES = ([1, 2, 3, 4, 0], [1, 0, 2, 4, 3], [0, 0, 4, 4, 1])
+
+
+@pytest.mark.parametrize("indices", INPLACE_INDICES)
+@pytest.mark.parametrize("bbox", [(1, 2, 5, 7), (0, 0, 6, 7), (2, 3, 2, 6), (5, 0, 6, 1)])
+def test_inplace_writes_the_definition_into_the_input_and_returns_it(bbox, indices):
+    """Every box is read before any is written: each example's box is its partner's as it was."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(5, 3, 6, 7, generator=g), torch.randint(0, 4, (5,), generator=g)
+    original, idx = x.clone(), torch.tensor(indices)
+    mixed, y_perm, area, used = cf.cutmix_batch(x, y, bbox=bbox, indices=idx, inplace=True)
+    assert mixed is x and used == bbox
+    assert torch.equal(x, _cutmix_definition(original, idx, bbox)[0])
+    assert torch.equal(y_perm, y[idx]) and area == pytest.approx(_cutmix_definition(original, idx, bbox)[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("uniform_sampling", [False, True])
+def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dtype, channels_last,
+                                                                              uniform_sampling):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.rand(6, 3, 9, 11, generator=g) * 100).to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 4, (6,), generator=g)
+    for seed in range(8):
+        before = x.clone()
+        copied = cf.cutmix_batch(x, y, alpha=1.0, uniform_sampling=uniform_sampling,
+                                 generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(x, before)  # the default leaves the input as it was
+        written = cf.cutmix_batch(x, y, alpha=1.0, uniform_sampling=uniform_sampling,
+                                  generator=torch.Generator().manual_seed(seed), inplace=True)
+        assert written[0] is x and torch.equal(x, copied[0]) and written[2:] == copied[2:]
+        assert torch.equal(written[1], copied[1])
+        assert x.dtype == dtype and x.is_contiguous(
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+def test_inplace_writes_nothing_outside_the_box():
+    x = torch.randn(4, 2, 8, 8)
+    outside = x.clone()
+    mixed, _, _, (x1, y1, x2, y2) = cf.cutmix_batch(x, torch.arange(4), bbox=(2, 3, 5, 7),
+                                                    indices=torch.tensor([3, 2, 1, 0]), inplace=True)
+    keep = torch.ones(8, 8, dtype=torch.bool)
+    keep[x1:x2, y1:y2] = False
+    assert torch.equal(mixed[..., keep], outside[..., keep])
+    assert torch.equal(mixed[:, :, x1:x2, y1:y2], outside[[3, 2, 1, 0], :, x1:x2, y1:y2])
+
+
+def test_inplace_with_alpha_zero_leaves_the_input_as_it_was():
+    x = torch.randn(3, 2, 4, 4)
+    before = x.clone()
+    mixed, _, area, _ = cf.cutmix_batch(x, torch.arange(3), alpha=0.0, inplace=True)
+    assert mixed is x and area == 1.0 and torch.equal(x, before)
+
+
+def test_randints_draws_what_successive_single_draws_do():
+    from algorithms._mixing import randint, randints
+
+    for ranges in (((0, 7), (0, 7)), ((-3, 12), (-3, 12), (-3, 12)), ((0, 7), (0, 9)), ((-2, 5), (0, 5))):
+        a, b = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+        for _ in range(20):
+            assert randints(ranges, a) == [randint(low, high, b) for low, high in ranges]
+        assert torch.equal(a.get_state(), b.get_state())
 
 
 # -- sampling, against the distribution the definition implies -------------------------------
@@ -409,3 +488,30 @@ def test_dict_batches_are_mixed_by_key_with_the_classes_alpha():
         assert torch.equal(model_input, mixed)
         torch.testing.assert_close(target, kept * one_hot(batch["label"], 4)
                                    + (1 - kept) * one_hot(batch["label"][partners], 4))
+
+
+def _check_the_batch_forms_on(device: torch.device) -> None:
+    """Both forms on the device (on CUDA under torch's sync debug mode "error", so that a host
+    synchronisation raises) give the CPU's result."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, 16, 16, generator=g).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (8,), generator=g)
+    xd, yd, work = x.to(device, copy=True), y.to(device), x.to(device, copy=True)
+    with no_host_sync() if device.type == "cuda" else contextlib.nullcontext():
+        mixed, y_perm, area, bbox = cf.cutmix_batch(xd, yd, generator=torch.Generator().manual_seed(1))
+        written = cf.cutmix_batch(work, yd, generator=torch.Generator().manual_seed(1), inplace=True)
+    expected, y_expected, *drawn = cf.cutmix_batch(x, y, generator=torch.Generator().manual_seed(1))
+    assert [area, bbox] == drawn and written[0] is work
+    for got in (mixed, work):
+        assert got.device == xd.device and got.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(got.cpu(), expected)
+    assert y_perm.device == yd.device and torch.equal(y_perm.cpu(), y_expected)
+
+
+def test_the_batch_forms_check_on_the_cpu():
+    _check_the_batch_forms_on(torch.device("cpu"))
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_batch_forms_make_no_host_sync():
+    _check_the_batch_forms_on(torch.device("cuda"))

@@ -9,11 +9,12 @@ already run from the metadata registry.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
 import torch
-from trainer_support import Observed, replayed_generator
+from trainer_support import Observed, no_host_sync, replayed_generator
 
 import algorithms.functional as cf
 from algorithms import CutOut
@@ -81,6 +82,33 @@ def test_a_single_image_and_every_dtype_and_memory_format_are_kept():
         out = cf.cutout_batch(batch, generator=torch.Generator().manual_seed(1))
         assert out.dtype == dtype and out.is_contiguous(memory_format=torch.channels_last)
         assert torch.equal(batch, before)  # the caller's tensor is never modified
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8, torch.bool])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(("num_holes", "uniform_sampling"), [(1, False), (3, True)])
+def test_inplace_zeroes_the_holes_of_the_input_and_returns_it(dtype, channels_last, num_holes, uniform_sampling):
+    """The same holes as the copy (the same draws), written into the caller's batch, whose dtype and
+    layout stay as they were; the default leaves the batch untouched."""
+    images = (torch.rand(5, 3, 9, 12, generator=torch.Generator().manual_seed(2)) * 100 + 1).to(dtype)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    before = images.clone()
+    copied = cf.cutout_batch(images, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(images, before)
+    assert torch.equal(copied, _expected(before, num_holes, 0.4, uniform_sampling, seed=5))
+    out = cf.cutout_batch(images, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5),
+                          inplace=True)
+    assert out is images and torch.equal(images, copied) and images.dtype == dtype
+    assert images.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+def test_inplace_on_a_single_image_writes_into_it():
+    image = torch.rand(3, 10, 10) + 1
+    before = image.clone()
+    out = cf.cutout_batch(image, length=0.5, generator=torch.Generator().manual_seed(4), inplace=True)
+    assert out is image and out.shape == (3, 10, 10)
+    assert torch.equal(image, _expected(before[None], 1, 0.5, False, seed=4)[0])
 
 
 def test_no_holes_is_an_unchanged_copy():
@@ -218,3 +246,31 @@ def test_the_defaults_are_one_hole_of_half_the_side_centred_inside_the_image():
     assert torch.equal(seen[0].inputs[0], _expected(images, 1, 0.5, False, generator=replayed_generator(CutOut, 2)))
     out = cf.cutout_batch(images, generator=torch.Generator().manual_seed(4))
     assert torch.equal(out, _expected(images, 1, 0.5, False, seed=4))
+
+
+def _check_the_batch_forms_on(device: torch.device) -> None:
+    """Both forms on the device (on CUDA under torch's sync debug mode "error", so that a host
+    synchronisation raises) give the CPU's result."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(8, 3, 16, 12, generator=g) + 1).to(torch.float16).contiguous(memory_format=torch.channels_last)
+    masks = torch.randint(1, 5, (8, 3, 16, 12), generator=g, dtype=torch.uint8)
+    xd, work, masks_d = x.to(device, copy=True), x.to(device, copy=True), masks.to(device, copy=True)
+    with no_host_sync() if device.type == "cuda" else contextlib.nullcontext():
+        out = cf.cutout_batch(xd, num_holes=2, generator=torch.Generator().manual_seed(1))
+        written = cf.cutout_batch(work, num_holes=2, generator=torch.Generator().manual_seed(1), inplace=True)
+        out_masks = cf.cutout_batch(masks_d, generator=torch.Generator().manual_seed(2))
+    expected = _expected(x, 2, 0.5, False, seed=1)
+    assert written is work
+    for got in (out, work):
+        assert got.device == xd.device and got.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(got.cpu(), expected)
+    assert torch.equal(out_masks.cpu(), _expected(masks, 1, 0.5, False, seed=2))
+
+
+def test_the_batch_forms_check_on_the_cpu():
+    _check_the_batch_forms_on(torch.device("cpu"))
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_batch_forms_make_no_host_sync():
+    _check_the_batch_forms_on(torch.device("cuda"))

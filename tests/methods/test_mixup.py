@@ -9,6 +9,7 @@ the same way, ``min(z, 1 - z)`` with ``z ~ Beta(alpha, alpha)``, in the test its
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -17,7 +18,15 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trainer_support import Observed, image_batches, image_classifier, one_hot, replayed_generator, soft_cross_entropy
+from trainer_support import (
+    Observed,
+    image_batches,
+    image_classifier,
+    no_host_sync,
+    one_hot,
+    replayed_generator,
+    soft_cross_entropy,
+)
 
 import algorithms.functional as cf
 from algorithms import MixUp
@@ -115,6 +124,51 @@ def test_properties(n, d, k, dtype, seed, alpha):
     tol = 2 * torch.finfo(dtype).eps * x.float().abs().max()
     assert mixed.float().min() >= x.float().min() - tol
     assert mixed.float().max() <= x.float().max() + tol
+
+
+# -- inplace=True ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("indices", [[1, 2, 3, 0], [1, 0, 3, 2], [0, 0, 3, 3], [0, 1, 2, 3]])
+@pytest.mark.parametrize("mixing", [0.0, 0.3, 0.5, 1.0])
+def test_inplace_writes_the_convex_combination_into_the_input_and_returns_it(mixing, indices):
+    """Every partner is read before any example is written (a cycle, swaps, repeats, itself)."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, 3, 5, generator=g), torch.randint(0, 3, (4,), generator=g)
+    original, idx = x.clone(), torch.tensor(indices)
+    mixed, y_perm, m = cf.mixup_batch(x, y, mixing=mixing, indices=idx, inplace=True)
+    assert mixed is x and m == mixing and torch.equal(y_perm, y[idx])
+    torch.testing.assert_close(x, (1 - mixing) * original + mixing * original[idx])
+    if mixing in (0.0, 1.0):
+        assert torch.equal(x, original if mixing == 0.0 else original[idx])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dtype, channels_last):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 3, 5, 4, generator=g).to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 4, (6,), generator=g)
+    for seed in range(6):
+        before = x.clone()
+        copied, y_copied, m_copied = cf.mixup_batch(x, y, alpha=1.0, generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(x, before)  # the default leaves the input as it was
+        assert copied.dtype == dtype and copied.is_contiguous(
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        mixed, y_perm, m = cf.mixup_batch(x, y, alpha=1.0, generator=torch.Generator().manual_seed(seed),
+                                          inplace=True)
+        assert mixed is x and torch.equal(x, copied) and m == m_copied and torch.equal(y_perm, y_copied)
+        assert x.dtype == dtype and x.is_contiguous(
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+def test_inplace_refuses_an_integer_batch_and_leaves_it_as_it_was():
+    x = torch.arange(8).reshape(4, 2)
+    with pytest.raises(ValueError, match=r"^inplace=True: the mixed batch is floating point and cannot be written "
+                                         r"into the torch.int64 input; pass a floating batch or leave inplace=False$"):
+        cf.mixup_batch(x, torch.arange(4), mixing=0.5, inplace=True)
+    assert torch.equal(x, torch.arange(8).reshape(4, 2))
 
 
 # -- sampling, against the distribution the definition implies -------------------------------
@@ -265,3 +319,30 @@ def test_mixed_targets_are_at_least_float32_and_follow_float64_outputs(precision
     Trainer(Double(), batches, "1ba", algorithms=[MixUp(alpha=1.0), seen], precision=precision, seed=0,
             device="cpu").fit()
     assert seen.targets[0].dtype == (torch.float64 if precision == "fp32" else torch.float32)
+
+
+def _check_the_batch_forms_on(device: torch.device) -> None:
+    """Both forms on the device (on CUDA under torch's sync debug mode "error", so that a host
+    synchronisation raises) give the CPU's result."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 3, 16, 16, generator=g).to(torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(0, 10, (8,), generator=g)
+    xd, yd, work = x.to(device, copy=True), y.to(device), x.to(device, copy=True)
+    with no_host_sync() if device.type == "cuda" else contextlib.nullcontext():
+        mixed, y_perm, m = cf.mixup_batch(xd, yd, generator=torch.Generator().manual_seed(1))
+        written = cf.mixup_batch(work, yd, generator=torch.Generator().manual_seed(1), inplace=True)
+    expected, y_expected, m_expected = cf.mixup_batch(x, y, generator=torch.Generator().manual_seed(1))
+    assert m == m_expected and written[0] is work
+    for got in (mixed, work):
+        assert got.device == xd.device and got.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(got.cpu(), expected)  # the same formula; a GPU may round differently
+    assert y_perm.device == yd.device and torch.equal(y_perm.cpu(), y_expected)
+
+
+def test_the_batch_forms_check_on_the_cpu():
+    _check_the_batch_forms_on(torch.device("cpu"))
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_batch_forms_make_no_host_sync():
+    _check_the_batch_forms_on(torch.device("cuda"))
