@@ -18,6 +18,7 @@ are distributions.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -37,10 +38,10 @@ def is_class_indices(target: torch.Tensor, logits_shape: Sequence[int] | None = 
         indices = not target.is_floating_point()
     else:
         logits_shape = tuple(logits_shape)
-        index_shape = logits_shape[:1] + logits_shape[2:]
-        if tuple(target.shape) == logits_shape:
+        if target.shape == logits_shape:
             return False
-        if tuple(target.shape) != index_shape:
+        index_shape = logits_shape[:1] + logits_shape[2:]
+        if target.shape != index_shape:
             raise ValueError(f"target: shape {tuple(target.shape)} fits logits of shape {logits_shape} "
                              f"neither as class indices {index_shape} nor as class probabilities "
                              f"{logits_shape}")
@@ -92,6 +93,7 @@ def class_indices(target: torch.Tensor, logits_shape: Sequence[int]) -> torch.Te
     return target if is_class_indices(target, logits_shape) else target.argmax(dim=1)
 
 
+@functools.cache
 def target_dtype(input_dtype: torch.dtype) -> torch.dtype:
     """Targets are at least float32, so mixed distributions still sum to 1 for half inputs."""
     return torch.promote_types(input_dtype, torch.float32) if input_dtype.is_floating_point \
@@ -116,11 +118,32 @@ def smooth_targets(target: torch.Tensor, smoothing: float, num_classes: int,
     in every class instead.
     """
     smoothing = check_smoothing(smoothing)
-    dist = to_distribution(target, num_classes, dtype, logits_shape)
-    uniform = smoothing / num_classes
-    if is_class_indices(target, logits_shape):
-        return dist * (1.0 - smoothing) + (target >= 0).unsqueeze(1).to(dtype) * uniform
-    return dist * (1.0 - smoothing) + uniform
+    if not is_class_indices(target, logits_shape):
+        dist = to_distribution(target, num_classes, dtype, logits_shape)
+        return dist.mul(1.0 - smoothing).add_(smoothing / num_classes)
+    if target.ndim == 1 and target.device.type == "cpu":
+        table = smoothed_rows(num_classes, smoothing, dtype)
+        if table is not None:
+            try:
+                return table.index_select(0, target)
+            except (IndexError, RuntimeError):  # a negative (ignored) or out-of-range index: as below
+                pass
+    dist = one_hot(target, num_classes, dtype)
+    return dist * (1.0 - smoothing) + (target >= 0).unsqueeze(1).to(dtype) * (smoothing / num_classes)
+
+
+@functools.lru_cache(maxsize=8)
+def smoothed_rows(num_classes: int, smoothing: float, dtype: torch.dtype) -> torch.Tensor | None:
+    """The smoothed target of each class, row ``c`` for class ``c``, as :func:`smooth_targets`
+    computes it; ``None`` for more than 1024 classes.
+
+    Smoothing class indices ``(N,)`` on the CPU is then one gather of these rows, which writes
+    the result once; kept for the last few settings (at most 8 MiB each), never handed out.
+    """
+    if num_classes > 1024:
+        return None
+    classes = torch.arange(num_classes)
+    return one_hot(classes, num_classes, dtype) * (1.0 - smoothing) + (smoothing / num_classes)
 
 
 def interpolate_targets(target: torch.Tensor, target_perm: torch.Tensor, mixing: float,

@@ -9,11 +9,14 @@ original target after the loss.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trainer_support import no_host_sync
 
 import algorithms.functional as cf
 from algorithms import LabelSmoothing
@@ -129,6 +132,26 @@ def test_ignored_positions_stay_all_zero_and_add_no_loss(ignored):
     torch.testing.assert_close(
         F.cross_entropy(logits, s, reduction="sum"),
         F.cross_entropy(logits, y, label_smoothing=0.3, ignore_index=ignored, reduction="sum"))
+
+
+@pytest.mark.parametrize("num_classes", [1, 10, 1000, 1024, 1025, 3000])
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 1 / 3, 1.0])
+def test_class_indices_give_the_formula_bit_for_bit_whatever_the_number_of_classes(num_classes, logits_dtype,
+                                                                                    smoothing):
+    """Class indices (N,) are smoothed by looking up each class's row (up to 1024 classes) or by the
+    formula itself; either way the values are the formula's in the target dtype, bit for bit, and
+    ignored positions (negative) stay all zero."""
+    g = torch.Generator().manual_seed(num_classes)
+    y = torch.randint(0, num_classes, (37,), generator=g)
+    dtype = torch.float64 if logits_dtype == torch.float64 else torch.float32
+    logits = torch.zeros(37, num_classes, dtype=logits_dtype)
+    formula = F.one_hot(y, num_classes).to(dtype) * (1 - smoothing) + smoothing / num_classes
+    got = cf.smooth_labels(logits, y, smoothing)
+    assert got.dtype == dtype and torch.equal(got, formula)
+    y[::3] = -100
+    got = cf.smooth_labels(logits, y, smoothing)
+    assert torch.equal(got[1::3], formula[1::3]) and not got[::3].any()
 
 
 @pytest.mark.parametrize(("logits_dtype", "expected"), [
@@ -265,3 +288,29 @@ def test_the_class_puts_back_only_the_target_it_replaced():
     state.batch = (state.batch[0], "changed after the loss")
     algorithm.apply(Event.AFTER_LOSS, state, None)
     assert state.batch[1] == "changed after the loss"
+
+
+def _check_the_functional_form_on(device: torch.device) -> None:
+    """The form on the device (on CUDA under torch's sync debug mode "error", so that a host
+    synchronisation raises) gives the CPU's result."""
+    g = torch.Generator().manual_seed(0)
+    logits, y = torch.randn(6, 5, generator=g), torch.randint(0, 5, (6,), generator=g)
+    masks = torch.randint(0, 5, (6, 4, 4), generator=g)
+    masks[0, 0] = -100
+    with no_host_sync() if device.type == "cuda" else contextlib.nullcontext():
+        smoothed = [cf.smooth_labels(logits.to(device), target.to(device), 0.2)
+                    for target in (y, masks[:, 0, 0], F.softmax(logits, dim=1))]
+        dense = cf.smooth_labels(torch.zeros(6, 5, 4, 4, device=device), masks.to(device), 0.2)
+    for got, target in zip(smoothed, (y, masks[:, 0, 0], F.softmax(logits, dim=1)), strict=True):
+        assert got.device.type == device.type
+        torch.testing.assert_close(got.cpu(), cf.smooth_labels(logits, target, 0.2))
+    torch.testing.assert_close(dense.cpu(), cf.smooth_labels(torch.zeros(6, 5, 4, 4), masks, 0.2))
+
+
+def test_the_functional_form_checks_on_the_cpu():
+    _check_the_functional_form_on(torch.device("cpu"))
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_functional_form_makes_no_host_sync():
+    _check_the_functional_form_on(torch.device("cuda"))
