@@ -93,8 +93,10 @@ def _select_pixels(tensor: torch.Tensor, flat: torch.Tensor, height: int, width:
         n, c, h, w = tensor.shape
         pixels = tensor.permute(0, 2, 3, 1).reshape(n, h * w, c)
         return pixels.index_select(1, flat).view(n, height, width, c).permute(0, 3, 1, 2)
+    # A gather along the flattened plane with the same indices for every leading position (an
+    # expanded view, not a copy): index_select on the last dim would copy one element at a time.
     lead = tensor.shape[:-2]
-    return tensor.reshape(*lead, -1).index_select(-1, flat).view(*lead, height, width)
+    return tensor.reshape(*lead, -1).gather(-1, flat.expand(*lead, -1)).view(*lead, height, width)
 
 
 def _unpack(sample: Any) -> tuple[torch.Tensor, Any, bool]:

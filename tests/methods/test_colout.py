@@ -11,6 +11,8 @@ defaults agree) already run from the metadata registry.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from test_cutout import _expected as _cutout_definition
@@ -308,3 +310,29 @@ def test_on_cuda_the_class_makes_no_host_sync():
     assert x.device == images.device and y.device == images.device
     assert torch.equal(x.cpu(), _definition(images.cpu(), rows, cols))
     assert torch.equal(y.cpu(), _definition(masks.cpu(), rows, cols))
+
+
+def _check_the_batch_form_on(device: torch.device) -> None:
+    """The form on the device (on CUDA under torch's sync debug mode "error", so that a host
+    synchronisation raises) gives the CPU's result."""
+    g = _seeded(0)
+    images = torch.rand(4, 3, 16, 12, generator=g).contiguous(memory_format=torch.channels_last)
+    masks = torch.randint(0, 3, (4, 16, 12), generator=g)
+    with no_host_sync() if device.type == "cuda" else contextlib.nullcontext():
+        x, y = cf.colout_batch((images.to(device), masks.to(device)), generator=_seeded(5))
+        alone = cf.colout_batch(images.contiguous().to(device), p_row=0.3, p_col=0.1, generator=_seeded(6))
+    rows, cols = _kept(_seeded(5), 16, 12, 0.15, 0.15)
+    assert x.device.type == y.device.type == alone.device.type == device.type
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(x.cpu(), _definition(images, rows, cols))
+    assert torch.equal(y.cpu(), _definition(masks, rows, cols))
+    assert torch.equal(alone.cpu(), _definition(images, *_kept(_seeded(6), 16, 12, 0.3, 0.1)))
+
+
+def test_the_batch_form_checks_on_the_cpu():
+    _check_the_batch_form_on(torch.device("cpu"))
+
+
+@pytest.mark.cuda
+def test_on_cuda_the_batch_form_makes_no_host_sync():
+    _check_the_batch_form_on(torch.device("cuda"))
