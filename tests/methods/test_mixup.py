@@ -128,12 +128,17 @@ def test_properties(n, d, k, dtype, seed, alpha):
 
 # -- inplace=True ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("indices", [[1, 2, 3, 0], [1, 0, 3, 2], [0, 0, 3, 3], [0, 1, 2, 3]])
+# Examples of 64 KiB or more are mixed one at a time on the CPU, smaller ones by a gather.
+EXAMPLE_SHAPES = [(3, 5), (3, 96, 96)]
+
+
+@pytest.mark.parametrize("example_shape", EXAMPLE_SHAPES)
+@pytest.mark.parametrize("indices", [[1, 2, 3, 0], [1, 0, 3, 2], [0, 0, 3, 3], [0, 1, 2, 3], [2, 0, 1, 3]])
 @pytest.mark.parametrize("mixing", [0.0, 0.3, 0.5, 1.0])
-def test_inplace_writes_the_convex_combination_into_the_input_and_returns_it(mixing, indices):
-    """Every partner is read before any example is written (a cycle, swaps, repeats, itself)."""
+def test_inplace_writes_the_convex_combination_into_the_input_and_returns_it(mixing, indices, example_shape):
+    """Every partner is read before any example is written (cycles, swaps, repeats, itself)."""
     g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(4, 3, 5, generator=g), torch.randint(0, 3, (4,), generator=g)
+    x, y = torch.randn(4, *example_shape, generator=g), torch.randint(0, 3, (4,), generator=g)
     original, idx = x.clone(), torch.tensor(indices)
     mixed, y_perm, m = cf.mixup_batch(x, y, mixing=mixing, indices=idx, inplace=True)
     assert mixed is x and m == mixing and torch.equal(y_perm, y[idx])
@@ -142,11 +147,12 @@ def test_inplace_writes_the_convex_combination_into_the_input_and_returns_it(mix
         assert torch.equal(x, original if mixing == 0.0 else original[idx])
 
 
+@pytest.mark.parametrize("size", [(5, 4), (128, 96)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize("channels_last", [False, True])
-def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dtype, channels_last):
+def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dtype, channels_last, size):
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(6, 3, 5, 4, generator=g).to(dtype)
+    x = torch.randn(6, 3, *size, generator=g).to(dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 4, (6,), generator=g)
@@ -161,6 +167,24 @@ def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dt
         assert mixed is x and torch.equal(x, copied) and m == m_copied and torch.equal(y_perm, y_copied)
         assert x.dtype == dtype and x.is_contiguous(
             memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
+@pytest.mark.parametrize("indices", [[1, 2, 3, 4, 0], [0, 0, 4, 4, 1], [4, 3, 2, 1, 0]])
+def test_large_examples_are_mixed_one_at_a_time_to_the_same_values(monkeypatch, indices):
+    """From 64 KiB an example, the CPU mixes example by example: the values of the gather, and
+    the formula's, for permutations and repeated partners alike, in both forms."""
+    import algorithms.mixup.mixup as mixup_module
+
+    g = torch.Generator().manual_seed(2)
+    x, y, idx = torch.randn(5, 3, 96, 96, generator=g), torch.arange(5), torch.tensor(indices)
+    assert x[0].numel() * x.element_size() >= mixup_module.ROW_BY_ROW_BYTES
+    one_at_a_time = cf.mixup_batch(x, y, mixing=0.3, indices=idx)[0]
+    work = x.clone()
+    assert cf.mixup_batch(work, y, mixing=0.3, indices=idx, inplace=True)[0] is work
+    monkeypatch.setattr(mixup_module, "ROW_BY_ROW_BYTES", float("inf"))
+    gathered = cf.mixup_batch(x, y, mixing=0.3, indices=idx)[0]
+    assert torch.equal(one_at_a_time, gathered) and torch.equal(work, gathered)
+    torch.testing.assert_close(gathered, 0.7 * x + 0.3 * x[idx])
 
 
 def test_inplace_refuses_an_integer_batch_and_leaves_it_as_it_was():
