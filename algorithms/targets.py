@@ -118,18 +118,36 @@ def smooth_targets(target: torch.Tensor, smoothing: float, num_classes: int,
     in every class instead.
     """
     smoothing = check_smoothing(smoothing)
+    looked_up = lookup_smoothed(target, smoothing, num_classes, dtype, logits_shape)
+    if looked_up is not None:
+        return looked_up
     if not is_class_indices(target, logits_shape):
         dist = to_distribution(target, num_classes, dtype, logits_shape)
         return dist.mul(1.0 - smoothing).add_(smoothing / num_classes)
-    if target.ndim == 1 and target.device.type == "cpu":
-        table = smoothed_rows(num_classes, smoothing, dtype)
-        if table is not None:
-            try:
-                return table.index_select(0, target)
-            except (IndexError, RuntimeError):  # a negative (ignored) or out-of-range index: as below
-                pass
     dist = one_hot(target, num_classes, dtype)
     return dist * (1.0 - smoothing) + (target >= 0).unsqueeze(1).to(dtype) * (smoothing / num_classes)
+
+
+_GATHER_INDICES = frozenset({torch.int64, torch.int32})
+
+
+def lookup_smoothed(target: torch.Tensor, smoothing: float, num_classes: int, dtype: torch.dtype,
+                    logits_shape: Sequence[int] | None = None) -> torch.Tensor | None:
+    """:func:`smooth_targets` of class indices ``(N,)`` on the CPU as one gather of each class's
+    smoothed row (:func:`smoothed_rows`), which writes the result once; ``None`` where that does
+    not apply (other targets, devices or shapes, more than 1024 classes, a negative or
+    out-of-range index), and the formula is to be used. ``smoothing`` must be checked already.
+    """
+    if target.ndim != 1 or not target.is_cpu or target.dtype not in _GATHER_INDICES or (
+            logits_shape is not None and (len(logits_shape) != 2 or logits_shape[0] != target.shape[0])):
+        return None
+    rows = smoothed_rows(num_classes, smoothing, dtype)
+    if rows is None:
+        return None
+    try:
+        return rows.index_select(0, target)  # the CPU checks every index
+    except (IndexError, RuntimeError):  # a negative (ignored) or out-of-range index: the formula handles it
+        return None
 
 
 @functools.lru_cache(maxsize=8)

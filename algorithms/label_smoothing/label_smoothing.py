@@ -13,7 +13,7 @@ from .._mixing import check_batch_sizes
 from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
-from ..targets import check_smoothing, smooth_targets, target_dtype
+from ..targets import check_smoothing, lookup_smoothed, smooth_targets, target_dtype
 
 __all__ = ["LabelSmoothing", "smooth_labels"]
 
@@ -45,6 +45,10 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
         [[0.125, 0.125, 0.625, 0.125]]
     """
     smoothing = check_smoothing(smoothing)
+    if logits.ndim == 2:  # classification: class indices (N,) are looked up where they can be
+        looked_up = lookup_smoothed(target, smoothing, logits.shape[1], target_dtype(logits.dtype), logits.shape)
+        if looked_up is not None:
+            return looked_up
     check_batch_sizes(logits, target)
     if logits.ndim < 2:
         raise ValueError(f"logits: need classes on dim 1, (N, C, ...), got shape {tuple(logits.shape)}")
