@@ -19,8 +19,8 @@ from .core.event import Event
 from .core.state import State
 from .targets import interpolate_targets, target_dtype
 
-__all__ = ["MixingAlgorithm", "check_alpha", "check_batch_sizes", "check_indices", "randint", "randints",
-           "sample_beta", "sample_permutation"]
+__all__ = ["MixingAlgorithm", "ROW_BY_ROW_BYTES", "check_alpha", "check_batch_sizes", "check_indices",
+           "host_partners", "permutation_cycles", "randint", "randints", "sample_beta", "sample_permutation"]
 
 
 def check_alpha(alpha: float) -> float:
@@ -72,6 +72,41 @@ def randints(ranges: tuple[tuple[int, int], ...], generator: torch.Generator | N
     if all(r == ranges[0] for r in ranges):
         return torch.randint(*ranges[0], (len(ranges),), generator=generator).tolist()
     return [randint(low, high, generator) for low, high in ranges]
+
+
+# From about this size of one example, a call per example costs less on the CPU than the extra
+# pass over the batch that gathering the partners first takes (measured at 3x32x32 and 3x224x224
+# float32 on one thread: 12 KiB examples are faster gathered, 588 KiB ones one at a time).
+ROW_BY_ROW_BYTES = 64 * 1024
+
+
+def host_partners(input: torch.Tensor, indices: torch.Tensor, permutation: bool = False) -> list[int] | None:
+    """The partners as host integers where mixing one example at a time is cheaper: examples of at
+    least ``ROW_BY_ROW_BYTES`` on the CPU (reading CPU indices makes no device sync). With
+    ``permutation``, only when the indices are one; otherwise ``None``."""
+    if input.device.type != "cpu" or indices.device.type != "cpu" or input.ndim < 2 or input.shape[0] == 0 \
+            or input[0].numel() * input.element_size() < ROW_BY_ROW_BYTES:
+        return None
+    partners = indices.tolist()
+    if permutation and sorted(partners) != list(range(len(partners))):
+        return None
+    return partners
+
+
+def permutation_cycles(partners: list[int]) -> list[list[int]]:
+    """The cycles of a permutation, each as ``[i, partners[i], partners[partners[i]], ...]``: written
+    in that order, in place, each example is overwritten after the one that reads it, so only each
+    cycle's first example needs saving (its last example reads it)."""
+    done, cycles = [False] * len(partners), []
+    for start in range(len(partners)):
+        cycle, i = [], start
+        while not done[i]:
+            done[i] = True
+            cycle.append(i)
+            i = partners[i]
+        if cycle:
+            cycles.append(cycle)
+    return cycles
 
 
 class MixingAlgorithm(Algorithm):

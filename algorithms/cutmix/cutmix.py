@@ -6,6 +6,7 @@ Features", ICCV 2019.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -15,6 +16,8 @@ from .._mixing import (
     check_alpha,
     check_batch_sizes,
     check_indices,
+    host_partners,
+    permutation_cycles,
     randints,
     sample_beta,
     sample_permutation,
@@ -103,7 +106,17 @@ def cutmix_batch(
 
     x1, y1, x2, y2 = bbox
     box = input[:, :, x1:x2, y1:y2]
-    if inplace:
+    partners = host_partners(input, indices, permutation=True) if inplace and box.numel() else None
+    if partners is not None:
+        # Large examples, one box at a time along each cycle of the permutation: one pass over the boxes.
+        mixed = input
+        for cycle in permutation_cycles(partners):
+            if len(cycle) > 1:
+                first = box[cycle[0]].clone()
+                for i, j in itertools.pairwise(cycle):
+                    box[i].copy_(box[j])
+                box[cycle[-1]].copy_(first)
+    elif inplace:
         # Gather every partner's box before writing any: with a permutation each box written is
         # another example's source.
         mixed = input

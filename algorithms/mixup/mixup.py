@@ -5,6 +5,8 @@ Zhang et al., "mixup: Beyond Empirical Risk Minimization", ICLR 2018.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from .._mixing import (
@@ -12,6 +14,8 @@ from .._mixing import (
     check_alpha,
     check_batch_sizes,
     check_indices,
+    host_partners,
+    permutation_cycles,
     sample_beta,
     sample_permutation,
 )
@@ -77,9 +81,9 @@ def mixup_batch(
     target_perm = target.index_select(0, indices)
     if not input.is_floating_point():  # integer inputs mix into floats, as the formula does
         return input * (1.0 - mixing) + input[indices] * mixing, target_perm, float(mixing)
-    rows = _partners_row_by_row(input, indices, inplace)
-    if rows is not None:
-        return _mix_row_by_row(input, rows, mixing, inplace), target_perm, float(mixing)
+    partners = host_partners(input, indices, permutation=inplace)
+    if partners is not None:
+        return _mix_one_at_a_time(input, partners, mixing, inplace), target_perm, float(mixing)
     # One gather of the partners into a tensor of the input's layout, then one fused interpolation
     # input + m * (partner - input), written over the partners (or, in place, over the input):
     # two passes, no other temporary, and the same values either way.
@@ -88,46 +92,19 @@ def mixup_batch(
     return mixed, target_perm, float(mixing)
 
 
-# From about this size of one example, a call per example costs less on the CPU than the second
-# pass over the batch that gathering the partners takes (measured at 3x32x32 and 3x224x224 float32).
-ROW_BY_ROW_BYTES = 64 * 1024
-
-
-def _partners_row_by_row(input: torch.Tensor, indices: torch.Tensor, inplace: bool) -> list[int] | None:
-    """The partners as host integers where MixUp is cheaper one example at a time: large examples
-    on the CPU (reading CPU indices is no device sync), and in place only for a permutation."""
-    if input.device.type != "cpu" or indices.device.type != "cpu" or input.ndim < 2 or input.shape[0] == 0 \
-            or input[0].numel() * input.element_size() < ROW_BY_ROW_BYTES:
-        return None
-    partners = indices.tolist()
-    if inplace and sorted(partners) != list(range(len(partners))):
-        return None
-    return partners
-
-
-def _mix_row_by_row(input: torch.Tensor, partners: list[int], mixing: float, inplace: bool) -> torch.Tensor:
-    """``lerp(input[i], input[partners[i]], mixing)`` for every example, one pass over the batch.
-
-    In place, each cycle of the permutation is mixed in its order (example ``i`` before its
-    partner, which it reads), and its last example reads the saved first one.
-    """
+def _mix_one_at_a_time(input: torch.Tensor, partners: list[int], mixing: float, inplace: bool) -> torch.Tensor:
+    """``lerp(input[i], input[partners[i]], mixing)`` for every example: one pass over the batch
+    (in place, along each cycle of the permutation, its first example saved)."""
     if not inplace:
         mixed = torch.empty_like(input)
         for i, j in enumerate(partners):
             torch.lerp(input[i], input[j], mixing, out=mixed[i])
         return mixed
-    done = [False] * len(partners)
-    for start in range(len(partners)):
-        if done[start]:
-            continue
-        first, i = input[start].clone(), start
-        while True:
-            done[i], j = True, partners[i]
-            if j == start:
-                input[i].lerp_(first, mixing)
-                break
+    for cycle in permutation_cycles(partners):
+        first = input[cycle[0]].clone()
+        for i, j in itertools.pairwise(cycle):
             input[i].lerp_(input[j], mixing)
-            i = j
+        input[cycle[-1]].lerp_(first, mixing)
     return input
 
 

@@ -201,6 +201,36 @@ def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dt
             memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
+@pytest.mark.parametrize("indices", INPLACE_INDICES + ([4, 3, 2, 1, 0],))
+def test_inplace_moves_large_boxes_one_at_a_time_to_the_same_values(monkeypatch, indices):
+    """From 64 KiB an example, the CPU moves the boxes in place example by example, along each
+    cycle of the permutation (repeated partners take the gather): the definition, as gathered."""
+    import algorithms._mixing as mixing_module
+
+    g = torch.Generator().manual_seed(3)
+    x, y, idx = torch.randn(5, 3, 96, 96, generator=g), torch.arange(5), torch.tensor(indices)
+    assert x[0].numel() * x.element_size() >= mixing_module.ROW_BY_ROW_BYTES
+    one_at_a_time, original = x.clone(), x.clone()
+    assert cf.cutmix_batch(one_at_a_time, y, bbox=(10, 20, 70, 91), indices=idx, inplace=True)[0] is one_at_a_time
+    monkeypatch.setattr(mixing_module, "ROW_BY_ROW_BYTES", float("inf"))
+    gathered = cf.cutmix_batch(x, y, bbox=(10, 20, 70, 91), indices=idx, inplace=True)[0]
+    assert torch.equal(one_at_a_time, gathered)
+    assert torch.equal(gathered, _cutmix_definition(original, idx, (10, 20, 70, 91))[0])
+
+
+def test_permutation_cycles_visit_every_example_once_in_partner_order():
+    from algorithms._mixing import permutation_cycles
+
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 7, 40):
+        for _ in range(20):
+            partners = torch.randperm(n, generator=g).tolist()
+            cycles = permutation_cycles(partners)
+            assert sorted(i for cycle in cycles for i in cycle) == list(range(n))
+            for cycle in cycles:
+                assert [partners[i] for i in cycle] == cycle[1:] + cycle[:1]
+
+
 def test_inplace_writes_nothing_outside_the_box():
     x = torch.randn(4, 2, 8, 8)
     outside = x.clone()

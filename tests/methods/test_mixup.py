@@ -173,15 +173,15 @@ def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dt
 def test_large_examples_are_mixed_one_at_a_time_to_the_same_values(monkeypatch, indices):
     """From 64 KiB an example, the CPU mixes example by example: the values of the gather, and
     the formula's, for permutations and repeated partners alike, in both forms."""
-    import algorithms.mixup.mixup as mixup_module
+    import algorithms._mixing as mixing_module
 
     g = torch.Generator().manual_seed(2)
     x, y, idx = torch.randn(5, 3, 96, 96, generator=g), torch.arange(5), torch.tensor(indices)
-    assert x[0].numel() * x.element_size() >= mixup_module.ROW_BY_ROW_BYTES
+    assert x[0].numel() * x.element_size() >= mixing_module.ROW_BY_ROW_BYTES
     one_at_a_time = cf.mixup_batch(x, y, mixing=0.3, indices=idx)[0]
     work = x.clone()
     assert cf.mixup_batch(work, y, mixing=0.3, indices=idx, inplace=True)[0] is work
-    monkeypatch.setattr(mixup_module, "ROW_BY_ROW_BYTES", float("inf"))
+    monkeypatch.setattr(mixing_module, "ROW_BY_ROW_BYTES", float("inf"))
     gathered = cf.mixup_batch(x, y, mixing=0.3, indices=idx)[0]
     assert torch.equal(one_at_a_time, gathered) and torch.equal(work, gathered)
     torch.testing.assert_close(gathered, 0.7 * x + 0.3 * x[idx])
