@@ -208,3 +208,41 @@ def mutants(session: nox.Session) -> None:
         session.error(f"{len(unexplained)} mutants survive that {EQUIVALENTS} does not explain (kill them with "
                       "a test, or list them there with the reason they are equivalent):\n" + "\n".join(unexplained))
     session.log(f"every surviving mutant is listed in {EQUIVALENTS}; the mutmut run is in {work}")
+
+
+# The peers of the batch-method benchmark, in an environment of their own (the project does not depend on
+# them): torchvision's transforms v2 and timm beside a torch that torchvision supports, and Composer, whose
+# release pins an older torch, installed without its pins together with what composer.functional imports.
+PEERS_TORCH_SPEC = os.environ.get("METHODS_PEERS_TORCH_SPEC", "torch==2.14.1 torchvision==0.29.1")
+COMPOSER_SPEC = os.environ.get("METHODS_PEERS_COMPOSER_SPEC", "mosaicml==0.32.1")
+COMPOSER_IMPORTS = ("pyyaml", "tqdm", "torchmetrics>=1.0,<1.7.5", "torch_optimizer", "requests", "numpy", "psutil",
+                    "coolname", "tabulate", "py-cpuinfo", "packaging", "importlib-metadata", "pillow",
+                    "mosaicml-cli>=0.5.25,<0.8")
+
+
+@nox.session(python=PYTHON)
+def bench_peers(session: nox.Session) -> None:
+    """The batch methods against torchvision v2, timm and Composer (benchmarks/batch_methods.py): our
+    ratio to each peer beside its target, and to each method's memory floor.
+
+    Installs torch and torchvision from ``$METHODS_PEERS_TORCH_SPEC`` (default torch 2.14.1 with
+    torchvision 0.29.1; a CUDA build, about 5.5 GB), timm, Composer (``$METHODS_PEERS_COMPOSER_SPEC``,
+    without its torch pins) and the project; reruns skip pip while these are unchanged. A peer that
+    does not install or import is reported by the benchmark, which goes on without it. Extra
+    arguments go to the benchmark (e.g. ``--output results/bench/batch-peers.json``).
+    """
+    inputs = "\n".join([Path("pyproject.toml").read_text(encoding="utf-8"), PEERS_TORCH_SPEC, COMPOSER_SPEC,
+                        *COMPOSER_IMPORTS])
+    stamp = Path(session.virtualenv.location) / ".methods-peers-stamp"
+    digest = hashlib.sha256(inputs.encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        session.log("environment up to date: skipping pip")
+    else:
+        session.install(*PEERS_TORCH_SPEC.split())
+        session.install("-e", ".", "timm")
+        # Composer's release asks for torch<2.7.1: install it without dependencies, then what its
+        # functional forms import; a failure here leaves Composer out of the run, not the others.
+        session.install("--no-deps", COMPOSER_SPEC, success_codes=[0, 1])
+        session.install(*COMPOSER_IMPORTS, success_codes=[0, 1])
+        stamp.write_text(digest)
+    session.run("python", "benchmarks/batch_methods.py", *session.posargs)

@@ -1,0 +1,286 @@
+"""The batch methods against their memory floor, and against the peers that are importable.
+
+An out-of-place batch method must at least write its output, so its floor is one write of an
+output-sized tensor, read from the input where the output comes from the input:
+
+- CutMix, MixUp, CutOut: ``x.clone()``, one copy of the batch.
+- ColOut: ``x[..., :kept_rows, :kept_cols].clone()``, one copy of as many pixels as its smaller
+  output holds (``int(0.85 * H)`` rows by ``int(0.85 * W)`` columns).
+- Label smoothing: ``torch.full((N, K), 0.1 / K)``, one write of the smoothed float32 targets.
+
+Each implementation is timed beside its floor in the same process, on the same tensors, in
+rounds whose order alternates, so that a noisy machine slows both alike: a round's ratio is the
+median call time of the implementation over the floor's median call time in that round, and
+the report gives the median of the rounds' ratios with their range. Everything runs on one
+thread, in float32; CutMix draws with ``alpha=1.0``, MixUp with ``alpha=0.2``.
+
+Peers run when importable (``nox -s bench_peers`` installs them in an environment of their own;
+the project does not depend on them): torchvision's v2 ``CutMix`` and ``MixUp``, timm's ``Mixup``
+in batch mode (it mixes in place), and Composer's functional forms. Each is called as its
+documentation shows, on the same batch and labels, and compared with the form of ours that does
+the same job (ours in place against timm). A peer that does not import is reported with the
+reason, and the run goes on.
+
+    python benchmarks/batch_methods.py --rounds 7 --output results/bench/batch.json
+    python benchmarks/batch_methods.py --device cuda   # the same ratios on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from algorithms.functional import colout_batch, cutmix_batch, cutout_batch, mixup_batch, smooth_labels
+
+TITLE = "Batch methods against their memory floor and their peers"
+SHAPES = {"256x3x32x32": (256, 3, 32, 32), "32x3x224x224": (32, 3, 224, 224)}
+NUM_CLASSES = {"256x3x32x32": 10, "32x3x224x224": 1000}
+CUTMIX_ALPHA, MIXUP_ALPHA, SMOOTHING, P_DROP = 1.0, 0.2, 0.1, 0.15
+FLOORS = {
+    "clone": "x.clone(): one copy of the batch",
+    "colout floor": "x[..., :int(0.85 * H), :int(0.85 * W)].clone(): one copy of as many pixels as ColOut's output "
+                    "holds (p_row = p_col = 0.15)",
+    "smoothing floor": "torch.full((N, K), 0.1 / K): one write of the smoothed float32 targets",
+}
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One timed call: ``call`` runs it; ``prepare`` (untimed) runs before each call."""
+
+    call: Callable[[], object]
+    prepare: Callable[[], object] | None = None
+
+
+# ours: (name, floor, target ratio to the floor)
+OURS = (
+    ("cutmix_batch", "clone", 2.0),
+    ("cutmix_batch(inplace=True)", "clone", 1.0),
+    ("mixup_batch", "clone", 3.0),
+    ("mixup_batch(inplace=True)", "clone", 2.0),
+    ("cutout_batch", "clone", 2.0),
+    ("cutout_batch(inplace=True)", "clone", 2.0),
+    ("colout_batch", "colout floor", 2.0),
+    ("smooth_labels", "smoothing floor", 2.0),
+)
+# peers: (name, the module it needs, which of ours does the same job)
+PEERS = (
+    ("torchvision v2 CutMix", "torchvision", "cutmix_batch"),
+    ("torchvision v2 MixUp", "torchvision", "mixup_batch"),
+    ("timm Mixup (batch, CutMix, in place)", "timm", "cutmix_batch(inplace=True)"),
+    ("timm Mixup (batch, MixUp, in place)", "timm", "mixup_batch(inplace=True)"),
+    ("Composer cutmix_batch", "composer", "cutmix_batch"),
+    ("Composer mixup_batch", "composer", "mixup_batch"),
+    ("Composer cutout_batch", "composer", "cutout_batch"),
+    ("Composer colout_batch", "composer", "colout_batch"),
+    ("Composer smooth_labels", "composer", "smooth_labels"),
+)
+
+
+def floors(x: torch.Tensor, num_classes: int) -> dict[str, Subject]:
+    kept_h, kept_w = int((1 - P_DROP) * x.shape[-2]), int((1 - P_DROP) * x.shape[-1])
+    n = x.shape[0]
+    return {
+        "clone": Subject(lambda: x.clone()),
+        "colout floor": Subject(lambda: x[..., :kept_h, :kept_w].clone()),
+        "smoothing floor": Subject(lambda: torch.full((n, num_classes), SMOOTHING / num_classes, device=x.device)),
+    }
+
+
+def ours(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, generator: torch.Generator) -> dict[str, Subject]:
+    work = x.clone()  # the in-place forms write into it; it is reset to the batch before each call (untimed)
+
+    def reset() -> None:
+        work.copy_(x)
+
+    g = generator
+    return {
+        "cutmix_batch": Subject(lambda: cutmix_batch(x, y, alpha=CUTMIX_ALPHA, generator=g)),
+        "cutmix_batch(inplace=True)": Subject(lambda: cutmix_batch(work, y, alpha=CUTMIX_ALPHA, generator=g,
+                                                                   inplace=True), reset),
+        "mixup_batch": Subject(lambda: mixup_batch(x, y, alpha=MIXUP_ALPHA, generator=g)),
+        "mixup_batch(inplace=True)": Subject(lambda: mixup_batch(work, y, alpha=MIXUP_ALPHA, generator=g,
+                                                                 inplace=True), reset),
+        "cutout_batch": Subject(lambda: cutout_batch(x, num_holes=1, length=0.5, generator=g)),
+        "cutout_batch(inplace=True)": Subject(lambda: cutout_batch(work, num_holes=1, length=0.5, generator=g,
+                                                                   inplace=True), reset),
+        "colout_batch": Subject(lambda: colout_batch(x, p_row=P_DROP, p_col=P_DROP, generator=g)),
+        "smooth_labels": Subject(lambda: smooth_labels(logits, y, smoothing=SMOOTHING)),
+    }
+
+
+def peer_calls(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, wanted: bool
+               ) -> tuple[dict[str, Subject], dict[str, str]]:
+    """The peers' calls that can be made here, and why each missing peer is missing."""
+    calls: dict[str, Subject] = {}
+    missing: dict[str, str] = {}
+    if not wanted:
+        return calls, {module: "not asked for (peers=False)" for module in ("torchvision", "timm", "composer")}
+    k = logits.shape[1]
+    work = x.clone()
+
+    def reset() -> None:
+        work.copy_(x)
+
+    def load(module: str, label: str) -> Any:
+        try:
+            return importlib.import_module(module)
+        except Exception as error:  # an absent or broken install: report it and go on
+            missing[label] = f"import {module} failed: {type(error).__name__}: {error}"
+            return None
+
+    if tv := load("torchvision.transforms.v2", "torchvision"):
+        tv_cutmix, tv_mixup = tv.CutMix(alpha=CUTMIX_ALPHA, num_classes=k), tv.MixUp(alpha=MIXUP_ALPHA, num_classes=k)
+        calls["torchvision v2 CutMix"] = Subject(lambda: tv_cutmix(x, y))
+        calls["torchvision v2 MixUp"] = Subject(lambda: tv_mixup(x, y))
+    if timm_mixup := load("timm.data.mixup", "timm"):
+        # mode="batch": one draw for the whole batch, as ours; no label smoothing. timm writes into its input.
+        cut = timm_mixup.Mixup(mixup_alpha=0.0, cutmix_alpha=CUTMIX_ALPHA, mode="batch", label_smoothing=0.0,
+                               num_classes=k)
+        mix = timm_mixup.Mixup(mixup_alpha=MIXUP_ALPHA, cutmix_alpha=0.0, mode="batch", label_smoothing=0.0,
+                               num_classes=k)
+        calls["timm Mixup (batch, CutMix, in place)"] = Subject(lambda: cut(work, y), reset)
+        calls["timm Mixup (batch, MixUp, in place)"] = Subject(lambda: mix(work, y), reset)
+    if composer := load("composer.functional", "composer"):
+        calls["Composer cutmix_batch"] = Subject(lambda: composer.cutmix_batch(x, y, alpha=CUTMIX_ALPHA))
+        calls["Composer mixup_batch"] = Subject(lambda: composer.mixup_batch(x, y, alpha=MIXUP_ALPHA))
+        calls["Composer cutout_batch"] = Subject(lambda: composer.cutout_batch(x, num_holes=1, length=0.5))
+        calls["Composer colout_batch"] = Subject(lambda: composer.colout_batch(x, p_row=P_DROP, p_col=P_DROP))
+        calls["Composer smooth_labels"] = Subject(lambda: composer.smooth_labels(logits, y, smoothing=SMOOTHING))
+    return calls, missing
+
+
+def median_call(subject: Subject, calls: int, synchronize: Callable[[], None]) -> float:
+    times = []
+    for _ in range(calls):
+        if subject.prepare is not None:
+            subject.prepare()
+        synchronize()
+        start = time.perf_counter()
+        subject.call()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def time_rounds(subjects: dict[str, Subject], rounds: int, calls: int, synchronize: Callable[[], None],
+                log: Callable[[str], None]) -> dict[str, list[float]]:
+    """Each subject's median call time in each round; the order alternates from round to round."""
+    for subject in subjects.values():  # warm-up: first-call allocations, imports and caches
+        for _ in range(2):
+            if subject.prepare is not None:
+                subject.prepare()
+            subject.call()
+    per_round: dict[str, list[float]] = {name: [] for name in subjects}
+    for r in range(rounds):
+        for name in (list(subjects) if r % 2 == 0 else list(reversed(subjects))):
+            per_round[name].append(median_call(subjects[name], calls, synchronize))
+        log(f"  round {r + 1}/{rounds}")
+    return per_round
+
+
+def ratio_row(what: str, numerators: list[float], denominators: list[float], target: float) -> dict[str, Any]:
+    ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
+    value = statistics.median(ratios)
+    return {"what": what, "value": value, "unit": "x", "spread": [min(ratios), max(ratios)], "target": target,
+            "compare": "<", "met": value < target}
+
+
+def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: int | None = None,
+        calls: int | None = None, log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Time ours, the floors and the peers on both shapes; rows of ratios beside their targets.
+
+    ``quick``: two rounds of two calls, a smoke run whose numbers mean little.
+    """
+    rounds = rounds or (2 if quick else 7)
+    calls = calls or (2 if quick else 21)
+    dev = torch.device(device)
+    synchronize = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rows: list[dict[str, Any]] = []
+        details: dict[str, Any] = {
+            "device": str(dev), "threads": 1, "dtype": "float32", "rounds": rounds, "calls_per_round": calls,
+            "cutmix_alpha": CUTMIX_ALPHA, "mixup_alpha": MIXUP_ALPHA, "smoothing": SMOOTHING, "colout_p": P_DROP,
+            "floors": FLOORS, "median_ms": {}, "peers_missing": {},
+        }
+        peer_rows: list[dict[str, Any]] = []
+        for shape_name, shape in SHAPES.items():
+            log(f"{shape_name}:")
+            gen = torch.Generator().manual_seed(0)
+            x = torch.rand(shape, generator=gen).to(dev)
+            y = torch.randint(0, NUM_CLASSES[shape_name], (shape[0],), generator=gen).to(dev)
+            logits = torch.randn(shape[0], NUM_CLASSES[shape_name], generator=gen).to(dev)
+            subjects = {**floors(x, NUM_CLASSES[shape_name]), **ours(x, y, logits, gen)}
+            found, missing = peer_calls(x, y, logits, peers)
+            subjects.update(found)
+            details["peers_missing"].update(missing)
+            times = time_rounds(subjects, rounds, calls, synchronize, log)
+            details["median_ms"][shape_name] = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+            for name, floor, target in OURS:
+                rows.append(ratio_row(f"{name} / floor ({floor}), {shape_name}", times[name], times[floor], target))
+            for name, _, mine in PEERS:
+                if name in times:
+                    peer_rows.append(ratio_row(f"ours {mine} / {name}, {shape_name}", times[mine], times[name], 1.0))
+        return {"title": TITLE, "rows": rows + peer_rows, "details": details}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines = [report["title"], ""]
+    for row in report["rows"]:
+        lo, hi = row["spread"]
+        lines.append(f"  {row['what']:<78} {row['value']:6.2f}x  [{lo:.2f} .. {hi:.2f}]  "
+                     f"target {row['compare']} {row['target']:.1f}x: {'met' if row['met'] else 'MISSED'}")
+    details = report["details"]
+    lines.append("")
+    for shape_name, medians in details["median_ms"].items():
+        lines.append(f"floors at {shape_name}: " + ", ".join(f"{name} {medians[name]:.3f} ms" for name in FLOORS))
+    for name, definition in FLOORS.items():
+        lines.append(f"  {name}: {definition}")
+    for label, why in details["peers_missing"].items():
+        lines.append(f"peer {label} not run: {why}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=21, help="calls per implementation per round")
+    parser.add_argument("--quick", action="store_true", help="two rounds of two calls: checks that it runs")
+    parser.add_argument("--no-peers", action="store_true", help="time ours and the floors only")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--output", type=Path, help="also write the report (JSON, with the machine) here")
+    parser.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    args = parser.parse_args(argv)
+    if args.output and args.output.exists() and not args.force:
+        parser.error(f"{args.output}: exists; pass --force to overwrite it")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: torch.cuda.is_available() is False")
+    report = run(quick=args.quick, peers=not args.no_peers, device=args.device,
+                 rounds=None if args.quick else args.rounds, calls=None if args.quick else args.calls,
+                 log=lambda line: print(line, file=sys.stderr, flush=True))
+    print(format_report(report))
+    if args.output:
+        from methods_tools.compare import environment
+        from methods_tools.files import write_atomic
+
+        write_atomic(args.output, json.dumps({**report, "environment": environment()}, indent=1) + "\n",
+                     force=args.force)
+    return 0 if all(row["met"] for row in report["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The benchmark modules of ``benchmarks/`` run and report well-formed rows; no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import types
+
+import pytest
+import torch
+
+from algorithms.metadata import PACKAGE_ROOT
+
+BENCHMARKS = PACKAGE_ROOT.parent / "benchmarks"
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))
+
+import batch_methods  # noqa: E402
+
+ROW_KEYS = {"what", "value", "unit", "spread", "target", "compare", "met"}
+
+
+def _assert_well_formed(row: dict) -> None:
+    assert set(row) == ROW_KEYS, row
+    lo, hi = row["spread"]
+    assert row["unit"] == "x" and row["compare"] == "<"
+    assert all(math.isfinite(v) and v > 0 for v in (lo, row["value"], hi)) and lo <= row["value"] <= hi, row
+    assert row["met"] == (row["value"] < row["target"]), row
+
+
+@pytest.fixture(scope="module")
+def batch_report() -> dict:
+    return batch_methods.run(quick=True, peers=False)
+
+
+def test_batch_methods_quick_run_has_a_ratio_to_its_floor_for_every_method_and_shape(batch_report):
+    assert batch_report["title"] and set(batch_report) == {"title", "rows", "details"}
+    rows = {row["what"]: row for row in batch_report["rows"]}
+    assert len(rows) == len(batch_report["rows"]) == len(batch_methods.OURS) * len(batch_methods.SHAPES)
+    for shape in batch_methods.SHAPES:
+        for name, floor, target in batch_methods.OURS:
+            row = rows[f"{name} / floor ({floor}), {shape}"]
+            _assert_well_formed(row)
+            assert row["target"] == target
+    assert {"cutmix_batch", "cutmix_batch(inplace=True)", "mixup_batch", "mixup_batch(inplace=True)", "cutout_batch",
+            "colout_batch", "smooth_labels"} <= {name for name, _, _ in batch_methods.OURS}
+    json.dumps(batch_report)  # the runner writes it as it is
+
+
+def test_batch_methods_quick_run_states_its_floors_and_the_peers_it_left_out(batch_report):
+    details = batch_report["details"]
+    assert set(details["floors"]) == {floor for _, floor, _ in batch_methods.OURS}
+    assert all(details["floors"].values())
+    for shape in batch_methods.SHAPES:
+        assert set(details["median_ms"][shape]) == set(details["floors"]) | {n for n, _, _ in batch_methods.OURS}
+    assert set(details["peers_missing"]) == {"torchvision", "timm", "composer"}
+    assert details["threads"] == 1 and details["rounds"] == 2 and details["calls_per_round"] == 2
+
+
+def test_batch_methods_restores_the_thread_count():
+    threads = torch.get_num_threads()
+    batch_methods.run(quick=True, peers=False, rounds=1, calls=1)
+    assert torch.get_num_threads() == threads
+
+
+def test_batch_methods_compares_ours_with_each_peer_found_and_reports_the_others(monkeypatch):
+    """A peer module that imports is timed beside ours (a row of ours / peer, target 1.0); one that
+    does not is reported with the error, and the run goes on."""
+    composer = types.ModuleType("composer")
+    functional = types.ModuleType("composer.functional")
+    functional.cutmix_batch = lambda x, y, alpha: (x.clone(), y, 0.5, (0, 0, 1, 1))
+    functional.mixup_batch = lambda x, y, alpha: (x.clone(), y, 0.5)
+    functional.cutout_batch = lambda x, num_holes, length: x.clone()
+    functional.colout_batch = lambda x, p_row, p_col: x.clone()
+    functional.smooth_labels = lambda logits, y, smoothing: logits.clone()
+    composer.functional = functional
+    monkeypatch.setitem(sys.modules, "composer", composer)
+    monkeypatch.setitem(sys.modules, "composer.functional", functional)
+    monkeypatch.setitem(sys.modules, "timm", None)  # import timm raises ImportError
+    report = batch_methods.run(quick=True, rounds=1, calls=1)
+    peer_rows = {row["what"]: row for row in report["rows"] if row["what"].startswith("ours ")}
+    for shape in batch_methods.SHAPES:
+        for method in ("cutmix_batch", "mixup_batch", "cutout_batch", "colout_batch", "smooth_labels"):
+            row = peer_rows.pop(f"ours {method} / Composer {method}, {shape}")
+            _assert_well_formed(row)
+            assert row["target"] == 1.0
+    assert not peer_rows  # no row for a peer that did not import
+    assert "timm" in report["details"]["peers_missing"] and "composer" not in report["details"]["peers_missing"]
+    assert "import timm.data.mixup failed" in report["details"]["peers_missing"]["timm"]
+
+
+def test_batch_methods_writes_its_report_only_when_asked_and_never_over_a_file(monkeypatch, tmp_path, capsys):
+    report = {"title": "T", "details": {"median_ms": {}, "peers_missing": {"timm": "why"}},
+              "rows": [{"what": "a", "value": 1.5, "unit": "x", "spread": [1.0, 2.0], "target": 2.0, "compare": "<",
+                        "met": True}]}
+    monkeypatch.setattr(batch_methods, "run", lambda **kwargs: report)
+    assert batch_methods.main(["--quick"]) == 0
+    assert list(tmp_path.iterdir()) == []
+    out = capsys.readouterr().out
+    assert "1.50x" in out and "target < 2.0x: met" in out and "peer timm not run: why" in out
+    path = tmp_path / "bench.json"
+    assert batch_methods.main(["--quick", "--output", str(path)]) == 0
+    written = json.loads(path.read_text())
+    assert written["rows"] == report["rows"] and written["environment"]["torch"] == torch.__version__
+    with pytest.raises(SystemExit) as exit_info:
+        batch_methods.main(["--quick", "--output", str(path)])
+    assert exit_info.value.code == 2 and "pass --force" in capsys.readouterr().err
+    report["rows"][0].update(value=2.5, met=False)
+    assert batch_methods.main(["--quick", "--output", str(path), "--force"]) == 1  # a missed target: status 1
+    assert json.loads(path.read_text())["rows"][0]["value"] == 2.5
