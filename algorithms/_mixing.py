@@ -82,8 +82,9 @@ ROW_BY_ROW_BYTES = 64 * 1024
 
 def host_partners(input: torch.Tensor, indices: torch.Tensor, permutation: bool = False) -> list[int] | None:
     """The partners as host integers where mixing one example at a time is cheaper: examples of at
-    least ``ROW_BY_ROW_BYTES`` on the CPU (reading CPU indices makes no device sync). With
-    ``permutation``, only when the indices are one; otherwise ``None``."""
+    least ``ROW_BY_ROW_BYTES`` in ``input`` (the batch, or the part of it that is written) on the
+    CPU (reading CPU indices makes no device sync). With ``permutation``, only when the indices
+    are one; otherwise ``None``."""
     if input.device.type != "cpu" or indices.device.type != "cpu" or input.ndim < 2 or input.shape[0] == 0 \
             or input[0].numel() * input.element_size() < ROW_BY_ROW_BYTES:
         return None

@@ -106,9 +106,9 @@ def cutmix_batch(
 
     x1, y1, x2, y2 = bbox
     box = input[:, :, x1:x2, y1:y2]
-    partners = host_partners(input, indices, permutation=True) if inplace and box.numel() else None
+    partners = host_partners(box, indices, permutation=True) if inplace and box.numel() else None
     if partners is not None:
-        # Large examples, one box at a time along each cycle of the permutation: one pass over the boxes.
+        # Large boxes, one at a time along each cycle of the permutation: one pass over the boxes.
         mixed = input
         for cycle in permutation_cycles(partners):
             if len(cycle) > 1:

@@ -51,8 +51,8 @@ def mixup_batch(
 
     Returns:
         ``(mixed, target_perm, mixing)``: the mixed batch (same dtype, device and memory format;
-        ``input`` itself with ``inplace=True``), ``target[indices]`` and the mixing weight used. The mixed target is
-        ``(1 - mixing) * onehot(target) + mixing * onehot(target_perm)``.
+        ``input`` itself with ``inplace=True``), ``target[indices]`` and the mixing weight used.
+        The mixed target is ``(1 - mixing) * onehot(target) + mixing * onehot(target_perm)``.
 
     Example::
 

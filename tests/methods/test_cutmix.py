@@ -203,19 +203,19 @@ def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dt
 
 @pytest.mark.parametrize("indices", INPLACE_INDICES + ([4, 3, 2, 1, 0],))
 def test_inplace_moves_large_boxes_one_at_a_time_to_the_same_values(monkeypatch, indices):
-    """From 64 KiB an example, the CPU moves the boxes in place example by example, along each
-    cycle of the permutation (repeated partners take the gather): the definition, as gathered."""
+    """From boxes of 64 KiB, the CPU moves them in place example by example, along each cycle of
+    the permutation (repeated partners take the gather): the definition, as gathered."""
     import algorithms._mixing as mixing_module
 
     g = torch.Generator().manual_seed(3)
-    x, y, idx = torch.randn(5, 3, 96, 96, generator=g), torch.arange(5), torch.tensor(indices)
-    assert x[0].numel() * x.element_size() >= mixing_module.ROW_BY_ROW_BYTES
+    x, y, idx = torch.randn(5, 3, 128, 128, generator=g), torch.arange(5), torch.tensor(indices)
+    assert x[0, :, 10:120, 20:111].numel() * x.element_size() >= mixing_module.ROW_BY_ROW_BYTES
     one_at_a_time, original = x.clone(), x.clone()
-    assert cf.cutmix_batch(one_at_a_time, y, bbox=(10, 20, 70, 91), indices=idx, inplace=True)[0] is one_at_a_time
+    assert cf.cutmix_batch(one_at_a_time, y, bbox=(10, 20, 120, 111), indices=idx, inplace=True)[0] is one_at_a_time
     monkeypatch.setattr(mixing_module, "ROW_BY_ROW_BYTES", float("inf"))
-    gathered = cf.cutmix_batch(x, y, bbox=(10, 20, 70, 91), indices=idx, inplace=True)[0]
+    gathered = cf.cutmix_batch(x, y, bbox=(10, 20, 120, 111), indices=idx, inplace=True)[0]
     assert torch.equal(one_at_a_time, gathered)
-    assert torch.equal(gathered, _cutmix_definition(original, idx, (10, 20, 70, 91))[0])
+    assert torch.equal(gathered, _cutmix_definition(original, idx, (10, 20, 120, 111))[0])
 
 
 def test_permutation_cycles_visit_every_example_once_in_partner_order():
