@@ -73,17 +73,23 @@ OURS = (
     ("colout_batch", "colout floor", 2.0),
     ("smooth_labels", "smoothing floor", 2.0),
 )
-# peers: (name, the module it needs, which of ours does the same job)
+# peers: (name, which of ours does the same job, what the call does)
 PEERS = (
-    ("torchvision v2 CutMix", "torchvision", "cutmix_batch"),
-    ("torchvision v2 MixUp", "torchvision", "mixup_batch"),
-    ("timm Mixup (batch, CutMix, in place)", "timm", "cutmix_batch(inplace=True)"),
-    ("timm Mixup (batch, MixUp, in place)", "timm", "mixup_batch(inplace=True)"),
-    ("Composer cutmix_batch", "composer", "cutmix_batch"),
-    ("Composer mixup_batch", "composer", "mixup_batch"),
-    ("Composer cutout_batch", "composer", "cutout_batch"),
-    ("Composer colout_batch", "composer", "colout_batch"),
-    ("Composer smooth_labels", "composer", "smooth_labels"),
+    ("torchvision v2 CutMix", "cutmix_batch",
+     "CutMix(alpha=1.0, num_classes=K)(x, y): the mixed batch and the mixed one-hot labels (N, K)"),
+    ("torchvision v2 MixUp", "mixup_batch",
+     "MixUp(alpha=0.2, num_classes=K)(x, y): the mixed batch and the mixed one-hot labels (N, K)"),
+    ("timm Mixup (batch, CutMix, in place)", "cutmix_batch(inplace=True)",
+     "Mixup(mixup_alpha=0, cutmix_alpha=1.0, mode='batch', label_smoothing=0)(x, y): pastes x.flip(0)'s box "
+     "into x in place and returns the mixed one-hot labels (N, K)"),
+    ("timm Mixup (batch, MixUp, in place)", "mixup_batch(inplace=True)",
+     "Mixup(mixup_alpha=0.2, cutmix_alpha=0, mode='batch', label_smoothing=0)(x, y): mixes x with x.flip(0) in "
+     "place and returns the mixed one-hot labels (N, K)"),
+    ("Composer cutmix_batch", "cutmix_batch", "cutmix_batch(x, y, alpha=1.0), as ours"),
+    ("Composer mixup_batch", "mixup_batch", "mixup_batch(x, y, alpha=0.2), as ours"),
+    ("Composer cutout_batch", "cutout_batch", "cutout_batch(x, num_holes=1, length=0.5), as ours"),
+    ("Composer colout_batch", "colout_batch", "colout_batch(x, p_row=0.15, p_col=0.15), as ours"),
+    ("Composer smooth_labels", "smooth_labels", "smooth_labels(logits, y, smoothing=0.1), as ours"),
 )
 
 
@@ -213,7 +219,8 @@ def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: in
         details: dict[str, Any] = {
             "device": str(dev), "threads": 1, "dtype": "float32", "rounds": rounds, "calls_per_round": calls,
             "cutmix_alpha": CUTMIX_ALPHA, "mixup_alpha": MIXUP_ALPHA, "smoothing": SMOOTHING, "colout_p": P_DROP,
-            "floors": FLOORS, "median_ms": {}, "peers_missing": {},
+            "floors": FLOORS, "peer_calls": {name: call for name, _, call in PEERS}, "median_ms": {},
+            "peers_missing": {},
         }
         peer_rows: list[dict[str, Any]] = []
         for shape_name, shape in SHAPES.items():
@@ -230,7 +237,7 @@ def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: in
             details["median_ms"][shape_name] = {name: 1e3 * statistics.median(t) for name, t in times.items()}
             for name, floor, target in OURS:
                 rows.append(ratio_row(f"{name} / floor ({floor}), {shape_name}", times[name], times[floor], target))
-            for name, _, mine in PEERS:
+            for name, mine, _ in PEERS:
                 if name in times:
                     peer_rows.append(ratio_row(f"ours {mine} / {name}, {shape_name}", times[mine], times[name], 1.0))
         return {"title": TITLE, "rows": rows + peer_rows, "details": details}
@@ -250,6 +257,10 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"floors at {shape_name}: " + ", ".join(f"{name} {medians[name]:.3f} ms" for name in FLOORS))
     for name, definition in FLOORS.items():
         lines.append(f"  {name}: {definition}")
+    timed = {name for medians in details["median_ms"].values() for name in medians}
+    for name, call in details["peer_calls"].items():
+        if name in timed:
+            lines.append(f"peer {name}: {call}")
     for label, why in details["peers_missing"].items():
         lines.append(f"peer {label} not run: {why}")
     return "\n".join(lines)

@@ -91,7 +91,7 @@ def test_batch_methods_compares_ours_with_each_peer_found_and_reports_the_others
 
 
 def test_batch_methods_writes_its_report_only_when_asked_and_never_over_a_file(monkeypatch, tmp_path, capsys):
-    report = {"title": "T", "details": {"median_ms": {}, "peers_missing": {"timm": "why"}},
+    report = {"title": "T", "details": {"median_ms": {}, "peer_calls": {}, "peers_missing": {"timm": "why"}},
               "rows": [{"what": "a", "value": 1.5, "unit": "x", "spread": [1.0, 2.0], "target": 2.0, "compare": "<",
                         "met": True}]}
     monkeypatch.setattr(batch_methods, "run", lambda **kwargs: report)
