@@ -111,11 +111,10 @@ def cutmix_batch(
         # Large boxes, one at a time along each cycle of the permutation: one pass over the boxes.
         mixed = input
         for cycle in permutation_cycles(partners):
-            if len(cycle) > 1:
-                first = box[cycle[0]].clone()
-                for i, j in itertools.pairwise(cycle):
-                    box[i].copy_(box[j])
-                box[cycle[-1]].copy_(first)
+            first = box[cycle[0]].clone()
+            for i, j in itertools.pairwise(cycle):
+                box[i].copy_(box[j])
+            box[cycle[-1]].copy_(first)
     elif inplace:
         # Gather every partner's box before writing any: with a permutation each box written is
         # another example's source.

@@ -4,9 +4,11 @@ at its own events, so calling ``apply`` at any other event changes nothing."""
 from __future__ import annotations
 
 import pytest
+import torch
 from trainer_support import image_batches, image_classifier
 
 from algorithms import CutMix, MixUp
+from algorithms._mixing import ROW_BY_ROW_BYTES, host_partners, permutation_cycles
 from algorithms.core import Algorithm, Trainer
 
 
@@ -35,3 +37,28 @@ def test_apply_changes_nothing_at_events_the_method_does_not_match(cls, interpol
     probe = _ApplyEverywhere(algo)
     Trainer(image_classifier(), image_batches(n=1), "1ba", algorithms=[algo, probe], seed=0, device="cpu").fit()
     assert probe.tried > 10 and probe.changed == []
+
+
+def test_examples_from_64_kib_on_the_cpu_are_mixed_one_at_a_time():
+    """host_partners gives the partners as host integers from 64 KiB an example (of whatever is
+    passed: the batch, or the boxes), and None below, for an empty batch or a batch of scalars;
+    with permutation=True only for a permutation."""
+    assert ROW_BY_ROW_BYTES == 64 * 1024
+    at, below = torch.zeros(3, 16, 1024), torch.zeros(3, 16 * 1024 - 1)  # float32: 64 KiB, 4 bytes less
+    indices = torch.tensor([2, 0, 1])
+    assert host_partners(at, indices) == [2, 0, 1] and host_partners(at, indices, permutation=True) == [2, 0, 1]
+    assert host_partners(below, indices) is None
+    assert host_partners(at.double()[:, :8], indices) == [2, 0, 1]  # 8 x 1024 float64: 64 KiB
+    assert host_partners(at, torch.tensor([0, 0, 1])) == [0, 0, 1]
+    assert host_partners(at, torch.tensor([0, 0, 1]), permutation=True) is None
+    assert host_partners(torch.zeros(0, 16, 1024), torch.zeros(0, dtype=torch.long)) is None
+    assert host_partners(torch.zeros(3), indices) is None
+
+
+@pytest.mark.parametrize("partners", [[0], [1, 0], [0, 1], [1, 2, 0], [2, 0, 1, 3], [3, 2, 1, 0]])
+def test_permutation_cycles_follow_the_partners(partners):
+    cycles = permutation_cycles(partners)
+    assert sorted(i for cycle in cycles for i in cycle) == list(range(len(partners)))
+    for cycle in cycles:
+        assert [partners[i] for i in cycle] == cycle[1:] + cycle[:1]
+    assert [cycle[0] for cycle in cycles] == sorted(cycle[0] for cycle in cycles)  # each from its smallest

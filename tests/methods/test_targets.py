@@ -13,7 +13,15 @@ import torch
 import torch.nn.functional as F
 
 import algorithms.functional as cf
-from algorithms.targets import interpolate_targets, is_class_indices, one_hot, smooth_targets, to_distribution
+from algorithms.targets import (
+    interpolate_targets,
+    is_class_indices,
+    lookup_smoothed,
+    one_hot,
+    smooth_targets,
+    smoothed_rows,
+    to_distribution,
+)
 
 TARGET_SHAPES = [((8,), 2), ((8,), 10), ((8, 5, 5), 2), ((8, 5, 5), 10), ((8, 5, 7, 11), 10)]
 
@@ -103,3 +111,31 @@ def test_smooth_targets_definition():
 def test_bad_input_raises_value_error(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()
+
+
+def test_smoothed_rows_are_kept_for_up_to_1024_classes():
+    rows = smoothed_rows(1024, 0.25, torch.float32)
+    assert rows.shape == (1024, 1024) and smoothed_rows(1024, 0.25, torch.float32) is rows  # kept, not rebuilt
+    assert torch.equal(rows, smooth_targets(torch.arange(1024), 0.25, 1024))
+    assert smoothed_rows(1025, 0.25, torch.float32) is None
+
+
+@pytest.mark.parametrize(("target", "logits_shape"), [
+    (torch.tensor([[1, 2]]), None),  # not (N,)
+    (torch.tensor([1.0, 2.0]), None),  # not indices
+    (torch.tensor([1, 2], dtype=torch.uint8), None),  # an index dtype a gather does not take
+    (torch.tensor([1, 2]), (2, 3, 4)),  # logits with more than (N, C)
+    (torch.tensor([1, 2]), (3, 3)),  # another batch size
+    (torch.tensor([1, -100]), (2, 3)),  # an ignored position
+    (torch.tensor([1, 3]), (2, 3)),  # out of range
+])
+def test_lookup_is_left_to_the_formula_where_it_does_not_apply(target, logits_shape):
+    assert lookup_smoothed(target, 0.1, 3, torch.float32, logits_shape) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_lookup_gives_the_formula_for_class_indices(dtype):
+    y = torch.tensor([2, 0, 1, 2], dtype=dtype)
+    for logits_shape in (None, (4, 3)):
+        assert torch.equal(lookup_smoothed(y, 0.3, 3, torch.float64, logits_shape),
+                           F.one_hot(y.long(), 3).double() * (1 - 0.3) + 0.3 / 3)
