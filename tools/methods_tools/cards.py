@@ -35,7 +35,7 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from markdown_it import MarkdownIt
@@ -111,7 +111,10 @@ def _parser() -> MarkdownIt:
     return MarkdownIt("commonmark").enable("table")
 
 
+@lru_cache(maxsize=8)
 def _tokens(text: str) -> list[Token]:
+    # The checks read sections, regions and inline code of the same card in turn: parse it once.
+    # Callers only read the tokens.
     return _parser().parse(text)
 
 

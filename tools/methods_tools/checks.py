@@ -12,6 +12,7 @@ import ast
 import importlib
 import re
 from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from . import REPO_ROOT
 from .prompts import json_prompts, prompts, read_json
 
 __all__ = [
+    "MethodTerms",
     "check_cards",
     "check_composability",
     "check_composability_matrix",
@@ -355,10 +357,11 @@ def check_composability(records: Mapping[str, MethodRecord], repo_root: Path | N
     from .scaffold import card_path
 
     problems: list[Problem] = []
+    terms = MethodTerms(records)  # once for all cards: the check stays linear in the number of methods
     for record in records.values():
         path = card_path(record.kind, record.key, repo_root)
         if record.kind == "method" and path.exists():
-            problems += check_composability_prose(path, path.read_text(encoding="utf-8"), record, records)
+            problems += check_composability_prose(path, path.read_text(encoding="utf-8"), record, records, terms)
     problems += check_interaction_keys(records)
     return problems + check_composability_matrix(records, results_root)
 
@@ -368,17 +371,49 @@ def _method_terms(record: MethodRecord) -> list[str]:
     return [t for t in (record.name, record.class_name, *record.aka, record.key) if t]
 
 
+@cache
 def _term_pattern(term: str) -> re.Pattern[str]:
     """``term`` as whole words, any case, its spaces matching any run of whitespace (a line break too)."""
     words = r"\s+".join(re.escape(word) for word in term.split())
     return re.compile(rf"(?<![\w]){words}(?![\w])", re.IGNORECASE)
 
 
+_WORD = re.compile(r"\w+")
+
+
+class MethodTerms:
+    """The terms that name each ``kind: method`` record (:func:`_method_terms`), indexed by their
+    first word: prose can name a term only where that word stands as a whole word, so a card's
+    prose is searched for the few terms whose words it has, not for every method's."""
+
+    def __init__(self, records: Mapping[str, MethodRecord]):
+        self.by_word: dict[str, list[tuple[MethodRecord, str, frozenset[str]]]] = {}
+        self.wordless: list[tuple[MethodRecord, str, frozenset[str]]] = []  # no word to index by
+        for record in sorted(records.values(), key=lambda r: r.key):
+            if record.kind != "method":
+                continue
+            for term in _method_terms(record):
+                words = [w.casefold() for w in _WORD.findall(term)]
+                entry = (record, term, frozenset(words))
+                if words:
+                    self.by_word.setdefault(words[0], []).append(entry)
+                else:
+                    self.wordless.append(entry)
+
+    def candidates(self, text: str) -> list[tuple[MethodRecord, str]]:
+        """``(record, term)`` for every term whose words all stand in ``text`` (the others cannot match)."""
+        present = {w.casefold() for w in _WORD.findall(text)}
+        found = [entry for word in present for entry in self.by_word.get(word, ())] + self.wordless
+        return [(record, term) for record, term, words in sorted(found, key=lambda e: (e[0].key, e[1]))
+                if words <= present]
+
+
 def check_composability_prose(path: Path, text: str, record: MethodRecord,
-                              records: Mapping[str, MethodRecord]) -> list[Problem]:
+                              records: Mapping[str, MethodRecord], terms: MethodTerms | None = None) -> list[Problem]:
     """In the card's Composability section, text outside generated regions (and HTML comments)
     names no other ``kind: method`` of the registry: a statement about a combination belongs in
-    the metadata's ``interactions``, which the generated region shows beside the matrix's outcome."""
+    the metadata's ``interactions``, which the generated region shows beside the matrix's outcome.
+    ``terms``: :class:`MethodTerms` of ``records``, when the caller checks many cards."""
     from . import cards
 
     found = cards.sections(text)
@@ -397,21 +432,18 @@ def check_composability_prose(path: Path, text: str, record: MethodRecord,
     shown = re.sub(r"<!--.*?-->", lambda m: "\n" * m.group().count("\n"), shown, flags=re.DOTALL)
     own = {t.casefold() for t in _method_terms(record)}
     problems, reported = [], set()
-    for other in sorted(records.values(), key=lambda r: r.key):
-        if other.kind != "method" or other.key == record.key:
+    for other, term in (terms or MethodTerms(records)).candidates(shown):
+        if other.key == record.key or term.casefold() in own:
             continue
-        for term in _method_terms(other):
-            if term.casefold() in own:
+        for match in _term_pattern(term).finditer(shown):
+            line = first + 1 + shown.count("\n", 0, match.start())
+            if (line, other.key) in reported:
                 continue
-            for match in _term_pattern(term).finditer(shown):
-                line = first + 1 + shown.count("\n", 0, match.start())
-                if (line, other.key) in reported:
-                    continue
-                reported.add((line, other.key))
-                problems.append(Problem(path, COMPOSABILITY_SECTION, f"names {other.name} outside the generated "
-                                        f"composability region — move the statement into "
-                                        f"{display_path(record.path)} interactions[\"{other.key}\"], shown beside "
-                                        "the matrix's outcome", line))
+            reported.add((line, other.key))
+            problems.append(Problem(path, COMPOSABILITY_SECTION, f"names {other.name} outside the generated "
+                                    f"composability region — move the statement into "
+                                    f"{display_path(record.path)} interactions[\"{other.key}\"], shown beside "
+                                    "the matrix's outcome", line))
     return sorted(problems, key=lambda p: (p.line or 0, p.message))
 
 

@@ -45,6 +45,7 @@ import importlib.metadata
 import inspect
 import json
 from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,7 @@ def _takes_generator(record: Any) -> bool:
     return "generator" in _parameters(record)
 
 
+@cache  # importlib.metadata scans every installed distribution: once per process, not per figure
 def _versions() -> dict[str, str | None]:
     versions = {}
     for package in ("torch", "matplotlib", "scikit-image"):

@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,9 @@ def _rst_to_md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+@cache
 def _environment(repo_root: Path) -> jinja2.Environment:
+    # One per template folder: it compiles each card template once (and recompiles one that changed).
     return jinja_environment(repo_root / TEMPLATE_DIR)
 
 
