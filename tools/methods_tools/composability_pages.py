@@ -9,7 +9,8 @@ matrix (``results/composability/*.json``, written by ``tools/composability_matri
 - ``tables/composability/<key>.md.inc`` (``composability_snippet.md.inc.j2``), for every method
   (``kind: method``), which its card's Composability section pulls in with ``{include}``: its row
   of every matrix file (with each other method in either order, each precision, each parallel
-  mode), or that it is not in the matrix yet.
+  mode), or that it is not in the matrix yet. Past :data:`CARD_PAIRS_LIMIT` methods sharing its
+  domains, the row lists only the others whose cells do not simply run.
 
 Each cell shows its outcome as a word with a symbol (never colour alone) and, where the cell has
 a note (the metadata's ``interactions``), an error detail or effects not seen, a note number.
@@ -30,8 +31,8 @@ from algorithms.metadata import MethodRecord
 from . import results
 from .docsgen import Content, Site
 
-__all__ = ["COMPOSABILITY_DIR", "MATRIX_COMMAND", "OUTCOMES", "PAGE", "SNIPPETS", "CellKey", "cell_key",
-           "cell_label", "composability_files", "expected_cells", "render_composability"]
+__all__ = ["CARD_PAIRS_LIMIT", "COMPOSABILITY_DIR", "MATRIX_COMMAND", "OUTCOMES", "PAGE", "SNIPPETS", "CellKey",
+           "cell_key", "cell_label", "composability_files", "expected_cells", "render_composability"]
 
 PAGE = Path("tables") / "composability.md"
 SNIPPETS = Path("tables") / "composability"
@@ -241,6 +242,20 @@ class MethodRow:
     precisions: tuple[Shown, ...]
     parallels: tuple[Shown, ...]
     footnotes: tuple[Footnote, ...]
+    #: How many other methods of its domains were left out of ``others`` because both their cells
+    #: simply run (see :data:`CARD_PAIRS_LIMIT`); 0 when ``others`` lists them all.
+    others_running: int = 0
+
+
+#: A card lists every other method of its domains while there are at most this many; beyond, only
+#: those with a cell that does not simply run (a note, another outcome, not run), after a sentence
+#: that the rest run in either order. A card's size then stays bounded as the catalog grows
+#: (``benchmarks/docs_scale.py``), while the Composability page keeps every cell.
+CARD_PAIRS_LIMIT = 30
+
+
+def _runs_plainly(shown: Shown) -> bool:
+    return shown.label == OUTCOMES["runs"] and shown.number is None
 
 
 def method_row(matrix: Matrix, record: MethodRecord, methods: Sequence[MethodRecord]) -> MethodRow:
@@ -253,9 +268,12 @@ def method_row(matrix: Matrix, record: MethodRecord, methods: Sequence[MethodRec
     alone = shown(("solo", (key,), None))
     others = tuple((other.name, shown(("pair", (key, other.key), None)), shown(("pair", (other.key, key), None)))
                    for other in methods if other.key != key and set(other.domains) & set(record.domains))
+    listed = others if len(others) <= CARD_PAIRS_LIMIT else tuple(
+        o for o in others if not (_runs_plainly(o[1]) and _runs_plainly(o[2])))
     precisions = tuple(shown(("precision", (key,), m)) for m in matrix.precisions)
     parallels = tuple(shown(("parallel", (key,), m)) for m in matrix.parallels)
-    return MethodRow(matrix, alone, others, precisions, parallels, tuple(numbering.footnotes))
+    return MethodRow(matrix, alone, listed, precisions, parallels, tuple(numbering.footnotes),
+                     others_running=len(others) - len(listed))
 
 
 # --------------------------------------------------------------------------------------------- render
@@ -269,9 +287,11 @@ def render_composability(site: Site, files: Sequence[tuple[Path, Mapping[str, An
     outputs: dict[Path, Content] = {PAGE: site.render(
         "composability.md.j2", matrices=[page_matrix(m, methods) for m in matrices], outcomes=OUTCOMES,
         not_run=NOT_RUN, command=MATRIX_COMMAND)}
+    in_matrix = [{k[1][0] for k in m.cells if len(k[1]) == 1} for m in matrices]  # once, not per method
     for record in methods:
-        rows = [method_row(m, record, methods) for m in matrices if any(k[1] == (record.key,) for k in m.cells)]
+        rows = [method_row(m, record, methods) for m, keys in zip(matrices, in_matrix, strict=True)
+                if record.key in keys]
         outputs[SNIPPETS / f"{record.key}.md.inc"] = site.render(
             "composability_snippet.md.inc.j2", record=record, rows=rows, matrices=matrices, page=PAGE.with_suffix(""),
-            command=MATRIX_COMMAND)
+            command=MATRIX_COMMAND, outcomes=OUTCOMES)
     return outputs
