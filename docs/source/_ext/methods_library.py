@@ -4,7 +4,8 @@
   the table, the overview, the training results, the landing page, the navigation) into the source tree, writing
   only what changed, so every build regenerates them and none is committed. Bad metadata, a bad
   results file or a template error is reported as one error line per problem (``-W`` then fails
-  the build) and nothing is written.
+  the build) and nothing is written. ``-D methods_generate_pages=0`` builds the pages as a previous
+  build left them (``benchmarks/docs_scale.py`` compares that bare build with the full one).
 * ``html-page-context``: a sidebar whose size does not grow with the number of cards.
   Furo renders the whole toctree into every page, so a site of N cards costs N^2 (64 s for 300
   cards against 3 s for 30). Here a toctree section with more than ``methods_nav_card_limit``
@@ -36,6 +37,8 @@ OVERVIEW = pages.METHODS_OVERVIEW.with_suffix("").as_posix()
 
 
 def generate_pages(app: Sphinx) -> None:
+    if not app.config.methods_generate_pages:
+        return  # the pages as a previous build left them (the scale benchmark's bare build)
     # User mistakes are logged as errors, one line each (so -W fails the build), never raised:
     # Sphinx answers any exception with a traceback and a plea to report a Sphinx bug.
     root = app.config.methods_metadata_root
@@ -167,6 +170,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.set_translator("html", AccessibleHTMLTranslator, override=True)
     app.add_node(nodes.container, override=True, html=_scrolling_container_handlers(app))
     app.add_config_value("methods_metadata_root", None, "env")
+    app.add_config_value("methods_generate_pages", True, "env", bool)
     app.add_config_value("methods_nav_card_limit", 30, "html", int)
     app.connect("builder-inited", generate_pages)
     app.connect("html-page-context", bounded_toctree, priority=400)
