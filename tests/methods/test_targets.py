@@ -118,6 +118,7 @@ def test_smoothed_rows_are_kept_for_up_to_1024_classes():
     assert rows.shape == (1024, 1024) and smoothed_rows(1024, 0.25, torch.float32) is rows  # kept, not rebuilt
     assert torch.equal(rows, smooth_targets(torch.arange(1024), 0.25, 1024))
     assert smoothed_rows(1025, 0.25, torch.float32) is None
+    assert smoothed_rows.cache_info().maxsize == 8  # at most 8 MiB each (float64), 64 MiB in all
 
 
 @pytest.mark.parametrize(("target", "logits_shape"), [
