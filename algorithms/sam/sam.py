@@ -28,7 +28,8 @@ def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05,
     tensor's): ``e(w)`` is the first-order solution of the paper's inner maximisation
     ``max_{||e|| <= rho} L(w + e)`` (its equation 2 with p = 2), a step of length ``rho`` (less
     ``epsilon``'s share) uphill. Where the gradient is not finite (an overflowed ``amp_fp16``
-    backward) every tensor is zero, decided on the device without a host sync.
+    backward), or is zero with ``epsilon=0``, every tensor is zero, decided on the device without
+    a host sync.
 
     Args:
         grads: the gradients ``g`` at the weights ``w``; not modified.
@@ -53,8 +54,9 @@ def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05,
     norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
     if hasattr(norm, "full_tensor"):  # FSDP's sharded gradients give a sharded norm
         norm = norm.full_tensor()
-    finite = torch.isfinite(norm)
     scale = rho / (norm.float() + epsilon)
+    # Not finite: an overflowed gradient, or a zero one with epsilon = 0 (a scale of rho / 0): no step.
+    finite = torch.isfinite(norm) & torch.isfinite(scale)
     return [torch.where(finite.to(g.device), g * scale.to(g.device, g.dtype), 0.0) for g in grads]
 
 
@@ -201,20 +203,20 @@ class SAM(Algorithm):
 
 # -- the figure ---------------------------------------------------------------------------------
 
-def _valley_loss(w: torch.Tensor) -> torch.Tensor:
+def _valley_loss(w: torch.Tensor) -> torch.Tensor:  # pragma: no mutate block
     """A 2-D loss whose minima, w_1 = 0, form a valley that is sharp near w_2 = 0 and flatter away
     from it: the curvature across the valley is 1 + 10 / (1 + w_2^2)."""
     return 0.5 * w[..., 0] ** 2 * (1 + 10 / (1 + w[..., 1] ** 2))
 
 
-def _worst_nearby(w: torch.Tensor, rho: float, directions: int = 64) -> float:
+def _worst_nearby(w: torch.Tensor, rho: float, directions: int = 64) -> float:  # pragma: no mutate block
     """``max_{||e|| = rho} L(w + e)`` over ``directions`` evenly spaced directions."""
     angles = torch.arange(directions, dtype=w.dtype) * (2 * math.pi / directions)
     return float(_valley_loss(w.detach() + rho * torch.stack([angles.cos(), angles.sin()], dim=1)).max())
 
 
 def sam_trajectory(steps: int = 150, lr: float = 0.05, rho: float = 0.3,
-                   start: Iterable[float] = (0.5, 0.3)) -> dict[str, Any]:
+                   start: Iterable[float] = (0.5, 0.3)) -> dict[str, Any]:  # pragma: no mutate block
     """Plain gradient descent and SAM (:class:`SAMOptimizer` around the same SGD, its
     ``first_step`` given the closure the Trainer would give) from the same start on a valley of
     minima that is sharp at one end: per step, each run's loss ``L(w)`` and the worst loss within

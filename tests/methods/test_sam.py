@@ -9,7 +9,9 @@ this file is also the 2-rank DDP worker of ``test_two_ranks_take_the_single_proc
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +58,12 @@ def test_zero_and_non_finite_gradients_give_no_perturbation():
     assert cf.sam_perturbation([]) == []
     [e] = cf.sam_perturbation([torch.tensor([1.0, 1.0], dtype=torch.bfloat16)], rho=0.0)
     assert e.dtype == torch.bfloat16 and torch.equal(e, torch.zeros(2, dtype=torch.bfloat16))
+    # epsilon=0 is allowed: a zero gradient still gives no step (not 0 * rho / 0), a non-zero one
+    # a step of exactly rho.
+    for rho in (0.05, 0.0):
+        assert all(torch.equal(e, torch.zeros(2)) for e in cf.sam_perturbation([torch.zeros(2)] * 2, rho, 0.0))
+    [e] = cf.sam_perturbation([torch.tensor([3.0, 4.0], dtype=torch.float64)], rho=0.5, epsilon=0)
+    torch.testing.assert_close(e, torch.tensor([0.3, 0.4], dtype=torch.float64), rtol=1e-6, atol=0)
 
 
 class _AtStep(Algorithm):
@@ -87,8 +95,8 @@ def _mse_grad(w, x, y):
     return 2 / len(x) * x.T @ (x @ w - y)
 
 
-@pytest.mark.parametrize("rho", [0.05, 0.5])
-def test_the_step_takes_the_gradient_at_w_plus_e_from_w_restored(rho):
+@pytest.mark.parametrize(("kwargs", "rho"), [({}, 0.05), ({"rho": 0.5}, 0.5)])  # the paper's rho by default
+def test_the_step_takes_the_gradient_at_w_plus_e_from_w_restored(kwargs, rho):
     """Linear regression without bias, SGD without momentum, by hand: g1 = grad(w),
     e = rho g1 / ||g1||, g2 = grad(w + e), w' = w - lr g2; the optimizer sees w and g2."""
     g = torch.Generator().manual_seed(1)
@@ -97,7 +105,7 @@ def test_the_step_takes_the_gradient_at_w_plus_e_from_w_restored(rho):
     probe = _AtStep(model)
     lr = 0.1
     trainer = Trainer(model, batches, "3ba", optimizer=torch.optim.SGD(model.parameters(), lr=lr), device="cpu",
-                      loss_fn=lambda out, y: F.mse_loss(out[:, 0], y), algorithms=[SAM(rho=rho), probe])
+                      loss_fn=lambda out, y: F.mse_loss(out[:, 0], y), algorithms=[SAM(**kwargs), probe])
     w = model.weight.detach().clone()[0]
     trainer.fit()
     for (x, y), seen_w, seen_g, after in zip(batches, probe.weights, probe.grads, probe.after, strict=True):
@@ -126,6 +134,80 @@ def test_interval_takes_the_sam_gradient_every_interval_th_step_only():
         want = _mse_grad(w + 0.3 * g1 / g1.norm(), x, y) if step % 2 == 0 else g1
         torch.testing.assert_close(seen_g[0][0].double(), want, rtol=1e-5, atol=1e-6)
     assert probe.forwards == 5 + 2  # steps 2 and 4
+
+
+def _one_weight(**kwargs):
+    """A SAMOptimizer around plain SGD on one weight w = (1, 2) whose gradient is (3, 4)."""
+    w = torch.nn.Parameter(torch.tensor([1.0, 2.0], dtype=torch.float64))
+    w.grad = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    return w, SAMOptimizer(torch.optim.SGD([w], lr=0.1), **kwargs)
+
+
+def _closure(w, seen):
+    """The Trainer's closure: forward, loss L = |w|^2 / 2 (so the gradient is w) and backward."""
+    def closure():
+        seen.append(w.detach().clone())
+        (w ** 2).sum().div(2).backward()
+        return "loss"
+    return closure
+
+
+@pytest.mark.parametrize(("kwargs", "e"), [
+    ({}, [0.03, 0.04]),  # the defaults, rho=0.05 and epsilon=1e-12: 0.05 * (3, 4) / 5
+    ({"rho": 1.0, "epsilon": 5.0}, [0.3, 0.4]),  # 1.0 * (3, 4) / (5 + 5)
+])
+def test_first_step_runs_the_closure_at_w_plus_e_and_puts_w_back(kwargs, e):
+    w, opt = _one_weight(**kwargs)
+    seen = []
+    assert opt.first_step(_closure(w, seen)) == "loss"
+    w0 = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    torch.testing.assert_close(seen[0], w0 + torch.tensor(e, dtype=torch.float64), rtol=1e-6, atol=0)  # scale: fp32
+    assert torch.equal(w.detach(), w0)
+    assert torch.equal(w.grad, seen[0])  # the gradient at w + e(w) alone, the one at w cleared
+
+
+@pytest.mark.parametrize(("global_step", "sam_steps"), [(0, [False, True, False, True]),
+                                                        (1, [True, False, True, False])])
+def test_first_step_keeps_the_intervals_phase_from_the_steps_already_taken(global_step, sam_steps):
+    """interval=2: every second call is a SAM step; the others change nothing and return None."""
+    w, opt = _one_weight(interval=2, **({"global_step": global_step} if global_step else {}))  # 0 by default
+    for sam_step in sam_steps:
+        w.grad = torch.tensor([3.0, 4.0], dtype=torch.float64)
+        seen = []
+        assert opt.first_step(_closure(w, seen)) == ("loss" if sam_step else None)
+        assert len(seen) == sam_step
+        assert torch.equal(w.grad, seen[0] if sam_step else torch.tensor([3.0, 4.0], dtype=torch.float64))
+
+
+def test_zero_grad_add_param_group_and_load_state_dict_act_on_the_base_optimizer():
+    w, opt = _one_weight()
+    opt.zero_grad()
+    assert w.grad is None  # set_to_none=True by default, as torch's optimizers
+    w.grad = torch.ones(2, dtype=torch.float64)
+    opt.zero_grad(set_to_none=False)
+    assert torch.equal(w.grad, torch.zeros(2, dtype=torch.float64))
+    v = torch.nn.Parameter(torch.zeros(3))
+    opt.add_param_group({"params": [v]})
+    group = opt.base_optimizer.param_groups[-1]
+    assert group["params"][0] is v and group["lr"] == 0.1  # with the base optimizer's defaults
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    trained = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    model(torch.randn(4, 3)).sum().backward()
+    trained.step()
+    fresh = SAMOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    fresh.load_state_dict(trained.state_dict())
+    for p in model.parameters():
+        assert torch.equal(fresh.base_optimizer.state[p]["momentum_buffer"], trained.state[p]["momentum_buffer"])
+
+
+def test_a_copy_is_a_sam_optimizer_around_a_copy_of_the_base_optimizer():
+    w, opt = _one_weight(rho=0.3, interval=2, global_step=5)
+    opt.step()
+    twin = copy.deepcopy(opt)
+    assert isinstance(twin, SAMOptimizer) and (twin.rho, twin.interval, twin.global_step) == (0.3, 2, 5)
+    assert twin.base_optimizer is not opt.base_optimizer and twin.param_groups is twin.base_optimizer.param_groups
+    assert torch.equal(twin.param_groups[0]["params"][0], w) and twin.param_groups[0]["params"][0] is not w
 
 
 def _image_run(algorithms, precision="fp32", steps=3, data=None):
@@ -211,16 +293,27 @@ def test_a_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"rho": -0.1}, "rho=-0.1"), ({"rho": float("nan")}, "rho=nan"), ({"rho": "0.05"}, "rho='0.05'"),
-    ({"epsilon": -1.0}, "epsilon=-1.0"), ({"interval": 0}, "interval=0"), ({"interval": 1.5}, "interval=1.5"),
-    ({"interval": True}, "interval=True"),
+RHO = "the neighbourhood's radius, a number >= 0"
+EPSILON = "added to the gradient norm, a number >= 0"
+INTERVAL = "SAM runs every interval-th step, an integer >= 1"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"rho": -0.1}, f"rho=-0.1: {RHO}"), ({"rho": float("nan")}, f"rho=nan: {RHO}"),
+    ({"rho": "0.05"}, f"rho='0.05': {RHO}"), ({"rho": True}, f"rho=True: {RHO}"),
+    ({"epsilon": -1.0}, f"epsilon=-1.0: {EPSILON}"), ({"epsilon": float("inf")}, f"epsilon=inf: {EPSILON}"),
+    ({"epsilon": "1e-12"}, f"epsilon='1e-12': {EPSILON}"), ({"epsilon": True}, f"epsilon=True: {EPSILON}"),
+    ({"interval": 0}, f"interval=0: {INTERVAL}"), ({"interval": 1.5}, f"interval=1.5: {INTERVAL}"),
+    ({"interval": True}, f"interval=True: {INTERVAL}"),
 ])
-def test_bad_hyperparameters_fail_naming_the_argument(kwargs, words):
-    with pytest.raises(ValueError, match=f"^{words}"):
+def test_bad_hyperparameters_fail_naming_the_argument(kwargs, message):
+    match = f"^{re.escape(message)}$"
+    with pytest.raises(ValueError, match=match):
         SAM(**kwargs)
+    with pytest.raises(ValueError, match=match):
+        SAMOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1), **kwargs)
     if "interval" not in kwargs:
-        with pytest.raises(ValueError, match=f"^{words}"):
+        with pytest.raises(ValueError, match=match):
             cf.sam_perturbation([torch.ones(2)], **kwargs)
 
 
