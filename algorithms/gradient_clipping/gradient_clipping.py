@@ -162,8 +162,8 @@ class GradientClipping(Algorithm):
 
 # -- the figure ---------------------------------------------------------------------------------
 
-def clipping_trajectory(clipping_type: str = "norm", clipping_threshold: float = 1.0, steps: int = 40,
-                        lr: float = 0.1, generator: torch.Generator | None = None) -> dict[str, Any]:
+def clipping_trajectory(clipping_type: str = "norm", clipping_threshold: float = 1.0, steps: int = 40, lr: float = 0.1,
+                        generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
     """A small network trained by SGD on random batches with :func:`apply_gradient_clipping`
     before each step: the total gradient norm per step before and after the clipping."""
     g = generator if generator is not None else torch.Generator().manual_seed(0)

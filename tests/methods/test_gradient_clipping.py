@@ -10,10 +10,13 @@ is also the worker of ``test_two_ranks_clip_the_same_averaged_gradients``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -213,21 +216,85 @@ def test_it_changes_the_weights_the_run_ends_with():
         assert any(not torch.allclose(a, b) for a, b in zip(runs[0], clipped, strict=True))
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (("scale", 1.0), "clipping_type='scale'"), (("Norm", 1.0), "clipping_type='Norm'"),
-    (("norm", 0.0), "clipping_threshold=0.0"), (("norm", -1.0), "clipping_threshold=-1.0"),
-    (("value", float("inf")), "clipping_threshold=inf"), (("value", "1"), "clipping_threshold='1'"),
+TYPES = "use one of 'adaptive', 'norm', 'value'"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("scale", 1.0), f"clipping_type='scale': {TYPES}"), (("Norm", 1.0), f"clipping_type='Norm': {TYPES}"),
+    (("norm", 0.0), "clipping_threshold=0.0: a number > 0"), (("norm", -1.0), "clipping_threshold=-1.0: a number > 0"),
+    (("value", float("inf")), "clipping_threshold=inf: a number > 0"),
+    (("value", "1"), "clipping_threshold='1': a number > 0"),
 ])
-def test_bad_arguments_fail_naming_the_argument(args, words):
-    with pytest.raises(ValueError, match=f"^{words}"):
+def test_bad_arguments_fail_naming_the_argument(args, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         GradientClipping(*args)
-    with pytest.raises(ValueError, match=f"^{words}"):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cf.apply_gradient_clipping(torch.nn.Linear(2, 2), *args, fsdp_enabled=False)
 
 
 def test_adaptive_clipping_is_refused_with_fsdp():
-    with pytest.raises(ValueError, match="^clipping_type='adaptive': not with fsdp_enabled"):
+    message = ("clipping_type='adaptive': not with fsdp_enabled (a unit's gradient may span shards) "
+               "— use 'norm' or 'value'")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cf.apply_gradient_clipping(torch.nn.Linear(2, 2), "adaptive", 0.01, fsdp_enabled=True)
+
+
+@contextlib.contextmanager
+def _fsdp1_on_one_rank():
+    """FullyShardedDataParallel (FSDP1) needs a process group: here one of this process alone, so no
+    torchrun is needed (with one rank FSDP keeps every parameter whole). Yields the wrapper."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed and no process group already")
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # FSDP's own: NO_SHARD on one rank
+            yield lambda module: FullyShardedDataParallel(module, device_id=torch.device("cpu"), use_orig_params=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def _fsdp1_layout(layout, wrap):
+    """The same network with FSDP1 wrappers: on the model, on a child of it, or on two siblings;
+    each with a wrapped layer inside. ``wrap`` the identity gives the plain network."""
+    torch.manual_seed(0)
+    first, last = torch.nn.Linear(6, 8), torch.nn.Linear(8, 3)
+    if layout == "model":
+        return wrap(torch.nn.Sequential(wrap(first), torch.nn.ReLU(), last))
+    if layout == "child":
+        return torch.nn.Sequential(wrap(torch.nn.Sequential(wrap(first), torch.nn.ReLU(), last)))
+    return torch.nn.Sequential(wrap(torch.nn.Sequential(wrap(first), torch.nn.ReLU())), wrap(last))
+
+
+@pytest.mark.parametrize(("layout", "roots"), [("model", [""]), ("child", ["0"]), ("siblings", ["0", "1"])])
+def test_an_fsdp1_model_is_clipped_by_fsdps_own_clip_grad_norm_on_each_root(monkeypatch, layout, roots):
+    """As Composer: FSDP's clip_grad_norm_ (whose norm covers every rank's shards) runs once on
+    each outermost FullyShardedDataParallel module, never on one inside another (FSDP refuses
+    that); with one root the whole model's norm becomes the threshold, direction kept."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    calls = []
+    clip = FullyShardedDataParallel.clip_grad_norm_
+    monkeypatch.setattr(FullyShardedDataParallel, "clip_grad_norm_",
+                        lambda self, *args, **kwargs: calls.append(self) or clip(self, *args, **kwargs))
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
+    plain = _fsdp1_layout(layout, lambda module: module)
+    (plain(x).sum() * 10).backward()
+    before = _grads(plain)
+    threshold = _norm(before) / 4
+    with _fsdp1_on_one_rank() as wrap:
+        model = _fsdp1_layout(layout, wrap)
+        (model(x).sum() * 10).backward()
+        cf.apply_gradient_clipping(model, "norm", threshold, fsdp_enabled=True)
+        names = {id(module): name for name, module in model.named_modules()}
+        assert [names[id(module)] for module in calls] == roots
+        if len(roots) == 1:
+            for got, want in zip(_grads(model), before, strict=True):
+                torch.testing.assert_close(got, want * threshold / _norm(before), rtol=1e-5, atol=1e-7)
 
 
 def test_the_figure_is_computed_by_the_clipping():
