@@ -152,7 +152,8 @@ class LayerFreezing(Algorithm):
 
 # -- the figure ---------------------------------------------------------------------------------
 
-def freeze_schedule_plot(freeze_start: float = 0.5, freeze_level: float = 1.0, points: int = 41) -> dict[str, Any]:
+def freeze_schedule_plot(freeze_start: float = 0.5, freeze_level: float = 1.0,
+                         points: int = 41) -> dict[str, Any]:  # pragma: no mutate block
     """The scheduled fraction of layers frozen over training, and the fraction of resnet20's
     layers :func:`freeze_layers` freezes at each point (whole layers: a staircase)."""
     from ..models import resnet20

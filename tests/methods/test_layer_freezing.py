@@ -10,6 +10,9 @@ them; both are re-expressed here.
 
 from __future__ import annotations
 
+import logging
+import re
+
 import pytest
 import torch
 
@@ -50,6 +53,25 @@ def test_the_depth_follows_the_linear_schedule(start, level):
         frozen = [not any(p.requires_grad for p in layer.parameters()) for layer in layers]
         assert frozen == [i < depth for i in range(len(layers))]  # the earliest layers, and only those
     assert any(p.requires_grad for p in layers[-1].parameters())  # the classifier never freezes
+
+
+def test_the_schedules_defaults_and_ends():
+    """freeze_start=0.5 and freeze_level=1.0 by default: nothing up to half-way, then linear to all."""
+    assert [freeze_schedule(t) for t in (0.0, 0.5, 0.75, 1.0)] == [0.0, 0.0, 0.5, 1.0]
+    assert freeze_schedule(1.0, freeze_start=0.0, freeze_level=0.0) == 0.0  # a level of 0 freezes nothing
+
+
+@pytest.mark.parametrize("model", [torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Flatten()), torch.nn.ReLU()])
+def test_a_model_without_parameters_has_no_layers_to_freeze(model):
+    assert cf.freeze_layers(model, None, 1.0) == (0, 1.0)
+
+
+def test_freeze_layers_logs_what_it_froze(caplog):
+    model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(5)])
+    with caplog.at_level(logging.INFO, logger="algorithms.layer_freezing.layer_freezing"):
+        cf.freeze_layers(model, None, 0.75, freeze_start=0.5, freeze_level=1.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "layer freezing (freeze_start=0.5, freeze_level=1.0): 2 of 5 layers frozen (50.0 % scheduled)"]
 
 
 def test_frozen_parameters_leave_the_optimizers_and_lose_their_gradients():
@@ -100,20 +122,25 @@ class _Frozen(Algorithm):
         self.epochs.append([(not p.requires_grad, p.detach().clone()) for p in state.model.parameters()])
 
 
-def test_in_the_trainer_layers_freeze_epoch_by_epoch_and_then_stay_unchanged():
+@pytest.mark.parametrize("level", [1.0, 0.5])
+def test_in_the_trainer_layers_freeze_epoch_by_epoch_and_then_stay_unchanged(level):
     g = torch.Generator().manual_seed(1)
     data = [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
     model = _conv_model()
     probe = _Frozen()
-    trainer = Trainer(model, data, "4ep", algorithms=[LayerFreezing(freeze_start=0.25, freeze_level=1.0), probe],
+    trainer = Trainer(model, data, "4ep", algorithms=[LayerFreezing(freeze_start=0.25, freeze_level=level), probe],
                       optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.1),
                       device="cpu", seed=0)
     trainer.fit()
     layers = _leaf_layers(model)
     counts = [len(list(layer.parameters())) for layer in layers]
-    for epoch, seen in enumerate(probe.epochs[:4], start=1):
-        depth = int(_expected_fraction(epoch / 4, 0.25, 1.0) * (len(layers) - 1))
+    depths = [int(_expected_fraction(epoch / 4, 0.25, level) * (len(layers) - 1)) for epoch in range(1, 5)]
+    assert depths == ([0, 1, 2, 4] if level == 1.0 else [0, 0, 1, 2])
+    for depth, seen in zip(depths, probe.epochs[:4], strict=True):
         assert sum(frozen for frozen, _ in seen) == sum(counts[:depth])
+    # The Trainer's optimizer holds exactly the parameters still training.
+    held = {id(p) for group in trainer.state.optimizer.param_groups for p in group["params"]}
+    assert held == {id(p) for p in model.parameters() if p.requires_grad}
     # What epoch 2 froze (momentum and weight decay would move it) is the same at the end.
     for (frozen, value), (_, final) in zip(probe.epochs[1], probe.epochs[-1], strict=True):
         if frozen:
@@ -122,6 +149,11 @@ def test_in_the_trainer_layers_freeze_epoch_by_epoch_and_then_stay_unchanged():
     unfrozen_moved = [not torch.equal(v, f) for (frozen, v), (_, f) in zip(probe.epochs[1], probe.epochs[-1],
                                                                            strict=True) if not frozen]
     assert any(unfrozen_moved)
+
+
+def test_the_class_runs_at_the_end_of_each_epoch_only():
+    algo = LayerFreezing()
+    assert [event for event in Event if algo.match(event, None)] == [Event.EPOCH_END]
 
 
 def test_it_changes_the_weights_the_run_ends_with():
@@ -135,21 +167,29 @@ def test_it_changes_the_weights_the_run_ends_with():
     assert any(not torch.allclose(a, b) for a, b in zip(*runs, strict=True))
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"freeze_start": 1.0}, "freeze_start=1.0"), ({"freeze_start": -0.1}, "freeze_start=-0.1"),
-    ({"freeze_level": 1.5}, "freeze_level=1.5"), ({"freeze_level": float("nan")}, "freeze_level=nan"),
-    ({"freeze_start": "0.5"}, "freeze_start='0.5'"),
+START = "the fraction of training before freezing, in [0, 1)"
+LEVEL = "the fraction of the layers frozen at the end, in [0, 1]"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"freeze_start": 1.0}, f"freeze_start=1.0: {START}"), ({"freeze_start": -0.1}, f"freeze_start=-0.1: {START}"),
+    ({"freeze_start": "0.5"}, f"freeze_start='0.5': {START}"), ({"freeze_start": True}, f"freeze_start=True: {START}"),
+    ({"freeze_level": 1.5}, f"freeze_level=1.5: {LEVEL}"),
+    ({"freeze_level": float("nan")}, f"freeze_level=nan: {LEVEL}"),
+    ({"freeze_level": "1.0"}, f"freeze_level='1.0': {LEVEL}"), ({"freeze_level": True}, f"freeze_level=True: {LEVEL}"),
 ])
-def test_bad_hyperparameters_fail_naming_the_argument(kwargs, words):
-    with pytest.raises(ValueError, match=f"^{words}"):
+def test_bad_hyperparameters_fail_naming_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         LayerFreezing(**kwargs)
-    with pytest.raises(ValueError, match=f"^{words}"):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cf.freeze_layers(torch.nn.Linear(2, 2), None, 0.5, **kwargs)
 
 
-def test_a_duration_outside_the_run_is_refused():
-    with pytest.raises(ValueError, match=r"^current_duration=1.5: the fraction of training done, in \[0, 1\]"):
-        cf.freeze_layers(torch.nn.Linear(2, 2), None, 1.5)
+@pytest.mark.parametrize("duration", [1.5, -0.25, True, "0.5"])
+def test_a_duration_outside_the_run_is_refused(duration):
+    message = f"current_duration={duration!r}: the fraction of training done, in [0, 1]"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        cf.freeze_layers(torch.nn.Linear(2, 2), None, duration)
 
 
 def test_the_figure_is_the_schedule_and_resnet20s_frozen_layers():
