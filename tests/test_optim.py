@@ -105,12 +105,38 @@ def test_sgdw_step_is_the_formula_under_a_changing_schedule(momentum, dampening,
 @pytest.mark.parametrize("amsgrad", [False, True])
 @pytest.mark.parametrize("betas", [(0.9, 0.95), (0.8, 0.999)])
 def test_adamw_step_is_the_formula_under_a_changing_schedule(betas, amsgrad):
-    params, lr, eps, wd = _params(), 0.01, 1e-8, 0.02
+    params, lr, eps, wd = _params(), 0.01, 0.1, 0.02  # an eps large enough to matter
     grads = _grads(params, len(SCHEDULE))
     want = _adamw_by_hand(params, grads, lr, betas, eps, wd, amsgrad, SCHEDULE)
     got = _run(DecoupledAdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd, amsgrad=amsgrad),
                params, grads, SCHEDULE)
     _assert_close(got, want)
+
+
+def test_adamw_defaults_are_composers_in_the_formula():
+    """lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=1e-5, no AMSGrad."""
+    params = _params()
+    grads = _grads(params, len(SCHEDULE))
+    want = _adamw_by_hand(params, grads, 1e-3, (0.9, 0.95), 1e-8, 1e-5, False, SCHEDULE)
+    _assert_close(_run(DecoupledAdamW(params), params, grads, SCHEDULE), want)
+
+
+@pytest.mark.parametrize("cls", [DecoupledSGDW, DecoupledAdamW])
+def test_step_hooks_run_once_per_step(cls):
+    """torch runs an optimizer's step pre- and post-hooks around ``step()``; the torch optimizer's
+    own step inside it runs them no second time, though torch hooks that class's ``step`` too once
+    any plain optimizer of it exists, as here."""
+    torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1)
+    torch.optim.AdamW([torch.nn.Parameter(torch.ones(1))])
+    params = _params()
+    opt = cls(params, lr=0.01, weight_decay=1e-4)
+    calls = []
+    opt.register_step_pre_hook(lambda *args: calls.append("pre"))
+    opt.register_step_post_hook(lambda *args: calls.append("post"))
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert calls == ["pre", "post"]
 
 
 @pytest.mark.parametrize("make", [lambda p: DecoupledSGDW(p, lr=0.1, momentum=0.9, weight_decay=0.01),
@@ -254,28 +280,45 @@ def test_composer_initialization(cls, kwargs):
     assert isinstance(opt, cls) and isinstance(opt, torch.optim.Optimizer)
 
 
-@pytest.mark.parametrize(("make", "argument"), [
-    (lambda p: DecoupledSGDW(p, lr=-0.1), "lr"),
-    (lambda p: DecoupledSGDW(p, lr=0.1, weight_decay=-1e-4), "weight_decay"),
-    (lambda p: DecoupledSGDW(p, lr=0.1, momentum=-0.9), "momentum"),
-    (lambda p: DecoupledAdamW(p, lr=-1e-3), "lr"),
-    (lambda p: DecoupledAdamW(p, weight_decay=-1e-5), "weight_decay"),
-    (lambda p: DecoupledAdamW(p, betas=(0.9, 1.0)), "betas[1]"),
-    (lambda p: DecoupledAdamW(p, eps=-1.0), "eps"),
-    (lambda p: DecoupledAdamW(p, lr=float("nan")), "lr"),
+PAIR = "must be a pair (beta1, beta2), each in [0, 1)"
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: DecoupledSGDW(p, lr=-0.1), "lr=-0.1: must be a real number >= 0.0"),
+    (lambda p: DecoupledSGDW(p, lr=0.1, weight_decay=-1e-4), "weight_decay=-0.0001: must be a real number >= 0.0"),
+    (lambda p: DecoupledSGDW(p, lr=0.1, momentum=-0.9), "momentum=-0.9: must be a real number >= 0.0"),
+    (lambda p: DecoupledSGDW(p, lr=0.1, dampening=-0.1), "dampening=-0.1: must be a real number >= 0.0"),
+    (lambda p: DecoupledAdamW(p, lr=-1e-3), "lr=-0.001: must be a real number >= 0.0"),
+    (lambda p: DecoupledAdamW(p, weight_decay=-1e-5), "weight_decay=-1e-05: must be a real number >= 0.0"),
+    (lambda p: DecoupledAdamW(p, betas=(0.9, 1.0)), "betas[1]=1.0: must be a real number in [0.0, 1.0)"),
+    (lambda p: DecoupledAdamW(p, betas=(-0.1, 0.9)), "betas[0]=-0.1: must be a real number in [0.0, 1.0)"),
+    (lambda p: DecoupledAdamW(p, betas=(0.9, 0.95, 0.99)), f"betas=(0.9, 0.95, 0.99): {PAIR}"),
+    (lambda p: DecoupledAdamW(p, betas=0.9), f"betas=0.9: {PAIR}"),
+    (lambda p: DecoupledAdamW(p, eps=-1.0), "eps=-1.0: must be a real number >= 0.0"),
+    (lambda p: DecoupledAdamW(p, lr=float("nan")), "lr=nan: must be a real number >= 0.0"),
 ])
-def test_bad_arguments_are_value_errors_naming_them(make, argument):
-    with pytest.raises(ValueError, match="^" + re.escape(argument) + "="):
+def test_bad_arguments_are_value_errors_naming_them(make, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         make(_params())
 
 
+def _high_decay(cls, weight_decay):
+    return (f"{cls}(weight_decay={weight_decay}): decoupled decay is not scaled by lr, so every step multiplies the "
+            f"weights by {1.0 - weight_decay} at the initial learning rate; a value meant for torch.optim is usually "
+            "lr times too large")
+
+
 def test_a_decay_meant_for_torch_warns(caplog):
+    """From 1e-3 on (Composer warns there too), the warning says what the value does and why it is suspect."""
     with caplog.at_level(logging.WARNING, logger="algorithms.optim"):
         DecoupledSGDW(_params(), lr=0.1, weight_decay=5e-4)
     assert not caplog.records
     with caplog.at_level(logging.WARNING, logger="algorithms.optim"):
+        DecoupledSGDW(_params(), lr=0.1, weight_decay=1e-3)
         DecoupledAdamW(_params(), weight_decay=0.01)
-    assert "weight_decay=0.01" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [_high_decay("DecoupledSGDW", 1e-3),
+                                                        _high_decay("DecoupledAdamW", 0.01)]
+    assert "multiplies the weights by 0.99 at" in caplog.records[1].getMessage()
 
 
 @pytest.mark.parametrize("cls", [DecoupledSGDW, DecoupledAdamW])
