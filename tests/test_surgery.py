@@ -5,6 +5,7 @@ that matches nothing warns, naming the method."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -30,16 +31,16 @@ def test_every_matching_module_is_replaced_in_its_parent_and_returned_by_name():
 
 
 def test_the_index_counts_each_classs_matches_in_walk_order_and_none_keeps_a_module():
-    model = _net()
+    model = nn.Sequential(_net(), nn.ReLU())
     seen = []
 
     def policy(module, index):
         seen.append(index)
         return nn.Tanh() if index == 1 else None
 
-    replaced = replace_module_classes(model, {nn.ReLU: policy})
-    assert seen == [0, 1] and list(replaced) == ["2.1"]
-    assert isinstance(model[1], nn.ReLU) and isinstance(model[2][1], nn.Tanh)
+    replaced = replace_module_classes(model, {nn.ReLU: policy, nn.Linear: lambda m, i: None})
+    assert seen == [0, 1, 2] and list(replaced) == ["0.2.1"]
+    assert isinstance(model[0][1], nn.ReLU) and isinstance(model[0][2][1], nn.Tanh) and isinstance(model[1], nn.ReLU)
 
 
 def test_the_count_on_a_reference_resnet_equals_its_modules_of_that_class():
@@ -75,6 +76,34 @@ def test_a_replacement_of_a_module_without_tensors_takes_the_models_dtype():
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).double()
     replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.Linear(4, 4), nn.ReLU())})
     assert model[1][0].weight.dtype == torch.float64
+
+
+class _IndexOnly(nn.Module):
+    """A module whose only tensor is an integer buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("index", torch.arange(3))
+
+
+@pytest.mark.parametrize(("model", "replace", "dtype"), [
+    # the original's tensors are its children's: parameters, or buffers only
+    (nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4)).double()),
+     {nn.Sequential: lambda m, i: nn.Sequential(nn.Linear(4, 4))}, torch.float64),
+    (nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.BatchNorm1d(4, affine=False)).double()),
+     {nn.Sequential: lambda m, i: nn.Sequential(nn.BatchNorm1d(4, affine=False))}, torch.float64),
+    # an original without tensors in a model whose only tensors are its children's buffers
+    (nn.Sequential(nn.Sequential(nn.BatchNorm1d(4, affine=False)).double(), nn.ReLU()),
+     {nn.ReLU: lambda m, i: nn.Sequential(nn.Linear(4, 4))}, torch.float64),
+    # an original whose only tensor is an integer buffer: no floating dtype to give
+    (nn.Sequential(nn.Linear(4, 4), _IndexOnly()), {_IndexOnly: lambda m, i: nn.Linear(4, 4)}, torch.float32),
+])
+def test_a_replacement_takes_the_floating_dtype_of_the_tensors_below_the_original(model, replace, dtype):
+    replaced = replace_module_classes(model, replace)
+    assert len(replaced) == 1
+    [new] = replaced.values()
+    tensors = [*new.parameters(), *new.buffers()]
+    assert tensors and all(t.dtype == dtype for t in tensors if t.is_floating_point())
 
 
 @pytest.mark.cuda
@@ -120,12 +149,72 @@ def test_a_parameter_the_replacement_keeps_keeps_its_optimizer_state():
     assert torch.equal(opt.state[model[0].weight]["momentum_buffer"], momentum)
 
 
-def test_nothing_matched_warns_naming_the_method_and_changes_nothing():
+def test_the_group_that_held_the_original_takes_the_replacement_whatever_its_place():
+    model = _net()
+    opt = torch.optim.SGD([{"params": model[3].parameters()}, {"params": model[0].parameters(), "lr": 0.5}], lr=0.1)
+    last = [id(p) for p in model[3].parameters()]
+    replace_module_classes(model, {nn.Linear: lambda m, i: nn.Linear(m.in_features, m.out_features)
+                                   if i == 0 else None}, optimizers=[opt])
+    assert [id(p) for p in opt.param_groups[0]["params"]] == last
+    assert [id(p) for p in opt.param_groups[1]["params"]] == [id(p) for p in model[0].parameters()]
+
+
+def test_a_parameter_the_optimizer_already_trains_elsewhere_is_not_added_twice():
+    """A replacement tied to another layer's weight: the optimizer holds each parameter once."""
+    class Tied(nn.Module):
+        def __init__(self, weight):
+            super().__init__()
+            self.weight = weight  # the first layer's, as tied weights are
+            self.bias = nn.Parameter(torch.zeros(weight.shape[0]))
+
+        def forward(self, x):
+            return nn.functional.linear(x, self.weight, self.bias)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    old = list(model[2].parameters())
+    replace_module_classes(model, {nn.Linear: lambda m, i: Tied(model[0].weight) if i == 1 else None},
+                           optimizers=opt)
+    held = [id(p) for group in opt.param_groups for p in group["params"]]
+    assert sorted(held) == sorted(id(p) for p in model.parameters())  # each once, the new bias too
+    assert not {id(p) for p in old} & set(held)
+
+
+def test_the_state_of_a_parameter_the_replacement_does_not_keep_is_dropped():
+    """Other names (a Linear inside a Sequential): nothing carries over, and nothing stays behind."""
+    model = _net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    old = list(model[0].parameters())
+    replace_module_classes(model, {nn.Linear: lambda m, i: nn.Sequential(nn.Linear(m.in_features, m.out_features))
+                                   if i == 0 else None}, optimizers=opt)
+    assert not any(p in opt.state for p in old)
+    assert not any(p in opt.state for p in model[0].parameters())
+    assert len(opt.state) == len(list(model.parameters())) - 2
+
+
+@pytest.mark.parametrize(("method", "name"), [("BlurPool", "BlurPool"), (None, "replace_module_classes")])
+def test_nothing_matched_warns_naming_the_method_and_changes_nothing(method, name):
     model = _net()
     before = repr(model)
-    with pytest.warns(NoModulesReplacedWarning, match=r"^BlurPool: no module of the model matched \(Conv2d\)"):
-        assert replace_module_classes(model, {nn.Conv2d: lambda m, i: None}, method="BlurPool") == {}
+    message = f"{name}: no module of the model matched (Conv2d, BatchNorm2d); the model is unchanged"
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$") as record:
+        assert replace_module_classes(model, {nn.Conv2d: lambda m, i: None, nn.BatchNorm2d: lambda m, i: None},
+                                      method=method) == {}
     assert repr(model) == before
+    assert len(record) == 1
+
+
+def test_the_warning_points_at_the_caller_by_default():
+    """stacklevel=2 unless a caller passes its own (a functional form passes 3, for its caller)."""
+    def where(**kwargs):
+        with pytest.warns(NoModulesReplacedWarning) as record:
+            replace_module_classes(_net(), {nn.Conv2d: lambda m, i: None}, **kwargs)
+        return [(w.filename, w.lineno) for w in record]
+
+    assert where() == where(stacklevel=2) != where(stacklevel=1)
 
 
 def test_replacements_are_not_visited_unless_asked():
@@ -134,12 +223,29 @@ def test_replacements_are_not_visited_unless_asked():
         warnings.simplefilter("error")
         replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU(), nn.Identity())})
     assert isinstance(model[0], nn.Sequential) and isinstance(model[0][0], nn.ReLU)
-    with pytest.raises(ValueError, match="^policies: replacing"):
-        replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU())}, recurse_on_replacements=True)
+    endless = "0." * 65 + "0"  # the 66th replacement, inside the 65 before it
+    message = (f"policies: replacing {endless} goes on without end (a replacement holds a module of the class it "
+               "replaces); use recurse_on_replacements=False")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        replace_module_classes(nn.Sequential(nn.ReLU()), {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU())},
+                               recurse_on_replacements=True)
+
+
+def test_replacements_inside_replacements_are_named_and_followed_65_deep():
+    """With recurse_on_replacements=True each replacement inside a replacement is returned by its
+    qualified name; a nesting that ends within 65 replacements is made in full."""
+    model = nn.Sequential(nn.ReLU())
+    replaced = replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU()) if i < 65 else None},
+                                      recurse_on_replacements=True)
+    assert list(replaced) == [".".join(["0"] * depth) for depth in range(1, 66)]
+    innermost = replaced["0." * 64 + "0"]
+    assert isinstance(innermost[0], nn.ReLU)
 
 
 def test_bad_input_is_refused_naming_the_argument():
-    with pytest.raises(ValueError, match="^model: is wrapped"):
+    message = ("model: is wrapped for a parallel mode; apply surgery to the model before wrapping it "
+               "(the Trainer does it at Event.INIT)")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         replace_module_classes(nn.DataParallel(_net()), {nn.ReLU: lambda m, i: None})
     with pytest.raises(ValueError, match="^policies: key 'ReLU'"):
         replace_module_classes(_net(), {"ReLU": lambda m, i: None})
