@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,6 +38,7 @@ VERSION = 1
 SUPPORTED_PARALLELS = ("single", "dp")
 KEYS = ("format", "version", "model", "optimizers", "schedulers", "scaler", "timestamp", "algorithms", "rng")
 TIMESTAMP_FIELDS = ("epoch", "batch", "sample", "batch_in_epoch")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class CheckpointError(ValueError):
@@ -91,7 +93,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated, not a torch file, or holding code
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = _ANSI.sub("", str(exc)).strip()  # torch's weights-only refusal has terminal bold in it
+        first = text.splitlines()[0].strip() if text else type(exc).__name__
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {first}) — it may be "
                               "truncated or another program's file; use one written by "
                               "Trainer.save_checkpoint") from None

@@ -16,7 +16,7 @@ import torch
 
 from algorithms import CutMix, LabelSmoothing
 from algorithms.core import Trainer
-from algorithms.core.checkpoint import CheckpointError
+from algorithms.core.checkpoint import CheckpointError, restore_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,6 +85,29 @@ def test_a_resumed_run_ends_where_the_uninterrupted_run_does(first, total, preci
     # and the interruption mattered: the first half's parameters are not the end's
     assert not all(torch.equal(p, q) for p, q in zip(interrupted.state.model.parameters(),
                                                        uninterrupted.state.model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(("first", "total"), [("3ba", "6ba"), ("5ba", "7ba")], ids=["mid-epoch", "second-epoch"])
+@pytest.mark.parametrize("precision", ["fp32", "amp_fp16"])
+def test_a_run_resumed_in_the_same_process_ends_where_the_uninterrupted_run_does(first, total, precision, tmp_path):
+    """The resumption again, in this process, after torch's global generator has moved on: the
+    checkpoint alone puts back the weights, optimizer, schedule, scaler, algorithms and generators
+    (mutation testing attributes only what a test runs in its own process)."""
+    uninterrupted = _build(total, precision=precision)
+    uninterrupted.fit()
+    interrupted = _build(first, precision=precision)
+    interrupted.fit()
+    path = interrupted.save_checkpoint(tmp_path / "run.ckpt")
+    torch.randn(1000)  # the global generator moves on; the checkpoint's state must replace it
+    resumed = _build(total, load_path=path, precision=precision)
+    assert resumed.scaler.state_dict() == interrupted.scaler.state_dict()  # scale and growth tracker
+    assert resumed.state.schedulers[0].last_epoch == interrupted.state.schedulers[0].last_epoch
+    resumed.fit()
+    assert resumed.state.timestamp == uninterrupted.state.timestamp
+    assert resumed.state.optimizer.param_groups[0]["lr"] == uninterrupted.state.optimizer.param_groups[0]["lr"]
+    assert _same(resumed.state.model.state_dict(), uninterrupted.state.model.state_dict())
+    momentum = [t.state.optimizer.state_dict()["state"][0] for t in (resumed, uninterrupted)]
+    assert _same(*momentum)
 
 
 def test_the_checkpoint_holds_every_algorithms_state_and_the_generators(tmp_path):
@@ -270,3 +293,74 @@ def test_an_averaging_method_resumes_its_average_bit_for_bit(method, first, tota
         assert not _same(forgetful["params"], expected["params"])
     else:  # EMA never touches the training weights
         assert _same(forgetful["params"], expected["params"])
+
+
+# -- every refusal, whole: one line naming the file, what is wrong and what to do ----------------
+
+class _Marker:
+    """An object the weights-only unpickler does not know: a file holding one could run code."""
+
+
+def _edited(checkpoint: dict, edit: str) -> dict:
+    """The saved checkpoint of a fp32 run of SETUP, changed as ``edit`` says."""
+    if edit == "version":
+        checkpoint["version"] = 99
+    elif edit == "missing":
+        del checkpoint["schedulers"], checkpoint["rng"]
+    elif edit == "algorithm-state":
+        checkpoint["algorithms"][0]["state"].update(extra=1, more=2)
+    elif edit == "optimizers":
+        checkpoint["optimizers"] = []
+    elif edit == "model":
+        checkpoint["model"].update({name: torch.zeros(1) for name in ("d", "c", "b", "a")})
+    elif edit == "scaler":
+        checkpoint["scaler"] = torch.amp.GradScaler("cpu").state_dict()
+    elif edit == "code":
+        checkpoint["extra"] = _Marker()
+    return checkpoint
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ("version", "checkpoint version 99, this library reads version 1"),
+    ("missing", "incomplete checkpoint, missing schedulers, rng — write it again"),
+    ("algorithm-state", "CutMix's saved state has key(s) extra, more that this CutMix does not keep — resume with "
+                        "the same version of the method"),
+    ("optimizers", "saved with 0 optimizer(s), this Trainer has 1 — resume with the same optimizers"),
+    ("model", "the model's parameters differ (in the file only: ['a', 'b', 'c']; in this model only: none) — "
+              "resume the same model"),
+    ("scaler", "saved with a GradScaler, this Trainer's precision 'fp32' does not use one — resume in the same "
+               "precision"),
+    ("code", "not a readable checkpoint (UnpicklingError: Weights only load failed. [torch's words, plain text]) "
+             "— it may be truncated or another program's file; use one written by Trainer.save_checkpoint"),
+])
+def test_every_refusal_is_the_whole_line_and_changes_nothing(edit, message, tmp_path):
+    first = _build("2ba")
+    first.fit()
+    good = first.save_checkpoint(tmp_path / "good.ckpt")
+    bad = tmp_path / "bad.ckpt"
+    torch.save(_edited(torch.load(good, weights_only=True), edit), bad)
+    trainer = _build("4ba")
+    before = _model_copy(trainer)
+    with pytest.raises(CheckpointError) as refused:
+        restore_checkpoint(trainer, bad)
+    got = str(refused.value)
+    if "[torch's words, plain text]" in message:  # torch words its refusal itself; it is quoted without escapes
+        head, tail = f"{bad}: {message}".split(" [torch's words, plain text]")
+        assert got.startswith(head) and got.endswith(tail) and "\x1b" not in got and "\n" not in got, got
+    else:
+        assert got == f"{bad}: {message}"
+    assert _same(trainer.state.model.state_dict(), before) and trainer.state.timestamp.batch == 0
+
+
+def test_a_read_error_without_a_message_is_named_by_its_type(tmp_path, monkeypatch):
+    path = tmp_path / "c.ckpt"
+    path.write_bytes(b"x")
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("  ")
+
+    monkeypatch.setattr(torch, "load", fails)
+    with pytest.raises(CheckpointError) as refused:
+        _build("1ba", load_path=path)
+    assert str(refused.value) == (f"{path}: not a readable checkpoint (RuntimeError: RuntimeError) — it may be "
+                                  "truncated or another program's file; use one written by Trainer.save_checkpoint")
