@@ -43,9 +43,10 @@ def apply_gradient_clipping(model: torch.nn.Module, clipping_type: str, clipping
         clipping_type: ``"norm"``, ``"value"`` or ``"adaptive"``.
         clipping_threshold: the total norm, the largest value, or the ratio of gradient to weight
             norm, ``> 0``.
-        fsdp_enabled: the model is sharded by FSDP: the norm is the whole model's over every
-            shard (FSDP's own ``clip_grad_norm_`` on a ``FullyShardedDataParallel`` root; the
-            sharded gradients' own norm under ``fully_shard``), values are clamped shard by shard;
+        fsdp_enabled: the model is sharded by FSDP: the norm is taken over every shard (FSDP's own
+            ``clip_grad_norm_`` on each outermost ``FullyShardedDataParallel`` module, so a model
+            with several such roots clips each root's norm, as Composer does; the sharded
+            gradients' own norm under ``fully_shard``, the whole model's), values are clamped shard by shard;
             ``"adaptive"`` is refused, as in Composer.
 
     Example::
