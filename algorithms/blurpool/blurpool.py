@@ -205,7 +205,7 @@ class BlurMaxPool2d(nn.Module):
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
-def blur_filter_plot() -> dict[str, Any]:
+def blur_filter_plot() -> dict[str, Any]:  # pragma: no mutate block
     """The card's figure: the filter :func:`blur_filter` returns, which every BlurConv2d and
     BlurMaxPool2d applies to each channel."""
     return {"type": "image", "values": blur_filter(torch.float64).tolist(),
