@@ -9,13 +9,17 @@ and AugMix tests replay their draws with.
 from __future__ import annotations
 
 import math
+import re
+import warnings
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from algorithms._augmentations import (
     AUGMENTATION_SETS,
     OPERATIONS,
+    _magnitudes,
     apply_operation,
     check_value_range,
     from_unit_range,
@@ -210,6 +214,23 @@ def _check(images, name, magnitudes, atol):
     torch.testing.assert_close(out.double(), reference(images, name, magnitudes), atol=atol, rtol=0)
 
 
+class Float64ImageWork(TorchFunctionMode):
+    """Records each torch call that makes a float64 tensor of at least ``numel`` elements (an
+    image's worth): uint8, float16, bfloat16 and float32 images are worked in float32, so such a
+    call is float64 work (twice the memory and, on most GPUs, far slower)."""
+
+    def __init__(self, numel: int):
+        super().__init__()
+        self.numel, self.calls = numel, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(value, torch.Tensor) and value.dtype == torch.float64 and value.numel() >= self.numel:
+                self.calls.append(getattr(func, "__name__", repr(func)))
+        return out
+
+
 # -- each operation against its definition ----------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
@@ -220,9 +241,15 @@ def _check(images, name, magnitudes, atol):
     ("contrast", [0.3, 1.0, 1.6]), ("brightness", [0.2, 0.9, 1.4]), ("sharpness", [0.1, 1.0, 1.8]),
 ])
 def test_each_operation_matches_its_definition_image_by_image(dtype, name, magnitudes):
-    """Each image of the batch gets its own magnitude. uint8 results agree exactly or, where a
-    value was rounded from a float computed in another order, within one level."""
-    _check(_images(dtype), name, magnitudes, atol=1 if dtype == torch.uint8 else 1e-5)
+    """Each image of the batch gets its own magnitude. uint8 results agree exactly, as PIL's
+    levels do (the gray of color and contrast and the smoothed image of sharpness are whole levels
+    before the blend), or, for the resampling operations and autocontrast's stretch, within one
+    level, where a value was rounded from a float computed in another order."""
+    if dtype == torch.uint8:
+        near = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y", "autocontrast")
+        _check(_images(dtype), name, magnitudes, atol=1 if name in near else 0)
+    else:
+        _check(_images(dtype), name, magnitudes, atol=1e-5)
 
 
 def test_solarize_inverts_exactly_the_pixels_at_or_above_the_threshold():
@@ -250,6 +277,45 @@ def test_equalize_makes_the_cumulative_histogram_near_uniform():
     for level in range(16, 255, 16):
         assert abs(float((out <= level).double().mean()) - level / 255) < 0.01, level
     assert float((image.double() <= 64).double().mean()) < 0.1  # the input was far from uniform
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize("size", [(16, 16), (16, 20), (40, 40)])
+def test_equalize_matches_pils_definition_where_its_step_is_not_zero(dtype, size):
+    """Images of 256 pixels or more, so that PIL's step (pixels less the count of the top level,
+    over 255) is 1 (16 x 16, 16 x 20) or several (40 x 40), and each channel of each image has
+    its own histogram: one skewed to the dark end, one to the bright, one flat."""
+    u = torch.rand(2, 3, *size, generator=torch.Generator().manual_seed(1))
+    levels = u ** torch.tensor([3.0, 0.3, 1.0]).view(1, 3, 1, 1) * 255
+    levels[1] *= 0.8  # the second image stops short of the top levels
+    images = levels.round().to(torch.uint8)
+    images = images if dtype == torch.uint8 else (images.double() / 255).to(dtype)
+    _check(images, "equalize", [0, 0], atol=0 if dtype == torch.uint8 else 1e-6)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (2, 5), (5, 2), (3, 5), (5, 3), (3, 3)])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float64])
+def test_sharpness_of_small_images_smooths_only_the_inner_pixels(size, dtype):
+    """PIL's smoothing keeps the border pixels: an image of one or two rows or columns has no
+    inner pixel and stays as it is at every factor; one of three has one inner row or column."""
+    images = _images(dtype, n=2, size=(3, *size), seed=2)
+    _check(images, "sharpness", [0.0, 0.6], atol=0 if dtype == torch.uint8 else 1e-12)
+    if min(size) <= 2:
+        assert torch.equal(apply_operation(images, "sharpness", 0.0), images)
+
+
+@pytest.mark.parametrize(("name", "pixels"), [("translate_x", -0.5), ("translate_x", 0.5), ("translate_y", -0.5),
+                                              ("translate_y", 0.5)])
+def test_a_sample_point_on_the_top_or_left_edge_is_inside_and_on_the_bottom_or_right_edge_outside(name, pixels):
+    """PIL's test is 0 <= u < width: shifted by half a pixel, the first column (or row) samples
+    the edge u = 0 and takes the edge pixel; the last samples u = width and is black. (Sides of
+    powers of two, where the normalized sample points are exact in floating point.)"""
+    image = torch.arange(1, 33, dtype=torch.float64).view(1, 1, 4, 8) / 32
+    out = apply_operation(image, name, pixels)
+    torch.testing.assert_close(out, reference(image, name, [pixels]))
+    edge = out[..., 0] if name == "translate_x" else out[..., 0, :]
+    far = out[..., -1] if name == "translate_x" else out[..., -1, :]
+    assert (edge > 0).all() if pixels < 0 else not far.any()
 
 
 def test_equalize_and_autocontrast_keep_a_constant_channel():
@@ -286,6 +352,7 @@ def test_translate_shifts_by_the_stated_pixels_and_fills_with_black():
     down = apply_operation(image, "translate_y", -2)  # samples y - 2: the image moves down
     assert down.tolist() == [[[0, 0, 0, 0], [0, 0, 0, 0], [1, 2, 3, 4]]]
     assert not apply_operation(image, "translate_x", 4).any()
+    assert torch.equal(apply_operation(image, "translate_x"), image)  # the default magnitude, 0, moves nothing
 
 
 def test_shear_x_moves_each_row_by_its_height():
@@ -324,6 +391,18 @@ def test_color_of_a_one_channel_image_is_the_image():
     torch.testing.assert_close(apply_operation(image, "color", 0.0), image)
 
 
+@pytest.mark.parametrize("name", OPERATIONS)
+def test_the_magnitudes_are_composers_mapping_of_the_draws_even_at_one_half(name):
+    """Composer flips a geometric operation and takes the upper branch of its symmetric factor
+    when its uniform draw is above 0.5, not at 0.5."""
+    columns = [(0.0, 0.5, 0.5), (1.0, 0.5, 0.5), (0.3, 0.51, 0.49), (0.7, 0.49, 0.51), (0.5, 1.0, 0.0)]
+    u = torch.tensor(columns, dtype=torch.float64).T
+    for severity in (0.0, 3.0, 10.0):
+        expected = [reference_magnitude(name, severity, list(c), 20, 31) for c in columns]
+        torch.testing.assert_close(_magnitudes(name, severity, u, 20, 31),
+                                   torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
 # -- dtypes, shapes, batches ------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64])
@@ -333,16 +412,39 @@ def test_every_operation_keeps_shape_and_dtype_and_leaves_its_input_alone(dtype,
     before = batch.clone()
     magnitude = {"posterize": 3, "solarize": 128, "rotate": 20, "shear_x": 0.2, "shear_y": 0.2, "translate_x": 2,
                  "translate_y": 2}.get(name, 1.5)
-    out = apply_operation(batch, name, magnitude)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning of torch's (such as align_corners' default) reaches a training run
+        out = apply_operation(batch, name, magnitude)
     assert out.shape == batch.shape and out.dtype == dtype and torch.equal(batch, before)
     single = apply_operation(batch[0], name, magnitude)
     assert single.shape == batch.shape[1:] and single.dtype == dtype
     assert torch.equal(single, out[0])
 
 
-def test_channels_last_is_kept():
+def test_channels_last_is_kept_and_a_strided_batch_comes_back_contiguous():
     batch = _images(torch.float32, n=2, size=(3, 6, 6)).contiguous(memory_format=torch.channels_last)
     assert apply_operation(batch, "rotate", 10).is_contiguous(memory_format=torch.channels_last)
+    strided = _images(torch.uint8, n=2, size=(3, 6, 12))[..., ::2]  # neither layout: made contiguous, as a copy is
+    assert apply_operation(strided, "rotate", 10).is_contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("name", OPERATIONS)
+def test_images_below_float64_are_worked_in_float32(dtype, name):
+    """uint8, float16, bfloat16 and float32 batches make no image-sized float64 tensor."""
+    batch = _images(dtype, n=2, size=(3, 6, 5))
+    with Float64ImageWork(3 * 6 * 5) as work:
+        apply_operation(batch, name, 1.0)
+    assert work.calls == []
+
+
+def test_a_float64_batch_is_worked_in_float64_with_its_magnitudes():
+    """Brightness 0.1 of a float64 image is 0.1 * x to the last bit: neither the image nor the
+    factor passes through float32 (0.1 is not a float32 number)."""
+    image = _images(torch.float64, n=2, size=(3, 5, 5))
+    assert torch.equal(apply_operation(image, "brightness", 0.1), image * 0.1)
+    assert torch.equal(apply_operation(image, "brightness", torch.tensor([0.1, 0.3], dtype=torch.float64)),
+                       image * torch.tensor([0.1, 0.3], dtype=torch.float64).view(2, 1, 1, 1))
 
 
 # -- the sets and the checks -------------------------------------------------------------------
@@ -358,29 +460,48 @@ def test_the_sets_are_composers():
     assert resolve_augmentation_set(["rotate", "equalize"]) == ("rotate", "equalize")
 
 
-@pytest.mark.parametrize(("value", "words"), [
-    ("everything", "augmentation_set='everything'"), ([], r"augmentation_set=\[\]"),
-    (["rotate", "blur"], "'blur' is not an operation"), (3, "augmentation_set=3"),
+#: The operation names as the refusals list them.
+NAMES = ("autocontrast, equalize, posterize, rotate, solarize, shear_x, shear_y, translate_x, translate_y, color, "
+         "contrast, brightness, sharpness, color_original, contrast_original, brightness_original, sharpness_original")
+#: What a refused augmentation set is told it must be.
+ALLOWED_SETS = f"a set name ('all', 'safe', 'original') or a non-empty sequence of operation names from {NAMES}"
+
+
+def exactly(message: str) -> str:
+    """A ``match`` pattern for the whole of ``message``."""
+    return f"^{re.escape(message)}$"
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("everything", f"augmentation_set='everything': must be {ALLOWED_SETS}"),
+    ([], f"augmentation_set=[]: must be {ALLOWED_SETS}"),
+    (["rotate", "blur"], f"augmentation_set=['rotate', 'blur']: 'blur' is not an operation; must be {ALLOWED_SETS}"),
+    (3, f"augmentation_set=3: must be {ALLOWED_SETS}"),
 ])
-def test_a_bad_augmentation_set_is_refused(value, words):
-    with pytest.raises(ValueError, match=words):
+def test_a_bad_augmentation_set_is_refused(value, message):
+    with pytest.raises(ValueError, match=exactly(message)):
         resolve_augmentation_set(value)
 
 
-def test_bad_images_are_refused():
-    with pytest.raises(ValueError, match=r"img: needs an image \(C, H, W\) or a batch"):
-        apply_operation(torch.rand(4, 4), "rotate", 1)
-    with pytest.raises(ValueError, match="img: needs uint8 images in .* got torch.int64"):
-        apply_operation(torch.zeros(3, 4, 4, dtype=torch.long), "rotate", 1)
-    with pytest.raises(ValueError, match="name='blur'"):
-        apply_operation(torch.rand(3, 4, 4), "blur")
+@pytest.mark.parametrize(("img", "name", "message"), [
+    (torch.rand(4, 4), "rotate", "img: needs an image (C, H, W) or a batch (N, C, H, W), got (4, 4)"),
+    ([[[0.5]]], "rotate", "img: needs an image (C, H, W) or a batch (N, C, H, W), got list"),
+    (torch.zeros(3, 4, 4, dtype=torch.long), "rotate",
+     "img: needs uint8 images in [0, 255] or floating point images in [0, 1], got torch.int64"),
+    (torch.rand(3, 4, 4), "blur", f"name='blur': must be one of {NAMES}"),
+])
+def test_bad_images_are_refused(img, name, message):
+    with pytest.raises(ValueError, match=exactly(message)):
+        apply_operation(img, name, 1)
 
 
 # -- the classes' value range -----------------------------------------------------------------
 
 def test_the_unit_range_of_each_image_is_its_own_min_to_max_and_maps_back():
+    """A batch (N, C, H, W) image by image, a single image (C, H, W) as a whole; spans above and
+    below 1, and a constant image."""
     g = torch.Generator().manual_seed(0)
-    images = torch.randn(3, 2, 4, 4, generator=g) * torch.tensor([1.0, 3.0, 0.0]).view(3, 1, 1, 1)
+    images = torch.randn(4, 2, 4, 4, generator=g) * torch.tensor([1.0, 3.0, 0.0, 0.01]).view(4, 1, 1, 1)
     unit, low, span = to_unit_range(images, None)
     for x, u in zip(images, unit, strict=True):
         if x.max() > x.min():
@@ -388,6 +509,30 @@ def test_the_unit_range_of_each_image_is_its_own_min_to_max_and_maps_back():
         else:
             assert not u.any()  # a constant image maps to 0 and back to itself
     torch.testing.assert_close(from_unit_range(unit, low, span, images), images)
+    single = images[1]
+    unit, low, span = to_unit_range(single, None)
+    torch.testing.assert_close(unit, (single - single.min()) / (single.max() - single.min()))
+    torch.testing.assert_close(from_unit_range(unit, low, span, single), single)
+
+
+@pytest.mark.parametrize(("dtype", "work"), [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                                             (torch.float32, torch.float32), (torch.float64, torch.float64)])
+@pytest.mark.parametrize("value_range", [None, (-0.1, 0.7)])
+def test_the_unit_range_is_float32_for_half_precision_and_maps_back_to_the_images_dtype(dtype, work, value_range):
+    """float16 and bfloat16 are mapped in float32, float64 in float64 to the last bit (the range's
+    ends included: 0.1 is not a float32 number); mapped back, the images have their own dtype."""
+    images = torch.rand(2, 3, 4, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) - 0.2
+    images = images.to(dtype)
+    unit, low, span = to_unit_range(images, value_range)
+    assert unit.dtype == work
+    if value_range is not None and dtype == torch.float64:
+        assert torch.equal(unit, ((images - -0.1) / (0.7 - -0.1)).clamp(0, 1))
+    back = from_unit_range(unit, low, span, images)
+    assert back.dtype == dtype
+    if value_range is None and dtype in (torch.float16, torch.bfloat16):
+        assert torch.equal(back, images)  # to float32 and back: within float32's rounding, so exact in half precision
+    elif value_range is None:
+        torch.testing.assert_close(back, images, rtol=0, atol=4 * torch.finfo(dtype).eps)
 
 
 def test_a_given_value_range_maps_linearly_and_clips():
@@ -399,7 +544,8 @@ def test_a_given_value_range_maps_linearly_and_clips():
 
 @pytest.mark.parametrize("value", [(1.0, 1.0), (0, float("inf")), (2, 1), "0,1", (0, 1, 2), (True, 2)])
 def test_a_bad_value_range_is_refused(value):
-    with pytest.raises(ValueError, match=r"value_range=.*: must be None \(each image's own min..max\) or a pair"):
+    with pytest.raises(ValueError, match=exactly(f"value_range={value!r}: must be None (each image's own min..max) "
+                                                 "or a pair (low, high) of finite numbers with low < high")):
         check_value_range(value)
 
 
