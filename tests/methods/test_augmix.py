@@ -15,7 +15,7 @@ import random
 
 import pytest
 import torch
-from test_augmentations import REFERENCE, reference_magnitude
+from test_augmentations import ALLOWED_SETS, REFERENCE, Float64ImageWork, exactly, reference_magnitude
 from trainer_support import Observed, image_batches, no_host_sync, one_hot, replayed_generator, soft_cross_entropy
 
 import algorithms.functional as cf
@@ -102,6 +102,7 @@ def test_the_weights_are_dirichlet_and_beta(width, alpha):
     seed (false alarm rate below 1e-5 per check, and the seed never changes)."""
     n = 20_000
     chains, skips = mixing_weights(n, width, alpha, _seeded(0))
+    assert chains.dtype == skips.dtype == torch.float64
     assert chains.shape == (n, width) and torch.allclose(chains.sum(dim=1), torch.ones(n, dtype=torch.float64))
     assert ((chains >= 0) & (chains <= 1)).all() and ((skips >= 0) & (skips <= 1)).all()
     k = width
@@ -111,6 +112,37 @@ def test_the_weights_are_dirichlet_and_beta(width, alpha):
         assert abs(float(column.var()) / chain_var - 1) < 0.1
     assert abs(float(skips.mean()) - 0.5) < 5 * (skip_var / n) ** 0.5
     assert abs(float(skips.var()) / skip_var - 1) < 0.1
+
+
+def test_the_chain_weights_are_a_convex_combination_even_when_every_gamma_draw_underflows():
+    """With alpha = 0.001 most Gamma(alpha, 1) draws are below the smallest float, so an image's
+    draws are often all 0; its chain weights must still be weights (each in [0, 1], summing to
+    1), not a division by zero."""
+    chains, skips = mixing_weights(2000, 3, 0.001, _seeded(0))
+    assert ((chains >= 0) & (chains <= 1)).all() and ((skips >= 0) & (skips <= 1)).all()
+    torch.testing.assert_close(chains.sum(dim=1), torch.ones(2000, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("augmentation_set", [("equalize", "posterize", "solarize"),
+                                              ("color", "contrast", "brightness", "sharpness")])
+def test_uint8_images_of_the_pixelwise_operations_match_the_definition_exactly(augmentation_set):
+    """Every chain holds whole levels between its operations, as PIL's 8-bit images do, and the
+    mix is rounded to the nearest level at the end (not truncated)."""
+    images = torch.randint(0, 256, (8, 3, 6, 5), dtype=torch.uint8, generator=_seeded(2))
+    out = cf.augmix_image(images, severity=6, depth=3, width=2, augmentation_set=augmentation_set,
+                          generator=_seeded(3))
+    expected = expected_augmix(images, 6, 3, 2, 1.0, augmentation_set, _seeded(3))
+    assert out.dtype == torch.uint8 and torch.equal(out.double(), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.float32])
+def test_images_below_float64_are_mixed_in_float32(dtype):
+    """The card's promise: uint8, float16 and float32 images are computed in float32, the mix
+    included (no image-sized float64 tensor), so a batch costs what its float32 copy does."""
+    images = torch.rand(4, 3, 6, 6, generator=_seeded(0)).mul(255).to(dtype)
+    with Float64ImageWork(3 * 6 * 6) as work:
+        cf.augmix_image(images, depth=2, width=2, generator=_seeded(1))
+    assert work.calls == []
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.float32, torch.float64])
@@ -151,20 +183,37 @@ def test_the_defaults_are_composers():
         3, -1, 3, 1.0, "all", None)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"severity": -0.5}, "severity=-0.5"), ({"severity": 10.5}, "severity=10.5"), ({"severity": None}, "severity=None"),
-    ({"depth": 0}, "depth=0"), ({"depth": -2}, "depth=-2"), ({"depth": 2.0}, "depth=2.0"),
-    ({"width": 0}, "width=0"), ({"width": 1.5}, "width=1.5"), ({"width": True}, "width=True"),
-    ({"alpha": 0}, "alpha=0"), ({"alpha": -1.0}, "alpha=-1.0"), ({"alpha": float("inf")}, "alpha=inf"),
-    ({"alpha": "1"}, "alpha='1'"),
-    ({"augmentation_set": "none"}, "augmentation_set='none'"),
-    ({"augmentation_set": ("rotate", "zoom")}, "'zoom' is not an operation"),
+_SEVERITY = "must be a number in [0, 10] (10 is the strongest)"
+_DEPTH = "must be an integer >= 1 (the operations per chain) or -1 (1 to 3, drawn per chain)"
+_WIDTH = "must be an integer >= 1 (the number of chains mixed)"
+_ALPHA = "must be a finite number > 0 (the Dirichlet and Beta concentration)"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"severity": -0.5}, f"severity=-0.5: {_SEVERITY}"), ({"severity": 10.5}, f"severity=10.5: {_SEVERITY}"),
+    ({"severity": None}, f"severity=None: {_SEVERITY}"),
+    ({"depth": 0}, f"depth=0: {_DEPTH}"), ({"depth": -2}, f"depth=-2: {_DEPTH}"),
+    ({"depth": 2.0}, f"depth=2.0: {_DEPTH}"),
+    ({"width": 0}, f"width=0: {_WIDTH}"), ({"width": 1.5}, f"width=1.5: {_WIDTH}"),
+    ({"width": True}, f"width=True: {_WIDTH}"),
+    ({"alpha": 0}, f"alpha=0: {_ALPHA}"), ({"alpha": -1.0}, f"alpha=-1.0: {_ALPHA}"),
+    ({"alpha": float("inf")}, f"alpha=inf: {_ALPHA}"), ({"alpha": "1"}, f"alpha='1': {_ALPHA}"),
+    ({"augmentation_set": "none"}, f"augmentation_set='none': must be {ALLOWED_SETS}"),
+    ({"augmentation_set": ("rotate", "zoom")},
+     f"augmentation_set=('rotate', 'zoom'): 'zoom' is not an operation; must be {ALLOWED_SETS}"),
 ])
-def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
-    with pytest.raises(ValueError, match=words):
+def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
+    with pytest.raises(ValueError, match=exactly(message)):
         AugMix(**kwargs)
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ValueError, match=exactly(message)):
         cf.augmix_image(torch.rand(2, 3, 8, 8), **kwargs)
+
+
+def test_the_class_keeps_its_own_copy_of_a_list_of_operations():
+    names = ["rotate", "solarize"]
+    algo = AugMix(augmentation_set=names)
+    names.append("zoom")
+    assert algo.augmentation_set == ("rotate", "solarize")
 
 
 def test_bad_images_are_refused():
@@ -172,26 +221,33 @@ def test_bad_images_are_refused():
         cf.augmix_image(torch.rand(8))
 
 
-def _unit(images):
-    low = images.amin(dim=(1, 2, 3), keepdim=True)
-    span = images.amax(dim=(1, 2, 3), keepdim=True) - low
-    return (images - low) / span, low, span
+def _unit(images, value_range=None):
+    """The class's mapping, from its definition: each image's min..max (or the given range, the
+    values outside it clipped) to [0, 1]."""
+    if value_range is None:
+        low = images.amin(dim=(1, 2, 3), keepdim=True)
+        span = images.amax(dim=(1, 2, 3), keepdim=True) - low
+    else:
+        low, span = torch.tensor(value_range[0]), torch.tensor(value_range[1] - value_range[0])
+    return ((images - low) / span).clamp(0, 1), low, span
 
 
-def test_in_the_trainer_the_model_sees_the_definition_on_standardized_dict_batches():
-    """Each image is mapped from its own min..max to [0, 1], mixed with the draws replayed from
-    the class's generator, and mapped back; the labels are untouched."""
+@pytest.mark.parametrize("value_range", [None, (-2.0, 2.0)])
+def test_in_the_trainer_the_model_sees_the_definition_on_standardized_dict_batches(value_range):
+    """Each image is mapped to [0, 1] (from its own min..max, or from the given range), mixed
+    with the draws replayed from the class's generator, and mapped back; the labels are
+    untouched."""
     g = _seeded(0)
     batches = [{"image": torch.randn(5, 3, 6, 6, generator=g), "label": torch.randint(0, 4, (5,), generator=g)}
                for _ in range(2)]
     seen = Observed(input_key="image", target_key="label")
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 6 * 6, 4))
-    algo = AugMix(severity=4, depth=-1, width=2, alpha=0.7, input_key="image")
+    algo = AugMix(severity=4, depth=-1, width=2, alpha=0.7, value_range=value_range, input_key="image")
     Trainer(model, batches, "2ba", algorithms=[algo, seen], seed=0, input_key="image", target_key="label",
             device="cpu").fit()
     replayed = replayed_generator(AugMix, seed=0)
     for batch, image, label in zip(batches, seen.inputs, seen.targets, strict=True):
-        unit, low, span = _unit(batch["image"])
+        unit, low, span = _unit(batch["image"], value_range)
         expected = expected_augmix(unit, 4, -1, 2, 0.7, AUGMENTATION_SETS["all"], replayed) * span + low
         torch.testing.assert_close(image, expected.float(), atol=1e-4, rtol=0)
         assert torch.equal(label, batch["label"])

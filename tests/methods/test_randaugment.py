@@ -63,6 +63,17 @@ def test_uint8_images_match_the_definition_within_one_level():
     assert (out.double() - expected).abs().max() <= 1
 
 
+@pytest.mark.parametrize("augmentation_set", [("equalize", "posterize", "solarize"),
+                                              ("color", "contrast", "brightness", "sharpness")])
+def test_uint8_images_hold_whole_levels_between_operations(augmentation_set):
+    """Three pixelwise operations in a row match the definition exactly: each result is rounded
+    to a whole level before the next operation, as PIL holds 8-bit images."""
+    images = torch.randint(0, 256, (12, 3, 6, 5), dtype=torch.uint8, generator=_seeded(2))
+    out = cf.randaugment_image(images, severity=7, depth=3, augmentation_set=augmentation_set, generator=_seeded(3))
+    expected = expected_randaugment(images, 7, 3, augmentation_set, _seeded(3))
+    assert out.dtype == torch.uint8 and torch.equal(out.double(), expected)
+
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.float32, torch.float64])
 @pytest.mark.parametrize("single", [False, True])
 def test_shape_and_dtype_are_kept(dtype, single):
@@ -129,6 +140,24 @@ def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
         RandAugment(**kwargs)
     with pytest.raises(ValueError, match=words):
         cf.randaugment_image(torch.rand(2, 3, 8, 8), **kwargs)
+
+
+def test_the_class_keeps_its_own_copy_of_a_list_of_operations():
+    names = ["rotate", "solarize"]
+    algo = RandAugment(augmentation_set=names)
+    names.append("zoom")
+    assert algo.augmentation_set == ("rotate", "solarize")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_class_maps_half_precision_batches_in_float32_and_gives_back_their_dtype(dtype):
+    """With depth 0 the batch goes to [0, 1] and back unchanged: in float32 the round trip is
+    exact once rounded to half precision (in half precision itself it would not be)."""
+    images = torch.randn(4, 3, 8, 8, generator=_seeded(0)).to(dtype)
+    state = State(model=torch.nn.Identity(), max_duration=Duration.parse("1ep"), seed=0)
+    state.batch = (images, torch.zeros(4, dtype=torch.long))
+    RandAugment(depth=0).apply(Event.AFTER_DATALOADER, state)
+    assert state.batch[0].dtype == dtype and torch.equal(state.batch[0], images)
 
 
 def test_bad_images_and_value_ranges_are_refused():
