@@ -52,12 +52,15 @@ FILTERS: Mapping[str, Callable[..., str]] = {
 }
 
 
-def jinja_environment(template_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> jinja2.Environment:
+def jinja_environment(template_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+                      bytecode_cache: bool = False) -> jinja2.Environment:
     """The environment for the templates in ``template_dir`` (a folder, or folders searched in order).
 
     A typo in a template is an error, not an empty string (``StrictUndefined``). Nothing is
     escaped automatically: the output is Markdown or reStructuredText, not HTML, so every
-    metadata value goes through one of :data:`FILTERS`.
+    metadata value goes through one of :data:`FILTERS`. ``bytecode_cache``: keep the compiled
+    templates in ``__pycache__/`` of the (first) folder, as Python keeps its bytecode, so that a
+    process renders without compiling them again (about 0.3 s for the page templates).
     """
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(template_dir),
@@ -68,7 +71,25 @@ def jinja_environment(template_dir: str | os.PathLike[str] | Sequence[str | os.P
         autoescape=False,
     )
     env.filters.update(FILTERS)
+    if bytecode_cache:
+        first = template_dir if isinstance(template_dir, (str, os.PathLike)) else template_dir[0]
+        env.bytecode_cache = TemplateBytecodeCache(Path(first) / "__pycache__")
     return env
+
+
+class TemplateBytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Jinja's cache of compiled templates in ``directory``, made on first use; a template whose
+    source changed is compiled again, and a folder that cannot be written only means no cache."""
+
+    def __init__(self, directory: Path):
+        super().__init__(str(directory))
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
 
 
 def sorted_methods(records: Mapping[str, MethodRecord]) -> list[MethodRecord]:

@@ -156,8 +156,8 @@ def generate(source_dir: Path | None = None, *, out_dir: Path | None = None, met
     if problems:
         return Generated({}, problems)
     site = Site(source_dir=source_dir, out_dir=Path(out_dir) if out_dir is not None else source_dir,
-                env=jinja_environment(TEMPLATE_DIR), methods=sorted_methods(records), results=results,
-                effects=effects)
+                env=jinja_environment(TEMPLATE_DIR, bytecode_cache=True), methods=sorted_methods(records),
+                results=results, effects=effects)
     for generator in generators:
         try:
             site.rendered.update(generator(site))
