@@ -35,7 +35,7 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 
 from markdown_it import MarkdownIt
@@ -107,20 +107,34 @@ class RegionError(ValueError):
 
 
 @cache
-def _parser() -> MarkdownIt:
-    return MarkdownIt("commonmark").enable("table")
+def _parser(inline: bool = True) -> MarkdownIt:
+    md = MarkdownIt("commonmark").enable("table")
+    if not inline:  # block level only: an inline token keeps its text, without children
+        md.core.ruler.disable("inline")
+    return md
 
 
-@lru_cache(maxsize=8)
-def _tokens(text: str) -> list[Token]:
-    # The checks read sections, regions and inline code of the same card in turn: parse it once.
-    # Callers only read the tokens.
-    return _parser().parse(text)
+_PARSED: dict[str, tuple[list[Token], bool]] = {}  # the last few texts: (tokens, with inline children)
+
+
+def _tokens(text: str, inline: bool = True) -> list[Token]:
+    """The Markdown tokens of ``text``; ``inline=False`` leaves the inline tokens without children
+    (enough for headings, comments and code blocks, at half the cost). The checks read a card's
+    inline code, sections and regions in turn: the last few texts' tokens are kept, and only read."""
+    found = _PARSED.get(text)
+    if found is not None and (found[1] or not inline):
+        return found[0]
+    tokens = _parser(inline).parse(text)
+    _PARSED.pop(text, None)
+    _PARSED[text] = (tokens, inline)
+    while len(_PARSED) > 8:
+        del _PARSED[next(iter(_PARSED))]
+    return tokens
 
 
 def sections(text: str) -> list[Section]:
     """The headings outside code blocks and comments, in order."""
-    tokens = _tokens(text)
+    tokens = _tokens(text, inline=False)
     return [Section(int(tok.tag[1]), tokens[i + 1].content.strip(), tok.map[0] + 1)
             for i, tok in enumerate(tokens) if tok.type == "heading_open" and tok.map]
 
@@ -129,7 +143,7 @@ def code_blocks(text: str) -> list[CodeBlock]:
     """Fenced code blocks (```` ```python ```` and MyST ```` ```{code-block} python ````) and
     hidden ``<!-- card-setup`` blocks, in document order."""
     blocks = []
-    for tok in _tokens(text):
+    for tok in _tokens(text, inline=False):
         if tok.type == "html_block" and tok.content.lstrip().startswith(SETUP_MARK) and tok.map:
             body = tok.content.split("\n", 1)[1] if "\n" in tok.content else ""
             body = body.split("-->")[0]
@@ -158,7 +172,7 @@ def _language(info: str) -> str:
 def _markers(text: str) -> Iterator[tuple[int, str, str]]:
     """``(line, "open" | "close", name)`` for every region marker (an HTML comment on a line of its
     own, not inside a code block)."""
-    for tok in _tokens(text):
+    for tok in _tokens(text, inline=False):
         if tok.type == "html_block" and tok.map:
             content = tok.content.strip()
             for kind, pattern in (("open", _OPEN), ("close", _CLOSE)):

@@ -319,6 +319,7 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
                                        if record.key not in unresolved]
     subjects += [(Kind.DATASET, s) for s in load_all_datasets(package_root).values()]
     subjects += [(Kind.MODEL_FAMILY, s) for s in load_all_model_families(package_root).values()]
+    terms, prose = MethodTerms(records), {}  # the Composability prose of each card, checked with the card
     for kind, record in subjects:
         path = card_path(kind, record.key, repo_root)
         if not path.exists():
@@ -327,17 +328,21 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
                                     f"create it with: python tools/new_card.py {record.key}{flag}"))
             continue
         text = path.read_text(encoding="utf-8")
-        fresh = render_card(kind, record.key, repo_root=repo_root, package_root=package_root, record=record)
-        problems += check_card_sections(path, text, cards.sections(fresh)[1:])
-        problems += check_card_regions(path, text, fresh, record.key, kind)
-        if kind in METHOD_KINDS:
+        inline: list[Problem] = []
+        if kind in METHOD_KINDS:  # first: it parses the card in full, and the checks below reuse that parse
             optimizer = _option_optimizer(record) if record.is_best_practice else None
             own = ({**trainer_parameters(), **(parameters(optimizer) if optimizer else {})}
                    if record.is_best_practice else {**signatures[record.class_name], **signatures[record.functional]})
-            problems += _check_inline(path, text, own, signatures)
+            inline = _check_inline(path, text, own, signatures)
+        fresh = render_card(kind, record.key, repo_root=repo_root, package_root=package_root, record=record)
+        problems += check_card_sections(path, text, cards.sections(fresh)[1:])
+        problems += check_card_regions(path, text, fresh, record.key, kind)
+        problems += inline
+        if record.kind == "method":
+            prose[record.key] = check_composability_prose(path, text, record, records, terms)
     card_files = sorted({card_path(kind, "x", repo_root).parent for kind in CARD_DIRS}, key=str)
     problems += placeholder_problems([p for folder in card_files for p in sorted(folder.glob("*.md"))])
-    problems += check_composability(records, repo_root, results_root)
+    problems += check_composability(records, repo_root, results_root, prose=prose)
     return problems
 
 
@@ -349,18 +354,23 @@ COMPOSABILITY_REGION = "composability"
 
 
 def check_composability(records: Mapping[str, MethodRecord], repo_root: Path | None = None,
-                        results_root: Path | None = None) -> list[Problem]:
+                        results_root: Path | None = None, *, prose: Mapping[str, list[Problem]] | None = None
+                        ) -> list[Problem]:
     """The three composability rules: method cards name no other method in their Composability
     prose (:func:`check_composability_prose`), every ``interactions`` key names something the
     matrix runs (:func:`check_interaction_keys`), and the committed matrix covers the registry
-    without a failing cell (:func:`check_composability_matrix`)."""
+    without a failing cell (:func:`check_composability_matrix`). ``prose``: the first rule's
+    problems by method key, for the cards the caller has checked already."""
     from .scaffold import card_path
 
     problems: list[Problem] = []
-    terms = MethodTerms(records)  # once for all cards: the check stays linear in the number of methods
+    terms = None
     for record in records.values():
         path = card_path(record.kind, record.key, repo_root)
-        if record.kind == "method" and path.exists():
+        if prose is not None and record.key in prose:
+            problems += prose[record.key]
+        elif record.kind == "method" and path.exists():
+            terms = terms or MethodTerms(records)  # once for all cards: linear in the number of methods
             problems += check_composability_prose(path, path.read_text(encoding="utf-8"), record, records, terms)
     problems += check_interaction_keys(records)
     return problems + check_composability_matrix(records, results_root)

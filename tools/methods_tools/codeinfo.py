@@ -11,6 +11,7 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 __all__ = ["REQUIRED", "CodeLookupError", "Parameter", "docstring_args", "lookup", "parameters", "resolve",
@@ -99,6 +100,7 @@ def lookup(dotted: str, path: Any, key: str, field: str) -> Any:
                                       _locate(path, [key, field]))) from None
 
 
+@cache
 def trainer_parameters() -> dict[str, Parameter]:
     from algorithms.core import Trainer
 
