@@ -416,7 +416,24 @@ def schema_validator(schema_path: Path) -> jsonschema.protocols.Validator:
 # internals
 
 
+# Every file checked in this process, by path and content: the package's exports, the checks and
+# the page generators each validate the same files, and a schema check costs far more than a read.
+_CHECKED: dict[tuple[str, bytes], tuple[MethodRecord | None, tuple[Problem, ...]]] = {}
+
+
 def _check_file(path: Path) -> tuple[MethodRecord | None, list[Problem]]:
+    try:
+        seen = (str(path), path.read_bytes())
+    except OSError:
+        return _check_new_file(path)  # it says why
+    if seen not in _CHECKED:
+        record, problems = _check_new_file(path)
+        _CHECKED[seen] = (record, tuple(problems))
+    record, problems = _CHECKED[seen]
+    return record, list(problems)
+
+
+def _check_new_file(path: Path) -> tuple[MethodRecord | None, list[Problem]]:
     key = metadata_key(path)
     place = expected_kind(path)
     holds = "one method keyed by its folder name" if place is Kind.METHOD else "one entry keyed by its file name"
