@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -22,7 +23,8 @@ from trainer_support import Observed
 
 import algorithms.functional as cf
 from algorithms import Factorize
-from algorithms.core import Event, Trainer
+from algorithms.core import Event, State, Trainer
+from algorithms.core.time import Duration
 from algorithms.factorize.factorize import (
     FactorizedConv2d,
     FactorizedLinear,
@@ -55,25 +57,29 @@ def _expected_convs(model, min_channels, latent):
 
 # -- the factorization --------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("n", "m"), [(12, 7), (7, 12), (9, 9)])
-def test_a_full_rank_linear_factorization_computes_what_the_original_does(n, m):
+@pytest.mark.parametrize(("n", "m", "bias"), [(12, 7, True), (7, 12, True), (9, 9, True), (9, 6, False)])
+def test_a_full_rank_linear_factorization_computes_what_the_original_does(n, m, bias):
     torch.manual_seed(0)
-    linear = torch.nn.Linear(n, m).double()
+    linear = torch.nn.Linear(n, m, bias=bias).double()
     full = FactorizedLinear.from_linear(linear, latent_features=min(n, m))
     x = torch.randn(5, n, dtype=torch.float64)
     torch.testing.assert_close(full(x), linear(x), rtol=0, atol=1e-12)
-    assert full.module0.bias is None and torch.equal(full.module1.bias, linear.bias)
+    assert full.module0.bias is None
+    assert torch.equal(full.module1.bias, linear.bias) if bias else full.module1.bias is None
 
 
-@pytest.mark.parametrize(("c", "d", "k", "stride", "padding", "dilation", "bias"),
-                         [(8, 6, 3, 1, 1, 1, False), (3, 16, 3, 2, 1, 1, True), (5, 5, (1, 3), 1, (0, 1), 1, True),
-                          (4, 7, 3, 2, 2, 2, True), (6, 6, 1, 2, 0, 1, False)])
+@pytest.mark.parametrize(("c", "d", "k", "stride", "padding", "dilation", "bias", "padding_mode"),
+                         [(8, 6, 3, 1, 1, 1, False, "zeros"), (3, 16, 3, 2, 1, 1, True, "zeros"),
+                          (5, 5, (1, 3), 1, (0, 1), 1, True, "zeros"), (4, 7, 3, 2, 2, 2, True, "zeros"),
+                          (6, 6, 1, 2, 0, 1, False, "zeros"), (4, 6, 3, 1, 1, 1, True, "circular"),
+                          (4, 6, 3, 2, 2, 1, False, "reflect")])
 def test_a_full_rank_convolution_factorization_computes_what_the_original_does(c, d, k, stride, padding, dilation,
-                                                                                bias):
+                                                                                bias, padding_mode):
     """At full rank, min(d, c k k) latent channels, the pair is the original convolution
-    exactly (within float64 rounding), whatever its stride, padding or dilation."""
+    exactly (within float64 rounding), whatever its stride, padding (and padding mode) or dilation."""
     torch.manual_seed(0)
-    conv = torch.nn.Conv2d(c, d, k, stride=stride, padding=padding, dilation=dilation, bias=bias).double()
+    conv = torch.nn.Conv2d(c, d, k, stride=stride, padding=padding, dilation=dilation, bias=bias,
+                           padding_mode=padding_mode).double()
     full_rank = min(d, c * math.prod(conv.kernel_size))
     factorized = FactorizedConv2d.from_conv2d(conv, latent_channels=full_rank)
     x = torch.randn(2, c, 9, 10, dtype=torch.float64)
@@ -153,6 +159,9 @@ def test_the_multiply_add_rule():
     r = 576 * 64 / 640 = 57.6; a grouped convolution never."""
     assert factorizing_could_speedup(torch.nn.Linear(64, 64), 31) and not factorizing_could_speedup(
         torch.nn.Linear(64, 64), 32)
+    # A fraction is of the smaller width: 0.25 of 64 is 16 latent features, 0.5 is 32.
+    assert factorizing_could_speedup(torch.nn.Linear(64, 96), 0.25)
+    assert not factorizing_could_speedup(torch.nn.Linear(64, 64), 0.5)
     assert factorizing_could_speedup(torch.nn.Conv2d(64, 64, 1), 31)
     assert not factorizing_could_speedup(torch.nn.Conv2d(64, 64, 1), 0.5)
     assert factorizing_could_speedup(torch.nn.Conv2d(64, 64, 3), 57)
@@ -169,6 +178,22 @@ def test_factorized_conv_shapes(batch_size, in_channels, out_channels, kernel_si
     y = conv(torch.randn(batch_size, in_channels, 5, 6))
     assert y.ndim == 4 and y.shape[:2] == (batch_size, out_channels)
     assert (conv.in_channels, conv.out_channels, conv.latent_channels) == (in_channels, out_channels, 2)
+
+
+def test_the_module_defaults_are_a_quarter_of_the_smaller_width_and_torchs_layers():
+    """Without a latent size, a quarter of the smaller width; the first module has no bias, the
+    second a bias unless told otherwise; a convolution's other defaults are torch.nn.Conv2d's."""
+    conv = FactorizedConv2d(8, 12, 3)
+    assert repr(conv.module0) == repr(torch.nn.Conv2d(8, 2, 3, bias=False))
+    assert repr(conv.module1) == repr(torch.nn.Conv2d(2, 12, 1))
+    assert conv.module0.padding_mode == "zeros"
+    assert FactorizedConv2d(8, 12, 3, bias=False).module1.bias is None
+    linear = FactorizedLinear(8, 12)
+    assert repr(linear.module0) == repr(torch.nn.Linear(8, 2, bias=False))
+    assert repr(linear.module1) == repr(torch.nn.Linear(2, 12))
+    assert FactorizedLinear(8, 12, bias=False).module1.bias is None
+    assert FactorizedConv2d.from_conv2d(torch.nn.Conv2d(8, 12, 3)).latent_channels == 2
+    assert FactorizedLinear.from_linear(torch.nn.Linear(12, 8)).latent_features == 2
 
 
 @pytest.mark.parametrize(("batch_size", "in_features", "out_features"),
@@ -189,6 +214,10 @@ def test_on_resnet20_it_replaces_the_wide_convolutions_that_save_work(min_channe
     cf.apply_factorization(model, min_channels=min_channels, latent_channels=latent)
     replaced = [n for n, m in model.named_modules() if isinstance(m, FactorizedConv2d)]
     assert replaced == expected and replaced
+    for name in replaced:
+        module = model.get_submodule(name)
+        smaller = min(module.in_channels, module.out_channels)
+        assert module.latent_channels == (max(1, int(latent * smaller)) if latent < 1 else latent), name
     assert sum(p.numel() for p in model.parameters()) < params
     assert type(model.fc) is torch.nn.Linear  # 64 -> 10 is narrower than min_features=512
     if (min_channels, latent) == (32, 0.25):  # the suggested values: stages 2 and 3 bar their first inputs
@@ -229,12 +258,29 @@ def test_composers_counts_on_a_small_conv_model():
 
 
 def test_at_full_rank_through_the_functional_form_nothing_is_replaced_and_it_warns():
-    """Full rank never saves multiply-adds, so the rule leaves every module alone."""
+    """Full rank never saves multiply-adds, so the rule leaves every module alone. The warning
+    names the method and what it looked for."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 16))
-    with pytest.warns(NoModulesReplacedWarning, match="Factorize"):
+    message = f"^{re.escape('Factorize: no module of the model matched (Conv2d, Linear); the model is unchanged')}$"
+    with pytest.warns(NoModulesReplacedWarning, match=message):
         cf.apply_factorization(model, min_features=1, latent_features=16)
-    with pytest.warns(NoModulesReplacedWarning, match="Factorize"):
+    with pytest.warns(NoModulesReplacedWarning, match=message):
         cf.apply_factorization(resnet20())  # Composer's min_channels=512 is wider than resnet20
+
+
+def _wide_model():
+    return torch.nn.Sequential(torch.nn.Conv2d(512, 512, 1), torch.nn.Flatten(), torch.nn.Linear(512, 512))
+
+
+def test_by_default_512_channels_and_features_are_wide_enough():
+    """Composer's defaults: min_channels=512 and min_features=512, a quarter of the width latent;
+    the functional form and the class at Event.INIT alike."""
+    for apply in (cf.apply_factorization,
+                  lambda model: Factorize().apply(Event.INIT, State(model, Duration.parse("1ep")), None)):
+        model = _wide_model()
+        apply(model)
+        assert [type(m) for m in model] == [FactorizedConv2d, torch.nn.Flatten, FactorizedLinear]
+        assert (model[0].latent_channels, model[2].latent_features) == (128, 128)
 
 
 def test_an_optimizer_built_before_holds_the_new_parameters_and_none_of_the_old():
@@ -269,30 +315,47 @@ def test_a_float64_model_keeps_its_dtype_and_at_full_rank_its_outputs():
     assert out.dtype == torch.float64 and wide.layer3[0].conv1.module0.weight.grad is not None
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"min_channels": -1}, "min_channels=-1"), ({"min_features": 2.5}, "min_features=2.5"),
-    ({"latent_channels": 0}, "latent_channels=0"), ({"latent_channels": -0.5}, "latent_channels=-0.5"),
-    ({"latent_channels": 1.5}, "latent_channels=1.5"), ({"latent_features": float("nan")}, "latent_features=nan"),
-    ({"latent_features": True}, "latent_features=True"), ({"factorize_convs": 1}, "factorize_convs=1"),
-    ({"factorize_convs": False, "factorize_linears": False}, "factorize_convs=False and factorize_linears=False"),
+_LATENT = "must be a fraction in (0, 1) of the smaller width or a whole count >= 1"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"min_channels": -1}, "min_channels=-1: must be an integer >= 0"),
+    ({"min_features": 2.5}, "min_features=2.5: must be an integer >= 0"),
+    ({"latent_channels": 0}, f"latent_channels=0: {_LATENT}"),
+    ({"latent_channels": -0.5}, f"latent_channels=-0.5: {_LATENT}"),
+    ({"latent_channels": 1.5}, f"latent_channels=1.5: {_LATENT}"),
+    ({"latent_features": float("nan")}, f"latent_features=nan: {_LATENT}"),
+    ({"latent_features": True}, f"latent_features=True: {_LATENT}"),
+    ({"factorize_convs": 1}, "factorize_convs=1: must be True or False"),
+    ({"factorize_linears": "no"}, "factorize_linears='no': must be True or False"),
+    ({"factorize_convs": False, "factorize_linears": False},
+     "factorize_convs=False and factorize_linears=False: Factorize would replace nothing; set one of them"),
 ])
-def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
-    with pytest.raises(ValueError, match=words):
+def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
+    match = f"^{re.escape(message)}$"
+    with pytest.raises(ValueError, match=match):
         Factorize(**kwargs)
     model = resnet20()
     before = repr(model)
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ValueError, match=match):
         cf.apply_factorization(model, **kwargs)
     assert repr(model) == before
 
 
-def test_module_constructors_refuse_a_latent_size_above_full_rank():
-    with pytest.raises(ValueError, match="latent_features=9"):
-        FactorizedLinear(8, 10, latent_features=9)
-    with pytest.raises(ValueError, match="latent_channels=10"):
-        FactorizedConv2d(1, 12, 3, latent_channels=10)  # a 12 x 9 matrix has rank at most 9
-    with pytest.raises(ValueError, match="groups=2"):
-        FactorizedConv2d.from_conv2d(torch.nn.Conv2d(4, 4, 3, groups=2), 2)
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: FactorizedLinear(8, 10, latent_features=9),
+     "latent_features=9: at most min(in_features, out_features) = 8"),
+    (lambda: FactorizedLinear(8, 10, latent_features=1.5), f"latent_features=1.5: {_LATENT}"),
+    # a 12 x 9 matrix has rank at most 9
+    (lambda: FactorizedConv2d(1, 12, 3, latent_channels=10),
+     "latent_channels=10: at most min(out_channels, in_channels * kH * kW) = 9"),
+    (lambda: FactorizedConv2d(1, 12, 3, latent_channels=2.5), f"latent_channels=2.5: {_LATENT}"),
+    (lambda: FactorizedConv2d.from_conv2d(torch.nn.Conv2d(4, 4, 3, groups=2), 2),
+     "conv: groups=2; only convolutions with groups=1 are factorized"),
+])
+def test_module_constructors_refuse_a_bad_latent_size(build, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        build()
 
 
 # -- the class in the Trainer --------------------------------------------------------------------
@@ -300,6 +363,30 @@ def test_module_constructors_refuse_a_latent_size_above_full_rank():
 def test_it_matches_only_init():
     algo = Factorize()
     assert [e for e in Event if algo.match(e, None)] == [Event.INIT]
+
+
+_SMALL = dict(min_channels=3, latent_channels=2, min_features=8, latent_features=4)
+
+
+@pytest.mark.parametrize(("kwargs", "latents"), [
+    (_SMALL, [2, 2, 4, 4]),
+    ({**_SMALL, "factorize_convs": False}, [None, None, 4, 4]),
+    ({**_SMALL, "factorize_linears": False}, [2, 2, None, None]),
+    ({**_SMALL, "latent_channels": 3}, [3, 3, 4, 4]),
+    ({**_SMALL, "latent_features": 0.5}, [2, 2, 16, 5]),
+    ({**_SMALL, "min_channels": 9}, [None, None, 4, 4]),
+    ({**_SMALL, "min_features": 11}, [2, 2, 4, None]),
+])
+def test_at_init_it_factorizes_what_its_arguments_say(kwargs, latents):
+    """Composer's small model: convolutions 32 -> 8 and 8 -> 32 (3 x 3), linear layers 32 -> 48
+    and 48 -> 10; each latent size (None: not replaced) follows from the arguments, every
+    replacement saving multiply-adds here (2 (288 + 8) < 288 * 8, 16 (32 + 48) < 32 * 48, ...)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 8, 3), torch.nn.Conv2d(8, 32, 3), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(32, 48), torch.nn.Linear(48, 10))
+    Factorize(**kwargs).apply(Event.INIT, State(model=model, max_duration=Duration.parse("1ep")), None)
+    found = [getattr(m, "latent_channels", None) or getattr(m, "latent_features", None)
+             for m in (model[0], model[1], model[4], model[5])]
+    assert found == latents
 
 
 def test_in_the_trainer_the_factorized_model_trains_with_the_optimizer_given():
