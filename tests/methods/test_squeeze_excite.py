@@ -10,6 +10,7 @@ block, the output keeps its shape, it trains) are re-expressed below.
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 
 import pytest
@@ -78,9 +79,25 @@ def test_on_resnet20_the_convolutions_wide_enough_on_both_sides_get_a_block(min_
 
 def test_the_default_min_channels_matches_nothing_in_resnet20_and_warns():
     model = resnet20(10)
-    with pytest.warns(NoModulesReplacedWarning, match="SqueezeExcite"):
+    message = "SqueezeExcite: no module of the model matched (Conv2d); the model is unchanged"
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         assert cf.apply_squeeze_excite(model) == 0
     assert not any(isinstance(m, SqueezeExciteConv2d) for m in model.modules())
+
+
+def test_by_default_128_channels_get_a_block_of_64():
+    """Composer's defaults, min_channels=128 and latent_channels=64, in the functional form and
+    the class alike; 127 channels on either side are too few."""
+    for apply in (cf.apply_squeeze_excite, lambda model: SqueezeExcite().apply(Event.INIT, _state(model))):
+        model = nn.Sequential(nn.Conv2d(128, 128, 1), nn.Conv2d(128, 127, 1), nn.Conv2d(127, 128, 1))
+        apply(model)
+        assert [type(m) for m in model] == [SqueezeExciteConv2d, nn.Conv2d, nn.Conv2d]
+        assert model[0].se.latent_channels == 64
+
+
+def test_the_modules_default_to_an_eighth_of_the_channels():
+    assert SqueezeExcite2d(16).latent_channels == 2
+    assert SqueezeExciteConv2d(nn.Conv2d(8, 32, 3)).se.latent_channels == 4
 
 
 @pytest.mark.parametrize(("latent_channels", "channels", "expected"),
@@ -158,18 +175,26 @@ def test_applying_it_twice_adds_nothing_the_second_time():
         assert cf.apply_squeeze_excite(copy.deepcopy(model), min_channels=3) == 0
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"latent_channels": 0}, "latent_channels=0:"), ({"latent_channels": -0.5}, "latent_channels=-0.5:"),
-    ({"latent_channels": 1.5}, "latent_channels=1.5:"), ({"latent_channels": True}, "latent_channels=True:"),
-    ({"latent_channels": float("nan")}, "latent_channels=nan:"), ({"latent_channels": "8"}, "latent_channels='8':"),
-    ({"min_channels": -1}, "min_channels=-1:"), ({"min_channels": 2.0}, "min_channels=2.0:"),
-    ({"min_channels": None}, "min_channels=None:"),
+_LATENT = "must be a whole number of channels >= 1 or a fraction in (0, 1) of the convolution's output channels"
+_MIN = "must be an integer >= 0 (channels a convolution needs on both sides to get a block)"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"latent_channels": 0}, f"latent_channels=0: {_LATENT}"),
+    ({"latent_channels": -0.5}, f"latent_channels=-0.5: {_LATENT}"),
+    ({"latent_channels": 1.5}, f"latent_channels=1.5: {_LATENT}"),
+    ({"latent_channels": True}, f"latent_channels=True: {_LATENT}"),
+    ({"latent_channels": float("nan")}, f"latent_channels=nan: {_LATENT}"),
+    ({"latent_channels": "8"}, f"latent_channels='8': {_LATENT}"),
+    ({"min_channels": -1}, f"min_channels=-1: {_MIN}"), ({"min_channels": 2.0}, f"min_channels=2.0: {_MIN}"),
+    ({"min_channels": None}, f"min_channels=None: {_MIN}"),
 ])
-def test_bad_hyperparameters_are_refused_naming_them(kwargs, words):
-    with pytest.raises(ValueError, match="^" + words):
+def test_bad_hyperparameters_are_refused_naming_them(kwargs, message):
+    match = f"^{re.escape(message)}$"
+    with pytest.raises(ValueError, match=match):
         SqueezeExcite(**kwargs)
     model = _simple_conv_model()
-    with pytest.raises(ValueError, match="^" + words):
+    with pytest.raises(ValueError, match=match):
         cf.apply_squeeze_excite(model, **kwargs)
     assert not any(isinstance(m, SqueezeExciteConv2d) for m in model.modules())
 
