@@ -86,20 +86,22 @@ class _IndexOnly(nn.Module):
         self.register_buffer("index", torch.arange(3))
 
 
-@pytest.mark.parametrize(("model", "replace", "dtype"), [
+# Each case builds its model afresh: the surgery changes it in place, and a case may run twice in one
+# process (mutmut runs the suite again after collecting its statistics).
+@pytest.mark.parametrize(("build", "replace", "dtype"), [
     # the original's tensors are its children's: parameters, or buffers only
-    (nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4)).double()),
+    (lambda: nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4)).double()),
      {nn.Sequential: lambda m, i: nn.Sequential(nn.Linear(4, 4))}, torch.float64),
-    (nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.BatchNorm1d(4, affine=False)).double()),
+    (lambda: nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.BatchNorm1d(4, affine=False)).double()),
      {nn.Sequential: lambda m, i: nn.Sequential(nn.BatchNorm1d(4, affine=False))}, torch.float64),
     # an original without tensors in a model whose only tensors are its children's buffers
-    (nn.Sequential(nn.Sequential(nn.BatchNorm1d(4, affine=False)).double(), nn.ReLU()),
+    (lambda: nn.Sequential(nn.Sequential(nn.BatchNorm1d(4, affine=False)).double(), nn.ReLU()),
      {nn.ReLU: lambda m, i: nn.Sequential(nn.Linear(4, 4))}, torch.float64),
     # an original whose only tensor is an integer buffer: no floating dtype to give
-    (nn.Sequential(nn.Linear(4, 4), _IndexOnly()), {_IndexOnly: lambda m, i: nn.Linear(4, 4)}, torch.float32),
+    (lambda: nn.Sequential(nn.Linear(4, 4), _IndexOnly()), {_IndexOnly: lambda m, i: nn.Linear(4, 4)}, torch.float32),
 ])
-def test_a_replacement_takes_the_floating_dtype_of_the_tensors_below_the_original(model, replace, dtype):
-    replaced = replace_module_classes(model, replace)
+def test_a_replacement_takes_the_floating_dtype_of_the_tensors_below_the_original(build, replace, dtype):
+    replaced = replace_module_classes(build(), replace)
     assert len(replaced) == 1
     [new] = replaced.values()
     tensors = [*new.parameters(), *new.buffers()]
