@@ -15,6 +15,8 @@ the metadata registry.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -24,10 +26,11 @@ import algorithms.functional as cf
 from algorithms import CutOut, ProgressiveResizing
 from algorithms.core import Event, State, Trainer
 from algorithms.core.time import Duration
+from algorithms.progressive_resizing.progressive_resizing import scheduled_scale
 
 
-def _schedule_width(progress, width, initial_scale=0.5, delay=0.5, finetune=0.2, increment=4):
-    """The width the schedule gives, from its formula (Composer's, with the ramp of zero length
+def _schedule_scale(progress, initial_scale=0.5, delay=0.5, finetune=0.2):
+    """The scale the schedule gives, from its formula (Composer's, with the ramp of zero length
     that delay + finetune = 1 makes treated as a step)."""
     if progress < delay:
         ramp = 0.0
@@ -35,8 +38,18 @@ def _schedule_width(progress, width, initial_scale=0.5, delay=0.5, finetune=0.2,
         ramp = 1.0
     else:
         ramp = (progress - delay) / (1 - finetune - delay)
-    scale = initial_scale + (1 - initial_scale) * ramp
+    return initial_scale + (1 - initial_scale) * ramp
+
+
+def _schedule_width(progress, width, initial_scale=0.5, delay=0.5, finetune=0.2, increment=4):
+    """The width the schedule gives: its scale times the width, rounded to a multiple of the increment."""
+    scale = _schedule_scale(progress, initial_scale, delay, finetune)
     return max(round(width * scale / increment) * increment, increment)
+
+
+def exactly(message: str) -> str:
+    """A ``match`` pattern for the whole of ``message``."""
+    return f"^{re.escape(message)}$"
 
 
 def _state(progress_batches, total_batches, seed=0, device="cpu"):
@@ -246,6 +259,23 @@ def test_a_cropped_mask_is_the_same_window_and_a_smaller_mask_the_same_region():
         assert torch.equal(small, half[:, top // 2:top // 2 + 8, left // 2:left // 2 + 8])
 
 
+def test_a_larger_non_square_mask_is_cropped_at_the_scaled_corner_kept_inside_it():
+    """Images of 10 x 12 and masks of 20 x 24 at 0.55: windows of 5 x 6 and 11 x 13. The mask's
+    corner is the images' corner scaled to its size, (2 t, 2 l), moved back inside the mask
+    where that would overrun it (t = 5 gives 10 > 20 - 11)."""
+    images = _distinct(2, 3, 10, 12)
+    masks = torch.arange(2 * 20 * 24).view(2, 20, 24)
+    corners = set()
+    for seed in range(60):
+        out, target = cf.resize_batch(images, masks, 0.55, "crop", resize_targets=True,
+                                      generator=torch.Generator().manual_seed(seed))
+        [(top, left)] = _find_window(images, out)
+        corners.add((top, left))
+        mask_top, mask_left = min(2 * top, 20 - 11), min(2 * left, 24 - 13)
+        assert torch.equal(target, masks[:, mask_top:mask_top + 11, mask_left:mask_left + 13]), (top, left)
+    assert {top for top, _ in corners} >= {0, 5} and {left for _, left in corners} >= {0, 6}
+
+
 @pytest.mark.parametrize("mode", ["resize", "crop"])
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.bfloat16, torch.float64, torch.int32])
 def test_dtype_and_memory_format_are_kept_and_the_input_is_not_modified(mode, dtype):
@@ -262,44 +292,83 @@ def test_dtype_and_memory_format_are_kept_and_the_input_is_not_modified(mode, dt
         assert out.data_ptr() != images.data_ptr()  # a copy, not a view of the caller's batch
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"mode": "foo"}, "mode='foo': must be one of 'resize', 'crop'"), ({"mode": None}, "mode=None"),
-    ({"scale_factor": 0}, "scale_factor=0: "), ({"scale_factor": -0.5}, "scale_factor=-0.5"),
-    ({"scale_factor": float("nan")}, "scale_factor=nan"), ({"scale_factor": "0.5"}, "scale_factor='0.5'"),
-    ({"scale_factor": True}, "scale_factor=True"),
-    ({"scale_factor": 0.01}, "scale_factor=0.01: shrinks the images of 32 x 32 pixels to 0 x 0"),
+_FACTOR = "the factor both sides are multiplied by, a number > 0 (1 or more leaves the batch as it is)"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mode": "foo"}, "mode='foo': must be one of 'resize', 'crop'"),
+    ({"mode": None}, "mode=None: must be one of 'resize', 'crop'"),
+    ({"scale_factor": 0}, f"scale_factor=0: {_FACTOR}"), ({"scale_factor": -0.5}, f"scale_factor=-0.5: {_FACTOR}"),
+    ({"scale_factor": float("nan")}, f"scale_factor=nan: {_FACTOR}"),
+    ({"scale_factor": "0.5"}, f"scale_factor='0.5': {_FACTOR}"),
+    ({"scale_factor": True}, f"scale_factor=True: {_FACTOR}"),
+    ({"scale_factor": 0.01},
+     "scale_factor=0.01: shrinks the images of 32 x 32 pixels to 0 x 0; each side needs at least one pixel"),
+    ({"scale_factor": 0.2, "input": torch.rand(2, 3, 32, 4)},
+     "scale_factor=0.2: shrinks the images of 32 x 4 pixels to 6 x 0; each side needs at least one pixel"),
 ])
-def test_bad_functional_arguments_fail_with_a_clear_error(kwargs, words):
+def test_bad_functional_arguments_fail_with_a_clear_error(kwargs, message):
     arguments = {"input": torch.rand(2, 3, 32, 32), "target": None, "scale_factor": 0.5, **kwargs}
-    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=exactly(message)):
         cf.resize_batch(**arguments)
 
 
-def test_bad_inputs_and_targets_fail_with_a_clear_error():
-    with pytest.raises(ValueError, match=r"^input: Progressive Resizing needs an image batch \(N, C, H, W\), "
-                                         r"got \(3, 32, 32\)$"):
-        cf.resize_batch(torch.rand(3, 32, 32), None, 0.5)
-    with pytest.raises(ValueError, match=r"^target: resize_targets=True needs a dense target.*got shape \(2,\)"):
-        cf.resize_batch(torch.rand(2, 3, 8, 8), torch.tensor([0, 1]), 0.5, resize_targets=True)
-    with pytest.raises(ValueError, match=r"^target: resize_targets=True needs a dense target.*got NoneType"):
-        cf.resize_batch(torch.rand(2, 3, 8, 8), None, 1.0, resize_targets=True)
-    with pytest.raises(ValueError, match=r"scale_factor=0.2: shrinks the target of 4 x 4 pixels to 0 x 0"):
-        cf.resize_batch(torch.rand(2, 3, 32, 32), torch.zeros(2, 4, 4), 0.2, resize_targets=True)
+_DENSE = ("target: resize_targets=True needs a dense target, a mask (N, H, W) or a tensor (N, C, H, W), got {}; "
+          "leave resize_targets=False for class targets")
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"mode": "Bilinear"}, "mode='Bilinear'"), ({"initial_scale": 0}, "initial_scale=0: "),
-    ({"initial_scale": 1.2}, "initial_scale=1.2"), ({"initial_scale": float("nan")}, "initial_scale=nan"),
-    ({"initial_scale": "0.5"}, "initial_scale='0.5'"), ({"finetune_fraction": 1.2}, "finetune_fraction=1.2"),
-    ({"finetune_fraction": -0.1}, "finetune_fraction=-0.1"), ({"delay_fraction": -0.1}, "delay_fraction=-0.1"),
-    ({"delay_fraction": True}, "delay_fraction=True"),
-    ({"delay_fraction": 0.5, "finetune_fraction": 0.6}, "delay_fraction=0.5, finetune_fraction=0.6: together 1.1"),
-    ({"size_increment": 0}, "size_increment=0"), ({"size_increment": 2.5}, "size_increment=2.5"),
-    ({"size_increment": True}, "size_increment=True"),
+@pytest.mark.parametrize(("input", "target", "scale_factor", "resize_targets", "message"), [
+    (torch.rand(3, 32, 32), None, 0.5, False,
+     "input: Progressive Resizing needs an image batch (N, C, H, W), got (3, 32, 32)"),
+    ([[0.5]], None, 0.5, False, "input: Progressive Resizing needs an image batch (N, C, H, W), got list"),
+    (torch.rand(2, 3, 8, 8), torch.tensor([0, 1]), 0.5, True, _DENSE.format("shape (2,)")),
+    (torch.rand(2, 3, 8, 8), None, 1.0, True, _DENSE.format("NoneType")),
+    (torch.rand(2, 3, 8, 8), [[0, 1]], 0.5, True, _DENSE.format("list")),
+    (torch.rand(2, 3, 32, 32), torch.zeros(2, 4, 4), 0.2, True,
+     "scale_factor=0.2: shrinks the target of 4 x 4 pixels to 0 x 0; each side needs at least one pixel"),
 ])
-def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
-    with pytest.raises(ValueError, match=words):
+def test_bad_inputs_and_targets_fail_with_a_clear_error(input, target, scale_factor, resize_targets, message):
+    with pytest.raises(ValueError, match=exactly(message)):
+        cf.resize_batch(input, target, scale_factor, resize_targets=resize_targets)
+
+
+_SCALE = "the scale of the first images, in (0, 1]"
+_FRACTION = "a fraction of training, in [0, 1]"
+_INCREMENT = "the multiple of pixels the width is rounded to, an integer >= 1"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mode": "Bilinear"}, "mode='Bilinear': must be one of 'resize', 'crop'"),
+    ({"initial_scale": 0}, f"initial_scale=0: {_SCALE}"), ({"initial_scale": 1.2}, f"initial_scale=1.2: {_SCALE}"),
+    ({"initial_scale": float("nan")}, f"initial_scale=nan: {_SCALE}"),
+    ({"initial_scale": "0.5"}, f"initial_scale='0.5': {_SCALE}"),
+    ({"finetune_fraction": 1.2}, f"finetune_fraction=1.2: {_FRACTION}"),
+    ({"finetune_fraction": -0.1}, f"finetune_fraction=-0.1: {_FRACTION}"),
+    ({"delay_fraction": -0.1}, f"delay_fraction=-0.1: {_FRACTION}"),
+    ({"delay_fraction": True}, f"delay_fraction=True: {_FRACTION}"),
+    ({"delay_fraction": 0.5, "finetune_fraction": 0.6},
+     "delay_fraction=0.5, finetune_fraction=0.6: together 1.1 of training; they must add up to at most 1"),
+    ({"size_increment": 0}, f"size_increment=0: {_INCREMENT}"),
+    ({"size_increment": 2.5}, f"size_increment=2.5: {_INCREMENT}"),
+    ({"size_increment": True}, f"size_increment=True: {_INCREMENT}"),
+])
+def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
+    with pytest.raises(ValueError, match=exactly(message)):
         ProgressiveResizing(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"initial_scale": 1}, {"delay_fraction": 0.0, "finetune_fraction": 1.0},
+                                    {"delay_fraction": 1.0, "finetune_fraction": 0.0}, {"size_increment": 1}])
+def test_the_ends_of_each_range_are_accepted(kwargs):
+    """initial_scale in (0, 1], the fractions in [0, 1], size_increment from 1: each end that is
+    in its range works. At full scale, or with the whole run fine-tuning, the batch keeps its
+    size; from a scale of 0.5 with increments of 1 pixel it is 8 of 16."""
+    algorithm = ProgressiveResizing(**kwargs)
+    state = _state(0, 10)
+    state.batch = (torch.rand(2, 3, 16, 16), torch.zeros(2, dtype=torch.long))
+    algorithm.apply(Event.AFTER_DATALOADER, state)
+    full = kwargs.get("initial_scale") == 1 or kwargs.get("finetune_fraction") == 1.0
+    assert state.batch[0].shape[-1] == (16 if full else 8)
 
 
 def test_modes_are_accepted_in_any_case_as_composer_s_functional_form_does():
@@ -329,14 +398,29 @@ def test_sizes_follow_the_schedule_at_its_landmarks(initial_scale, delay, finetu
     assert expected == width  # full size at the end
 
 
-def test_the_width_is_exactly_the_rounded_multiple_and_the_height_follows_by_the_same_factor():
-    """47 * 0.25 = 11.75 rounds to 12; 12 / 47 * 47 is just below 12 in floating point, and the
-    class still makes 12, not 11. The height is int(H * 12 / 47)."""
-    algorithm = ProgressiveResizing(initial_scale=0.25, size_increment=4)
+@pytest.mark.parametrize(("initial_scale", "delay", "finetune"), [(0.5, 0.5, 0.2), (0.25, 0.0, 0.0), (0.3, 0.4, 0.6)])
+def test_scheduled_scale_is_the_schedule_formula_and_exactly_1_once_fine_tuning_starts(initial_scale, delay, finetune):
+    for progress in (0.0, 0.1, delay, (delay + 1 - finetune) / 2, 1 - finetune, 0.95, 1.0):
+        expected = _schedule_scale(progress, initial_scale, delay, finetune)
+        assert scheduled_scale(progress, initial_scale, delay, finetune) == pytest.approx(expected, abs=1e-12)
+    assert scheduled_scale(1 - finetune, initial_scale, delay, finetune) == scheduled_scale(1.0, initial_scale, delay,
+                                                                                           finetune) == 1.0
+
+
+@pytest.mark.parametrize(("height", "width", "initial_scale", "increment", "new_width"), [
+    (30, 47, 0.25, 4, 12), (90, 10, 0.7, 1, 7), (33, 16, 0.5, 4, 8),
+])
+def test_the_width_is_exactly_the_rounded_multiple_and_the_height_follows_by_the_same_factor(
+        height, width, initial_scale, increment, new_width):
+    """The factor is new_width / width, as Composer's class passes it, and the height is
+    int(factor * H), the size F.interpolate makes. 47 * 0.25 = 11.75 rounds to 12; 12 / 47 * 47
+    is just below 12 in floating point, and the class still makes 12, not 11. At 7 / 10 of 90
+    rows, 0.7 * 90 is just below 63 in floating point: 62 rows, as Composer makes."""
+    algorithm = ProgressiveResizing(initial_scale=initial_scale, size_increment=increment)
     state = _state(0, 10)
-    state.batch = (torch.rand(2, 3, 30, 47), torch.zeros(2, dtype=torch.long))
+    state.batch = (torch.rand(2, 3, height, width), torch.zeros(2, dtype=torch.long))
     algorithm.apply(Event.AFTER_DATALOADER, state)
-    assert state.batch[0].shape == (2, 3, int(30 * 12 / 47), 12)
+    assert state.batch[0].shape == (2, 3, int(new_width / width * height), new_width)
 
 
 def test_a_width_that_rounds_to_zero_is_one_increment():
@@ -411,6 +495,16 @@ def test_dict_batches_resize_the_images_and_masks_by_their_keys():
         widths.append(w)
         torch.testing.assert_close(loss, F.cross_entropy(out, mask))
     assert widths == [8, 8, 8, 16]
+
+
+def test_by_default_the_images_are_first_and_the_masks_second_in_a_tuple_batch():
+    algorithm = ProgressiveResizing(resize_targets=True)
+    state = _state(0, 10)
+    images = _distinct(2, 3, 16, 16)
+    masks = torch.randint(0, 3, (2, 16, 16), generator=torch.Generator().manual_seed(0))
+    state.batch = (images, masks)
+    algorithm.apply(Event.AFTER_DATALOADER, state)
+    assert torch.equal(state.batch[0], images[..., ::2, ::2]) and torch.equal(state.batch[1], masks[:, ::2, ::2])
 
 
 def test_without_resize_targets_the_target_key_is_not_read():
