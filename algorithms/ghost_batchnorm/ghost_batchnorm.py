@@ -103,10 +103,11 @@ class _GhostBatchNormMixin:
                          for i, c in enumerate(chunks)])
         with torch.no_grad():
             # One step of the running averages with the chunks' mean statistics, where torch's
-            # batch norm takes the whole batch's; the factor stays a tensor (no host sync).
+            # batch norm takes the whole batch's; the factor stays a tensor (no host sync), 1/t
+            # taken in the statistics' dtype (an integer's reciprocal would be float32).
             self.num_batches_tracked.add_(1)
             factor = self.momentum if self.momentum is not None else \
-                self.num_batches_tracked.reciprocal().to(self.running_mean.dtype)
+                self.num_batches_tracked.to(self.running_mean.dtype).reciprocal()
             self.running_mean.lerp_(means.mean(dim=0), factor)
             self.running_var.lerp_(variances.mean(dim=0), factor)
         return out
@@ -160,7 +161,7 @@ class GhostBatchNorm(Algorithm):
 
 
 def ghost_chunk_statistics(ghost_batch_size: int = 16, batch_size: int = 64, channel: int = 0,
-                           generator: torch.Generator | None = None) -> dict[str, Any]:
+                           generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
     """The card's figure: how far the mean and the standard deviation of each ghost batch stray
     from 0 and 1, in one channel of a fresh ResNet-20's first batch norm (``bn1``) in training,
     on ``batch_size`` real 16-pixel digits, before and after :func:`apply_ghost_batchnorm`."""

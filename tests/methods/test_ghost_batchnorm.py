@@ -23,7 +23,8 @@ from trainer_support import Observed
 
 import algorithms.functional as cf
 from algorithms import GhostBatchNorm
-from algorithms.core import Trainer
+from algorithms.core import Event, State, Trainer
+from algorithms.core.time import Duration
 from algorithms.ghost_batchnorm.ghost_batchnorm import (
     GhostBatchNorm1d,
     GhostBatchNorm2d,
@@ -148,20 +149,25 @@ def test_the_running_statistics_take_one_step_with_the_chunks_mean_statistics(di
     assert int(ghost.num_batches_tracked) == tracked0 + 1
 
 
-def test_momentum_none_keeps_the_cumulative_average_of_the_batches_chunk_statistics():
-    bn = nn.BatchNorm2d(3, momentum=None)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_momentum_none_keeps_the_cumulative_average_of_the_batches_chunk_statistics(dtype):
+    """The average's step 1/t is taken in the statistics' own dtype: float64 ones are exact to
+    float64 rounding."""
+    bn = nn.BatchNorm2d(3, momentum=None).to(dtype)
     ghost = _ghosted(bn, 4)
-    batches = [torch.randn(8, 3, 2, 2, generator=torch.Generator().manual_seed(s)) + s for s in range(3)]
+    batches = [torch.randn(8, 3, 2, 2, generator=torch.Generator().manual_seed(s), dtype=dtype) + s for s in range(3)]
     for x in batches:
         ghost(x)
     per_batch = [torch.stack([c.mean(dim=(0, 2, 3)) for c in x.split(4)]).mean(dim=0) for x in batches]
-    torch.testing.assert_close(ghost.running_mean, torch.stack(per_batch).mean(dim=0))
+    tolerance = {} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(ghost.running_mean, torch.stack(per_batch).mean(dim=0), **tolerance)
     assert int(ghost.num_batches_tracked) == 3
 
 
 @pytest.mark.parametrize(("affine", "track_running_stats"), [(False, True), (True, False), (False, False)])
 def test_without_affine_or_running_statistics_chunks_are_still_normalized(affine, track_running_stats):
-    bn = nn.BatchNorm2d(4, affine=affine, track_running_stats=track_running_stats)
+    """With the batch norm's own weight, bias and eps (0.1 here, far from the default)."""
+    bn = _trained_bn(2, affine=affine, track_running_stats=track_running_stats, eps=0.1)
     ghost = _ghosted(bn, 3)
     x = _batch(2)
     expected = torch.cat([F.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
@@ -169,6 +175,31 @@ def test_without_affine_or_running_statistics_chunks_are_still_normalized(affine
     torch.testing.assert_close(ghost(x), expected)
     bn.load_state_dict(ghost.state_dict())  # the running statistics training gave the ghost
     assert torch.equal(ghost.eval()(x), bn.eval()(x))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"affine": False}, {"track_running_stats": False},
+                                    {"eps": 0.1, "momentum": None}, {"affine": False, "track_running_stats": False}])
+def test_the_replacement_has_the_settings_of_the_batch_norm(kwargs):
+    """The repr of a ghost batch norm is the batch norm's (its features, eps, momentum, affine and
+    running statistics) with the ghost batch size added."""
+    bn = nn.BatchNorm2d(6, **kwargs)
+    ghost = _ghosted(bn, 5)
+    assert repr(ghost) == f"Ghost{repr(bn)[:-1]}, ghost_batch_size=5)"
+    assert (ghost.affine, ghost.track_running_stats) == (bn.affine, bn.track_running_stats)
+
+
+def test_by_default_a_ghost_batch_holds_32_examples():
+    """Composer's default, in the functional form and the class alike: a batch of 32 is one
+    chunk, a batch of 33 two (17 and 16)."""
+    x = _batch(2, n=33)
+    for apply in (cf.apply_ghost_batchnorm,
+                  lambda model: GhostBatchNorm().apply(Event.INIT, State(model, Duration.parse("1ep")))):
+        model = nn.Sequential(nn.BatchNorm2d(4))
+        apply(model)
+        assert model[0].ghost_batch_size == 32
+        expected = torch.cat([F.batch_norm(c, None, None, None, None, True, 0.0, 1e-5) for c in x.split([17, 16])])
+        torch.testing.assert_close(model(x), expected)
+        torch.testing.assert_close(model(x[:32]), F.batch_norm(x[:32], None, None, None, None, True, 0.0, 1e-5))
 
 
 def test_on_resnet20_every_batch_norm_is_replaced_keeping_its_tensors():
