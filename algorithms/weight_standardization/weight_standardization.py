@@ -164,7 +164,7 @@ class WeightStandardization(Algorithm):
 
 
 def filter_histogram(module: str = "layer1.0.conv1", filter: int = 0, bins: int = 24,
-                     generator: torch.Generator | None = None) -> dict[str, Any]:
+                     generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
     """The card's figure: a histogram of one filter of a fresh ResNet-20's convolution ``module``,
     as initialized and as :func:`apply_weight_standardization` makes the forward see it."""
     from ..models import resnet20

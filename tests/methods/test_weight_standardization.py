@@ -12,6 +12,7 @@ re-expressed below.
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 
 import pytest
@@ -62,6 +63,15 @@ def test_every_filter_has_mean_0_and_variance_1_as_the_definition_says():
         torch.testing.assert_close(mean, torch.zeros_like(mean), atol=1e-6, rtol=0)
         torch.testing.assert_close(var, raw_var / (raw_var + 1e-10))  # 1, but for the epsilon
         torch.testing.assert_close(weight, _definition(raw))
+
+
+def test_a_float64_weight_is_standardized_in_float64():
+    conv = nn.Conv2d(3, 5, 3).double()
+    raw = conv.weight.detach().clone()
+    model = nn.Sequential(conv)
+    cf.apply_weight_standardization(model)
+    assert model[0].weight.dtype == torch.float64
+    torch.testing.assert_close(model[0].weight, _definition(raw), rtol=1e-12, atol=1e-12)
 
 
 def test_composers_two_convolutions_are_standardized():
@@ -131,7 +141,10 @@ class _Untraceable(nn.Module):
 
 def test_an_untraceable_model_falls_back_to_the_definition_order_with_a_warning():
     model = _Untraceable()
-    with pytest.warns(UserWarning, match="could not be traced with torch.fx"):
+    message = ("WeightStandardization: the model could not be traced with torch.fx, so n_last_layers_ignore=1 leaves "
+               "the last 1 convolutions in the order the model defines them, which may not be the order its forward "
+               "calls them")
+    with pytest.warns(UserWarning, match=f"^{re.escape(message)}$"):
         assert cf.apply_weight_standardization(model, n_last_layers_ignore=1) == 1
     assert _standardized(model) == ["late"]
     with warnings.catch_warnings():
@@ -166,6 +179,26 @@ def test_the_trained_tensor_is_the_original_parameter_and_gets_the_gradient():
     optimizer.step()
     assert not torch.equal(weight, before)
     torch.testing.assert_close(model[0].weight, _definition(weight.detach()))
+
+
+def test_a_convolution_with_another_parametrization_or_a_buffer_is_standardized_keeping_them():
+    """A parametrization of the bias is not one of the weight; a buffer someone registered on a
+    convolution stays the same tensor, as its parameters do."""
+
+    class Doubled(nn.Module):
+        def forward(self, bias):
+            return bias * 2
+
+    conv = nn.Conv2d(3, 4, 3)
+    parametrize.register_parametrization(conv, "bias", Doubled())
+    masked = nn.Conv2d(4, 4, 1)
+    masked.register_buffer("mask", torch.ones(4))
+    model = nn.Sequential(conv, masked)
+    mask = masked.mask
+    assert cf.apply_weight_standardization(model) == 2
+    assert _standardized(model) == ["0", "1"] and model[1].mask is mask
+    torch.testing.assert_close(model[0].weight, _definition(model[0].parametrizations.weight.original))
+    torch.testing.assert_close(model[0].bias, model[0].parametrizations.bias.original * 2)
 
 
 def test_it_changes_the_models_outputs():
@@ -223,12 +256,19 @@ def test_a_model_without_convolutions_warns_and_is_unchanged():
 
 @pytest.mark.parametrize("bad", [-1, 1.0, True, "1", None])
 def test_a_bad_n_last_layers_ignore_is_refused_naming_it(bad):
-    with pytest.raises(ValueError, match=r"^n_last_layers_ignore="):
+    message = f"n_last_layers_ignore={bad!r}: must be an integer >= 0 (convolutions at the end of the model to " \
+        "leave unstandardized)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         WeightStandardization(n_last_layers_ignore=bad)
     model = _simple_conv_model()
-    with pytest.raises(ValueError, match=r"^n_last_layers_ignore="):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cf.apply_weight_standardization(model, n_last_layers_ignore=bad)
     assert not _standardized(model)
+
+
+def test_it_matches_only_init():
+    algo = WeightStandardization()
+    assert [e for e in Event if algo.match(e, None)] == [Event.INIT]
 
 
 @pytest.mark.parametrize("built_before", [True, False])
