@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ from algorithms import MixUp, SelectiveBackprop
 from algorithms.core import Algorithm, Event, State, Trainer
 from algorithms.core.time import Duration
 from algorithms.selective_backprop import should_selective_backprop
+from algorithms.selective_backprop.selective_backprop import selection_probabilities
 
 
 @pytest.fixture(autouse=True)
@@ -77,6 +79,11 @@ def _batch(n, seed=0, features=6, classes=3):
     return torch.randn(n, features, generator=g), torch.randint(0, classes, (n,), generator=g)
 
 
+def exactly(message: str) -> str:
+    """A ``match`` pattern for the whole of ``message``."""
+    return f"^{re.escape(message)}$"
+
+
 # -- the functional form against its definition --------------------------------------------------
 
 @pytest.mark.parametrize("keep", [0.25, 0.3, 0.5, 0.75])
@@ -109,6 +116,45 @@ def test_round_keep_n_rows_are_kept_each_a_row_of_the_batch_once_with_its_target
 
 def _loss_of_first_output(outputs, target, reduction="mean"):
     return outputs[:, 0] if reduction == "none" else outputs[:, 0].mean()
+
+
+def test_tied_losses_rank_the_earlier_row_first():
+    """40 examples with three distinct losses: among equal losses the earlier row has the lower
+    rank, so the same batch keeps the same rows on every device (an unstable sort would not)."""
+    n = 40
+    x = torch.stack([torch.arange(n, dtype=torch.float32), torch.arange(n).remainder(3).float()], dim=1)
+    ids = torch.arange(n)
+    for seed in range(3):
+        kept_x, kept_ids = cf.select_using_loss(x, ids, lambda v: v[:, 1:], _loss_of_first_output, keep=0.5,
+                                                generator=torch.Generator().manual_seed(seed))
+        want_x, want_ids = _definition(x, ids, x[:, 1], 0.5, torch.Generator().manual_seed(seed))
+        assert torch.equal(kept_ids, want_ids) and torch.equal(kept_x, want_x)
+
+
+def test_a_batch_of_scalars_is_selected_like_any_other():
+    """Input (N,): one number per example (here the example's loss itself)."""
+    x, ids = torch.tensor([0.3, 2.0, 0.1, 1.2, 0.7, 3.5, 0.5, 1.6]), torch.arange(8)
+    kept_x, kept_ids = cf.select_using_loss(x, ids, lambda v: v[:, None], _loss_of_first_output, keep=0.5,
+                                            generator=torch.Generator().manual_seed(1))
+    want_x, want_ids = _definition(x, ids, x, 0.5, torch.Generator().manual_seed(1))
+    assert torch.equal(kept_x, want_x) and torch.equal(kept_ids, want_ids)
+
+
+def test_an_empty_batch_comes_back_as_it_is_without_scoring():
+    def never(v):
+        raise AssertionError("the model was called on an empty batch")
+
+    x, y = torch.zeros(0, 6), torch.zeros(0, dtype=torch.long)
+    kept_x, kept_y = cf.select_using_loss(x, y, never, F.cross_entropy, keep=0.5)
+    assert kept_x is x and kept_y is y
+
+
+@pytest.mark.parametrize(("n", "keep"), [(1, 0.5), (8, 0.5), (10, 0.3), (7, 0.9), (5, 1.0)])
+def test_selection_probabilities_are_the_normalized_weights_in_float64(n, keep):
+    probabilities = selection_probabilities(n, keep)
+    weights = torch.tensor(_weights(n, keep), dtype=torch.float64)
+    assert probabilities.dtype == torch.float64
+    torch.testing.assert_close(probabilities, weights / weights.sum(), rtol=1e-14, atol=0)
 
 
 def _inclusion_probabilities(weights: list[float], draws: int) -> list[float]:
@@ -185,8 +231,10 @@ class _SizeRecorder(torch.nn.Module):
 
 @pytest.mark.parametrize(("shape", "mode"), [((6, 3, 16), "linear"), ((6, 3, 16, 12), "bilinear"),
                                              ((6, 3, 8, 8, 8), "trilinear")])
-@pytest.mark.parametrize("scale_factor", [0.5, 0.75])
+@pytest.mark.parametrize("scale_factor", [0.5, 0.75, 0.3])
 def test_scale_factor_below_1_scores_on_the_interpolated_input_and_keeps_full_size_rows(shape, mode, scale_factor):
+    """Interpolated at the given factor, as Composer does (not at the factor of the rounded
+    size: 16 * 0.3 = 4.8 gives 4 samples spaced 1 / 0.3 apart, not 16 / 4)."""
     x = torch.rand(shape, generator=torch.Generator().manual_seed(0))
     x = x * torch.linspace(0.1, 3, shape[0]).view(-1, *[1] * (len(shape) - 1))  # distinct losses
     y = torch.randint(0, 3, (shape[0],), generator=torch.Generator().manual_seed(1))
@@ -263,8 +311,10 @@ def _bad_loss(output, target):
 def test_a_loss_without_reduction_is_refused_naming_loss_fun():
     """Composer's test: a TypeError that says the loss must take `reduction`."""
     x, y = _batch(4)
-    with pytest.raises(TypeError, match=r"^loss_fun=_bad_loss: the loss function must take a keyword argument "
-                                        r"`reduction`\."):
+    with pytest.raises(TypeError, match=exactly(
+            "loss_fun=_bad_loss: the loss function must take a keyword argument `reduction`. Selective Backprop calls "
+            "it as loss(outputs, target, reduction='none') for per-example losses "
+            "(torch.nn.functional.cross_entropy does)")):
         cf.select_using_loss(x, y, _classifier(), _bad_loss, keep=1, scale_factor=1)
     with pytest.raises(TypeError, match=r"^loss_fun=3: the loss function must be callable"):
         cf.select_using_loss(x, y, _classifier(), 3)
@@ -274,24 +324,41 @@ def test_a_loss_without_reduction_is_refused_naming_loss_fun():
     assert kept[0].shape == (2, 6)  # a loss taking **kwargs is accepted
 
 
-def test_a_loss_that_does_not_give_one_loss_per_example_is_refused():
+@pytest.mark.parametrize(("loss_fun", "got"), [(lambda o, t, reduction: F.cross_entropy(o, t), "()"),
+                                              (lambda o, t, reduction: 0.5, "float")])
+def test_a_loss_that_does_not_give_one_loss_per_example_is_refused(loss_fun, got):
     x, y = _batch(4)
-    with pytest.raises(ValueError, match=r"^loss_fun: with reduction='none' it must give one loss per example, "
-                                         r"shape \(4,\) or \(4, \.\.\.\), got \(\)$"):
-        cf.select_using_loss(x, y, _classifier(), lambda o, t, reduction: F.cross_entropy(o, t))
+    with pytest.raises(ValueError, match=exactly("loss_fun: with reduction='none' it must give one loss per example, "
+                                                 f"shape (4,) or (4, ...), got {got}")):
+        cf.select_using_loss(x, y, _classifier(), loss_fun)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"keep": 0}, "keep=0: the fraction of the batch kept, in (0, 1]"), ({"keep": 1.5}, "keep=1.5"),
-    ({"keep": -0.5}, "keep=-0.5"), ({"keep": float("nan")}, "keep=nan"), ({"keep": "0.5"}, "keep='0.5'"),
-    ({"keep": True}, "keep=True"), ({"scale_factor": 0}, "scale_factor=0: the resize of the input for scoring"),
-    ({"scale_factor": 2}, "scale_factor=2"), ({"scale_factor": None}, "scale_factor=None"),
+@pytest.mark.parametrize(("input", "target", "message"), [
+    (torch.tensor(1.0), torch.tensor([0]), "input: a batch tensor (N, ...) is needed, got ()"),
+    ([[0.5] * 6] * 4, torch.tensor([0, 1, 2, 0]), "input: a batch tensor (N, ...) is needed, got list"),
+    (torch.zeros(4, 6), torch.tensor(1), "target: a tensor with one row per example of input (4) is needed, got ()"),
+    (torch.zeros(4, 6), [0, 1, 2, 0], "target: a tensor with one row per example of input (4) is needed, got list"),
 ])
-def test_bad_selection_hyperparameters_fail_with_a_clear_error(kwargs, words):
+def test_an_input_or_target_that_is_not_a_batch_is_refused(input, target, message):
+    with pytest.raises(ValueError, match=exactly(message)):
+        cf.select_using_loss(input, target, _classifier(), F.cross_entropy)
+
+
+_KEEP = "the fraction of the batch kept, in (0, 1]"
+_SCALE = "the resize of the input for scoring, in (0, 1] (1 scores at full size)"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"keep": 0}, f"keep=0: {_KEEP}"), ({"keep": 1.5}, f"keep=1.5: {_KEEP}"), ({"keep": -0.5}, f"keep=-0.5: {_KEEP}"),
+    ({"keep": float("nan")}, f"keep=nan: {_KEEP}"), ({"keep": "0.5"}, f"keep='0.5': {_KEEP}"),
+    ({"keep": True}, f"keep=True: {_KEEP}"), ({"scale_factor": 0}, f"scale_factor=0: {_SCALE}"),
+    ({"scale_factor": 2}, f"scale_factor=2: {_SCALE}"), ({"scale_factor": None}, f"scale_factor=None: {_SCALE}"),
+])
+def test_bad_selection_hyperparameters_fail_with_a_clear_error(kwargs, message):
     x, y = _batch(4)
-    with pytest.raises(ValueError, match="^" + words.replace("(", r"\(").replace("]", r"\]")):
+    with pytest.raises(ValueError, match=exactly(message)):
         SelectiveBackprop(**kwargs)
-    with pytest.raises(ValueError, match="^" + words.replace("(", r"\(").replace("]", r"\]")):
+    with pytest.raises(ValueError, match=exactly(message)):
         cf.select_using_loss(x, y, _classifier(), F.cross_entropy, **kwargs)
 
 
@@ -376,9 +443,21 @@ def test_should_selective_backprop_matches_its_definition_on_a_grid():
             assert should_selective_backprop(duration, batch_idx, start, end, interrupt) is selects
 
 
+def _state_at(batch, total, batch_in_epoch, model=None, precision="fp32"):
+    state = State(model=model if model is not None else torch.nn.Identity(), max_duration=Duration.parse(f"{total}ba"),
+                  loss_fn=F.cross_entropy, precision=precision, seed=0)
+    state.timestamp.batch, state.timestamp.batch_in_epoch = batch, batch_in_epoch
+    return state
+
+
 def test_the_defaults_select_on_every_other_batch_from_half_to_nine_tenths():
+    """Composer's defaults, in the functional form and the class: start 0.5, end 0.9, interrupt 2."""
     assert [should_selective_backprop(0.5, i) for i in range(4)] == [True, False, True, False]
     assert not should_selective_backprop(0.49, 0) and not should_selective_backprop(0.9, 0)
+    algo = SelectiveBackprop()
+    assert [algo.match(Event.AFTER_DATALOADER, _state_at(60, 100, i)) for i in range(4)] == [True, False, True, False]
+    assert not algo.match(Event.AFTER_DATALOADER, _state_at(49, 100, 0))
+    assert not algo.match(Event.AFTER_DATALOADER, _state_at(90, 100, 0))
 
 
 # -- in the Trainer -------------------------------------------------------------------------------
@@ -474,12 +553,40 @@ def test_dict_batches_are_selected_by_key_and_their_other_items_left_alone():
 
 
 def test_keep_1_in_the_trainer_never_scores():
+    """Nothing to select: the algorithm runs once, at INIT, to check the loss, and never after."""
     calls = []
     model = _classifier()
     model.register_forward_hook(lambda m, i, o: calls.append(len(i[0])))
-    Trainer(model, [_batch(6)] * 3, "3ba", algorithms=[SelectiveBackprop(start=0.0, keep=1, interrupt=0)], seed=0,
-            device="cpu").fit()
+    trainer = Trainer(model, [_batch(6)] * 3, "3ba", algorithms=[SelectiveBackprop(start=0.0, keep=1, interrupt=0)],
+                      seed=0, device="cpu")
+    trainer.fit()
     assert calls == [6, 6, 6]  # the training forward passes alone
+    assert [t.event for t in trainer.engine.trace if "SelectiveBackprop" in t.algorithms] == [Event.INIT]
+
+
+def test_the_class_scores_on_the_input_resized_by_its_scale_factor():
+    recorder = _SizeRecorder()
+    state = _state_at(6, 10, 6, model=recorder)
+    x = torch.rand(8, 3, 8, 6, generator=torch.Generator().manual_seed(0))
+    state.batch = (x, torch.randint(0, 3, (8,), generator=torch.Generator().manual_seed(1)))
+    algo = SelectiveBackprop(keep=0.5, scale_factor=0.5)
+    algo.apply(Event.INIT, state)
+    assert algo.match(Event.AFTER_DATALOADER, state)
+    algo.apply(Event.AFTER_DATALOADER, state)
+    (seen,) = recorder.seen
+    torch.testing.assert_close(seen, F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=False,
+                                                   recompute_scale_factor=False))
+    assert state.batch[0].shape == (4, 3, 8, 6)
+
+
+def test_under_amp_bf16_the_scoring_pass_runs_in_the_trainers_autocast():
+    """The card: scoring uses the Trainer's autocast, so the ranking sees the losses the step computes."""
+    dtypes = []
+    model = _classifier()
+    model.register_forward_hook(lambda m, i, o: dtypes.append((torch.is_grad_enabled(), o.dtype)))
+    Trainer(model, [_batch(8)], "1ba", algorithms=[SelectiveBackprop(start=0.0, interrupt=0)], seed=0, device="cpu",
+            precision="amp_bf16").fit()
+    assert dtypes == [(False, torch.bfloat16), (True, torch.bfloat16)]  # the scoring pass, then the training one
 
 
 def test_a_trainer_loss_without_reduction_is_refused_before_training():
