@@ -619,3 +619,45 @@ def test_the_trace_keeps_the_latest_events_only(monkeypatch):
     epoch_end = [*Event.batch_events()[-3:], Event.EPOCH_END, Event.FIT_END]
     assert [tr.event for tr in t.engine.trace] == epoch_end
     assert len(Trainer(torch.nn.Linear(6, 3), _data(2), "1ba").engine.trace) == 1  # INIT only
+
+
+class _Logits(torch.nn.Module):
+    """The input is the logits: eval sees exactly the outputs a case gives (a weight of 1 to train)."""
+
+    def __init__(self):
+        super().__init__()
+        self.one = torch.nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return x * self.one
+
+
+@pytest.mark.parametrize(("outputs", "targets", "classes_dim"), [
+    ((4, 3), (4,), 1),  # a classifier
+    ((4, 3, 5), (4, 5), 1),  # per position, classes on dim 1
+    ((4, 5, 7), (4, 5), -1),  # a language model: (N, T, V) for labels (N, T)
+    ((4, 6, 6), (4, 6), 1),  # both layouts fit: classes on dim 1, as torch's losses read it
+    ((4, 3, 2, 5), (4, 2, 5), 1),  # dense, (N, C, H, W)
+    ((4, 2, 5, 3), (4, 2, 5), -1),  # dense, classes last
+    ((2, 4, 3), (2, 4, 3), 1),  # class probabilities of the outputs' shape
+])
+def test_eval_reads_the_classes_where_the_outputs_hold_them(outputs, targets, classes_dim):
+    """Accuracy counts a position right when the largest logit on the classes' dimension is its
+    label: dim 1 as torch's losses read it, or the last dim for logits (*labels.shape, V) that do
+    not also fit the dim-1 layout."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(outputs, generator=g)
+    num_classes = outputs[classes_dim]
+    if len(targets) == len(outputs):
+        y = torch.softmax(torch.randn(targets, generator=g), dim=1)
+        labels = y.argmax(1)
+    else:
+        y = labels = torch.randint(0, num_classes, targets, generator=g)
+    correct = (x.argmax(classes_dim) == labels).double().mean().item()
+
+    def loss(out, target):
+        return torch.nn.functional.cross_entropy(out.movedim(-1, 1) if classes_dim == -1 else out, target)
+
+    t = Trainer(_Logits(), [(x, y)], "1ba", loss_fn=loss)
+    assert t.eval([(x, y)])["accuracy"] == pytest.approx(correct)
+    assert 0 < correct < 1  # a case where reading the wrong dimension would count differently
