@@ -120,7 +120,7 @@ def apply_alibi(model: nn.Module, max_sequence_length: int,
                                   optimizers=optimizers, method="Alibi")
 
 
-def alibi_bias_figure(n_heads: int = 4, head: int = 0, length: int = 16) -> dict[str, Any]:
+def alibi_bias_figure(n_heads: int = 4, head: int = 0, length: int = 16) -> dict[str, Any]:  # pragma: no mutate block
     """What the card's figure draws: the bias one head adds to its attention logits."""
     bias = alibi_bias(torch.tensor(alibi_slopes(n_heads)), length)[head]
     later = torch.ones(length, length, dtype=torch.bool).triu(1)

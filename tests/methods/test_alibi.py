@@ -13,7 +13,9 @@ first). All are re-expressed here on ``transformer_tiny``.
 from __future__ import annotations
 
 import math
+import re
 import warnings
+from collections import namedtuple
 
 import pytest
 import torch
@@ -24,7 +26,7 @@ import algorithms.functional as cf
 from algorithms import Alibi
 from algorithms.alibi import AlibiAttention, alibi_bias, alibi_slopes, shorten_sequences
 from algorithms.alibi.alibi import alibi_bias_figure
-from algorithms.core import Trainer
+from algorithms.core import Event, Trainer
 from algorithms.models import lm_loss, transformer_small, transformer_tiny
 from algorithms.models.transformer import CausalSelfAttention, PositionEmbedding
 from algorithms.surgery import NoModulesReplacedWarning
@@ -64,6 +66,12 @@ def test_slopes_for_other_head_counts_follow_the_paper_s_rule():
     assert len(alibi_slopes(24)) == 24 and len(set(alibi_slopes(24))) == 24
 
 
+@pytest.mark.parametrize("n_heads", [0, -4, True, 4.0, "4"])
+def test_a_head_count_that_is_not_a_positive_integer_is_refused(n_heads):
+    with pytest.raises(ValueError, match=f"^{re.escape(f'n_heads={n_heads!r}: must be a positive integer')}$"):
+        alibi_slopes(n_heads)
+
+
 @pytest.mark.parametrize("n_heads", [4, 8, 6])
 def test_the_bias_matrix_is_minus_slope_times_distance(n_heads):
     length = 9
@@ -74,6 +82,9 @@ def test_the_bias_matrix_is_minus_slope_times_distance(n_heads):
         for i in range(length):
             for j in range(i + 1):
                 assert bias[h, i, j].item() == pytest.approx(-m * (i - j), rel=1e-6, abs=0)
+    # float64 slopes: still computed in float32 and returned as float32 (the default dtype)
+    wide = alibi_bias(torch.tensor(alibi_slopes(n_heads), dtype=torch.float64), length)
+    assert wide.dtype == torch.float32 and torch.equal(wide, bias)
 
 
 def test_the_attention_is_softmax_of_scaled_scores_plus_the_bias():
@@ -207,6 +218,9 @@ def test_under_bfloat16_autocast_the_bias_is_computed_in_float32_then_cast():
     torch.testing.assert_close(bias.float(), alibi_bias(slopes, 300).bfloat16().float())
     model = _model()
     cf.apply_alibi(model, 512)
+    for dtype in (torch.bfloat16, torch.float64):  # the attention asks for its query's dtype
+        attn_bias = model.blocks[0].attn.attention_bias(300, torch.device("cpu"), dtype)
+        assert attn_bias.dtype == dtype and torch.equal(attn_bias, alibi_bias(slopes, 300).to(dtype))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.isfinite(model(torch.randint(0, VOCAB, (1, 300)))).all()
 
@@ -237,6 +251,41 @@ def test_a_length_that_does_not_divide_drops_each_row_s_remainder():
         shorten_sequences({"a": ids, "b": ids[:, :5]}, 0.5)
 
 
+def test_only_tensors_of_two_or_more_dimensions_are_cut():
+    """A ``(N, T, D)`` tensor is cut along T like the ``(N, T)`` ones; a per-example ``(N,)``
+    tensor and an item that is no tensor are kept as they are."""
+    ids, embeds = torch.arange(2 * 8).reshape(2, 8), torch.randn(2, 8, 3)
+    lengths = torch.tensor([8, 6])
+    out = shorten_sequences({"input_ids": ids, "embeds": embeds, "lengths": lengths, "source": "wiki"}, 0.5)
+    assert torch.equal(out["input_ids"], torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]))
+    assert out["embeds"].shape == (4, 4, 3) and torch.equal(out["embeds"].reshape(2, 8, 3), embeds)
+    assert out["lengths"] is lengths and out["source"] == "wiki"
+    batch = {"lengths": lengths, "source": "wiki"}  # nothing to cut
+    assert shorten_sequences(batch, 0.5) is batch
+
+
+def test_each_piece_has_at_least_one_position():
+    """``max(1, int(T * scaling))``: 10 positions at 0.1 give pieces of 1, and so do 4 (0.4 rounds down to 0)."""
+    for t in (10, 4):
+        ids = torch.arange(2 * t).reshape(2, t)
+        out = shorten_sequences([ids], 0.1)
+        assert isinstance(out, list) and torch.equal(out[0], ids.reshape(2 * t, 1))
+
+
+def test_with_scaling_1_the_batch_itself_is_returned():
+    batch = {"input_ids": torch.arange(12).reshape(2, 6)}
+    assert shorten_sequences(batch, 1) is batch and shorten_sequences(batch, 1.0) is batch
+
+
+def test_a_named_tuple_batch_stays_a_named_tuple():
+    Batch = namedtuple("Batch", ["input_ids", "labels", "lengths"])
+    ids = torch.arange(2 * 6).reshape(2, 6)
+    out = shorten_sequences(Batch(ids, ids + 1, torch.tensor([6, 6])), 0.5)
+    assert type(out) is Batch
+    assert torch.equal(out.input_ids, ids.reshape(4, 3)) and torch.equal(out.labels, ids.reshape(4, 3) + 1)
+    assert torch.equal(out.lengths, torch.tensor([6, 6]))
+
+
 def test_in_the_trainer_the_model_trains_on_shorter_rows_without_positions():
     seen = Observed(input_key="input_ids", target_key="labels")
     batches = _lm_batches(2, bs=4, length=32)
@@ -261,32 +310,77 @@ def test_with_scaling_1_the_batches_are_left_as_they_are():
     seen = Observed(input_key="input_ids", target_key="labels")
     batches = _lm_batches(1, bs=3, length=20)
     algo = Alibi(max_sequence_length=64, train_sequence_length_scaling=1.0)
-    Trainer(_model(), batches, "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-            algorithms=[algo, seen], seed=0, device="cpu").fit()
+    trainer = Trainer(_model(), batches, "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
+                      algorithms=[algo, seen], seed=0, device="cpu")
+    trainer.fit()
     assert torch.equal(seen.inputs[0], batches[0]["input_ids"])
+    assert [t.event for t in trainer.engine.trace if "Alibi" in t.algorithms] == [Event.INIT]  # no per-batch work
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"max_sequence_length": 0}, "max_sequence_length=0"), ({"max_sequence_length": 12.5}, "max_sequence_length=12.5"),
-    ({"max_sequence_length": True}, "max_sequence_length=True"),
-    ({"max_sequence_length": 8, "train_sequence_length_scaling": 0}, "train_sequence_length_scaling=0"),
-    ({"max_sequence_length": 8, "train_sequence_length_scaling": 2}, "train_sequence_length_scaling=2"),
-    ({"max_sequence_length": 8, "train_sequence_length_scaling": float("nan")}, "train_sequence_length_scaling=nan"),
+def test_in_the_trainer_an_optimizer_given_to_it_drops_the_position_embedding():
+    model = _model()
+    position = model.position.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = Trainer(model, _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
+                      optimizer=optimizer, algorithms=[Alibi(max_sequence_length=64)], seed=0, device="cpu")
+    held = [p for g in optimizer.param_groups for p in g["params"]]
+    assert all(p is not position for p in held)
+    assert {id(p) for p in held} == {id(p) for p in trainer.state.model.parameters()}
+    trainer.fit()
+
+
+def test_the_smallest_maximum_is_one_position():
+    model = _model().eval()
+    Alibi(max_sequence_length=1)
+    cf.apply_alibi(model, max_sequence_length=1)
+    assert model(torch.randint(0, VOCAB, (3, 1))).shape == (3, 1, VOCAB)
+    with pytest.raises(ValueError, match="^input_ids: 2 positions"):
+        model(torch.randint(0, VOCAB, (3, 2)))
+
+
+def test_attention_built_directly_has_no_dropout_by_default():
+    torch.manual_seed(0)
+    attn = AlibiAttention(16, 2, max_sequence_length=8).train()
+    x = torch.randn(2, 5, 16)
+    assert attn.dropout == 0.0 and torch.equal(attn(x), attn(x))
+
+
+MAX_LENGTH = "must be a positive integer, the longest sequence the model will accept"
+SCALING = "must be in (0, 1], the fraction of the sequence length to train on"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_sequence_length": 0}, f"max_sequence_length=0: {MAX_LENGTH}"),
+    ({"max_sequence_length": 12.5}, f"max_sequence_length=12.5: {MAX_LENGTH}"),
+    ({"max_sequence_length": True}, f"max_sequence_length=True: {MAX_LENGTH}"),
+    ({"max_sequence_length": 8, "train_sequence_length_scaling": 0}, f"train_sequence_length_scaling=0: {SCALING}"),
+    ({"max_sequence_length": 8, "train_sequence_length_scaling": 2}, f"train_sequence_length_scaling=2: {SCALING}"),
+    ({"max_sequence_length": 8, "train_sequence_length_scaling": float("nan")},
+     f"train_sequence_length_scaling=nan: {SCALING}"),
+    ({"max_sequence_length": 8, "train_sequence_length_scaling": True},
+     f"train_sequence_length_scaling=True: {SCALING}"),
+    ({"max_sequence_length": 8, "train_sequence_length_scaling": "0.5"},
+     f"train_sequence_length_scaling='0.5': {SCALING}"),
 ])
-def test_bad_arguments_fail_naming_the_argument(kwargs, words):
-    with pytest.raises(ValueError, match=f"^{words}"):
+def test_bad_arguments_fail_naming_the_argument(kwargs, message):
+    whole = f"^{re.escape(message)}$"
+    with pytest.raises(ValueError, match=whole):
         Alibi(**kwargs)
     if "train_sequence_length_scaling" not in kwargs:
         model = _model()
-        with pytest.raises(ValueError, match=f"^{words}"):
+        with pytest.raises(ValueError, match=whole):
             cf.apply_alibi(model, **kwargs)
         assert isinstance(model.position, PositionEmbedding)  # nothing changed
+    else:
+        with pytest.raises(ValueError, match=whole):
+            shorten_sequences({"input_ids": torch.zeros(2, 8)}, kwargs["train_sequence_length_scaling"])
 
 
 def test_a_model_without_attention_or_positions_warns_and_is_unchanged():
     """Composer's: a warning when ALiBi has no effect (a model of two linear layers)."""
     model = torch.nn.Sequential(torch.nn.Linear(20, 10), torch.nn.Linear(10, 5))
-    with pytest.warns(NoModulesReplacedWarning, match="Alibi"):
+    message = "Alibi: no module of the model matched (PositionEmbedding, CausalSelfAttention); the model is unchanged"
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         assert cf.apply_alibi(model, max_sequence_length=64) == {}
 
 
