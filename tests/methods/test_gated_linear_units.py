@@ -9,6 +9,9 @@ block is left and gated ones are; both are re-expressed here on ``transformer_ti
 
 from __future__ import annotations
 
+import functools
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -79,6 +82,32 @@ def test_the_parameter_count_is_kept():
     assert glu_hidden_width(_model().blocks[0].ffn) == 172
 
 
+def _feed_forward(d, f, up_bias, down_bias):
+    block = FeedForward(d, f)
+    block.up = torch.nn.Linear(d, f, bias=up_bias)
+    block.down = torch.nn.Linear(f, d, bias=down_bias)
+    return block
+
+
+@pytest.mark.parametrize(("up_bias", "down_bias"), [(True, True), (False, False), (True, False), (False, True)])
+@pytest.mark.parametrize(("gated_layer_bias", "non_gated_layer_bias"), [(False, False), (True, False), (True, True)])
+def test_the_width_gives_the_count_closest_to_the_block_s(up_bias, down_bias, gated_layer_bias, non_gated_layer_bias):
+    """Every width from 1 up is tried: none gives a count closer to the block's than the one chosen.
+    The GLU block holds 3 d h weights, h per biased gate or up, and d for down's bias where the
+    block's down has one."""
+    for d in (1, 2, 3, 5, 8):
+        for f in range(1, 13):
+            block = _feed_forward(d, f, up_bias, down_bias)
+            target = _params(block)
+
+            def count(h, d=d):
+                return 3 * d * h + h * (gated_layer_bias + non_gated_layer_bias) + (d if down_bias else 0)
+
+            width = glu_hidden_width(block, gated_layer_bias, non_gated_layer_bias)
+            best = min(abs(count(h) - target) for h in range(1, 4 * f + 2))
+            assert width >= 1 and abs(count(width) - target) == best, (d, f, width)
+
+
 def test_the_paper_s_width_for_bias_free_layers():
     """Shazeer (2020) reduces T5's d_ff = 3072 to 2048 at d_model = 768: two thirds, the same count."""
     block = FeedForward(768, 3072)
@@ -104,6 +133,10 @@ def test_the_original_weights_are_loaded_into_up_and_down():
     """Composer builds all three layers fresh; here up and down keep the original's first rows and
     columns (the model's own initialisation, GPT-2's), and gate is drawn with the original up's spread."""
     model = _model()
+    with torch.no_grad():  # GPT-2's initialisation zeroes the biases: give them values to copy
+        for b in model.blocks:
+            b.ffn.up.bias.normal_()
+            b.ffn.down.bias.normal_()
     old = [(b.ffn.up.weight.detach().clone(), b.ffn.up.bias.detach().clone(), b.ffn.down.weight.detach().clone(),
             b.ffn.down.bias.detach().clone()) for b in model.blocks]
     cf.apply_gated_linear_units(model, non_gated_layer_bias=True, gated_layer_bias=True)
@@ -136,6 +169,43 @@ def test_every_feed_forward_block_is_replaced_and_nothing_else():
     assert sum(isinstance(m, GLUFeedForward) for m in model.modules()) == 2
     assert [n for n, m in model.named_modules() if "ffn" not in n] == names
     assert len(cf.apply_gated_linear_units(_model(builder=transformer_small))) == 4
+
+
+def test_a_block_built_directly_has_the_documented_defaults():
+    """No dropout, no bias on gate and up, a bias on down; a plain function shows in the repr."""
+    torch.manual_seed(0)
+    block = GLUFeedForward(8, 12, F.silu).train()
+    assert block.gate.bias is None and block.up.bias is None and block.down.bias is not None
+    x = torch.randn(4, 8)
+    assert block.drop.p == 0.0 and torch.equal(block(x), block(x))
+    assert isinstance(block.act, torch.nn.Module) and "(act): _Activation(silu)" in repr(block)
+    leaky = functools.partial(F.leaky_relu, negative_slope=0.2)  # no __qualname__: its repr is shown
+    assert f"(act): _Activation({leaky!r})" in repr(GLUFeedForward(8, 12, leaky))
+    torch.testing.assert_close(GLUFeedForward(8, 12, leaky).act(x), F.leaky_relu(x, 0.2))
+
+
+def test_an_activation_module_is_copied_into_each_block():
+    """A learnable activation given as act_fn: each block learns its own copy, and the caller's
+    module is not trained."""
+    act = torch.nn.PReLU()
+    model = _model()
+    cf.apply_gated_linear_units(model, act_fn=act)
+    first, second = model.blocks[0].ffn.act, model.blocks[1].ffn.act
+    assert isinstance(first, torch.nn.PReLU) and first.weight is not second.weight
+    assert all(p is not act.weight for p in model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    batch = _lm_batches(1)[0]
+    lm_loss(model(batch["input_ids"]), batch["labels"]).backward()
+    optimizer.step()
+    assert torch.equal(act.weight, torch.full((1,), 0.25))  # PReLU's initial slope, untouched
+    assert not torch.equal(first.weight, act.weight)
+
+
+def test_a_biased_up_is_zero_where_the_block_had_no_bias():
+    block = _feed_forward(8, 12, up_bias=False, down_bias=True)
+    model = torch.nn.Sequential(block)
+    cf.apply_gated_linear_units(model, non_gated_layer_bias=True)
+    assert torch.equal(model[0].up.bias, torch.zeros(model[0].up.out_features))
 
 
 def test_the_block_s_own_activation_and_dropout_are_kept():
@@ -186,6 +256,7 @@ def test_in_the_trainer_the_model_trained_has_gated_blocks():
                       algorithms=[GatedLinearUnits(), seen], seed=0, device="cpu")
     model = trainer.state.model
     assert sum(isinstance(m, GLUFeedForward) for m in model.modules()) == 2
+    assert all(b.ffn.gate.bias is None and b.ffn.up.bias is None for b in model.blocks)  # the defaults: no biases
     held = {id(p) for p in trainer.state.optimizers[0].param_groups[0]["params"]}
     assert held == {id(p) for p in model.parameters()}
     before = model.blocks[0].ffn.gate.weight.detach().clone()
@@ -196,32 +267,49 @@ def test_in_the_trainer_the_model_trained_has_gated_blocks():
         torch.testing.assert_close(loss, lm_loss(out, batch["labels"]))
 
 
-def test_the_class_passes_its_hyperparameters_on():
-    algo = GatedLinearUnits(act_fn=F.relu, gated_layer_bias=True)
+@pytest.mark.parametrize(("gated_layer_bias", "non_gated_layer_bias"), [(True, False), (False, True)])
+def test_the_class_passes_its_hyperparameters_on(gated_layer_bias, non_gated_layer_bias):
+    algo = GatedLinearUnits(act_fn=F.relu, gated_layer_bias=gated_layer_bias, non_gated_layer_bias=non_gated_layer_bias)
     trainer = Trainer(_model(), _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
                       algorithms=[algo], seed=0, device="cpu")
     block = trainer.state.model.blocks[0].ffn
-    assert block.gate.bias is not None and block.up.bias is None
+    assert (block.gate.bias is not None) == gated_layer_bias and (block.up.bias is not None) == non_gated_layer_bias
     x = torch.randn(4, 64)
     torch.testing.assert_close(block.act(x), F.relu(x))
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"act_fn": "gelu"}, "act_fn='gelu'"), ({"gated_layer_bias": 1}, "gated_layer_bias=1"),
-    ({"non_gated_layer_bias": "yes"}, "non_gated_layer_bias='yes'"),
+def test_in_the_trainer_an_optimizer_given_to_it_trains_the_gated_blocks():
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    trainer = Trainer(model, _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
+                      optimizer=optimizer, algorithms=[GatedLinearUnits()], seed=0, device="cpu")
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    assert held == {id(p) for p in trainer.state.model.parameters()}
+    gate = trainer.state.model.blocks[0].ffn.gate.weight.detach().clone()
+    trainer.fit()
+    assert not torch.equal(trainer.state.model.blocks[0].ffn.gate.weight, gate)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"act_fn": "gelu"}, "act_fn='gelu': must be None (keep each block's activation) or a function of a tensor, "
+                         "e.g. torch.nn.functional.silu"),
+    ({"gated_layer_bias": 1}, "gated_layer_bias=1: must be True or False"),
+    ({"non_gated_layer_bias": "yes"}, "non_gated_layer_bias='yes': must be True or False"),
 ])
-def test_bad_arguments_fail_naming_the_argument(kwargs, words):
-    with pytest.raises(ValueError, match=f"^{words}"):
+def test_bad_arguments_fail_naming_the_argument(kwargs, message):
+    whole = f"^{re.escape(message)}$"
+    with pytest.raises(ValueError, match=whole):
         GatedLinearUnits(**kwargs)
     model = _model()
-    with pytest.raises(ValueError, match=f"^{words}"):
+    with pytest.raises(ValueError, match=whole):
         cf.apply_gated_linear_units(model, **kwargs)
     assert sum(isinstance(m, FeedForward) for m in model.modules()) == 2  # nothing changed
 
 
 def test_a_model_without_feed_forward_blocks_warns_and_is_unchanged():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 2))
-    with pytest.warns(NoModulesReplacedWarning, match="GatedLinearUnits"):
+    message = "GatedLinearUnits: no module of the model matched (FeedForward); the model is unchanged"
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         assert cf.apply_gated_linear_units(model) == {}
     model = _model()
     cf.apply_gated_linear_units(model)
