@@ -193,7 +193,8 @@ def _progress(state: State) -> Fraction:
 
 
 def sequence_length_schedule(batches: int = 100, duration: float = 0.3, min_seq_length: int = 8,
-                             max_seq_length: int = 128, step_size: int = 8) -> dict[str, Any]:
+                             max_seq_length: int = 128,
+                             step_size: int = 8) -> dict[str, Any]:  # pragma: no mutate block
     """The sequence length of each batch of a run of ``batches`` batches, from
     :meth:`SeqLengthWarmup.sequence_length` (the method card's figure)."""
     warmup = SeqLengthWarmup(duration, min_seq_length, max_seq_length, step_size)

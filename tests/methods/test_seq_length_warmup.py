@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from fractions import Fraction
 
 import pytest
@@ -179,23 +180,45 @@ def test_keeps_dtype_and_device_of_every_tensor():
         assert out["input_ids"].dtype == torch.int32 and out["weights"].dtype == torch.float64
 
 
-@pytest.mark.parametrize(("call", "argument"), [
-    (lambda b: cf.set_batch_sequence_length(b, 0), "curr_seq_len=0"),
-    (lambda b: cf.set_batch_sequence_length(b, 2.5), "curr_seq_len=2.5"),
-    (lambda b: cf.set_batch_sequence_length([b["input_ids"]], 4), "batch:"),
-    (lambda b: cf.set_batch_sequence_length({**b, "class": torch.zeros(4)}, 4), "batch['class']:"),
-    (lambda b: cf.set_batch_sequence_length({"labels": b["labels"]}, 4, truncate=False), "batch:"),
+NEEDS_A_MAPPING = ("batch: Sequence Length Warmup needs a mapping of tensors such as "
+                   "{'input_ids': (N, T), 'labels': (N, T)}")
+DURATION = "the fraction of training to warm up over, in [0, 1]"
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda b: cf.set_batch_sequence_length(b, 0), "curr_seq_len=0: must be an integer >= 1"),
+    (lambda b: cf.set_batch_sequence_length(b, 2.5), "curr_seq_len=2.5: must be an integer >= 1"),
+    (lambda b: cf.set_batch_sequence_length([b["input_ids"]], 4), f"{NEEDS_A_MAPPING}, got list"),
+    (lambda b: cf.set_batch_sequence_length({"ids": [1, 2]}, 4), f"{NEEDS_A_MAPPING}, got dict"),
+    (lambda b: cf.set_batch_sequence_length({**b, "class": torch.zeros(4)}, 4),
+     "batch['class']: shape (4,); truncating needs every tensor to have a sequence dimension (N, T, ...)"),
+    (lambda b: cf.set_batch_sequence_length({"class": torch.zeros(4), **b}, 4),  # the 1-D tensor first
+     "batch['class']: shape (4,); truncating needs every tensor to have a sequence dimension (N, T, ...)"),
+    (lambda b: cf.set_batch_sequence_length({"labels": b["labels"]}, 4, truncate=False),
+     "batch: reshaping (truncate=False) needs 'input_ids', whose shape every tensor shares"),
     (lambda b: cf.set_batch_sequence_length({**b, "labels": b["labels"][:, :5]}, 4, truncate=False),
-     "batch['labels']:"),
-    (lambda b: SeqLengthWarmup(duration=1.5), "duration=1.5"),
-    (lambda b: SeqLengthWarmup(min_seq_length=0), "min_seq_length=0"),
-    (lambda b: SeqLengthWarmup(min_seq_length=64, max_seq_length=32), "max_seq_length=32"),
-    (lambda b: SeqLengthWarmup(step_size=0), "step_size=0"),
+     "batch['labels']: shape (4, 5); reshaping (truncate=False) needs every tensor to have input_ids' shape (4, 16)"),
+    (lambda b: SeqLengthWarmup(duration=1.5), f"duration=1.5: {DURATION}"),
+    (lambda b: SeqLengthWarmup(duration=True), f"duration=True: {DURATION}"),
+    (lambda b: SeqLengthWarmup(duration="0.5"), f"duration='0.5': {DURATION}"),
+    (lambda b: SeqLengthWarmup(min_seq_length=0), "min_seq_length=0: must be an integer >= 1"),
+    (lambda b: SeqLengthWarmup(max_seq_length=0), "max_seq_length=0: must be an integer >= 1"),
+    (lambda b: SeqLengthWarmup(min_seq_length=64, max_seq_length=32),
+     "max_seq_length=32: must be >= min_seq_length=64"),
+    (lambda b: SeqLengthWarmup(step_size=0), "step_size=0: must be an integer >= 1"),
 ])
-def test_bad_input_is_a_value_error_naming_the_argument(call, argument):
+def test_bad_input_is_a_value_error_naming_the_argument(call, message):
     batch = _lm_batch(length=16)
-    with pytest.raises(ValueError, match="^" + argument.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         call(batch)
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+def test_a_batch_without_a_sequence_dimension_is_left_as_it_is(truncate):
+    """No tensor of two or more dimensions: no length to cut to, so a new dict of the same tensors."""
+    for batch in ({}, {"lengths": torch.tensor([3, 4])}):
+        out = cf.set_batch_sequence_length(batch, 2, truncate)
+        assert out == batch and out is not batch and all(out[k] is batch[k] for k in batch)
 
 
 # -- the schedule ------------------------------------------------------------------------------
@@ -219,6 +242,49 @@ def test_the_length_at_each_batch_is_the_formula(total, duration, low, high, ste
     assert got == want
     assert got[0] == (low if duration > 0 else high) and all(x <= y for x, y in zip(got[:-1], got[1:], strict=True))
     assert all((x - low) % step == 0 or x == high for x in got)
+
+
+def test_a_float_progress_is_read_as_the_decimal_it_prints_as():
+    """0.3 as a float is a little below 3/10; read as the decimal "0.3" it is the end of a 0.3 warmup.
+    0.02 of a 0.1 warmup of ten steps is two steps exactly, where float division (0.02 / 0.1 =
+    0.19999999999999998) would give one."""
+    warmup = SeqLengthWarmup(duration=0.3, min_seq_length=8, max_seq_length=128, step_size=8)
+    assert warmup.sequence_length(0.3) == 128 and warmup.sequence_length(Fraction(3, 10)) == 128
+    assert warmup.sequence_length(0.15) == 8 + 8 * 7 and warmup.sequence_length(0.0) == 8  # floor(0.5 * 15) = 7
+    warmup = SeqLengthWarmup(duration=0.1, min_seq_length=8, max_seq_length=88, step_size=8)
+    assert warmup.sequence_length(0.02) == 8 + 8 * 2 == warmup.sequence_length(Fraction(1, 50))
+
+
+def test_the_defaults_are_composers():
+    """duration 0.3, lengths 8 to 1024 in steps of 8, truncating, the end of a sequence not kept."""
+    warmup = SeqLengthWarmup()
+    got = [warmup.sequence_length(Fraction(b, 100)) for b in range(100)]
+    assert got == [_formula(Fraction(b), 100, Fraction(3, 10), 8, 1024, 8) for b in range(100)]
+    state = State(model=torch.nn.Identity(), max_duration=Duration.parse("10ba"))
+    state.batch = _lm_batch(n=2, length=32)
+    warmup.apply(Event.AFTER_DATALOADER, state)
+    assert torch.equal(state.batch["input_ids"], _lm_batch(n=2, length=32)["input_ids"][:, :8])
+
+
+def _length_at(warmup, max_duration, done=0, epoch=0, batch_in_epoch=0, dataloader_len=None):
+    state = State(model=torch.nn.Identity(), max_duration=Duration.parse(max_duration), dataloader_len=dataloader_len)
+    state.timestamp.batch = state.timestamp.sample = done
+    state.timestamp.epoch, state.timestamp.batch_in_epoch = epoch, batch_in_epoch
+    state.batch = _lm_batch(n=2, length=64)
+    warmup.apply(Event.AFTER_DATALOADER, state)
+    return state.batch["input_ids"].shape[1]
+
+
+def test_the_progress_is_exact_in_every_unit_of_the_run():
+    """Duration 1 and three steps (8, 16, 24, 32): at a third of the run the length is 16, which a
+    float progress (1/3 = 0.333...) would floor to 8."""
+    warmup = SeqLengthWarmup(duration=1.0, min_seq_length=8, max_seq_length=32, step_size=8)
+    assert [_length_at(warmup, "3ba", done=b) for b in range(3)] == [8, 16, 24]
+    assert [_length_at(warmup, "3sp", done=b) for b in range(3)] == [8, 16, 24]
+    assert [_length_at(warmup, "1ep", batch_in_epoch=b, dataloader_len=3) for b in range(3)] == [8, 16, 24]
+    # a loader without a length: epochs done over epochs, as State.progress() gives it
+    assert [_length_at(warmup, "4ep", epoch=e) for e in range(4)] == [8, 8, 16, 24]  # floor(e / 4 * 3) steps
+    assert _length_at(warmup, "0ba") == 32  # a run of no batches is done: State.progress() is 1
 
 
 def test_the_schedule_matches_composers_where_its_batches_divide_evenly():
