@@ -55,7 +55,8 @@ def apply_channels_last(model: nn.Module) -> nn.Module:
     return model.to(memory_format=torch.channels_last)
 
 
-def weight_strides(model: str = "resnet20", module: str = "layer1.0.conv1") -> dict[str, Any]:
+def weight_strides(model: str = "resnet20",
+                   module: str = "layer1.0.conv1") -> dict[str, Any]:  # pragma: no mutate block
     """The card's figure: the strides of a fresh reference model's convolution weight, in
     elements, before and after :func:`apply_channels_last`."""
     from .. import models

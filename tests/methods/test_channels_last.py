@@ -10,6 +10,7 @@ already run from the metadata registry.
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -109,10 +110,12 @@ def test_a_model_without_4d_tensors_is_left_as_it_is_and_a_5d_one_is_refused():
     cf.apply_channels_last(linear)
     assert [p.stride() for p in linear.parameters()] == strides
     conv3d = torch.nn.Sequential(torch.nn.Conv2d(2, 2, 3), torch.nn.Conv3d(2, 2, 3))
-    with pytest.raises(ValueError, match=r"model: 1.weight is 5-D"):
+    five_d = ("model: 1.weight is 5-D, and channels_last is a layout of 4-D tensors; convert a 3-D convolutional "
+              "model with model.to(memory_format=torch.channels_last_3d)")
+    with pytest.raises(ValueError, match=f"^{re.escape(five_d)}$"):
         cf.apply_channels_last(conv3d)
     assert conv3d[0].weight.is_contiguous()  # nothing changed
-    with pytest.raises(ValueError, match="model: must be a torch.nn.Module"):
+    with pytest.raises(ValueError, match=r"^model: must be a torch\.nn\.Module, got Tensor$"):
         cf.apply_channels_last(torch.zeros(2, 3, 4, 4))
 
 
