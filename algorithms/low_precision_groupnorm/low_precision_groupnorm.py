@@ -102,7 +102,7 @@ def _to_lp_groupnorm(module: nn.Module, index: int) -> LPGroupNorm | None:
 
 
 def groupnorm_error(channels: int = 32, group_counts: tuple[int, ...] | list[int] = (1, 2, 4, 8, 16, 32),
-                    generator: torch.Generator | None = None) -> dict[str, Any]:
+                    generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
     """The figure's data: the largest absolute difference between :class:`LPGroupNorm` under CPU
     autocast (bfloat16, float16) and ``nn.GroupNorm`` in float32, for each group count, on a
     seeded standard normal batch ``(8, channels, 8, 8)`` with seeded weights and biases."""

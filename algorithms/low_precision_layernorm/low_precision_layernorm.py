@@ -106,7 +106,7 @@ def _to_lp_layernorm(module: nn.Module, index: int) -> LPLayerNorm | None:
 
 
 def layernorm_error(width: int = 64, offsets: tuple[float, ...] | list[float] = (0, 1, 4, 16, 64),
-                    generator: torch.Generator | None = None) -> dict[str, Any]:
+                    generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
     """The figure's data: the largest absolute difference between :class:`LPLayerNorm` under CPU
     autocast (bfloat16, float16) and ``nn.LayerNorm`` in float32, on seeded rows of ``width``
     standard normal values shifted by each offset (a mean large against the spread, as residual

@@ -14,6 +14,8 @@ float32 input gives float32, a bfloat16 input bfloat16); on CUDA it casts to flo
 from __future__ import annotations
 
 import contextlib
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +24,7 @@ from torch import nn
 import algorithms.functional as cf
 from algorithms import LowPrecisionGroupNorm
 from algorithms.core import Trainer
+from algorithms.low_precision_groupnorm import low_precision_groupnorm as lp_module
 from algorithms.low_precision_groupnorm.low_precision_groupnorm import LPGroupNorm, groupnorm_error
 from algorithms.surgery import NoModulesReplacedWarning, count_module_instances
 
@@ -35,9 +38,10 @@ UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
 
 def _model():
-    """A small convolutional network with two group norms (one without affine parameters)."""
+    """A small convolutional network with two group norms (one without affine parameters, one with
+    an eps other than the default)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8), nn.ReLU(), nn.Conv2d(8, 8, 3),
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8, eps=1e-3), nn.ReLU(), nn.Conv2d(8, 8, 3),
                           nn.GroupNorm(2, 8, affine=False), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
     with torch.no_grad():
         model[1].weight.uniform_(0.5, 1.5)
@@ -80,9 +84,10 @@ def test_outside_autocast_it_computes_exactly_what_groupnorm_does():
     assert torch.equal(model(x), reference(x))
 
 
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("groups", [1, 2, 4, 8, 16])
-def test_under_autocast_the_output_has_the_autocast_dtype_and_is_close_to_float32(dtype, groups):
+def test_under_autocast_the_output_has_the_autocast_dtype_and_is_close_to_float32(dtype, groups, eps):
     """The dtype: float32 in, ``dtype`` out (nn.GroupNorm gives float32). The values: with the
     unit roundoff u of ``dtype``, rounding the input, the weight, the bias and the output each
     moves an entry of y = w * (x - mean) / std + b by at most about u times |y|, |w * xhat| or
@@ -90,7 +95,7 @@ def test_under_autocast_the_output_has_the_autocast_dtype_and_is_close_to_float3
     variance are accumulated in float32)."""
     g = torch.Generator().manual_seed(groups)
     x = 3 * torch.randn(8, 16, 6, 6, generator=g) + 1
-    reference = nn.GroupNorm(groups, 16)
+    reference = nn.GroupNorm(groups, 16, eps=eps)
     with torch.no_grad():
         reference.weight.copy_(torch.randn(16, generator=g))
         reference.bias.copy_(torch.randn(16, generator=g))
@@ -141,19 +146,48 @@ def test_a_float64_model_keeps_float64_groupnorms():
 @pytest.mark.parametrize("precision", [None, "fp32", "fp16", "bf16"])
 def test_without_autocast_it_warns_and_changes_nothing(precision):
     model = _model()
-    with pytest.warns(NoModulesReplacedWarning, match=f"precision={precision!r}"):
+    message = (f"LowPrecisionGroupNorm: precision={precision!r} runs no autocast, where a low precision group norm "
+               "computes what nn.GroupNorm does; it applies to amp_fp16 and amp_bf16 only, so the model is unchanged")
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$") as record:
         cf.apply_low_precision_groupnorm(model, precision=precision)
     assert len(_plain_groupnorms(model)) == 2
+    # the warning points at the call, outside the method's module
+    assert Path(record[0].filename).resolve() != Path(lp_module.__file__).resolve()
 
 
 def test_a_model_without_groupnorm_warns():
-    with pytest.warns(NoModulesReplacedWarning, match="LowPrecisionGroupNorm"):
+    message = "LowPrecisionGroupNorm: no module of the model matched (GroupNorm); the model is unchanged"
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         cf.apply_low_precision_groupnorm(nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)), precision="amp_bf16")
 
 
+def test_applied_again_it_keeps_the_low_precision_groupnorms_and_warns():
+    model = _model()
+    cf.apply_low_precision_groupnorm(model, precision="amp_bf16")
+    norms = [m for m in model.modules() if isinstance(m, LPGroupNorm)]
+    with pytest.warns(NoModulesReplacedWarning, match="no module of the model matched"):
+        cf.apply_low_precision_groupnorm(model, precision="amp_fp16")
+    assert [m for m in model.modules() if isinstance(m, LPGroupNorm)] == norms  # the same modules
+
+
 def test_an_unknown_precision_is_refused():
-    with pytest.raises(ValueError, match="precision='amp_fp8'"):
+    message = "precision='amp_fp8': use one of fp32, fp16, bf16, amp_fp16, amp_bf16 (or None)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cf.apply_low_precision_groupnorm(_model(), precision="amp_fp8")
+
+
+def test_in_the_trainer_an_optimizer_given_to_it_trains_the_new_parameters():
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    old = {id(p) for m in _plain_groupnorms(model) for p in m.parameters()}
+    batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, 4, (4,)))]
+    trainer = Trainer(model, batches, "1ba", optimizer=optimizer, algorithms=[LowPrecisionGroupNorm()],
+                      precision="amp_bf16", seed=0, device="cpu")
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert held == {id(p) for p in trainer.state.model.parameters()} and not old & held
+    before = trainer.state.model[1].weight.detach().clone()
+    trainer.fit()
+    assert not torch.equal(trainer.state.model[1].weight, before)
 
 
 @pytest.mark.parametrize("precision", ["amp_bf16", "fp32"])
@@ -182,3 +216,19 @@ def test_the_figure_data_is_the_real_error():
         errors = data["series"][label]
         assert len(errors) == 3 and all(0 < e < 16 * UNIT_ROUNDOFF[dtype] * 8 for e in errors)
     assert max(data["series"]["float16"]) < min(data["series"]["bfloat16"])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_on_cuda_autocast_runs_it_in_low_precision_where_nn_groupnorm_runs_in_float32(dtype):
+    """group_norm is on CUDA autocast's float32 list: nn.GroupNorm gives float32 there, LPGroupNorm
+    the autocast dtype (it runs group_norm with autocast off)."""
+    reference = _model()[1]
+    low = cf.apply_low_precision_groupnorm(nn.Sequential(_model()[1]), precision="amp_bf16")[0]
+    reference, low = reference.cuda(), low.cuda()
+    x = torch.randn(4, 8, 6, 6, device="cuda").to(dtype)
+    with torch.autocast("cuda", dtype=dtype):
+        assert reference(x).dtype == torch.float32
+        out = low(x)
+    assert out.dtype == dtype and out.is_cuda
+    torch.testing.assert_close(out.float(), reference(x.float()), atol=0.1, rtol=0.05)

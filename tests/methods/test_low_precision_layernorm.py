@@ -9,6 +9,9 @@ plain ``nn.LayerNorm`` is left and that ``LPLayerNorm`` is there; both are re-ex
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -18,6 +21,7 @@ import algorithms.functional as cf
 from algorithms import LowPrecisionLayerNorm
 from algorithms.core import Trainer
 from algorithms.low_precision_layernorm import LPLayerNorm
+from algorithms.low_precision_layernorm import low_precision_layernorm as lp_module
 from algorithms.low_precision_layernorm.low_precision_layernorm import layernorm_error
 from algorithms.models import lm_loss, transformer_small, transformer_tiny
 from algorithms.surgery import NoModulesReplacedWarning
@@ -42,9 +46,9 @@ def _lm_batches(n=2, bs=4, length=16, seed=0):
     return out
 
 
-def _pair(width=64, seed=0):
+def _pair(width=64, seed=0, eps=1e-5):
     g = torch.Generator().manual_seed(seed)
-    reference = nn.LayerNorm(width)
+    reference = nn.LayerNorm(width, eps=eps)
     with torch.no_grad():
         reference.weight.copy_(1 + 0.3 * torch.randn(width, generator=g))
         reference.bias.copy_(0.3 * torch.randn(width, generator=g))
@@ -82,15 +86,18 @@ def test_without_autocast_it_is_exactly_nn_layernorm():
         assert torch.equal(low(x), reference(x))
 
 
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("offset", [0.0, 1.0, 8.0, 64.0])
-def test_under_autocast_it_is_within_the_roundoff_of_its_dtype(dtype, offset):
+def test_under_autocast_it_is_within_the_roundoff_of_its_dtype(dtype, offset, eps):
     """Four roundings of relative size u (the unit roundoff: 2^-8 for bfloat16, 2^-11 for float16)
     separate it from float32: the input, the weight, the bias and the output. With
     y = (x - mean) / std and s = max |x| / std over the row (rounding x moves the mean and the
     spread by at most u s std), each element differs by at most
-    u * (|w| s (2 + |y|) + |w y| + |b| + |out|); the largest ratio seen is about 0.5 of that."""
-    reference, low = _pair()
+    u * (|w| s (2 + |y|) + |w y| + |b| + |out|); the largest ratio seen is about 0.5 of that.
+    The layer's own eps is used (0.5, far from the default, shows it)."""
+    reference, low = _pair(eps=eps)
+    assert low.eps == eps
     g = torch.Generator().manual_seed(2)
     x = torch.randn(512, 64, generator=g) * (0.1 + 3 * torch.rand(512, 1, generator=g)) + offset
     with torch.no_grad():
@@ -152,9 +159,11 @@ def test_gradients_reach_the_float32_weights():
 
 
 def test_layer_norms_without_affine_or_bias_are_replaced_too():
-    model = nn.Sequential(nn.LayerNorm(8, elementwise_affine=False), nn.LayerNorm(8, bias=False), nn.LayerNorm([2, 4]))
+    model = nn.Sequential(nn.LayerNorm(8, elementwise_affine=False), nn.LayerNorm(8, bias=False), nn.LayerNorm([2, 4]),
+                          nn.LayerNorm(8, eps=0.25))
     cf.apply_low_precision_layernorm(model, precision="amp_bf16")
     assert all(type(m) is LPLayerNorm for m in model)
+    assert [m.eps for m in model] == [1e-5, 1e-5, 1e-5, 0.25]
     assert model[0].weight is None and model[1].bias is None and model[1].weight is not None
     assert model[2].normalized_shape == (2, 4)
     x = torch.randn(3, 2, 4).reshape(3, 8)
@@ -165,18 +174,24 @@ def test_layer_norms_without_affine_or_bias_are_replaced_too():
 @pytest.mark.parametrize("precision", [None, "fp32", "fp16", "bf16"])
 def test_outside_autocast_precisions_it_warns_and_changes_nothing(precision):
     model = _model()
-    with pytest.warns(NoModulesReplacedWarning, match=f"precision={precision!r}"):
+    message = (f"LowPrecisionLayerNorm: precision={precision!r} runs no autocast, where a low precision layer norm "
+               "computes what nn.LayerNorm does; it applies to amp_fp16 and amp_bf16 only, so the model is unchanged")
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$") as record:
         assert cf.apply_low_precision_layernorm(model, precision=precision) is model
     assert not any(isinstance(m, LPLayerNorm) for m in model.modules())
+    # the warning points at the call, outside the method's module
+    assert Path(record[0].filename).resolve() != Path(lp_module.__file__).resolve()
 
 
 def test_an_unknown_precision_is_refused_naming_it():
-    with pytest.raises(ValueError, match="^precision='amp_fp8'"):
+    message = "precision='amp_fp8': use one of fp32, fp16, bf16, amp_fp16, amp_bf16 (or None)"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cf.apply_low_precision_layernorm(_model(), precision="amp_fp8")
 
 
 def test_a_model_without_layer_norms_warns():
-    with pytest.warns(NoModulesReplacedWarning, match="LowPrecisionLayerNorm"):
+    message = "LowPrecisionLayerNorm: no module of the model matched (LayerNorm); the model is unchanged"
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         cf.apply_low_precision_layernorm(nn.Sequential(nn.Linear(4, 4)), precision="amp_bf16")
     model = _model()
     cf.apply_low_precision_layernorm(model, precision="amp_bf16")
@@ -225,6 +240,21 @@ def test_in_the_trainer_under_autocast_the_model_trains_with_low_precision_layer
     trainer.fit()
     assert len(seen.losses) == 2 and all(torch.isfinite(loss) for loss in seen.losses)
     assert not torch.equal(model.ln_f.weight, before)
+
+
+def test_in_the_trainer_an_optimizer_given_to_it_trains_the_new_parameters():
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    old = model.ln_f.weight
+    trainer = Trainer(model, _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
+                      optimizer=optimizer, algorithms=[LowPrecisionLayerNorm()], precision="amp_bf16", seed=0,
+                      device="cpu")
+    held = [p for g in optimizer.param_groups for p in g["params"]]
+    assert {id(p) for p in held} == {id(p) for p in trainer.state.model.parameters()}
+    assert all(p is not old for p in held)
+    before = trainer.state.model.ln_f.weight.detach().clone()
+    trainer.fit()
+    assert not torch.equal(trainer.state.model.ln_f.weight, before)
 
 
 def test_in_the_trainer_in_fp32_it_warns_and_changes_nothing():
