@@ -4,6 +4,7 @@ example is a ``train.py`` launched with ``torch.distributed.run`` is launched th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -11,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from card_support import run_card_code
 from methods_tools import cards
@@ -150,3 +152,10 @@ def test_launched_card_example_trains(card: Path, command: str, tmp_path):
     epochs = int(re.search(r'max_duration="(\d+)ep"', script).group(1))
     finished = re.findall(rf"^epoch {epochs} done", out.stdout + out.stderr, flags=re.M)
     assert len(finished) == nproc, f"{card.name}: {len(finished)} of {nproc} ranks finished epoch {epochs}"
+
+
+@pytest.mark.parametrize("schema", sorted(p.name for p in PACKAGE_ROOT.glob("*.schema.json")))
+def test_every_schema_is_valid_against_its_metaschema(schema):
+    # The loader does not check its schemas at every load (it would slow every command): this does.
+    document = json.loads((PACKAGE_ROOT / schema).read_text(encoding="utf-8"))
+    jsonschema.validators.validator_for(document).check_schema(document)
