@@ -53,6 +53,21 @@ def test_randaugment_image_matches_its_definition(severity, depth, augmentation_
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=0)
 
 
+def test_images_that_all_drew_geometric_operations_in_another_order_keep_their_own():
+    """Two images, two geometric operations: when image 0 draws shear_x and image 1 rotate, the
+    batch is resampled in the order rotate, shear_x (image 1 first); each image must still get
+    its own operation and magnitude back in its own place."""
+    images = torch.rand(2, 3, 7, 6, generator=_seeded(1))
+    names = ("rotate", "shear_x")
+    swapped = 0
+    for seed in range(8):
+        swapped += torch.randint(2, (2,), generator=_seeded(seed)).tolist() == [1, 0]
+        out = cf.randaugment_image(images, severity=9, depth=1, augmentation_set=names, generator=_seeded(seed))
+        torch.testing.assert_close(out.double(), expected_randaugment(images, 9, 1, names, _seeded(seed)),
+                                   atol=1e-5, rtol=0)
+    assert swapped  # the order above was drawn
+
+
 def test_uint8_images_match_the_definition_within_one_level():
     """One step from whole levels: rounding a value computed in another order moves it by at
     most one level."""
