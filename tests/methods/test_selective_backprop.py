@@ -149,8 +149,10 @@ def test_an_empty_batch_comes_back_as_it_is_without_scoring():
     assert kept_x is x and kept_y is y
 
 
-@pytest.mark.parametrize(("n", "keep"), [(1, 0.5), (8, 0.5), (10, 0.3), (7, 0.9), (5, 1.0)])
+@pytest.mark.parametrize(("n", "keep"), [(1, 0.5), (8, 0.5), (10, 0.3), (7, 0.9), (5, 1.0), (100, 0.01)])
 def test_selection_probabilities_are_the_normalized_weights_in_float64(n, keep):
+    """Up to a small keep, whose exponent (99 for 0.01) takes the percentiles, all below 1, to
+    tiny but finite weights."""
     probabilities = selection_probabilities(n, keep)
     weights = torch.tensor(_weights(n, keep), dtype=torch.float64)
     assert probabilities.dtype == torch.float64
