@@ -90,7 +90,7 @@ def block_drop_rates(num_blocks: int, drop_rate: float, drop_distribution: str) 
     return [float(drop_rate)] * num_blocks
 
 
-def drop_rate_per_block(model: str = "resnet20", drop_rate: float = 0.2) -> dict[str, Any]:
+def drop_rate_per_block(model: str = "resnet20", drop_rate: float = 0.2) -> dict[str, Any]:  # pragma: no mutate block
     """The figure's data: each block's drop probability after :func:`apply_stochastic_depth` on a
     fresh reference ``model`` (``resnet20`` or ``resnet56``), read from the replaced blocks, for
     both distributions."""

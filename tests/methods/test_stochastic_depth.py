@@ -12,6 +12,7 @@ the warm-up scales every block's rate by the elapsed fraction; bad arguments are
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -69,6 +70,27 @@ def test_bottlenecks_by_either_name():
         cf.apply_stochastic_depth(model, name, drop_rate=0.5)
         assert [type(b) for b in _blocks(model)] == [StochasticBottleneck] * 3
         assert [b.drop_rate for b in _blocks(model)] == pytest.approx([0.5 / 3, 1 / 3, 0.5])
+
+
+def test_blocks_made_stochastic_before_are_left_and_not_counted():
+    """Applied again to a model some of whose blocks are stochastic already, the rule counts
+    only the new blocks: here 2, so they drop with 0.3 * 1/2 and 0.3 * 2/2."""
+    model = nn.Sequential(nn.Sequential(BasicBlock(4, 4)), BasicBlock(4, 4), BasicBlock(4, 4))
+    cf.apply_stochastic_depth(model[0], "BasicBlock", drop_rate=0.9)
+    cf.apply_stochastic_depth(model, "BasicBlock", drop_rate=0.3)
+    assert [b.drop_rate for b in _blocks(model)] == pytest.approx([0.9, 0.15, 0.3])
+
+
+def test_the_stochastic_block_leaves_the_original_block_as_it_was():
+    """The replacement holds the block's submodules, but changing which submodules it holds
+    leaves the original block's registry alone."""
+    block = BasicBlock(4, 4)
+    conv1 = block.conv1
+    stochastic = cf.apply_stochastic_depth(nn.Sequential(block), "BasicBlock", drop_rate=0.5)[0]
+    assert stochastic.conv1 is conv1
+    stochastic.conv1 = nn.Identity()
+    stochastic.register_buffer("extra", torch.zeros(1))
+    assert block.conv1 is conv1 and "extra" not in dict(block.named_buffers())
 
 
 def test_the_blocks_keep_their_parameters_names_and_outputs_at_rate_zero():
@@ -161,7 +183,8 @@ def test_a_blocks_own_generator_repeats_its_draws():
 
 @pytest.mark.parametrize("stochastic_method", ["block", "sample"])
 def test_evaluation_scales_the_branch_by_its_survival_probability(stochastic_method):
-    """eval: relu((1 - p) * branch(x) + shortcut(x)), the branch written out from the block."""
+    """eval: relu((1 - p) * branch(x) + shortcut(x)), the branch written out from the block, on
+    every call (nothing is drawn in evaluation)."""
     torch.manual_seed(0)
     block = BasicBlock(4, 8, stride=2)
     model = nn.Sequential(block)
@@ -172,7 +195,9 @@ def test_evaluation_scales_the_branch_by_its_survival_probability(stochastic_met
         branch = block.bn2(block.conv2(torch.relu(block.bn1(block.conv1(x)))))
         expected = torch.relu((1 - 0.3) * branch + block.downsample(x))
         cf.apply_stochastic_depth(model, "BasicBlock", stochastic_method, drop_rate=0.3)
-        torch.testing.assert_close(model.eval()(x), expected)
+        model.eval()
+        for _ in range(32):
+            torch.testing.assert_close(model(x), expected)
 
 
 def test_sample_mode_drops_the_branch_per_example():
@@ -196,6 +221,29 @@ def test_sample_mode_drops_the_branch_per_example():
     assert torch.equal(model(x), x)
 
 
+def test_sample_mode_draws_from_the_blocks_own_generator():
+    """With a generator of its own a sample-mode block repeats its per-example draws for the same
+    seed, whatever torch's global generator holds, and leaves the global generator alone."""
+    block = BasicBlock(4, 4)
+    model = cf.apply_stochastic_depth(nn.Sequential(block), "BasicBlock", "sample", drop_rate=0.5,
+                                      drop_distribution="uniform")
+    x = torch.relu(torch.randn(64, 4, 3, 3, generator=torch.Generator().manual_seed(0)))
+
+    def dropped(seed, global_seed):
+        model[0].generator = torch.Generator().manual_seed(seed)
+        torch.manual_seed(global_seed)
+        with torch.no_grad():
+            out = model(x)
+        untouched = torch.equal(torch.get_rng_state(), torch.manual_seed(global_seed).get_state())
+        return (out == x).flatten(1).all(dim=1).tolist(), untouched
+
+    first, untouched = dropped(3, 0)
+    assert untouched and dropped(3, 1) == (first, True)
+    assert dropped(4, 0)[0] != first and 0 < sum(first) < 64
+    expected = (torch.rand(64, generator=torch.Generator().manual_seed(3)) < 0.5).tolist()
+    assert first == expected
+
+
 class _Rates(Algorithm):
     def __init__(self):
         self.rates = []
@@ -208,21 +256,48 @@ class _Rates(Algorithm):
 
 
 @pytest.mark.parametrize(("drop_warmup", "factors"), [(0.5, [0, 0.5, 1, 1]), ("2ba", [0, 0.5, 1, 1]),
-                                                     (0.0, [1, 1, 1, 1])])
+                                                     (1.0, [0, 0.25, 0.5, 0.75]), (1, [0, 0.25, 0.5, 0.75]),
+                                                     ("2ep", [0, 0.125, 0.25, 0.375]),
+                                                     (0.0, [1, 1, 1, 1]), (None, [1, 1, 1, 1])])
 def test_in_the_trainer_the_drop_rates_warm_up(drop_warmup, factors):
-    """Four batches: at each BATCH_START every block's rate is its full rate times
-    min(elapsed / drop_warmup, 1), Composer's test_drop_rate_warmup."""
+    """Four batches, one epoch: at each BATCH_START every block's rate is its full rate times
+    min(elapsed / drop_warmup, 1), Composer's test_drop_rate_warmup (in epochs, the batches of
+    the epoch done count as a fraction of it); by default (None here) there is no warm-up."""
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 10, (4,), generator=g)) for _ in range(4)]
     rates = _Rates()
+    warmup = {} if drop_warmup is None else {"drop_warmup": drop_warmup}
     trainer = Trainer(resnet20(), batches, "4ba", seed=0, device="cpu", algorithms=[
-        StochasticDepth("BasicBlock", drop_rate=0.4, drop_warmup=drop_warmup), rates])
+        StochasticDepth("BasicBlock", drop_rate=0.4, **warmup), rates])
     trainer.fit()
     full = _expected_rates(9, 0.4, "linear")
     assert len(rates.rates) == 4
     for seen, factor in zip(rates.rates, factors, strict=True):
         assert seen == pytest.approx([factor * r for r in full])
     assert len(_blocks(trainer.state.model)) == 9
+    # Set at BATCH_START only: after training the blocks keep the last batch's rates.
+    assert [b.drop_rate for b in _blocks(trainer.state.model)] == pytest.approx([factors[-1] * r for r in full])
+
+
+@pytest.mark.parametrize(("drop_warmup", "events"), [(0.0, [Event.INIT]), ("2ba", [Event.INIT, Event.BATCH_START]),
+                                                     (0.5, [Event.INIT, Event.BATCH_START])])
+def test_it_matches_init_and_with_a_warmup_each_batch_start(drop_warmup, events):
+    algo = StochasticDepth("BasicBlock", drop_warmup=drop_warmup)
+    assert [e for e in Event if algo.match(e, None)] == events
+
+
+@pytest.mark.parametrize(("kwargs", "rates"), [
+    ({}, [0.4 / 3, 0.8 / 3, 0.4]), ({"drop_distribution": "uniform"}, [0.4] * 3),
+])
+def test_at_init_the_class_gives_the_rates_its_arguments_say(kwargs, rates):
+    from algorithms.core import State
+    from algorithms.core.time import Duration
+
+    model = nn.Sequential(BasicBlock(4, 4), BasicBlock(4, 4), BasicBlock(4, 4))
+    algo = StochasticDepth("BasicBlock", stochastic_method="sample", drop_rate=0.4, **kwargs)
+    algo.apply(Event.INIT, State(model=model, max_duration=Duration.parse("1ep")))
+    assert [b.drop_rate for b in _blocks(model)] == pytest.approx(rates)
+    assert all(b.stochastic_method == "sample" for b in _blocks(model))
 
 
 def test_in_the_trainer_runs_repeat_with_the_seed_and_differ_from_the_plain_model():
@@ -251,7 +326,8 @@ def test_in_the_trainer_runs_repeat_with_the_seed_and_differ_from_the_plain_mode
 
 
 def test_nothing_to_replace_warns_and_applying_twice_changes_nothing():
-    with pytest.warns(NoModulesReplacedWarning, match="StochasticDepth"):
+    message = "StochasticDepth: no module of the model matched (BasicBlock); the model is unchanged"
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         cf.apply_stochastic_depth(nn.Sequential(nn.Linear(2, 2)), "BasicBlock")
     model = cf.apply_stochastic_depth(resnet20(), "BasicBlock", drop_rate=0.2)
     with pytest.warns(NoModulesReplacedWarning):
@@ -259,27 +335,43 @@ def test_nothing_to_replace_warns_and_applying_twice_changes_nothing():
     assert _blocks(model)[-1].drop_rate == pytest.approx(0.2)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"target_layer_name": "nonsense_pt2"}, "target_layer_name='nonsense_pt2'"),
-    ({"stochastic_method": "nonsense"}, "stochastic_method='nonsense'"),
-    ({"drop_rate": -0.5}, "drop_rate=-0.5"), ({"drop_rate": 1.7}, "drop_rate=1.7"),
-    ({"drop_rate": True}, "drop_rate=True"),
-    ({"drop_distribution": "nonsense_pt3"}, "drop_distribution='nonsense_pt3'"),
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"target_layer_name": "nonsense_pt2"},
+     "target_layer_name='nonsense_pt2': use one of BasicBlock, Bottleneck, ResNetBottleneck"),
+    ({"stochastic_method": "nonsense"}, "stochastic_method='nonsense': use 'block' or 'sample'"),
+    ({"drop_rate": -0.5}, "drop_rate=-0.5: a probability in [0, 1]"),
+    ({"drop_rate": 1.7}, "drop_rate=1.7: a probability in [0, 1]"),
+    ({"drop_rate": True}, "drop_rate=True: a probability in [0, 1]"),
+    ({"drop_distribution": "nonsense_pt3"}, "drop_distribution='nonsense_pt3': use 'linear' or 'uniform'"),
 ])
-def test_bad_arguments_fail_with_a_clear_error(kwargs, words):
+def test_bad_arguments_fail_with_a_clear_error(kwargs, message):
     arguments = {"target_layer_name": "BasicBlock", **kwargs}
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         StochasticDepth(**arguments)
     model = resnet20()
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cf.apply_stochastic_depth(model, **arguments)
     assert not _blocks(model)  # nothing changed
 
 
-@pytest.mark.parametrize("drop_warmup", [-0.5, 1.7, "soon", True])
-def test_a_bad_warmup_is_refused(drop_warmup):
-    with pytest.raises(ValueError, match=f"drop_warmup={drop_warmup!r}"):
+_WARMUP = "a fraction of training in [0, 1] or a duration such as '2ep'"
+
+
+@pytest.mark.parametrize(("drop_warmup", "message"), [
+    (-0.5, f"drop_warmup=-0.5: {_WARMUP}"), (1.7, f"drop_warmup=1.7: {_WARMUP}"),
+    (float("inf"), f"drop_warmup=inf: {_WARMUP}"), (True, f"drop_warmup=True: {_WARMUP}"),
+    ("soon", "drop_warmup='soon': duration 'soon' is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'"),
+])
+def test_a_bad_warmup_is_refused(drop_warmup, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         StochasticDepth("BasicBlock", drop_warmup=drop_warmup)
+
+
+def test_the_repr_names_every_argument():
+    algo = StochasticDepth("Bottleneck", stochastic_method="sample", drop_rate=0.1, drop_distribution="uniform",
+                           drop_warmup="2ba")
+    assert repr(algo) == ("StochasticDepth(target_layer_name='Bottleneck', stochastic_method='sample', drop_rate=0.1, "
+                          "drop_distribution='uniform', drop_warmup='2ba')")
 
 
 def test_the_figure_shows_the_rates_the_code_gives_resnet20():
