@@ -12,6 +12,7 @@ defaults agree) already run from the metadata registry.
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 import torch
@@ -161,6 +162,8 @@ def test_dtype_and_memory_format_are_kept_and_the_input_is_not_modified(dtype):
         assert torch.equal(batch, before)
         if batch.is_contiguous(memory_format=torch.channels_last) and not batch.is_contiguous():
             assert out.is_contiguous(memory_format=torch.channels_last)
+        elif batch.is_contiguous():  # a contiguous batch is not turned channels-last either
+            assert out.is_contiguous()
 
 
 def test_dropping_nothing_is_an_unchanged_copy():
@@ -169,39 +172,78 @@ def test_dropping_nothing_is_an_unchanged_copy():
     assert torch.equal(out, images) and out.data_ptr() != images.data_ptr()
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"p_row": 1.5}, "p_row=1.5"), ({"p_col": 1.5}, "p_col=1.5"), ({"p_row": -0.1}, "p_row=-0.1"),
-    ({"p_col": 1}, r"p_col=1: the fraction of columns to drop, in \[0, 1\)"), ({"p_row": float("nan")}, "p_row=nan"),
-    ({"p_row": "0.15"}, "p_row='0.15'"), ({"p_col": True}, "p_col=True"),
+def _whole(message: str) -> str:
+    return f"^{re.escape(message)}$"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"p_row": 1.5}, "p_row=1.5: the fraction of rows to drop, in [0, 1)"),
+    ({"p_col": 1.5}, "p_col=1.5: the fraction of columns to drop, in [0, 1)"),
+    ({"p_row": -0.1}, "p_row=-0.1: the fraction of rows to drop, in [0, 1)"),
+    ({"p_col": 1}, "p_col=1: the fraction of columns to drop, in [0, 1)"),
+    ({"p_row": float("nan")}, "p_row=nan: the fraction of rows to drop, in [0, 1)"),
+    ({"p_row": "0.15"}, "p_row='0.15': the fraction of rows to drop, in [0, 1)"),
+    ({"p_col": True}, "p_col=True: the fraction of columns to drop, in [0, 1)"),
     ({"resize_target": "yes"}, "resize_target='yes': must be True, False or 'auto'"),
-    ({"resize_target": None}, "resize_target=None"), ({"resize_target": 1}, "resize_target=1"),
+    ({"resize_target": None}, "resize_target=None: must be True, False or 'auto'"),
+    ({"resize_target": 1}, "resize_target=1: must be True, False or 'auto'"),
 ])
-def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
-    with pytest.raises(ValueError, match=words):
+def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
+    with pytest.raises(ValueError, match=_whole(message)):
         ColOut(**kwargs)
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ValueError, match=_whole(message)):
         cf.colout_batch(torch.rand(2, 3, 8, 8), **kwargs)
 
 
 @pytest.mark.parametrize("batch", [False, 0, "True"])
 def test_only_the_batch_mode_is_offered(batch):
-    with pytest.raises(ValueError, match=f"batch={batch!r}: only batch=True is supported"):
+    message = (f"batch={batch!r}: only batch=True is supported (ColOut on the batch after the data loader); for "
+               "per-sample ColOut call colout_batch on each image in the dataset's transform")
+    with pytest.raises(ValueError, match=_whole(message)):
         ColOut(batch=batch)
 
 
-@pytest.mark.parametrize(("sample", "kwargs", "words"), [
-    (torch.rand(4, 5), {}, r"^sample: .* got shape \(4, 5\)$"),
-    (torch.rand(1, 2, 3, 8, 8), {}, r"got shape \(1, 2, 3, 8, 8\)"),
-    ((torch.rand(2, 3, 8, 8),) * 3, {}, "sample: .* got a tuple of 3 items"),
-    (torch.rand(2, 3, 8, 8), {"resize_target": True}, "resize_target=True: the sample has no target"),
+def test_the_repr_names_every_hyperparameter():
+    assert repr(ColOut()) == (
+        "ColOut(p_row=0.15, p_col=0.15, batch=True, resize_target='auto', input_key=0, target_key=1)")
+    assert repr(ColOut(0.25, 0.5, resize_target=True, input_key="image", target_key="mask")) == (
+        "ColOut(p_row=0.25, p_col=0.5, batch=True, resize_target=True, input_key='image', target_key='mask')")
+
+
+IMAGES_OR_BATCH = "sample: ColOut needs an image tensor (C, H, W) or a batch (N, C, H, W), got "
+
+
+@pytest.mark.parametrize(("sample", "kwargs", "message"), [
+    (torch.rand(4, 5), {}, IMAGES_OR_BATCH + "shape (4, 5)"),
+    (torch.rand(1, 2, 3, 8, 8), {}, IMAGES_OR_BATCH + "shape (1, 2, 3, 8, 8)"),
+    ("images", {}, IMAGES_OR_BATCH + "a str"),
+    (([[0.5]], torch.zeros(1)), {}, IMAGES_OR_BATCH + "a list"),
+    ((torch.rand(2, 3, 8, 8),) * 3, {}, "sample: a tensor or an (input, target) pair, got a tuple of 3 items"),
+    ([], {}, "sample: a tensor or an (input, target) pair, got a list of 0 items"),
+    (torch.rand(2, 3, 8, 8), {"resize_target": True},
+     "resize_target=True: the sample has no target to resize; pass (input, target)"),
     ((torch.rand(2, 3, 8, 8), torch.zeros(2)), {"resize_target": True},
-     r"resize_target=True: the target's last two dims must be the input's \(8, 8\), got shape \(2,\)"),
-    (torch.rand(2, 3, 8, 8), {"p_row": 0.9}, r"p_row=0.9: keeps int\(\(1 - p_row\) \* 8\) = 0 of the 8 rows"),
-    (torch.rand(2, 3, 8, 4), {"p_col": 0.8}, r"p_col=0.8: keeps .* = 0 of the 4 columns"),
+     "resize_target=True: the target's last two dims must be the input's (8, 8), got shape (2,)"),
+    ((torch.rand(3, 8, 6), torch.zeros(8, 5)), {"resize_target": True},
+     "resize_target=True: the target's last two dims must be the input's (8, 6), got shape (8, 5)"),
+    ((torch.rand(2, 3, 8, 8), [0, 1]), {"resize_target": True},
+     "resize_target=True: the target's last two dims must be the input's (8, 8), got a list"),
+    (torch.rand(2, 3, 8, 8), {"p_row": 0.9},
+     "p_row=0.9: keeps int((1 - p_row) * 8) = 0 of the 8 rows; use a smaller p_row or larger images"),
+    (torch.rand(2, 3, 8, 4), {"p_col": 0.8},
+     "p_col=0.8: keeps int((1 - p_col) * 4) = 0 of the 4 columns; use a smaller p_col or larger images"),
 ])
-def test_bad_input_fails_with_a_clear_error(sample, kwargs, words):
-    with pytest.raises(ValueError, match=words):
+def test_bad_input_fails_with_a_clear_error(sample, kwargs, message):
+    with pytest.raises(ValueError, match=_whole(message)):
         cf.colout_batch(sample, **kwargs)
+
+
+@pytest.mark.parametrize("wrap", [tuple, list])
+def test_a_sample_of_one_item_is_its_input_alone(wrap):
+    images = torch.rand(3, 3, 10, 8, generator=_seeded(1))
+    out = cf.colout_batch(wrap([images]), p_row=0.3, p_col=0.25, generator=_seeded(2))
+    assert isinstance(out, torch.Tensor)
+    assert torch.equal(out, _definition(images, *_kept(_seeded(2), 10, 8, 0.3, 0.25)))
 
 
 def test_it_runs_only_after_the_data_loader():
@@ -229,7 +271,8 @@ def test_in_the_trainer_images_are_dropped_and_class_labels_kept(resize_target):
         torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(out, y))
 
 
-def test_in_the_trainer_a_segmentation_mask_in_a_dict_batch_is_dropped_alike():
+@pytest.mark.parametrize("resize_target", ["auto", True])
+def test_in_the_trainer_a_segmentation_mask_in_a_dict_batch_is_dropped_alike(resize_target):
     """Dict batches by key; the per-pixel loss is against the mask with the same rows and columns
     dropped. With resize_target=False the mask would no longer match the output, so the loss
     could not be computed: the test sees the mask resized or fails."""
@@ -237,7 +280,7 @@ def test_in_the_trainer_a_segmentation_mask_in_a_dict_batch_is_dropped_alike():
     batches = [{"image": torch.rand(4, 3, 12, 12, generator=g), "mask": torch.randint(0, 3, (4, 12, 12), generator=g)}
                for _ in range(2)]
     seen = Observed(input_key="image", target_key="mask")
-    algo = ColOut(p_row=0.25, p_col=0.5, input_key="image", target_key="mask")
+    algo = ColOut(p_row=0.25, p_col=0.5, resize_target=resize_target, input_key="image", target_key="mask")
     Trainer(torch.nn.Conv2d(3, 3, 1), batches, "2ba", algorithms=[algo, seen], seed=3, input_key="image",
             target_key="mask", device="cpu").fit()
     replayed = replayed_generator(ColOut, seed=3)
@@ -247,6 +290,16 @@ def test_in_the_trainer_a_segmentation_mask_in_a_dict_batch_is_dropped_alike():
         assert torch.equal(image, _definition(batch["image"], rows, cols))
         assert torch.equal(mask, _definition(batch["mask"], rows, cols)) and mask.shape == (4, 9, 6)
         torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(out, mask))
+
+
+def test_resize_target_true_refuses_class_labels_in_the_batch():
+    """True means every target loses the rows and columns: class labels (N,) cannot, so the class
+    refuses them as the functional form does, rather than leaving them as 'auto' would."""
+    state = State(model=torch.nn.Identity(), max_duration=Duration.parse("1ep"), seed=0)
+    state.batch = (torch.rand(4, 3, 8, 8), torch.zeros(4, dtype=torch.long))
+    message = "resize_target=True: the target's last two dims must be the input's (8, 8), got shape (4,)"
+    with pytest.raises(ValueError, match=_whole(message)):
+        ColOut(resize_target=True).apply(Event.AFTER_DATALOADER, state)
 
 
 def test_seeded_runs_repeat_and_the_seed_matters():
