@@ -187,6 +187,18 @@ def test_large_examples_are_mixed_one_at_a_time_to_the_same_values(monkeypatch, 
     torch.testing.assert_close(gathered, 0.7 * x + 0.3 * x[idx])
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.bool])
+def test_an_integer_batch_mixes_into_floats_by_the_formula(dtype):
+    """Integer (and bool) examples are not rounded back to their dtype: the mixed batch is
+    (1 - m) * x + m * x[indices] in torch's default float dtype, computed here in float64."""
+    x = torch.randint(0, 2 if dtype is torch.bool else 200, (5, 2, 3), generator=torch.Generator().manual_seed(3))
+    x, y, idx = x.to(dtype), torch.arange(5), torch.tensor([3, 0, 4, 1, 1])
+    mixed, y_perm, m = cf.mixup_batch(x, y, mixing=0.3, indices=idx)
+    assert mixed.dtype == torch.get_default_dtype() and type(m) is float and m == 0.3
+    torch.testing.assert_close(mixed, (0.7 * x.double() + 0.3 * x[idx].double()).float())
+    assert torch.equal(y_perm, y[idx])
+
+
 def test_inplace_refuses_an_integer_batch_and_leaves_it_as_it_was():
     x = torch.arange(8).reshape(4, 2)
     with pytest.raises(ValueError, match=r"^inplace=True: the mixed batch is floating point and cannot be written "
