@@ -89,8 +89,9 @@ def duration_argument(name: str, text: Any, units: tuple[TimeUnit, ...]) -> Dura
     except ValueError as exc:
         raise ValueError(f"{name}={text!r}: {exc}") from None
     if duration.unit not in units:
+        example = "0.5dur" if units[0] is TimeUnit.DURATION else f"10{units[0].value}"  # a fraction is at most 1
         raise ValueError(f"{name}={text!r}: give it in {' or '.join(repr(u.value) for u in units)}, e.g. "
-                         f"'10{units[0].value}'")
+                         f"'{example}'")
     return duration
 
 

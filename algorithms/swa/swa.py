@@ -283,7 +283,8 @@ def recompute_batch_norm(model: torch.nn.Module, loader: Iterable[Any], state: S
 
 
 def swa_trajectory(steps: int = 120, swa_start: str = "0.5dur", swa_end: str = "0.85dur", update_interval: str = "5ba",
-                   lr: float = 0.3, noise: float = 1.0, generator: torch.Generator | None = None) -> dict[str, Any]:
+                   lr: float = 0.3, noise: float = 1.0,
+                   generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
     """One weight of a one-weight model trained by SGD on noisy targets, and SWA's running mean, per step.
 
     The model is ``y = w * 1`` from ``w = 0``, trained on the squared error to targets drawn from

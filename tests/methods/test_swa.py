@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 from torch.optim.swa_utils import AveragedModel
 
 import algorithms.functional as cf
+import algorithms.swa.swa as swa_module
 from algorithms import SWA
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.models import resnet20
@@ -94,6 +97,17 @@ def test_update_swa_average_agrees_with_torchs_averaged_model():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
+def test_update_swa_average_of_no_snapshots_is_a_copy_of_the_model_whatever_the_copy_held():
+    model = _model()
+    swa_model = copy.deepcopy(model)
+    with torch.no_grad():
+        for t in swa_model.parameters():
+            t.fill_(math.nan)  # a mean of nothing yet: its values are not read
+    assert cf.update_swa_average(swa_model, model, 0) == 1
+    assert all(torch.equal(a, b) for a, b in zip(swa_model.state_dict().values(), model.state_dict().values(),
+                                                 strict=True))
+
+
 def test_update_swa_average_keeps_dtype_and_refuses_bad_arguments():
     model = _model().double()
     swa_model = copy.deepcopy(model)
@@ -163,8 +177,20 @@ def test_the_batch_norm_pass_uses_the_states_train_dataloader_and_warns_without_
     trainer = Trainer(model, data, "6ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), seed=0, device="cpu",
                       algorithms=[SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba")])
     trainer.state.train_dataloader = None  # a State without the loader (one built by hand)
-    with pytest.warns(UserWarning, match=r"SWA: no batches for the batch-norm pass \(give bn_dataloader="):
+    message = ("SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that puts train_dataloader "
+               "on its State); the mean keeps the last snapshot's batch-norm statistics")
+    with pytest.warns(UserWarning, match=f"^{re.escape(message)}$"):
         trainer.fit()
+
+
+def test_the_batch_norm_pass_reads_bn_dataloader_when_given():
+    data = _batches(6)
+    other = [(3 * x + 1, y) for x, y in _batches(3, seed=7)]  # other batches, of other statistics
+    trainer = _train(SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba", bn_dataloader=other), "6ba", data)
+    norms = [m for m in trainer.state.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for m, (mean, var) in zip(norms, _bn_statistics_of_a_pass(copy.deepcopy(trainer.state.model), other), strict=True):
+        torch.testing.assert_close(m.running_mean, mean)
+        torch.testing.assert_close(m.running_var, var)
 
 
 def test_an_epoch_interval_takes_a_snapshot_at_each_epoch_end_from_swa_start():
@@ -195,10 +221,12 @@ def test_the_end_of_training_loads_the_mean_when_swa_end_is_not_reached():
 def test_a_run_that_ends_before_swa_start_is_left_alone_with_a_warning():
     reference = Trainer(_model(), _batches(3), "3ba", seed=0, device="cpu")
     reference.fit()
-    with pytest.warns(UserWarning, match=r"SWA: training ended before swa_start='20ba'; nothing was averaged"):
+    message = "SWA: training ended before swa_start='20ba'; nothing was averaged"
+    with pytest.warns(UserWarning, match=f"^{re.escape(message)}$") as record:
         trainer = Trainer(_model(), _batches(3), "3ba", seed=0, device="cpu",
                           algorithms=[SWA(swa_start="20ba", swa_end="30ba")])
         trainer.fit()
+    assert Path(record[0].filename).name != Path(swa_module.__file__).name  # the caller's line, not SWA's own
     expected = reference.state.model.state_dict()
     assert all(torch.equal(v, expected[k]) for k, v in trainer.state.model.state_dict().items())
 
@@ -208,7 +236,9 @@ def test_schedule_swa_lr_anneals_to_swa_lr_over_anneal_steps_snapshots(strategy)
     after = _Params()
     swa = SWA(swa_start="2ba", swa_end="9ba", update_interval="2ba", schedule_swa_lr=True, anneal_strategy=strategy,
               anneal_steps=3, swa_lr=0.01, bn_dataloader=_batches())
-    _train(swa, "10ba", after=[after])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # SWALR, made after this batch's optimizer step, is not warned about
+        _train(swa, "10ba", after=[after])
     shape = (lambda t: t) if strategy == "linear" else (lambda t: (1 - math.cos(math.pi * t)) / 2)
     expected, k = [], 0
     for batch in range(1, 11):
@@ -279,26 +309,97 @@ def test_state_dict_keeps_the_mean_count_and_schedule_and_a_fresh_swa_resumes_th
     names = [n for n, _ in state.model.named_parameters()]
     for name, p, w in zip(names, fresh.swa_model.parameters(), state.model.parameters(), strict=True):
         torch.testing.assert_close(p, saved["swa_model"][name] + (w - saved["swa_model"][name]) / 5)
+    assert not any(p.requires_grad for p in fresh.swa_model.parameters())  # a copy without gradients
     assert SWA().state_dict()["swa_model"] is None
+    # a state without SWA's keys (a checkpoint whose algorithm state was left out) starts it afresh
+    fresh.load_state_dict({})
+    assert fresh.state_dict() == SWA().state_dict() == {
+        "swa_model": None, "swa_scheduler": None, "num_averaged": 0, "step_counter": 0, "swa_started": False,
+        "swa_completed": False}
     with pytest.raises(ValueError, match=r"unknown key\(s\) 'snapshots'"):
         fresh.load_state_dict({"snapshots": 3})
 
 
+def test_a_resumed_swa_that_ends_before_its_next_snapshot_loads_the_checkpoints_mean():
+    data = _batches()
+    swa = SWA(swa_start="2ba", swa_end="9ba", update_interval="1ba", bn_dataloader=data)
+    capture = _Capture(swa, 5)
+    trainer = _train(swa, "6ba", data, after=[capture])
+    fresh = SWA(swa_start="2ba", swa_end="9ba", update_interval="1ba", bn_dataloader=data)
+    fresh.load_state_dict(capture.saved)
+    fresh.apply(Event.FIT_END, trainer.state)  # the run ends before fresh has taken a snapshot of its own
+    mean = capture.saved["swa_model"]
+    for name, p in trainer.state.model.named_parameters():
+        assert torch.equal(p, mean[name]), name
+    assert fresh.swa_model is None and fresh.state_dict()["swa_completed"]
+
+
+def test_the_batch_norm_pass_reads_the_input_at_input_key():
+    g = torch.Generator().manual_seed(3)
+    data = [{"label": torch.randint(0, 3, (8,), generator=g), "image": torch.randn(8, 3, 7, 7, generator=g)}
+            for _ in range(4)]
+    model = _model()
+    swa = SWA(swa_start="2ba", swa_end="4ba", update_interval="1ba", input_key="image")
+    trainer = Trainer(model, data, "4ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), algorithms=[swa],
+                      input_key="image", target_key="label", seed=0, device="cpu")
+    trainer.fit()
+    norms = [m for m in trainer.state.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    pairs = [(b["image"], b["label"]) for b in data]
+    for m, (mean, var) in zip(norms, _bn_statistics_of_a_pass(copy.deepcopy(trainer.state.model), pairs), strict=True):
+        torch.testing.assert_close(m.running_mean, mean)
+        torch.testing.assert_close(m.running_var, var)
+
+
+@pytest.mark.parametrize("count", [0, 2])
+def test_schedule_swa_lr_refuses_a_trainer_without_exactly_one_optimizer(count):
+    model = _model()
+    state = Trainer(model, _batches(1), "1ba", device="cpu").state
+    state.optimizers = tuple(torch.optim.SGD(model.parameters(), lr=0.1) for _ in range(count))
+    state.timestamp.batch = 1
+    swa = SWA(swa_start="1ba", swa_end="5ba", update_interval="1ba", schedule_swa_lr=True)
+    message = f"schedule_swa_lr=True: SWA anneals one optimizer's rate, the Trainer has {count}"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        swa.apply(Event.BATCH_END, state)
+
+
+NOT_UNDERSTOOD = "duration 'later' is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'"
+NOT_A_RATE = "a learning rate > 0, or None to keep the rate at swa_start"
+NOT_A_STEP_COUNT = "the number of snapshots to anneal over, an integer > 0"
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(swa_start="later"), r"^swa_start='later': "),
-    (dict(swa_start="100sp"), r"^swa_start='100sp': give it in 'dur' or 'ep' or 'ba'"),
-    (dict(swa_end="9ep"), r"^swa_end='9ep': must be in swa_start's unit \('dur'\)"),
-    (dict(swa_end="0.5dur"), r"^swa_end='0\.5dur': must come after swa_start='0\.7dur'"),
-    (dict(update_interval="0.1dur"), r"^update_interval='0\.1dur': give it in 'ba' or 'ep'"),
-    (dict(update_interval="0ba"), r"^update_interval='0ba': must be at least one"),
-    (dict(schedule_swa_lr="yes"), r"^schedule_swa_lr='yes': True or False"),
-    (dict(anneal_strategy="step"), r"^anneal_strategy='step': 'linear' or 'cos'"),
-    (dict(anneal_steps=0), r"^anneal_steps=0: "),
-    (dict(swa_lr=-0.1), r"^swa_lr=-0\.1: a learning rate > 0"),
+    (dict(swa_start="later"), f"swa_start='later': {NOT_UNDERSTOOD}"),
+    (dict(swa_end="later"), f"swa_end='later': {NOT_UNDERSTOOD}"),
+    (dict(swa_start="100sp"), "swa_start='100sp': give it in 'dur' or 'ep' or 'ba', e.g. '0.5dur'"),
+    (dict(swa_end="9ep"), "swa_end='9ep': must be in swa_start's unit ('dur')"),
+    (dict(swa_end="0.5dur"), "swa_end='0.5dur': must come after swa_start='0.7dur'"),
+    (dict(swa_end="0.7dur"), "swa_end='0.7dur': must come after swa_start='0.7dur'"),
+    (dict(update_interval="0.1dur"), "update_interval='0.1dur': give it in 'ba' or 'ep', e.g. '10ba'"),
+    (dict(update_interval="0ba"), "update_interval='0ba': must be at least one batch or epoch"),
+    (dict(schedule_swa_lr="yes"), "schedule_swa_lr='yes': True or False"),
+    (dict(anneal_strategy="step"), "anneal_strategy='step': 'linear' or 'cos'"),
+    (dict(anneal_strategy=3), "anneal_strategy=3: 'linear' or 'cos'"),
+    (dict(anneal_steps=0), f"anneal_steps=0: {NOT_A_STEP_COUNT}"),
+    (dict(anneal_steps=True), f"anneal_steps=True: {NOT_A_STEP_COUNT}"),
+    (dict(anneal_steps=2.0), f"anneal_steps=2.0: {NOT_A_STEP_COUNT}"),
+    (dict(swa_lr=-0.1), f"swa_lr=-0.1: {NOT_A_RATE}"),
+    (dict(swa_lr=0), f"swa_lr=0: {NOT_A_RATE}"),
+    (dict(swa_lr=math.inf), f"swa_lr=inf: {NOT_A_RATE}"),
+    (dict(swa_lr=True), f"swa_lr=True: {NOT_A_RATE}"),
+    (dict(swa_lr="0.1"), f"swa_lr='0.1': {NOT_A_RATE}"),
 ])
 def test_bad_arguments_are_refused_naming_the_argument(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         SWA(**kwargs)
+
+
+def test_the_defaults_are_composers_constructor():
+    """The card: Composer's SWA(swa_start='0.7dur', swa_end='0.97dur', update_interval='1ep',
+    schedule_swa_lr=False, anneal_strategy='linear', anneal_steps=10, swa_lr=None), with input_key and
+    bn_dataloader for the batch-norm pass."""
+    assert repr(SWA()) == ("SWA(swa_start='0.7dur', swa_end='0.97dur', update_interval='1ep', schedule_swa_lr=False, "
+                           "anneal_strategy='linear', anneal_steps=10, swa_lr=None, input_key=0, num_averaged=0)")
+    assert SWA(swa_lr=1).swa_lr == 1 and SWA(swa_lr=0.5, anneal_steps=1).anneal_steps == 1
 
 
 def test_anneal_strategy_takes_composers_spellings():
