@@ -257,7 +257,7 @@ def _swap(model: torch.nn.Module, other: torch.nn.Module) -> None:
 
 
 def ema_trajectory(steps: int = 150, half_life: str = "10ba", lr: float = 0.3, noise: float = 1.0,
-                   generator: torch.Generator | None = None) -> dict[str, Any]:
+                   generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
     """One weight of a one-weight model trained by SGD on noisy targets, and its EMA, per step.
 
     The model is ``y = w * 1`` from ``w = 0``, trained on the squared error to targets drawn from

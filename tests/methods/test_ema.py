@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -79,15 +80,29 @@ def test_compute_ema_is_the_weighted_sum_for_parameters_and_buffers(smoothing, m
     assert all(torch.equal(a, b) for a, b in zip(_tensors(model), before, strict=True))  # model untouched
 
 
-def test_compute_ema_keeps_dtype_and_refuses_a_model_that_is_not_a_copy():
-    model = _bn_model().double()
+def test_compute_ema_smooths_by_099_by_default_as_composers():
+    model, ema_model = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    original = copy.deepcopy(ema_model)
+    cf.compute_ema(model, ema_model)
+    for new, old, w in zip(ema_model.parameters(), original.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(new, old * 0.99 + 0.01 * w)
+
+
+NOT_A_COPY = "ema_model: its parameters and buffers do not match model's — make it with copy.deepcopy(model)"
+
+
+@pytest.mark.parametrize("other", [lambda: torch.nn.Linear(2, 2, bias=False), lambda: torch.nn.Linear(3, 2), _bn_model],
+                         ids=["fewer-tensors", "other-shapes", "more-tensors"])  # of Linear(2, 2)'s
+def test_compute_ema_keeps_dtype_and_refuses_a_model_that_is_not_a_copy(other):
+    model = torch.nn.Linear(2, 2).double()
     ema_model = copy.deepcopy(model)
     cf.compute_ema(model, ema_model, smoothing=0.9)
     assert all(t.dtype == torch.float64 for t in ema_model.parameters())
-    with pytest.raises(ValueError, match=r"^ema_model: its parameters and buffers do not match model's"):
-        cf.compute_ema(model, torch.nn.Linear(2, 2), smoothing=0.9)
+    with pytest.raises(ValueError, match=f"^{re.escape(NOT_A_COPY)}$"):
+        cf.compute_ema(model, other(), smoothing=0.9)
     for bad in (-0.1, 1.5, True, "0.9"):
-        with pytest.raises(ValueError, match=rf"^smoothing={bad!r}: "):
+        expected = f"smoothing={bad!r}: the share of the old average each update keeps, in [0, 1]"
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
             cf.compute_ema(model, ema_model, smoothing=bad)
 
 
@@ -129,6 +144,7 @@ def test_the_average_follows_the_formula_over_several_steps_and_training_is_unto
     expected = _expected_average(recorder.seen, ema.smoothing, updates=range(1, 6))
     for got, want in zip(_tensors(ema.ema_model), expected, strict=True):
         torch.testing.assert_close(got, want)
+    assert not any(p.requires_grad for p in ema.ema_model.parameters())  # a copy without gradients
     # the training weights are exactly those of the run without EMA
     plain = _train(None, n=6)
     for a, b in zip(_tensors(trainer.state.model), _tensors(plain.state.model), strict=True):
@@ -267,20 +283,83 @@ def test_state_dict_keeps_the_average_and_a_fresh_ema_resumes_it():
         fresh.load_state_dict({"step": 3})
 
 
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_state_taken_during_evaluation_keeps_the_average_and_a_loaded_average_is_evaluated_at_once():
+    ema = EMA(half_life="2ba")
+    trainer = _train(ema, n=3)
+    state = trainer.state
+    average = copy.deepcopy(ema.ema_model.state_dict())
+    training = copy.deepcopy(state.model.state_dict())
+    assert not _same(average, training)
+    ema.apply(Event.EVAL_START, state)  # the model holds the average, the copy the training weights
+    saved = ema.state_dict()
+    assert saved.keys() == {"ema_weights"} and _same(saved["ema_weights"], average)
+    ema.apply(Event.EVAL_END, state)
+    # a fresh EMA given that state evaluates with its average before any update of its own
+    fresh = EMA(half_life="2ba")
+    fresh.load_state_dict(saved)
+    assert fresh.match(Event.EVAL_START, state)
+    fresh.apply(Event.EVAL_START, state)
+    assert _same(state.model.state_dict(), average)
+    fresh.apply(Event.EVAL_END, state)
+    assert _same(state.model.state_dict(), training) and _same(fresh.ema_model.state_dict(), average)
+
+
+def test_loading_a_state_replaces_a_running_average_and_a_state_without_one_resets_it():
+    ema = EMA(half_life="2ba")
+    _train(ema, n=3)
+    saved = ema.state_dict()
+    other = EMA(half_life="2ba")
+    trainer = _train(other, n=2)  # an average of its own, of other weights
+    assert not _same(other.ema_model.state_dict(), saved["ema_weights"])
+    other.load_state_dict(saved)
+    assert _same(other.ema_model.state_dict(), saved["ema_weights"])
+    other.load_state_dict(EMA().state_dict())  # the state of an EMA that has not started
+    assert other.ema_model is None and other.state_dict() == {"ema_weights": None}
+    assert not other.match(Event.EVAL_START, trainer.state)
+
+
+NOT_UNDERSTOOD = "duration {!r} is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'"
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(half_life=None), r"^half_life=None: give half_life"),
-    (dict(smoothing=0.9), r"^smoothing=0\.9: give either half_life or smoothing, not both"),
-    (dict(half_life="0.5dur"), r"^half_life='0\.5dur': give it in 'ba' or 'ep'"),
-    (dict(half_life="ten"), r"^half_life='ten': duration 'ten' is not understood"),
-    (dict(half_life=None, smoothing=1.5), r"^smoothing=1\.5: "),
-    (dict(ema_start="soon"), r"^ema_start='soon': "),
-    (dict(update_interval="0ba"), r"^update_interval='0ba': must be at least one"),
-    (dict(update_interval="1ep"), r"^update_interval='1ep': must be in half_life's unit \('ba'\)"),
-    (dict(update_interval="0.1dur"), r"^update_interval='0\.1dur': give it in 'ba' or 'ep'"),
+    (dict(half_life=None), "half_life=None: give half_life (e.g. '1000ba') or smoothing (e.g. 0.999)"),
+    (dict(smoothing=0.9), "smoothing=0.9: give either half_life or smoothing, not both — pass half_life=None with "
+                          "smoothing"),
+    (dict(half_life="0.5dur"), "half_life='0.5dur': give it in 'ba' or 'ep', e.g. '10ba'"),
+    (dict(half_life="ten"), "half_life='ten': " + NOT_UNDERSTOOD.format("ten")),
+    (dict(half_life=None, smoothing=1.5), "smoothing=1.5: the share of the old average each update keeps, in [0, 1]"),
+    (dict(ema_start="soon"), "ema_start='soon': " + NOT_UNDERSTOOD.format("soon")),
+    (dict(update_interval="0ba"), "update_interval='0ba': must be at least one batch or epoch"),
+    (dict(update_interval="1ep"), "update_interval='1ep': must be in half_life's unit ('ba'), since the smoothing "
+                                  "is their ratio"),
+    (dict(update_interval="0.1dur"), "update_interval='0.1dur': give it in 'ba' or 'ep', e.g. '10ba'"),
+    (dict(half_life="2ep", update_interval="5sp"), "update_interval='5sp': give it in 'ba' or 'ep', e.g. '10ba'"),
 ])
 def test_bad_arguments_are_refused_naming_the_argument(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         EMA(**kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "attributes", "updates_per_half_life"), [
+    ({}, dict(half_life="1000ba", ema_start="0.0dur", update_interval="1ba"), 1000),
+    (dict(half_life="20ba", update_interval="5ba", ema_start="3ep"),
+     dict(half_life="20ba", ema_start="3ep", update_interval="5ba"), 4),
+    (dict(half_life="2ep"), dict(half_life="2ep", ema_start="0.0dur", update_interval="1ep"), 2),
+    (dict(half_life=None, smoothing=0.9), dict(half_life=None, ema_start="0.0dur", update_interval="1ba"), None),
+])
+def test_the_hyperparameters_are_kept_with_composers_defaults(kwargs, attributes, updates_per_half_life):
+    """Composer's EMA defaults to half_life='1000ba', ema_start='0.0dur' and an update every batch; the
+    interval defaults to one of half_life's unit, or a batch with smoothing."""
+    ema = EMA(**kwargs)
+    assert {name: getattr(ema, name) for name in attributes} == attributes
+    smoothing = 0.9 if updates_per_half_life is None else math.exp(-math.log(2) / updates_per_half_life)
+    assert ema.smoothing == pytest.approx(smoothing, rel=1e-12)
+    assert repr(ema) == (f"EMA(half_life={attributes['half_life']!r}, smoothing={ema.smoothing!r}, "
+                         f"ema_start={attributes['ema_start']!r}, update_interval={attributes['update_interval']!r})")
 
 
 def test_the_figure_is_the_classs_average_of_a_noisy_weight():
