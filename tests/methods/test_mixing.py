@@ -3,13 +3,17 @@ at its own events, so calling ``apply`` at any other event changes nothing."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
+import torch.nn.functional as F
 from trainer_support import image_batches, image_classifier
 
 from algorithms import CutMix, MixUp
 from algorithms._mixing import ROW_BY_ROW_BYTES, host_partners, permutation_cycles
-from algorithms.core import Algorithm, Trainer
+from algorithms.core import Algorithm, Event, State, Trainer
+from algorithms.core.time import Duration
 
 
 class _ApplyEverywhere(Algorithm):
@@ -37,6 +41,30 @@ def test_apply_changes_nothing_at_events_the_method_does_not_match(cls, interpol
     probe = _ApplyEverywhere(algo)
     Trainer(image_classifier(), image_batches(n=1), "1ba", algorithms=[algo, probe], seed=0, device="cpu").fit()
     assert probe.tried > 10 and probe.changed == []
+
+
+def _refusal(cls, targets: int, where: str, mixed: int) -> str:
+    name = cls.__name__
+    return re.escape(f"{name}: the batch has {targets} targets {where} but {mixed} examples were mixed after the "
+                     f"data loader: a method listed after {name} changed the batch size (list it before {name})")
+
+
+@pytest.mark.parametrize("cls", [CutMix, MixUp])
+def test_targets_that_do_not_match_the_mixed_examples_are_refused_at_the_loss(cls):
+    """Mixing targets needs the partners drawn after the data loader for as many examples: with
+    none drawn, or a target with no batch dimension, each mode refuses with the counts."""
+    state = State(model=torch.nn.Identity(), max_duration=Duration.parse("1ep"), loss_fn=F.cross_entropy, seed=0)
+    state.batch, state.outputs = (torch.rand(4, 3, 8, 8), torch.tensor([0, 1, 2, 0])), torch.zeros(4, 3)
+    state.loss_target = state.batch[1]
+    with pytest.raises(ValueError, match=f"^{_refusal(cls, 4, 'before the loss', 0)}$"):
+        cls().apply(Event.BEFORE_LOSS, state)
+    with pytest.raises(ValueError, match=f"^{_refusal(cls, 4, 'at the loss', 0)}$"):
+        cls(interpolate_loss=True).apply(Event.AFTER_LOSS, state)
+    algo = cls()
+    algo.apply(Event.AFTER_DATALOADER, state)
+    state.batch = (state.batch[0], torch.tensor(1))
+    with pytest.raises(ValueError, match=f"^{_refusal(cls, 0, 'before the loss', 4)}$"):
+        algo.apply(Event.BEFORE_LOSS, state)
 
 
 def test_examples_from_64_kib_on_the_cpu_are_mixed_one_at_a_time():
