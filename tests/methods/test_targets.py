@@ -8,6 +8,8 @@ The one-hot tests assert what Composer's tests of its one-hot conversion assert
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -92,25 +94,50 @@ def test_smooth_targets_definition():
 
 
 @pytest.mark.parametrize(
-    ("call", "pattern"),
+    ("call", "message"),
     [
-        (lambda: interpolate_targets(torch.tensor([0, 5]), torch.tensor([0, 1]), 0.5, 3), r"target: .*\[5\]"),
+        (lambda: interpolate_targets(torch.tensor([0, 5]), torch.tensor([0, 1]), 0.5, 3),
+         "target: class indices must be in [0, 3) (negative: ignored), found [5]"),
         (lambda: interpolate_targets(torch.tensor([0, 1]), torch.tensor([0, 1]), 0.5),
-         r"^num_classes is required when targets are class indices$"),
+         "num_classes is required when targets are class indices"),
         (lambda: interpolate_targets(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), 0.5),
-         r"^num_classes is required when targets are class indices$"),  # (N, L) integer targets hold indices
+         "num_classes is required when targets are class indices"),  # (N, L) integer targets hold indices
         (lambda: one_hot(torch.arange(10), 3),
-         r"^target: class indices must be in \[0, 3\) \(negative: ignored\), found \[3, 4, 5, 6, 7\]$"),
+         "target: class indices must be in [0, 3) (negative: ignored), found [3, 4, 5, 6, 7]"),
         (lambda: cf.smooth_labels(torch.zeros(2, 3), torch.tensor([True, False])),
-         r"^target: class indices must be an integer tensor, got torch.bool$"),
-        (lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32), r"target: .*3 classes on dim 1.*\(2, 4\)"),
-        (lambda: smooth_targets(torch.tensor([0]), 1.5, 3), r"smoothing=1.5"),
-        (lambda: one_hot(torch.tensor([3]), 3), r"\[0, 3\).*\[3\]"),
+         "target: class indices must be an integer tensor, got torch.bool"),
+        (lambda: is_class_indices(torch.tensor([0.0, 1.0]), (2, 3)),
+         "target: class indices must be an integer tensor, got torch.float32"),
+        (lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32),
+         "target: probabilities must have 3 classes on dim 1, (N, 3, ...), got shape (2, 4)"),
+        (lambda: to_distribution(torch.zeros(4), 3, torch.float32),
+         "target: probabilities must have 3 classes on dim 1, (N, 3, ...), got shape (4,)"),
+        (lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32, (2, 3)),
+         "target: shape (2, 4) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
+         "probabilities (2, 3)"),
+        (lambda: smooth_targets(torch.tensor([0]), 1.5, 3), "smoothing=1.5: must be in [0, 1]"),
+        (lambda: smooth_targets(torch.tensor([0, 1]), 0.1, 3, logits_shape=(2, 3, 4)),
+         "target: shape (2,) fits logits of shape (2, 3, 4) neither as class indices (2, 4) nor as class "
+         "probabilities (2, 3, 4)"),
+        (lambda: smooth_targets(torch.tensor([0, 1, 2]), 0.1, 3, logits_shape=(2, 3)),
+         "target: shape (3,) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
+         "probabilities (2, 3)"),
+        (lambda: one_hot(torch.tensor([3]), 3),
+         "target: class indices must be in [0, 3) (negative: ignored), found [3]"),
     ],
 )
-def test_bad_input_raises_value_error(call, pattern):
-    with pytest.raises(ValueError, match=pattern):
+def test_bad_input_raises_value_error(call, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.float32])
+def test_smooth_targets_of_class_indices_are_in_the_dtype_asked_for(dtype):
+    y = torch.tensor([2, 0, 1, 2])
+    for logits_shape in (None, (4, 3)):
+        out = smooth_targets(y, 0.3, 3, dtype=dtype, logits_shape=logits_shape)
+        expected = F.one_hot(y, 3).to(dtype) * (1 - 0.3) + 0.3 / 3  # the formula in that dtype
+        assert out.dtype == dtype and torch.equal(out, expected)
 
 
 def test_smoothed_rows_are_kept_for_up_to_1024_classes():
