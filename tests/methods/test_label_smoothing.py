@@ -10,6 +10,7 @@ original target after the loss.
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 import torch
@@ -180,27 +181,38 @@ def test_neither_logits_nor_target_is_modified():
 
 
 @pytest.mark.parametrize(
-    ("call", "pattern"),
+    ("call", "message"),
     [
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=1.5), r"smoothing=1.5"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=True), r"smoothing=True"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0, 3])), r"target: .*\[0, 3\).*\[3\]"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0.0, 1.0])), r"target: .*integer.*float32"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.zeros(2, 4)), r"target: shape \(2, 4\).*\(2, 3\)"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=1.5),
+         "smoothing=1.5: must be in [0, 1]"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=True),
+         "smoothing=True: must be in [0, 1]"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0, 3])),
+         "target: class indices must be in [0, 3) (negative: ignored), found [3]"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0.0, 1.0])),
+         "target: class indices must be an integer tensor, got torch.float32"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.zeros(2, 4)),
+         "target: shape (2, 4) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
+         "probabilities (2, 3)"),
         (lambda: cf.smooth_labels(torch.randn(2, 3, 4), torch.zeros(2, 5, dtype=torch.long)),
-         r"target: shape \(2, 5\).*indices \(2, 4\)"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(3)), r"batch size"),
-        (lambda: cf.smooth_labels(torch.randn(2), torch.arange(2)), r"logits: .*\(N, C, \.\.\.\)"),
+         "target: shape (2, 5) fits logits of shape (2, 3, 4) neither as class indices (2, 4) nor as class "
+         "probabilities (2, 3, 4)"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(3)),
+         "input and target must have the same batch size: input shape (2, 3), target shape (3,)"),
+        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor(1)),
+         "input and target must have the same batch size: input shape (2, 3), target shape ()"),
+        (lambda: cf.smooth_labels(torch.randn(2), torch.arange(2)),
+         "logits: need classes on dim 1, (N, C, ...), got shape (2,)"),
     ],
 )
-def test_bad_input_raises_value_error_naming_the_argument(call, pattern):
-    with pytest.raises(ValueError, match=pattern):
+def test_bad_input_raises_value_error_naming_the_argument(call, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         call()
 
 
 @pytest.mark.parametrize("smoothing", [-0.1, 2, float("nan"), "0.1", None])
 def test_bad_smoothing_fails_at_construction(smoothing):
-    with pytest.raises(ValueError, match=rf"smoothing={smoothing!r}"):
+    with pytest.raises(ValueError, match=f"^smoothing={re.escape(repr(smoothing))}: must be in \\[0, 1\\]$"):
         LabelSmoothing(smoothing=smoothing)
 
 
