@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 
 import numpy as np
 import pytest
@@ -83,23 +84,32 @@ def test_alpha_zero_mixes_nothing():
 
 
 @pytest.mark.parametrize(
-    ("call", "pattern"),
+    ("call", "message"),
     [
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), alpha=-0.1), r"alpha=-0.1"),
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), mixing=2.0), r"mixing=2.0"),
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=torch.tensor([0])), r"indices"),
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(3)), r"batch size"),
-        (lambda: cf.mixup_batch(torch.tensor(1.0), torch.arange(1)), r"batch size.*input shape \(\)"),
+        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), alpha=-0.1),
+         "alpha=-0.1: must be a finite number >= 0"),
+        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), mixing=2.0), "mixing=2.0: must be in [0, 1]"),
+        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), mixing=-0.5), "mixing=-0.5: must be in [0, 1]"),
+        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=torch.tensor([0])),
+         "indices must be an integer tensor of shape (2,), got torch.int64 of shape (1,)"),
+        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(3)),
+         "input and target must have the same batch size: input shape (2, 3), target shape (3,)"),
+        (lambda: cf.mixup_batch(torch.tensor(1.0), torch.arange(1)),
+         "input and target must have the same batch size: input shape (), target shape (1,)"),
+        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.tensor(1)),
+         "input and target must have the same batch size: input shape (2, 3), target shape ()"),
+        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=[1, 0]),
+         "indices must be an integer tensor of shape (2,), got list"),
     ],
 )
-def test_bad_input_raises_value_error_naming_the_argument(call, pattern):
-    with pytest.raises(ValueError, match=pattern):
+def test_bad_input_raises_value_error_naming_the_argument(call, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         call()
 
 
 @pytest.mark.parametrize("alpha", [-0.5, float("nan"), True])
 def test_bad_alpha_fails_at_construction(alpha):
-    with pytest.raises(ValueError, match=rf"alpha={alpha!r}"):
+    with pytest.raises(ValueError, match=f"^alpha={re.escape(repr(alpha))}: must be a finite number >= 0$"):
         MixUp(alpha=alpha)
 
 
@@ -317,11 +327,6 @@ def test_on_cuda_without_changing_device_dtype_or_memory_format():
     mixed, y_perm, _ = cf.mixup_batch(x, y)
     assert mixed.device == x.device and mixed.dtype == x.dtype and y_perm.device == y.device
     assert mixed.is_contiguous(memory_format=torch.channels_last)
-
-
-def test_indices_must_be_a_tensor():
-    with pytest.raises(ValueError, match=r"indices must be an integer tensor of shape \(2,\), got list"):
-        cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=[1, 0])
 
 
 @pytest.mark.parametrize("mixing", [0.0, 1.0])
