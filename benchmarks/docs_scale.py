@@ -99,7 +99,10 @@ def sphinx_build(root: Path, out: Path, *options: str, fresh: bool = True) -> Bu
         shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", *(["-E"] if fresh else []),
            *options, str(root / "docs" / "source"), str(out)]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # NO_COLOR: where CI=true or FORCE_COLOR is set, Sphinx takes even a pipe for a colour terminal and
+    # prints its progress on one line, each item ending in a carriage return (``--no-color`` does not
+    # change that), which pages_in_output does not read.
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "NO_COLOR": "1"}
     start = time.perf_counter()
     result = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start

@@ -97,6 +97,21 @@ def test_the_pages_read_and_written_are_taken_from_sphinx_output():
     assert docs_scale.pages_in_output("reading sources... \nno targets are out of date.\n") == ((), ())
 
 
+@pytest.mark.parametrize("colour", ["CI", "FORCE_COLOR"])
+def test_the_pages_are_read_from_a_build_where_ci_asks_for_colour(tmp_path, monkeypatch, colour):
+    # CI=true or FORCE_COLOR makes Sphinx print its progress as a colour terminal's single line
+    source = tmp_path / "docs" / "source"
+    source.mkdir(parents=True)
+    (source / "conf.py").write_text("")
+    (source / "index.rst").write_text("Index\n=====\n\n.. toctree::\n\n   page\n")
+    (source / "page.rst").write_text("Page\n====\n")
+    monkeypatch.setenv(colour, "true")
+    build = docs_scale.sphinx_build(tmp_path, tmp_path / "out")
+    assert sorted(build.read) == ["index", "page"] and sorted(build.written) == ["index", "page"]
+    (source / "page.rst").write_text("Page\n====\n\nEdited.\n")
+    assert docs_scale.sphinx_build(tmp_path, tmp_path / "out", fresh=False).read == ("page",)
+
+
 def test_the_prose_edit_leaves_every_generated_region_as_it_was(catalog, tmp_path):
     from methods_tools import cards
 
