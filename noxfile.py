@@ -187,7 +187,7 @@ def mutants(session: nox.Session) -> None:
     ``--max-children N``, or mutant names to run only those.
     """
     install_project(session, "dev")
-    session.install("mutmut==3.8.1")
+    session.install("mutmut==3.8.1", "pytest-timeout==2.4.0")
     work = Path(session.create_tmp()) / "tree"
     shutil.rmtree(work, ignore_errors=True)
     for folder in ("algorithms", "tests"):
