@@ -285,6 +285,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"floors at {shape_name}: " + ", ".join(f"{name} {medians[name]:.3f} ms" for name in FLOORS))
     for name, definition in FLOORS.items():
         lines.append(f"  {name}: {definition}")
+    lines.append(f"allocator: {details['allocator']}")
     timed = {name for medians in details["median_ms"].values() for name in medians}
     for name, call in details["peer_calls"].items():
         if name in timed:
