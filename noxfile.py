@@ -228,8 +228,9 @@ def bench_peers(session: nox.Session) -> None:
     Installs torch and torchvision from ``$METHODS_PEERS_TORCH_SPEC`` (default torch 2.14.1 with
     torchvision 0.29.1; a CUDA build, about 5.5 GB), timm, Composer (``$METHODS_PEERS_COMPOSER_SPEC``,
     without its torch pins) and the project; reruns skip pip while these are unchanged. A peer that
-    does not install or import is reported by the benchmark, which goes on without it. Extra
-    arguments go to the benchmark (e.g. ``--output results/bench/batch-peers.json``).
+    does not install or import is reported by the benchmark, which goes on without it. Rewrites
+    results/bench/peers/<cpu|gpu>-<hardware>.json (commit it; the README's table shows it too).
+    Extra arguments go to benchmarks/run.py (e.g. ``--output -``).
     """
     inputs = "\n".join([Path("pyproject.toml").read_text(encoding="utf-8"), PEERS_TORCH_SPEC, COMPOSER_SPEC,
                         *COMPOSER_IMPORTS])
@@ -245,4 +246,4 @@ def bench_peers(session: nox.Session) -> None:
         session.install("--no-deps", COMPOSER_SPEC, success_codes=[0, 1])
         session.install(*COMPOSER_IMPORTS, success_codes=[0, 1])
         stamp.write_text(digest)
-    session.run("python", "benchmarks/batch_methods.py", *session.posargs)
+    session.run("python", "benchmarks/run.py", "--peers", "--force", *session.posargs)

@@ -167,16 +167,16 @@ def peer_calls(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, wanted: b
 
 
 def keep_freed_memory() -> str:
-    """Have glibc's malloc keep freed memory for reuse, as a training loop's steady state does, and
-    say what was set.
+    """Have glibc's malloc serve every block from its heap and keep what is freed there for reuse, as
+    a training loop's steady state does, and say what was set.
 
-    Each call allocates its output (19 MB at 32x3x224x224). glibc serves such a block by ``mmap`` or
-    from the heap by a threshold it moves as blocks are freed, and gives the heap's top back to the
-    system past another: whether a call's output is fresh pages (a page fault per 4 KiB, which can
-    cost more than the copy) then depends on what the calls before it allocated, and a ratio to the
-    floor swung from 1x to 4x between rounds. Fixing both thresholds at 1 GiB serves every block from
-    memory kept and reused, for the floor and for each implementation alike. Elsewhere (not glibc)
-    nothing is set.
+    Each call allocates its output (19 MB at 32x3x224x224). By default glibc maps such a block
+    afresh (``mmap``) or serves it from the heap, by a threshold it moves as blocks are freed, and
+    gives the heap's top back to the system past another: whether a call's output is new pages (a
+    page fault per 4 KiB, which can cost more than the copy) then depended on what the calls before
+    it allocated, and a ratio to the floor swung from 1x to 4x between rounds. Both thresholds at
+    1 GiB make the floor and every implementation alike reuse memory kept from earlier calls (the
+    kernel may still reclaim pages left idle). Elsewhere (not glibc) nothing is set.
     """
     import ctypes
     import ctypes.util
@@ -189,7 +189,7 @@ def keep_freed_memory() -> str:
         return "not set (no glibc mallopt): freed memory is kept or returned as the system's allocator decides"
     if mallopt(M_MMAP_THRESHOLD, GIB) != 1 or mallopt(M_TRIM_THRESHOLD, GIB) != 1:
         return "not set (mallopt refused): freed memory is kept or returned as glibc decides"
-    return "glibc mallopt M_MMAP_THRESHOLD = M_TRIM_THRESHOLD = 1 GiB: freed outputs are reused, no call pays page faults"
+    return "glibc mallopt M_MMAP_THRESHOLD = M_TRIM_THRESHOLD = 1 GiB: every output from the heap, freed ones reused"
 
 
 def median_call(subject: Subject, calls: int, synchronize: Callable[[], None]) -> float:
@@ -285,7 +285,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"floors at {shape_name}: " + ", ".join(f"{name} {medians[name]:.3f} ms" for name in FLOORS))
     for name, definition in FLOORS.items():
         lines.append(f"  {name}: {definition}")
-    lines.append(f"allocator: {details['allocator']}")
+    if "allocator" in details:
+        lines.append(f"allocator: {details['allocator']}")
     timed = {name for medians in details["median_ms"].values() for name in medians}
     for name, call in details["peer_calls"].items():
         if name in timed:

@@ -9,6 +9,7 @@ a ratio measured in one run says more than two times measured apart.
     python benchmarks/run.py                         # every section; writes results/bench/<machine>.json
     python benchmarks/run.py --only trainer_overhead --output /tmp/bench.json
     python benchmarks/run.py --quick --output -      # a smoke run: small sizes, the numbers mean nothing
+    python benchmarks/run.py --peers                 # where torchvision, timm or Composer import (nox -s bench_peers)
     python benchmarks/run.py --readme                # the README's Performance table, from results/bench/
 
 The results file (schema ``algorithms/bench.schema.json``) names the machine, the software and the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,7 +32,17 @@ HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"
 README_REGION = "performance"  # <!-- generated: performance --> ... <!-- end generated: performance -->
 SECTIONS = ("batch_methods", "trainer_overhead", "check_speed", "docs_scale")
+PEERS_FOLDER = "peers"  # results/bench/peers/: --peers, run by nox -s bench_peers where the peers import
+PEER_MODULES = ("torchvision.transforms.v2", "timm.data.mixup", "composer.functional")
 COMPARE = {"<": lambda value, target: value < target, "<=": lambda value, target: value <= target}
+
+
+def _imports(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except Exception:  # absent or broken: the benchmark reports why
+        return False
+    return True
 
 
 def load_section(name: str) -> Any:
@@ -48,12 +60,14 @@ def format_row(row: dict[str, Any]) -> str:
             f"target {row['compare']} {fmt(row['target'])}: {verdict}")
 
 
-def default_output(env: dict[str, Any]) -> Path:
-    """``results/bench/<cpu|gpu>-<hardware slug>.json``, named as the other results files are."""
+def default_output(env: dict[str, Any], peers: bool = False) -> Path:
+    """``results/bench/<cpu|gpu>-<hardware slug>.json``, named as the other results files are; with
+    ``peers``, the same name in results/bench/peers/."""
     from methods_tools.compare import default_output_path
     from methods_tools.results import BENCH_DIR
 
-    return BENCH_DIR / f"{default_output_path(env, BENCH_DIR).stem.removesuffix('-' + env['date'][:10])}.json"
+    folder = BENCH_DIR / PEERS_FOLDER if peers else BENCH_DIR
+    return folder / f"{default_output_path(env, BENCH_DIR).stem.removesuffix('-' + env['date'][:10])}.json"
 
 
 def figure(value: float, unit: str) -> str:
@@ -63,30 +77,39 @@ def figure(value: float, unit: str) -> str:
     return f"{value:.2f}x" if unit == "x" else f"{value:.2f} {unit}"
 
 
+def committed_results() -> list[Path]:
+    """The results files the README's table shows: results/bench/*.json (``nox -s bench``), then
+    results/bench/peers/*.json (``nox -s bench_peers``: the batch methods beside the peers)."""
+    from methods_tools.results import BENCH_DIR
+
+    return sorted(BENCH_DIR.glob("*.json")) + sorted((BENCH_DIR / PEERS_FOLDER).glob("*.json"))
+
+
 def render_performance(paths: list[Path], root: Path) -> str:
     """The README's Performance region: a table per results file (validated), linked from ``root``."""
     from methods_tools.docsgen import jinja_environment
     from methods_tools.results import load_bench
 
-    documents = [{**load_bench(path), "path": path.relative_to(root).as_posix()} for path in paths]
+    documents = [{**load_bench(path), "path": path.relative_to(root).as_posix(),
+                  "session": "bench_peers" if path.parent.name == PEERS_FOLDER else "bench"} for path in paths]
     env = jinja_environment(HERE)
     env.filters["figure"] = figure
     return env.get_template("performance.md.j2").render(documents=documents).strip("\n")
 
 
-def update_readme(readme: Path = README, results: list[Path] | None = None) -> bool:
-    """Rewrite the README's Performance region from ``results`` (default: every committed
-    results/bench/*.json); the rest of the file is kept byte for byte. Returns whether it changed."""
+def update_readme(readme: Path = README, results: list[Path] | None = None, root: Path | None = None) -> bool:
+    """Rewrite the README's Performance region from ``results`` (default:
+    :func:`committed_results`), its links relative to ``root`` (default: the README's folder); the
+    rest of the file is kept byte for byte. Returns whether it changed."""
     from methods_tools.cards import Region, regions, replace_regions
     from methods_tools.files import write_if_changed
-    from methods_tools.results import BENCH_DIR
 
-    results = sorted(BENCH_DIR.glob("*.json")) if results is None else results
+    results = committed_results() if results is None else results
     text = readme.read_text(encoding="utf-8")
     if README_REGION not in regions(text):
         raise SystemExit(f"{readme}: no '<!-- generated: {README_REGION} -->' region to rewrite — add the markers "
                          "where the table belongs")
-    body = (render_performance(results, readme.parent) if results
+    body = (render_performance(results, root or readme.parent) if results
             else "No benchmark results are committed yet (run nox -s bench).")
     return write_if_changed(readme, replace_regions(text, {README_REGION: Region(README_REGION, 0, 0, body)}))
 
@@ -121,25 +144,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes and one repeat: checks the suite runs")
     parser.add_argument("--output", help="the results file (default results/bench/<machine>.json; - for stdout)")
     parser.add_argument("--force", action="store_true", help="overwrite the results file if it exists")
+    parser.add_argument("--peers", action="store_true",
+                        help="the batch methods only, where torchvision, timm or Composer import (nox -s bench_peers), "
+                             "into results/bench/peers/<machine>.json by default")
     parser.add_argument("--readme", action="store_true",
                         help="only rewrite the README's Performance table from the committed results files")
     args = parser.parse_args(argv)
     if args.readme:
         print(f"{README}: {'rewritten' if update_readme() else 'already current'}")
         return 0
-    names = list(SECTIONS) if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
+    if args.peers:
+        if args.only:
+            parser.error("--peers runs the batch methods alone: leave out --only")
+        if not any(_imports(module) for module in PEER_MODULES):
+            parser.error(f"--peers: none of {', '.join(PEER_MODULES)} imports here; run it as nox -s bench_peers, "
+                         "which installs them")
+        names = ["batch_methods"]
+    else:
+        names = list(SECTIONS) if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in SECTIONS]
     if unknown or not names:
         parser.error(f"--only {args.only!r}: unknown section(s) {', '.join(unknown) or '(none given)'}; "
                      f"choose from {', '.join(SECTIONS)}")
     from methods_tools.compare import environment
     from methods_tools.files import write_atomic
-    from methods_tools.results import bench_problems
+    from methods_tools.results import BENCH_SCHEMA_PATH, bench_problems
 
-    output = None if args.output == "-" else Path(args.output) if args.output else default_output(environment())
+    output = (None if args.output == "-" else Path(args.output) if args.output
+              else default_output(environment(), peers=args.peers))
     if output is not None and output.exists() and not args.force:
         parser.error(f"{output}: exists; pass --force to overwrite it")
     document = run_suite(names, args.quick, log=lambda line: print(line, flush=True))
+    if output is not None:  # the schema, relative to where the file is written
+        document["$schema"] = Path(os.path.relpath(BENCH_SCHEMA_PATH, output.resolve().parent)).as_posix()
     problems = bench_problems(document)
     if problems:  # a section's bug: never write an invalid file
         raise SystemExit("\n".join(problems))

@@ -128,8 +128,10 @@ def test_the_readmes_performance_table_is_the_committed_results_rendered(tmp_pat
     a copy of the README is already current, so the committed one has not drifted."""
     copy = tmp_path / "README.md"
     copy.write_text(bench_run.README.read_text(encoding="utf-8"), encoding="utf-8")
-    results = sorted((PACKAGE_ROOT.parent / "results" / "bench").glob("*.json"))
-    assert not bench_run.update_readme(copy, results), "README.md: run python benchmarks/run.py --readme"
+    results = sorted((PACKAGE_ROOT.parent / "results" / "bench").glob("*.json")) + \
+        sorted((PACKAGE_ROOT.parent / "results" / "bench" / "peers").glob("*.json"))
+    assert not bench_run.update_readme(copy, results, root=PACKAGE_ROOT.parent), \
+        "README.md: run python benchmarks/run.py --readme"
 
 
 def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(fake_sections, tmp_path):
@@ -151,3 +153,58 @@ def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(f
     with pytest.raises(SystemExit, match="no '<!-- generated: performance -->' region"):
         bench_run.update_readme(readme, [results])
     assert readme.read_text() == "no markers\n"
+
+
+# --------------------------------------------------------------------------------------------- --peers
+
+
+@pytest.fixture
+def peers_section(monkeypatch):
+    """batch_methods as a fake section, and a peer that imports."""
+    section = types.SimpleNamespace(run=lambda quick: {"title": "Batch", "details": {},
+                                                       "rows": [_row("ours / peer", 0.5, 1.0)]})
+    monkeypatch.setattr(bench_run, "load_section", {"batch_methods": section}.__getitem__)
+    monkeypatch.setattr(bench_run, "_imports", lambda module: module == "timm.data.mixup")
+    return section
+
+
+def test_peers_runs_the_batch_methods_alone_into_the_peers_folder(peers_section, tmp_path, monkeypatch):
+    env = {"device_name": "AMD EPYC 7B13", "device_type": "cpu", "date": "2026-12-05T01:00:00Z"}
+    assert bench_run.default_output(env, peers=True) == (PACKAGE_ROOT.parent / "results" / "bench" / "peers"
+                                                         / "cpu-amd-epyc-7b13.json")
+    out = tmp_path / "results" / "bench" / "peers" / "cpu-test.json"
+    assert bench_run.main(["--peers", "--output", str(out)]) == 0
+    document = load_bench(out)
+    assert list(document["sections"]) == ["batch_methods"]
+    # the schema is named relative to the file, as an editor resolves it
+    assert (out.parent / document["$schema"]).resolve() == (PACKAGE_ROOT / "bench.schema.json").resolve()
+
+
+def test_peers_refuses_where_no_peer_imports_and_beside_only(peers_section, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "peers.json"
+    with pytest.raises(SystemExit) as exit_info:
+        bench_run.main(["--peers", "--only", "docs_scale", "--output", str(out)])
+    assert exit_info.value.code == 2 and "--peers runs the batch methods alone: leave out --only" in \
+        capsys.readouterr().err
+    monkeypatch.setattr(bench_run, "_imports", lambda module: False)
+    with pytest.raises(SystemExit) as exit_info:
+        bench_run.main(["--peers", "--output", str(out)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "none of torchvision.transforms.v2, timm.data.mixup, composer.functional " \
+        "imports here; run it as nox -s bench_peers" in err
+    assert not out.exists()
+
+
+def test_the_readme_names_the_session_of_each_results_file(peers_section, tmp_path):
+    results = tmp_path / "results" / "bench"
+    peers = results / "peers" / "cpu-test.json"
+    assert bench_run.main(["--peers", "--output", str(peers)]) == 0
+    plain = results / "cpu-test.json"
+    plain.write_text(peers.read_text().replace('"../../../algorithms/', '"../../algorithms/'))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- generated: performance -->\n<!-- end generated: performance -->\n")
+    assert bench_run.update_readme(readme, [plain, peers])
+    text = readme.read_text()
+    assert "Measured by `nox -s bench` on" in text and "[`results/bench/cpu-test.json`]" in text
+    assert "Measured by `nox -s bench_peers` on" in text and "[`results/bench/peers/cpu-test.json`]" in text
+    assert "| ours / peer | 0.50x | 0.50x to 0.50x | < 1.00x | met |" in text
