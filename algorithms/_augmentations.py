@@ -231,14 +231,22 @@ def _affine_matrices(name: str, magnitude: torch.Tensor, height: int, width: int
 def _warp(w: _Work, x: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
     """Bilinear resampling of every image with its own affine map, as PIL's ``BILINEAR``
     transform: a sample point inside the image interpolates its neighbours (the edge pixels
-    repeated), one outside it is filled with 0 (black)."""
+    repeated), one outside it is filled with 0 (black).
+
+    The sample points are computed in the working dtype element by element from the maps (float64
+    maps, not ``affine_grid``'s batched matrix product, whose rounding depends on the batch and the
+    machine): an image is then resampled alike whatever else its batch holds, and a point on the
+    edge, such as a shear's, falls on the same side of it in a batch as alone.
+    """
     n, _, height, width = x.shape
-    # pixel units -> affine_grid's normalized units (align_corners=False: the image spans [-1, 1])
-    to_unit = torch.tensor([[2 / width, 0, -1], [0, 2 / height, -1], [0, 0, 1]], dtype=torch.float64)
-    theta = (to_unit @ matrices @ torch.linalg.inv(to_unit))[:, :2]
-    grid = F.affine_grid(theta.to(x.device, x.dtype, non_blocking=True), [n, 1, height, width],
-                         align_corners=False)
-    inside = ((grid >= -1) & (grid < 1)).all(dim=-1).unsqueeze(1)
+    matrices = matrices.to(x.device, x.dtype, non_blocking=True)
+    rows = torch.arange(height, dtype=x.dtype, device=x.device).add_(0.5).view(1, height, 1)
+    cols = torch.arange(width, dtype=x.dtype, device=x.device).add_(0.5).view(1, 1, width)
+    (a, b, c), (d, e, f) = ([matrices[:, r, k].view(-1, 1, 1) for k in range(3)] for r in range(2))
+    px, py = a * cols + b * rows + c, d * cols + e * rows + f  # (n, height, width), pixel units
+    inside = ((px >= 0) & (px < width) & (py >= 0) & (py < height)).unsqueeze(1)
+    # pixel units -> grid_sample's normalized units (align_corners=False: the image spans [-1, 1])
+    grid = torch.stack((px * (2 / width) - 1, py * (2 / height) - 1), dim=-1)
     sampled = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
     return w.finish(sampled * inside)
 
