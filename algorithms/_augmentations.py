@@ -238,7 +238,7 @@ def _warp(w: _Work, x: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
     machine): an image is then resampled alike whatever else its batch holds, and a point on the
     edge, such as a shear's, falls on the same side of it in a batch as alone.
     """
-    n, _, height, width = x.shape
+    height, width = x.shape[-2:]
     matrices = matrices.to(x.device, x.dtype, non_blocking=True)
     rows = torch.arange(height, dtype=x.dtype, device=x.device).add_(0.5).view(1, height, 1)
     cols = torch.arange(width, dtype=x.dtype, device=x.device).add_(0.5).view(1, 1, width)

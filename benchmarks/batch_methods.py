@@ -62,6 +62,9 @@ class Subject:
     prepare: Callable[[], object] | None = None
 
 
+# the peers' modules, by the label a missing one is reported under (benchmarks/run.py --peers reads it too)
+PEER_MODULES = {"torchvision": "torchvision.transforms.v2", "timm": "timm.data.mixup",
+                "composer": "composer.functional"}
 # ours: (name, floor, target ratio to the floor)
 OURS = (
     ("cutmix_batch", "clone", 2.0),
@@ -131,7 +134,7 @@ def peer_calls(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, wanted: b
     calls: dict[str, Subject] = {}
     missing: dict[str, str] = {}
     if not wanted:
-        return calls, {module: "not asked for (peers=False)" for module in ("torchvision", "timm", "composer")}
+        return calls, {label: "not asked for (peers=False)" for label in PEER_MODULES}
     k = logits.shape[1]
     work = x.clone()
 
@@ -145,11 +148,11 @@ def peer_calls(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, wanted: b
             missing[label] = f"import {module} failed: {type(error).__name__}: {error}"
             return None
 
-    if tv := load("torchvision.transforms.v2", "torchvision"):
+    if tv := load(PEER_MODULES["torchvision"], "torchvision"):
         tv_cutmix, tv_mixup = tv.CutMix(alpha=CUTMIX_ALPHA, num_classes=k), tv.MixUp(alpha=MIXUP_ALPHA, num_classes=k)
         calls["torchvision v2 CutMix"] = Subject(lambda: tv_cutmix(x, y))
         calls["torchvision v2 MixUp"] = Subject(lambda: tv_mixup(x, y))
-    if timm_mixup := load("timm.data.mixup", "timm"):
+    if timm_mixup := load(PEER_MODULES["timm"], "timm"):
         # mode="batch": one draw for the whole batch, as ours; no label smoothing. timm writes into its input.
         cut = timm_mixup.Mixup(mixup_alpha=0.0, cutmix_alpha=CUTMIX_ALPHA, mode="batch", label_smoothing=0.0,
                                num_classes=k)
@@ -157,7 +160,7 @@ def peer_calls(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, wanted: b
                                num_classes=k)
         calls["timm Mixup (batch, CutMix, in place)"] = Subject(lambda: cut(work, y), reset)
         calls["timm Mixup (batch, MixUp, in place)"] = Subject(lambda: mix(work, y), reset)
-    if composer := load("composer.functional", "composer"):
+    if composer := load(PEER_MODULES["composer"], "composer"):
         calls["Composer cutmix_batch"] = Subject(lambda: composer.cutmix_batch(x, y, alpha=CUTMIX_ALPHA))
         calls["Composer mixup_batch"] = Subject(lambda: composer.mixup_batch(x, y, alpha=MIXUP_ALPHA))
         calls["Composer cutout_batch"] = Subject(lambda: composer.cutout_batch(x, num_holes=1, length=0.5))

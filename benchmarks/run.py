@@ -33,7 +33,6 @@ README = HERE.parent / "README.md"
 README_REGION = "performance"  # <!-- generated: performance --> ... <!-- end generated: performance -->
 SECTIONS = ("batch_methods", "trainer_overhead", "check_speed", "docs_scale")
 PEERS_FOLDER = "peers"  # results/bench/peers/: --peers, run by nox -s bench_peers where the peers import
-PEER_MODULES = ("torchvision.transforms.v2", "timm.data.mixup", "composer.functional")
 COMPARE = {"<": lambda value, target: value < target, "<=": lambda value, target: value <= target}
 
 
@@ -156,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.peers:
         if args.only:
             parser.error("--peers runs the batch methods alone: leave out --only")
-        if not any(_imports(module) for module in PEER_MODULES):
-            parser.error(f"--peers: none of {', '.join(PEER_MODULES)} imports here; run it as nox -s bench_peers, "
+        modules = load_section("batch_methods").PEER_MODULES.values()
+        if not any(_imports(module) for module in modules):
+            parser.error(f"--peers: none of {', '.join(modules)} imports here; run it as nox -s bench_peers, "
                          "which installs them")
         names = ["batch_methods"]
     else:

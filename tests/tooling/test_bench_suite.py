@@ -15,6 +15,7 @@ from algorithms.metadata import PACKAGE_ROOT
 BENCHMARKS = PACKAGE_ROOT.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import batch_methods  # noqa: E402
 import run as bench_run  # noqa: E402
 import trainer_overhead  # noqa: E402
 
@@ -128,9 +129,7 @@ def test_the_readmes_performance_table_is_the_committed_results_rendered(tmp_pat
     a copy of the README is already current, so the committed one has not drifted."""
     copy = tmp_path / "README.md"
     copy.write_text(bench_run.README.read_text(encoding="utf-8"), encoding="utf-8")
-    results = sorted((PACKAGE_ROOT.parent / "results" / "bench").glob("*.json")) + \
-        sorted((PACKAGE_ROOT.parent / "results" / "bench" / "peers").glob("*.json"))
-    assert not bench_run.update_readme(copy, results, root=PACKAGE_ROOT.parent), \
+    assert not bench_run.update_readme(copy, bench_run.committed_results(), root=PACKAGE_ROOT.parent), \
         "README.md: run python benchmarks/run.py --readme"
 
 
@@ -162,7 +161,8 @@ def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(f
 def peers_section(monkeypatch):
     """batch_methods as a fake section, and a peer that imports."""
     section = types.SimpleNamespace(run=lambda quick: {"title": "Batch", "details": {},
-                                                       "rows": [_row("ours / peer", 0.5, 1.0)]})
+                                                       "rows": [_row("ours / peer", 0.5, 1.0)]},
+                                    PEER_MODULES=batch_methods.PEER_MODULES)
     monkeypatch.setattr(bench_run, "load_section", {"batch_methods": section}.__getitem__)
     monkeypatch.setattr(bench_run, "_imports", lambda module: module == "timm.data.mixup")
     return section
