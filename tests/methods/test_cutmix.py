@@ -266,7 +266,7 @@ def test_inplace_with_alpha_zero_leaves_the_input_as_it_was():
 def test_randints_draws_what_successive_single_draws_do():
     from algorithms._mixing import randint, randints
 
-    for ranges in (((0, 7), (0, 7)), ((-3, 12), (-3, 12), (-3, 12)), ((0, 7), (0, 9)), ((-2, 5), (0, 5))):
+    for ranges in (((0, 7),), ((0, 7), (0, 7)), ((-3, 12), (-3, 12), (-3, 12)), ((0, 7), (0, 9)), ((-2, 5), (0, 5))):
         a, b = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
         for _ in range(20):
             assert randints(ranges, a) == [randint(low, high, b) for low, high in ranges]

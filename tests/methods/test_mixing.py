@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from trainer_support import image_batches, image_classifier
 
 from algorithms import CutMix, MixUp
-from algorithms._mixing import ROW_BY_ROW_BYTES, host_partners, permutation_cycles
+from algorithms._mixing import ROW_BY_ROW_BYTES, MixingAlgorithm, host_partners, permutation_cycles
 from algorithms.core import Algorithm, Event, State, Trainer
 from algorithms.core.time import Duration
 
@@ -67,6 +67,25 @@ def test_targets_that_do_not_match_the_mixed_examples_are_refused_at_the_loss(cl
         algo.apply(Event.BEFORE_LOSS, state)
 
 
+def test_a_mixing_method_mixes_the_targets_of_the_first_two_batch_items_by_default():
+    """MixingAlgorithm's defaults, for a method written on it: the input is batch item 0, the target
+    item 1, and the targets are mixed before the loss (not the losses after it)."""
+
+    class Swap(MixingAlgorithm):
+        def mix(self, input, target, state):
+            return input.flip(0), torch.tensor([1, 0]), 0.25
+
+    algo = Swap()
+    state = State(model=torch.nn.Identity(), max_duration=Duration.parse("1ep"), loss_fn=F.cross_entropy, seed=0)
+    state.batch = (torch.tensor([[1.0], [2.0]]), torch.tensor([0, 1]))
+    assert algo.match(Event.BEFORE_LOSS, state) and not algo.match(Event.AFTER_LOSS, state)
+    algo.apply(Event.AFTER_DATALOADER, state)
+    assert state.batch[0].tolist() == [[2.0], [1.0]]
+    state.outputs = torch.zeros(2, 2)
+    algo.apply(Event.BEFORE_LOSS, state)
+    assert state.batch[1].tolist() == [[0.75, 0.25], [0.25, 0.75]]
+
+
 def test_examples_from_64_kib_on_the_cpu_are_mixed_one_at_a_time():
     """host_partners gives the partners as host integers from 64 KiB an example (of whatever is
     passed: the batch, or the boxes), and None below, for an empty batch or a batch of scalars;
@@ -77,6 +96,7 @@ def test_examples_from_64_kib_on_the_cpu_are_mixed_one_at_a_time():
     assert host_partners(at, indices) == [2, 0, 1] and host_partners(at, indices, permutation=True) == [2, 0, 1]
     assert host_partners(below, indices) is None
     assert host_partners(at.double()[:, :8], indices) == [2, 0, 1]  # 8 x 1024 float64: 64 KiB
+    assert host_partners(at.flatten(1), indices) == [2, 0, 1]  # rows of 16 x 1024 float32: 64 KiB an example
     assert host_partners(at, torch.tensor([0, 0, 1])) == [0, 0, 1]
     assert host_partners(at, torch.tensor([0, 0, 1]), permutation=True) is None
     assert host_partners(torch.zeros(0, 16, 1024), torch.zeros(0, dtype=torch.long)) is None
