@@ -127,7 +127,7 @@ def _should_resize_target(input: torch.Tensor, target: Any, resize_target: bool 
     return resize_target
 
 
-def check_colout(p_row: float, p_col: float, resize_target: bool | str = "auto") -> None:
+def check_colout(p_row: float, p_col: float, resize_target: bool | str) -> None:
     for name, p, what in (("p_row", p_row, "rows"), ("p_col", p_col, "columns")):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0 <= p < 1:
             raise ValueError(f"{name}={p!r}: the fraction of {what} to drop, in [0, 1)")

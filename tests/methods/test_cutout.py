@@ -19,6 +19,7 @@ from trainer_support import Observed, no_host_sync, replayed_generator
 import algorithms.functional as cf
 from algorithms import CutOut
 from algorithms.core import Algorithm, Event, Trainer
+from algorithms.cutout.cutout import keep_mask
 
 
 def _expected(images: torch.Tensor, num_holes: int, length: float, uniform_sampling: bool, seed: int | None = None,
@@ -49,6 +50,18 @@ def test_cutout_batch_matches_its_definition(num_holes, length, uniform_sampling
     out = cf.cutout_batch(images, num_holes=num_holes, length=length, uniform_sampling=uniform_sampling,
                           generator=torch.Generator().manual_seed(7))
     assert torch.equal(out, _expected(images, num_holes, length, uniform_sampling, seed=7))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.bfloat16, torch.uint8])
+@pytest.mark.parametrize(("height", "width", "uniform_sampling"), [(10, 12, False), (10, 12, True), (9, 9, False)])
+def test_the_keep_mask_is_the_definition_in_the_dtype_asked_for(dtype, height, width, uniform_sampling):
+    """keep_mask, which cutout_batch multiplies or fills by: one outside the holes and zero inside,
+    (n, height, width), in the dtype asked for (bool, or the batch's own)."""
+    keep = keep_mask(5, height, width, 2, 0.4, uniform_sampling, torch.device("cpu"), dtype,
+                     torch.Generator().manual_seed(3))
+    expected = _expected(torch.ones(5, 1, height, width), 2, 0.4, uniform_sampling, seed=3)[:, 0]
+    assert keep.shape == (5, height, width) and keep.dtype == dtype
+    assert torch.equal(keep.to(torch.float32), expected) and (expected == 0).any()
 
 
 def test_an_interior_hole_is_a_full_square_of_the_stated_side():
