@@ -95,9 +95,8 @@ def unitwise_norm(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _apply_agc(parameters: Iterable[torch.Tensor], clipping_threshold: float) -> None:
+    """AGC on ``parameters``, each of which has a gradient."""
     for p in parameters:
-        if p.grad is None:
-            continue
         grad = p.grad.detach()
         max_norm = unitwise_norm(p.detach()).clamp_min(AGC_EPSILON) * clipping_threshold
         grad_norm = unitwise_norm(grad)

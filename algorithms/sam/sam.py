@@ -60,13 +60,15 @@ def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05,
     return [torch.where(finite.to(g.device), g * scale.to(g.device, g.dtype), 0.0) for g in grads]
 
 
-def check_sam(rho: float, epsilon: float, interval: int = 1) -> None:
+def check_sam(rho: float, epsilon: float, interval: int | None = None) -> None:
+    """Refuse a bad ``rho`` or ``epsilon``, and a bad ``interval`` where there is one (not for
+    :func:`sam_perturbation`)."""
     if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho < 0:
         raise ValueError(f"rho={rho!r}: the neighbourhood's radius, a number >= 0")
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
             or epsilon < 0:
         raise ValueError(f"epsilon={epsilon!r}: added to the gradient norm, a number >= 0")
-    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
         raise ValueError(f"interval={interval!r}: SAM runs every interval-th step, an integer >= 1")
 
 

@@ -219,7 +219,7 @@ class SWA(Algorithm):
         """Recompute the mean's batch-norm statistics and load the mean into the model."""
         swa_model = self._average(model)
         norms = [m for m in swa_model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-        loader = self._bn_dataloader if self._bn_dataloader is not None else getattr(state, "train_dataloader", None)
+        loader = self._bn_dataloader if self._bn_dataloader is not None else state.train_dataloader
         if norms and loader is None:
             warnings.warn("SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that puts "
                           "train_dataloader on its State); the mean keeps the last snapshot's batch-norm statistics",

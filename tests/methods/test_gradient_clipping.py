@@ -130,6 +130,19 @@ def test_parameters_without_gradients_are_skipped():
         assert all(p.grad is None for p in model.parameters())
 
 
+@pytest.mark.parametrize("kind", ["norm", "value", "adaptive"])
+def test_a_parameter_without_a_gradient_does_not_stop_the_others_being_clipped(kind):
+    """A frozen parameter listed first: the ones after it are still clipped (here each gradient is
+    far above every kind's threshold, so clipping changes it)."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 2))
+    model[0].requires_grad_(False)
+    model[1].weight.grad, model[1].bias.grad = torch.full((2, 3), 50.0), torch.full((2,), 50.0)
+    cf.apply_gradient_clipping(model, kind, 0.1)
+    assert model[0].weight.grad is None
+    for p in model[1].parameters():
+        assert p.grad.abs().max() < 50.0 / 2
+
+
 class _Grads(Algorithm):
     def __init__(self):
         self.after_backward, self.at_step = [], []

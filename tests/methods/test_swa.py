@@ -251,6 +251,26 @@ def test_schedule_swa_lr_anneals_to_swa_lr_over_anneal_steps_snapshots(strategy)
     assert after.lrs == pytest.approx(expected)
 
 
+def test_only_swalrs_warning_about_its_first_step_is_silenced(monkeypatch):
+    """SWALR is made mid-run, after that batch's optimizer step, and warns that it was stepped
+    first: SWA silences that warning and no other the schedule gives."""
+    from algorithms.swa import swa as swa_module
+
+    class Noisy(swa_module.SWALR):
+        def step(self, *args, **kwargs):
+            warnings.warn("another warning from the schedule", UserWarning, stacklevel=2)
+            return super().step(*args, **kwargs)
+
+    monkeypatch.setattr(swa_module, "SWALR", Noisy)
+    swa = SWA(swa_start="2ba", swa_end="5ba", update_interval="1ba", schedule_swa_lr=True, bn_dataloader=_batches())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _train(swa, "6ba")
+    messages = [str(w.message) for w in caught]
+    assert "another warning from the schedule" in messages
+    assert not [m for m in messages if "lr_scheduler.step()" in m]
+
+
 def test_without_swa_lr_the_schedule_keeps_the_rate_at_swa_start():
     after = _Params()
     _train(SWA(swa_start="2ba", swa_end="9ba", update_interval="1ba", schedule_swa_lr=True, bn_dataloader=_batches()),

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from methods_tools.mutants import change_of, listed_changes, unexplained
+from methods_tools.mutants import change_of, listed_changes, module_of, tally, unexplained
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENTS = REPO_ROOT / "tests" / "mutation_equivalents.md"
@@ -49,6 +49,15 @@ def test_a_survivor_is_explained_only_by_an_entry_with_its_change_today():
         ("m.x_f__mutmut_2", "survived", "listed as `a` becomes `c`, but the mutant now makes `a` becomes `d`"),
         ("m.x_f__mutmut_3", "no tests", "not listed"),
     ]
+
+
+def test_mutants_are_counted_by_module_and_those_not_run_are_left_out():
+    assert module_of("algorithms.cutout.cutout.x_keep_mask__mutmut_3") == "algorithms.cutout.cutout"
+    assert module_of("algorithms._mixing.xǁMixingAlgorithmǁ__init____mutmut_1") == "algorithms._mixing"
+    counts = tally([("a.b.x_f__mutmut_1", "killed"), ("a.b.xǁCǁg__mutmut_1", "survived"),
+                    ("a.b.x_f__mutmut_2", "killed"), ("a.c.x_h__mutmut_1", "not checked"),
+                    ("a.d.x_k__mutmut_1", "timeout")])
+    assert counts == {"a.b": {"killed": 2, "survived": 1}, "a.d": {"timeout": 1}}
 
 
 def test_every_entry_of_the_committed_file_is_read_once():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -65,6 +66,21 @@ def unexplained(statuses: Iterable[tuple[str, str]], listed: dict[str, str],
         now = change(name)
         if listed[name] != now:
             yield name, status, f"listed as {listed[name]}, but the mutant now makes {now}"
+
+
+def module_of(name: str) -> str:
+    """The module a mutant is in: ``algorithms.cutout.cutout`` for
+    ``algorithms.cutout.cutout.x_keep_mask__mutmut_3`` (or ``...xǁCutOutǁapply__mutmut_1``)."""
+    return re.split(r"\.xǁ|\.x_", name, maxsplit=1)[0]
+
+
+def tally(statuses: Iterable[tuple[str, str]]) -> dict[str, Counter]:
+    """The statuses of the mutants run, counted by module (mutants not run are left out)."""
+    counts: dict[str, Counter] = {}
+    for name, status in statuses:
+        if status != "not checked":
+            counts.setdefault(module_of(name), Counter())[status] += 1
+    return counts
 
 
 def mutmut_statuses() -> Iterator[tuple[str, str]]:
@@ -111,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"note: {name} is listed in {args.equivalents} but a test kills it now: remove its entry")
     for name in sorted(set(listed) - names):
         print(f"note: {name} is listed in {args.equivalents} but there is no such mutant: remove its entry")
+    for module, counts in tally(statuses).items():
+        print(f"{module}: {counts.total()} run, " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
     for name, status, why in problems:
         print(f"{name}: {status}, {why}")
         if why == "not listed":
