@@ -30,8 +30,21 @@ from pathlib import Path
 # test reaches it, or its run was not conclusive.
 UNEXPLAINED = frozenset({"survived", "no tests", "suspicious", "segfault"})
 
+# A Markdown code span: a run of backticks, the code, the same run again (longer runs let the code hold
+# backticks, as in ``message=r"`lr_scheduler`"``).
+# A side with no code (a line removed) is written "(nothing)".
+_SPAN = r"(?:(?P<{0}>`+)(?!`).*?(?<!`)(?P={0})(?!`)|\(nothing\))"
 # An entry: its name, then the change (`line` becomes `mutated line`), then, optionally, why.
-ENTRY = re.compile(r"^- `(?P<name>[\w.ǁ]+__mutmut_\d+)`: (?P<change>`[^`]*` becomes `[^`]*`)")
+ENTRY = re.compile(r"^- `(?P<name>[\w.ǁ]+__mutmut_\d+)`: (?P<change>" + _SPAN.format("a") + " becomes "
+                   + _SPAN.format("b") + ")")
+
+
+def code_span(code: str) -> str:
+    """``code`` as a Markdown code span, with a longer fence (and spaces) where it holds backticks."""
+    if "`" not in code:
+        return f"`{code}`" if code else "(nothing)"
+    fence = "`" * (max(len(run) for run in re.findall(r"`+", code)) + 1)
+    return f"{fence} {code} {fence}"
 
 
 def listed_changes(text: str) -> dict[str, str]:
@@ -41,7 +54,7 @@ def listed_changes(text: str) -> dict[str, str]:
 
 def change_of(diff: str) -> str:
     """A mutant's change as the file records it: `` `removed` becomes `added` `` from a unified diff,
-    each side's changed lines stripped and joined by a space (`` `` `` for a side with none)."""
+    each side's changed lines stripped and joined by a space, as code spans (:func:`code_span`)."""
     removed, added = [], []
     for line in diff.splitlines():
         if line.startswith(("---", "+++", "@@")):
@@ -50,7 +63,7 @@ def change_of(diff: str) -> str:
             removed.append(line[1:].strip())
         elif line.startswith("+"):
             added.append(line[1:].strip())
-    return f"`{' '.join(removed)}` becomes `{' '.join(added)}`"
+    return f"{code_span(' '.join(removed))} becomes {code_span(' '.join(added))}"
 
 
 def unexplained(statuses: Iterable[tuple[str, str]], listed: dict[str, str],
