@@ -396,7 +396,7 @@ class ImageAugmentation(Algorithm):
     standardized, and mapped back afterwards.
     """
 
-    def __init__(self, value_range: tuple[float, float] | None = None, input_key: int | str = 0):
+    def __init__(self, value_range: tuple[float, float] | None, input_key: int | str):
         self.value_range = check_value_range(value_range)
         self.input_key = input_key
 

@@ -42,12 +42,12 @@ log = logging.getLogger(__name__)
 _HIGH_DECAY = 1e-3
 
 
-def _check(name: str, value: Any, low: float = 0.0, high: float | None = None, open_high: bool = False) -> None:
-    """``value`` is a finite real number in ``[low, high]`` (``[low, high)`` with ``open_high``)."""
+def _check(name: str, value: Any, low: float = 0.0, high: float | None = None) -> None:
+    """``value`` is a finite real number ``>= low``, and ``< high`` where ``high`` is given."""
     ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and value >= low and (high is None or (value < high if open_high else value <= high)))
+          and value >= low and (high is None or value < high))
     if not ok:
-        where = f">= {low}" if high is None else f"in [{low}, {high}{')' if open_high else ']'}"
+        where = f">= {low}" if high is None else f"in [{low}, {high})"
         raise ValueError(f"{name}={value!r}: must be a real number {where}")
 
 
@@ -181,7 +181,7 @@ class DecoupledAdamW(_DecoupledDecay, AdamW):
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
             raise ValueError(f"betas={betas!r}: must be a pair (beta1, beta2), each in [0, 1)")
         for i, beta in enumerate(betas):
-            _check(f"betas[{i}]", beta, 0.0, 1.0, open_high=True)
+            _check(f"betas[{i}]", beta, 0.0, 1.0)
         _check("eps", eps)
         _check("weight_decay", weight_decay)
         _warn_high_decay(type(self).__name__, weight_decay)

@@ -244,6 +244,15 @@ def test_replacements_inside_replacements_are_named_and_followed_65_deep():
     assert isinstance(innermost[0], nn.ReLU)
 
 
+def test_the_limit_counts_replacements_not_the_containers_around_them():
+    """The 65 replacements of the limit are nested replacements: containers the visit walks
+    through on its way, here three Sequentials deep, do not count toward it."""
+    model = nn.Sequential(nn.Sequential(nn.Sequential(nn.ReLU())))
+    replaced = replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU()) if i < 65 else None},
+                                      recurse_on_replacements=True)
+    assert len(replaced) == 65 and list(replaced)[-1] == "0.0." + "0." * 64 + "0"
+
+
 def test_bad_input_is_refused_naming_the_argument():
     message = ("model: is wrapped for a parallel mode; apply surgery to the model before wrapping it "
                "(the Trainer does it at Event.INIT)")

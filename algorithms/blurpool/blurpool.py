@@ -63,13 +63,10 @@ def apply_blurpool(model: nn.Module, replace_convs: bool = True, replace_maxpool
             return None
         return BlurConv2d.from_conv2d(conv, blur_first=blur_first)
 
-    # A max-pool has no tensors for the surgery helper to take the device and dtype from: the model's.
-    tensors = [*model.parameters(), *model.buffers()]
-    device = tensors[0].device if tensors else None
-    dtype = next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
     policies: dict[type, Any] = {}
     if replace_maxpools:
-        policies[nn.MaxPool2d] = lambda pool, index: BlurMaxPool2d.from_maxpool2d(pool).to(device, dtype)
+        # A max-pool has no tensors: the surgery helper puts its replacement on the model's device and dtype.
+        policies[nn.MaxPool2d] = lambda pool, index: BlurMaxPool2d.from_maxpool2d(pool)
     if replace_convs:
         policies[nn.Conv2d] = blur_conv
     replace_module_classes(model, policies, optimizers=optimizers, method="BlurPool")

@@ -279,6 +279,21 @@ def test_equalize_makes_the_cumulative_histogram_near_uniform():
     assert float((image.double() <= 64).double().mean()) < 0.1  # the input was far from uniform
 
 
+def test_equalize_keeps_pils_integer_lut_on_an_image_of_over_two_to_the_23_pixels():
+    """PIL's ``lut[i] = (step // 2 + pixels below i) // step`` is integer arithmetic, exact at any
+    size. A 2910 x 2910 image (8,468,100 pixels): 315 pixels at level 2 (the top), so step is
+    33207, odd; 8,417,974 at level 0, so level 1 maps to (16603 + 8417974) // 33207 = 253, one
+    short of 254 * 33207 = 8434578 (a numerator past 2 ** 23, where a float32 half rounds up to it)."""
+    top, dark = 315, 8_417_974
+    pixels = 2910 * 2910
+    image = torch.cat([torch.zeros(dark, dtype=torch.uint8), torch.ones(pixels - top - dark, dtype=torch.uint8),
+                       torch.full((top,), 2, dtype=torch.uint8)]).view(1, 2910, 2910)
+    step = (pixels - top) // 255
+    assert step == 33207 and (step // 2 + dark) // step == 253 and 254 * step == step // 2 + dark + 1 > 2 ** 23
+    out = apply_operation(image, "equalize").view(-1)
+    assert [int(out[0]), int(out[dark]), int(out[-1])] == [0, 253, 255]
+
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 @pytest.mark.parametrize("size", [(16, 16), (16, 20), (40, 40)])
 def test_equalize_matches_pils_definition_where_its_step_is_not_zero(dtype, size):
@@ -445,6 +460,17 @@ def test_a_float64_batch_is_worked_in_float64_with_its_magnitudes():
     assert torch.equal(apply_operation(image, "brightness", 0.1), image * 0.1)
     assert torch.equal(apply_operation(image, "brightness", torch.tensor([0.1, 0.3], dtype=torch.float64)),
                        image * torch.tensor([0.1, 0.3], dtype=torch.float64).view(2, 1, 1, 1))
+
+
+@pytest.mark.parametrize(("name", "along"), [("translate_x", -1), ("translate_y", -2)])
+def test_a_float64_batch_is_resampled_at_its_float64_sample_points(name, along):
+    """A translation by 0.1 pixel samples each pixel's centre shifted by 0.1 (PIL's BILINEAR
+    transform): 0.9 of the pixel and 0.1 of its neighbour, the last one the edge pixel itself
+    (its point is still inside). For a float64 image that is exact to float64's rounding: the
+    shift is not made a float32 number (0.1 + 1.5e-9) on the way."""
+    image = _images(torch.float64, n=2, size=(3, 5, 6), seed=4)
+    neighbour = torch.cat([image.narrow(along, 1, image.shape[along] - 1), image.narrow(along, -1, 1)], dim=along)
+    torch.testing.assert_close(apply_operation(image, name, 0.1), 0.9 * image + 0.1 * neighbour, rtol=0, atol=1e-13)
 
 
 # -- the sets and the checks -------------------------------------------------------------------

@@ -201,6 +201,41 @@ def test_an_activation_module_is_copied_into_each_block():
     assert not torch.equal(first.weight, act.weight)
 
 
+def test_a_block_s_own_learnable_activation_is_copied_into_its_gated_block():
+    """With act_fn=None the gated block keeps its block's activation as a copy: a learnable one is
+    trained in the new block, and the replaced block (which the caller may still hold) is not."""
+    model = _model()
+    old = model.blocks[0].ffn
+    old.act = torch.nn.PReLU()
+    cf.apply_gated_linear_units(model)
+    new = model.blocks[0].ffn.act
+    assert isinstance(new, torch.nn.PReLU) and all(p is not old.act.weight for p in model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    batch = _lm_batches(1)[0]
+    lm_loss(model(batch["input_ids"]), batch["labels"]).backward()
+    optimizer.step()
+    assert torch.equal(old.act.weight, torch.full((1,), 0.25))  # PReLU's initial slope, untouched
+    assert not torch.equal(new.weight, old.act.weight)
+
+
+def test_an_activation_function_is_called_as_given_in_every_block():
+    """act_fn that is not a module is used as it is, not copied: a callable object sees the call
+    of every gated block."""
+    class Counting:
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, x):
+            self.calls += 1
+            return F.relu(x)
+
+    act = Counting()
+    model = _model()
+    cf.apply_gated_linear_units(model, act_fn=act)
+    model(_lm_batches(1)[0]["input_ids"])
+    assert act.calls == len(model.blocks) == 2
+
+
 def test_a_biased_up_is_zero_where_the_block_had_no_bias():
     block = _feed_forward(8, 12, up_bias=False, down_bias=True)
     model = torch.nn.Sequential(block)

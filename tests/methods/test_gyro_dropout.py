@@ -184,6 +184,14 @@ def test_the_state_dict_carries_the_masks_selection_and_step():
         assert torch.equal(fresh(x), layer(x))
 
 
+def test_before_its_first_training_call_the_layer_holds_no_masks_and_no_selection():
+    """Nothing is drawn before the first training call: the state dict holds an empty
+    (sigma, units) table of masks, 0 by 0, an empty selection of mask indices and step 0."""
+    state = GyroDropoutLayer(iters_per_epoch=10, max_epoch=1, p=0.5, sigma=4, tau=2).state_dict()
+    assert state["preselect_masks"].shape == (0, 0) and state["selected"].shape == (0,)
+    assert state["selected"].dtype == torch.long and state["_extra_state"] == {"training_step": 0}
+
+
 def test_a_checkpoint_from_before_the_surgery_loads_without_strict():
     """The plain model's state dict has no masks: loaded with strict=False into the changed model,
     they are reported missing and are drawn at the first training call."""

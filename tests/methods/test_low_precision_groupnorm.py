@@ -14,7 +14,9 @@ float32 input gives float32, a bfloat16 input bfloat16); on CUDA it casts to flo
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,24 @@ def _model():
 
 def _plain_groupnorms(model):
     return [m for m in model.modules() if type(m) is nn.GroupNorm]
+
+
+def _line_that_called_into(path, call):
+    """Run ``call()``; the (file, line) of the frame that made the first call into the source file
+    ``path``: where a warning with ``stacklevel=2`` from there is reported."""
+    target, calls = os.path.realpath(path), []
+
+    def profile(frame, event, arg):
+        if event == "call" and not calls and os.path.realpath(frame.f_code.co_filename) == target:
+            calls.append((frame.f_back.f_code.co_filename, frame.f_back.f_lineno))
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(previous)
+    return calls[0]
 
 
 @pytest.mark.parametrize("precision", ["amp_fp16", "amp_bf16"])
@@ -153,6 +173,16 @@ def test_without_autocast_it_warns_and_changes_nothing(precision):
     assert len(_plain_groupnorms(model)) == 2
     # the warning points at the call, outside the method's module
     assert Path(record[0].filename).resolve() != Path(lp_module.__file__).resolve()
+
+
+def test_the_warning_points_at_the_line_that_called_it():
+    """``stacklevel=2``: the warning is reported at the line that called into the method's module,
+    the caller's own line, not one frame further out."""
+    model = _model()
+    with pytest.warns(NoModulesReplacedWarning) as record:
+        caller = _line_that_called_into(lp_module.__file__,
+                                        lambda: cf.apply_low_precision_groupnorm(model, precision="fp32"))
+    assert len(record) == 1 and (record[0].filename, record[0].lineno) == caller
 
 
 def test_a_model_without_groupnorm_warns():

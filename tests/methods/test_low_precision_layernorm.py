@@ -9,7 +9,9 @@ plain ``nn.LayerNorm`` is left and that ``LPLayerNorm`` is there; both are re-ex
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,24 @@ def _pair(width=64, seed=0, eps=1e-5):
         reference.bias.copy_(0.3 * torch.randn(width, generator=g))
     low = cf.apply_low_precision_layernorm(nn.Sequential(reference), precision="amp_bf16")[0]
     return reference, low
+
+
+def _line_that_called_into(path, call):
+    """Run ``call()``; the (file, line) of the frame that made the first call into the source file
+    ``path``: where a warning with ``stacklevel=2`` from there is reported."""
+    target, calls = os.path.realpath(path), []
+
+    def profile(frame, event, arg):
+        if event == "call" and not calls and os.path.realpath(frame.f_code.co_filename) == target:
+            calls.append((frame.f_back.f_code.co_filename, frame.f_back.f_lineno))
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(previous)
+    return calls[0]
 
 
 def test_every_layer_norm_is_replaced_and_its_weights_copied():
@@ -181,6 +201,16 @@ def test_outside_autocast_precisions_it_warns_and_changes_nothing(precision):
     assert not any(isinstance(m, LPLayerNorm) for m in model.modules())
     # the warning points at the call, outside the method's module
     assert Path(record[0].filename).resolve() != Path(lp_module.__file__).resolve()
+
+
+def test_the_warning_points_at_the_line_that_called_it():
+    """``stacklevel=2``: the warning is reported at the line that called into the method's module,
+    the caller's own line, not one frame further out."""
+    model = _model()
+    with pytest.warns(NoModulesReplacedWarning) as record:
+        caller = _line_that_called_into(lp_module.__file__,
+                                        lambda: cf.apply_low_precision_layernorm(model, precision="fp32"))
+    assert len(record) == 1 and (record[0].filename, record[0].lineno) == caller
 
 
 def test_an_unknown_precision_is_refused_naming_it():
