@@ -14,14 +14,13 @@ float32 input gives float32, a bfloat16 input bfloat16); on CUDA it casts to flo
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
+from trainer_support import line_that_called_into
 
 import algorithms.functional as cf
 from algorithms import LowPrecisionGroupNorm
@@ -55,22 +54,6 @@ def _plain_groupnorms(model):
     return [m for m in model.modules() if type(m) is nn.GroupNorm]
 
 
-def _line_that_called_into(path, call):
-    """Run ``call()``; the (file, line) of the frame that made the first call into the source file
-    ``path``: where a warning with ``stacklevel=2`` from there is reported."""
-    target, calls = os.path.realpath(path), []
-
-    def profile(frame, event, arg):
-        if event == "call" and not calls and os.path.realpath(frame.f_code.co_filename) == target:
-            calls.append((frame.f_back.f_code.co_filename, frame.f_back.f_lineno))
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(previous)
-    return calls[0]
 
 
 @pytest.mark.parametrize("precision", ["amp_fp16", "amp_bf16"])
@@ -180,7 +163,7 @@ def test_the_warning_points_at_the_line_that_called_it():
     the caller's own line, not one frame further out."""
     model = _model()
     with pytest.warns(NoModulesReplacedWarning) as record:
-        caller = _line_that_called_into(lp_module.__file__,
+        caller = line_that_called_into(lp_module.__file__,
                                         lambda: cf.apply_low_precision_groupnorm(model, precision="fp32"))
     assert len(record) == 1 and (record[0].filename, record[0].lineno) == caller
 

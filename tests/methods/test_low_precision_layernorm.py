@@ -9,15 +9,13 @@ plain ``nn.LayerNorm`` is left and that ``LPLayerNorm`` is there; both are re-ex
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
-from trainer_support import Observed
+from trainer_support import Observed, line_that_called_into
 
 import algorithms.functional as cf
 from algorithms import LowPrecisionLayerNorm
@@ -57,23 +55,6 @@ def _pair(width=64, seed=0, eps=1e-5):
     low = cf.apply_low_precision_layernorm(nn.Sequential(reference), precision="amp_bf16")[0]
     return reference, low
 
-
-def _line_that_called_into(path, call):
-    """Run ``call()``; the (file, line) of the frame that made the first call into the source file
-    ``path``: where a warning with ``stacklevel=2`` from there is reported."""
-    target, calls = os.path.realpath(path), []
-
-    def profile(frame, event, arg):
-        if event == "call" and not calls and os.path.realpath(frame.f_code.co_filename) == target:
-            calls.append((frame.f_back.f_code.co_filename, frame.f_back.f_lineno))
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(previous)
-    return calls[0]
 
 
 def test_every_layer_norm_is_replaced_and_its_weights_copied():
@@ -208,7 +189,7 @@ def test_the_warning_points_at_the_line_that_called_it():
     the caller's own line, not one frame further out."""
     model = _model()
     with pytest.warns(NoModulesReplacedWarning) as record:
-        caller = _line_that_called_into(lp_module.__file__,
+        caller = line_that_called_into(lp_module.__file__,
                                         lambda: cf.apply_low_precision_layernorm(model, precision="fp32"))
     assert len(record) == 1 and (record[0].filename, record[0].lineno) == caller
 

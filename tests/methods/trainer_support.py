@@ -11,6 +11,8 @@ class's draws from it, batch after batch, without reading anything back from the
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -80,3 +82,21 @@ def no_host_sync() -> Iterator[None]:
         yield
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def line_that_called_into(path, call):
+    """Run ``call()``; the (file, line) of the frame that made the first call into the source file
+    ``path``: where a warning with ``stacklevel=2`` from there is reported."""
+    target, calls = os.path.realpath(path), []
+
+    def profile(frame, event, arg):
+        if event == "call" and not calls and os.path.realpath(frame.f_code.co_filename) == target:
+            calls.append((frame.f_back.f_code.co_filename, frame.f_back.f_lineno))
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(previous)
+    return calls[0]
