@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from trainer_support import Observed, line_that_called_into
+from trainer_support import Observed, assert_warns_at_the_calling_line
 
 import algorithms.functional as cf
 from algorithms import LowPrecisionLayerNorm
@@ -188,10 +188,8 @@ def test_the_warning_points_at_the_line_that_called_it():
     """``stacklevel=2``: the warning is reported at the line that called into the method's module,
     the caller's own line, not one frame further out."""
     model = _model()
-    with pytest.warns(NoModulesReplacedWarning) as record:
-        caller = line_that_called_into(lp_module.__file__,
-                                        lambda: cf.apply_low_precision_layernorm(model, precision="fp32"))
-    assert len(record) == 1 and (record[0].filename, record[0].lineno) == caller
+    assert_warns_at_the_calling_line(lp_module.__file__, lambda: cf.apply_low_precision_layernorm(model, "fp32"),
+                                     NoModulesReplacedWarning)
 
 
 def test_an_unknown_precision_is_refused_naming_it():

@@ -100,3 +100,13 @@ def line_that_called_into(path, call):
     finally:
         sys.setprofile(previous)
     return calls[0]
+
+
+def assert_warns_at_the_calling_line(path, call, category) -> None:
+    """``call()`` warns once, with ``category``, at the line that called into the source file
+    ``path`` (``stacklevel=2`` from there): the caller's own line, not one frame further out."""
+    import pytest
+
+    with pytest.warns(category) as record:
+        caller = line_that_called_into(path, call)
+    assert len(record) == 1 and (record[0].filename, record[0].lineno) == caller
