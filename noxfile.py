@@ -173,9 +173,9 @@ EQUIVALENTS = Path("tests/mutation_equivalents.md")
 
 @nox.session(python=PYTHON)
 def mutants(session: nox.Session) -> None:
-    """Mutation testing of the training path; run by hand, not in CI (a full run makes about 8,500
-    mutants and takes several hours on 2 cores; ``nox -s mutants -- 'algorithms.core.*'`` runs
-    the core's 874).
+    """Mutation testing of the training path; run by hand, not in CI (a full run makes about 8,400
+    mutants and takes about two hours on 2 cores, best a few folders at a time:
+    ``nox -s mutants -- 'algorithms.cutout.*' 'algorithms.colout.*'``).
 
     mutmut mutates what ``[tool.mutmut]`` in pyproject.toml names (the method folders, the
     Trainer's loop, engine, precision and state, the target utilities and the shared mixing code)
