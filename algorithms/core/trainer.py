@@ -160,6 +160,7 @@ class Trainer:
         self.engine = Engine(self.state, algorithms, logger)
         self.engine.run_event(Event.INIT)
         self._deepspeed = None
+        self._closed = False
         self._wrap(optimizer, precision, zero_stage)
         self._resume_batches = 0  # batches of the current epoch a resumed run has trained already
         if load_path is not None:
@@ -171,6 +172,29 @@ class Trainer:
         atomically; an existing file is replaced only with ``overwrite``. Resume with
         ``Trainer(..., load_path=path)``."""
         return save_checkpoint(self, path, overwrite)
+
+    def close(self) -> None:
+        """Release what this Trainer holds beyond the reach of Python's garbage collector; after
+        it, :meth:`fit` is refused (:meth:`eval` still works). Call it before
+        ``destroy_process_group``, or use the Trainer as a context manager (``with Trainer(...)
+        as trainer:``). Calling it again does nothing.
+
+        What it releases is DeepSpeed's: its engine hooks every parameter's gradient, and those
+        hooks hold the engine itself in a cycle the collector cannot free, so a DeepSpeed engine
+        left open lives until the interpreter shuts down and is destroyed there, with its
+        process groups, where a rank can abort after it has finished its work. The engine's own
+        ``destroy`` removes the hooks and needs the process group, so it runs here. Other parallel
+        modes hold nothing of the kind; closing them only ends training.
+        """
+        if self._deepspeed is not None and not self._closed:
+            self._deepspeed.destroy()
+        self._closed = True
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _wrap(self, optimizer: Any, precision: str, zero_stage: int) -> None:
         """Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer."""
@@ -219,6 +243,9 @@ class Trainer:
 
     def fit(self) -> None:
         """Train until ``max_duration``."""
+        if self._closed:
+            raise RuntimeError("fit() after close(): this Trainer has released what it trained "
+                               "with; build a new Trainer to train more")
         state, run = self.state, self.engine.run_event
         model = state.model
         forward = self._deepspeed if self._deepspeed is not None else model

@@ -76,6 +76,7 @@ def main(mode: str, out_path: str, device: str = "cpu") -> None:
     seen, state_numel = [None] * world, [None] * world
     dist.all_gather_object(seen, probe.seen)
     dist.all_gather_object(state_numel, optimizer_state_numel(trainer.state.optimizer))
+    trainer.close()  # before the process group goes: DeepSpeed's engine needs it to release its hooks
     if rank == 0:
         torch.save({"params": params, "seen": seen, "optimizer_state_numel": state_numel}, out_path)
     dist.destroy_process_group()

@@ -175,3 +175,38 @@ def test_ddp_looks_for_unused_parameters_only_when_an_algorithm_says_it_leaves_s
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@needs_deepspeed
+def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypatch):
+    """DeepSpeed hooks every parameter's gradient with closures that hold its engine, a cycle the
+    garbage collector cannot free; an engine left so is destroyed, process groups and all, while
+    the interpreter shuts down, where a rank can abort. close() has the engine remove the hooks
+    while the process group is up, and then nothing holds it. A one-process torchrun world."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                            LOCAL_WORLD_SIZE="1", DS_ACCELERATOR="cpu").items():
+        monkeypatch.setenv(name, value)
+    try:
+        data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
+        with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu",
+                     seed=0) as trainer:
+            trainer.fit()
+            engine = weakref.ref(trainer._deepspeed)
+            assert type(engine()).__name__ == "DeepSpeedEngine"
+        with pytest.raises(RuntimeError, match=r"fit\(\) after close\(\)"):
+            trainer.fit()
+        assert trainer.eval(data)["accuracy"] is not None  # evaluation still works
+        trainer.close()  # a second close does nothing
+        del trainer
+        for _ in range(4):  # as the collection at exit does: until a pass frees nothing
+            if not gc.collect():
+                break
+        assert engine() is None
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -209,25 +209,26 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         algorithms=[*extra, timer], precision=precision, parallel=parallel, zero_stage=args.zero_stage or 2,
         seed=args.seed, **lm,
     )
-    state = trainer.state
-    device = state.device
-    model_bytes = sum(_local_bytes(t) for t in (*state.model.parameters(), *state.model.buffers()))
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-    with _UtilizationSampler(device) as utilization:
-        start = time.perf_counter()
-        trainer.fit()
+    with trainer:  # closed before the process group goes (DeepSpeed releases its hooks)
+        state = trainer.state
+        device = state.device
+        model_bytes = sum(_local_bytes(t) for t in (*state.model.parameters(), *state.model.buffers()))
         if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        wall_s = time.perf_counter() - start
-    samples = state.timestamp.sample * (world_size if is_distributed(parallel) else 1)
+            torch.cuda.reset_peak_memory_stats(device)
 
-    metrics = {"accuracy": None, "loss": None}
-    if text:  # a language model has no accuracy: its figure is the validation loss
-        metrics["loss"] = lm_validation_loss(state.model, test, state)
-    elif splits.has_accuracy:
-        metrics = trainer.eval(test)
+        with _UtilizationSampler(device) as utilization:
+            start = time.perf_counter()
+            trainer.fit()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            wall_s = time.perf_counter() - start
+        samples = state.timestamp.sample * (world_size if is_distributed(parallel) else 1)
+
+        metrics = {"accuracy": None, "loss": None}
+        if text:  # a language model has no accuracy: its figure is the validation loss
+            metrics["loss"] = lm_validation_loss(state.model, test, state)
+        elif splits.has_accuracy:
+            metrics = trainer.eval(test)
 
     if device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"

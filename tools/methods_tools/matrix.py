@@ -500,12 +500,12 @@ def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Set
     batches: list[Batch] = []
     first, last = _recorders(batches, workload.input_key)
     loss = {} if workload.loss_fn is None else {"loss_fn": workload.loss_fn}
-    trainer = Trainer(workload.model, _Loader(workload.batches, settings.batch_size), f"{settings.steps}ba",
-                      optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
-                      algorithms=[first, *methods, last], precision=cell.precision, parallel=cell.parallel,
-                      seed=settings.seed, input_key=workload.input_key, target_key=workload.target_key, **loss)
-    trainer.fit()
-    trainer.eval(workload.batches[:1])
+    with Trainer(workload.model, _Loader(workload.batches, settings.batch_size), f"{settings.steps}ba",
+                 optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
+                 algorithms=[first, *methods, last], precision=cell.precision, parallel=cell.parallel,
+                 seed=settings.seed, input_key=workload.input_key, target_key=workload.target_key, **loss) as trainer:
+        trainer.fit()
+        trainer.eval(workload.batches[:1])
     return batches
 
 

@@ -510,6 +510,8 @@ def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, A
         f'trainer = Trainer(model, train_dataloader, max_duration="1ep"{algorithms}{options})',
         "trainer.fit()",
     ]
+    if (record.trainer_option or {}).get("parallel") == "deepspeed":
+        lines += ["trainer.close()  # while the process group is up: DeepSpeed's engine removes its gradient hooks"]
     return "\n".join(lines)
 
 
