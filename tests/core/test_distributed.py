@@ -209,4 +209,8 @@ def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypa
         assert engine() is None
     finally:
         if dist.is_initialized():
-            dist.destroy_process_group()
+            import deepspeed.comm
+
+            # DeepSpeed's own: it also drops the groups it cached from this world, which the next
+            # DeepSpeed world in this process (a card's example) would otherwise find stale.
+            deepspeed.comm.destroy_process_group()
