@@ -24,6 +24,8 @@ import gc
 import importlib.util
 import os
 import shutil
+import sys
+import time
 from typing import Any
 
 import torch
@@ -37,6 +39,7 @@ __all__ = [
     "PARALLELS",
     "check_deepspeed",
     "check_parallel",
+    "destroy_process_group",
     "deepspeed_precision_problem",
     "deepspeed_unavailable_reason",
     "init_distributed",
@@ -99,6 +102,37 @@ def _collect_until_nothing_is_freed(passes: int = 4) -> None:
     for _ in range(passes):
         if gc.collect() == 0:
             return
+
+
+#: How long :func:`destroy_process_group` lets gloo's worker threads run before it joins them.
+RELEASE_PAUSE_S = 0.1
+
+
+def destroy_process_group() -> None:
+    """Leave the process group, as the last step of a distributed script (a no-op outside one).
+
+    It adds two things to ``torch.distributed.destroy_process_group``:
+
+    - A short pause (``RELEASE_PAUSE_S``) that releases the GIL first. gloo frees a finished
+      collective on its own worker thread, and a collective launched during a backward pass (DDP's
+      or ZeRO's gradient reductions) holds a Python object, the context torch 2.13's backward
+      keeps, so freeing it takes the GIL. torch's destroy joins those threads while it holds the
+      GIL, so a thread that has not yet freed its last collective waits for the GIL forever. This
+      happened once in the test suite, in a one-process DDP world, and the whole run hung.
+    - DeepSpeed's own destroy where DeepSpeed set up communication in this process. It also drops
+      the groups DeepSpeed cached from this world, so a later world in the same process does not
+      find them stale.
+
+    Close a DeepSpeed Trainer before this (see :meth:`Trainer.close`); its engine needs the group.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    time.sleep(RELEASE_PAUSE_S)
+    deepspeed_comm = sys.modules.get("deepspeed.comm.comm")  # where its backend (cdb) lives
+    if deepspeed_comm is not None and getattr(deepspeed_comm, "cdb", None) is not None:
+        deepspeed_comm.destroy_process_group()
+    else:
+        dist.destroy_process_group()
 
 
 def init_distributed(device: torch.device) -> None:

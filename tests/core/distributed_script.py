@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from algorithms.core import Algorithm, Event, Trainer
-from algorithms.core.distributed import rank_and_world_size
+from algorithms.core.distributed import destroy_process_group, rank_and_world_size
 
 STEPS, GLOBAL_BATCH = 3, 8
 
@@ -79,7 +79,7 @@ def main(mode: str, out_path: str, device: str = "cpu") -> None:
     trainer.close()  # before the process group goes: DeepSpeed's engine needs it to release its hooks
     if rank == 0:
         torch.save({"params": params, "seen": seen, "optimizer_state_numel": state_numel}, out_path)
-    dist.destroy_process_group()
+    destroy_process_group()
 
 
 if __name__ == "__main__":

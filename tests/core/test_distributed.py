@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from algorithms.core import PARALLELS, Trainer
-from algorithms.core.distributed import check_parallel, deepspeed_unavailable_reason
+from algorithms.core.distributed import check_parallel, deepspeed_unavailable_reason, destroy_process_group
 
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_script as script  # noqa: E402
@@ -150,8 +150,6 @@ def test_fsdp_on_cuda_matches_one_process(reference, tmp_path):
 def test_ddp_looks_for_unused_parameters_only_when_an_algorithm_says_it_leaves_some(unused, monkeypatch):
     """A one-process torchrun world: the DDP wrapper's find_unused_parameters follows the
     algorithms' ``unused_parameters`` (Stochastic Depth's dropped blocks get no gradient)."""
-    import torch.distributed as dist
-
     from algorithms.core import Algorithm, Event
 
     class Leaves(Algorithm):
@@ -173,8 +171,7 @@ def test_ddp_looks_for_unused_parameters_only_when_an_algorithm_says_it_leaves_s
         assert trainer.state.model.find_unused_parameters is unused
         trainer.fit()
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        destroy_process_group()
 
 
 @needs_deepspeed
@@ -185,8 +182,6 @@ def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypa
     while the process group is up, and then nothing holds it. A one-process torchrun world."""
     import gc
     import weakref
-
-    import torch.distributed as dist
 
     for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
                             LOCAL_WORLD_SIZE="1", DS_ACCELERATOR="cpu").items():
@@ -208,9 +203,30 @@ def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypa
                 break
         assert engine() is None
     finally:
-        if dist.is_initialized():
-            import deepspeed.comm
+        destroy_process_group()  # DeepSpeed's: it drops the groups DeepSpeed cached from this world
 
-            # DeepSpeed's own: it also drops the groups it cached from this world, which the next
-            # DeepSpeed world in this process (a card's example) would otherwise find stale.
-            deepspeed.comm.destroy_process_group()
+
+@needs_deepspeed
+def test_a_second_deepspeed_world_in_one_process_starts_clean(monkeypatch):
+    """DeepSpeed caches groups made from the world; torch's destroy_process_group leaves them
+    stale, so the next DeepSpeed world in the same process failed ("Group ... is not registered").
+    The project's destroy_process_group clears them. Two one-process worlds, one after the other."""
+    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                            LOCAL_WORLD_SIZE="1", DS_ACCELERATOR="cpu").items():
+        monkeypatch.setenv(name, value)
+    data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
+    for _ in range(2):
+        try:
+            with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu",
+                         seed=0) as trainer:
+                trainer.fit()
+                assert trainer.state.timestamp.batch == 1
+        finally:
+            destroy_process_group()
+    assert not torch.distributed.is_initialized()
+
+
+def test_destroy_process_group_outside_a_group_does_nothing():
+    assert not torch.distributed.is_initialized()
+    destroy_process_group()
+    assert not torch.distributed.is_initialized()

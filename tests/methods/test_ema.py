@@ -383,7 +383,7 @@ DDP_SCRIPT = textwrap.dedent('''
     import torch.distributed as dist
     from algorithms import EMA
     from algorithms.core import Trainer
-    from algorithms.core.distributed import rank_and_world_size
+    from algorithms.core.distributed import destroy_process_group, rank_and_world_size
 
 
     def main(out_path):
@@ -402,7 +402,7 @@ DDP_SCRIPT = textwrap.dedent('''
         dist.all_gather_object(seen, mine)
         if rank == 0:
             torch.save(seen, out_path)
-        dist.destroy_process_group()
+        destroy_process_group()
 
 
     # In a function, not at module level: the DDP model and its gloo process group are freed when

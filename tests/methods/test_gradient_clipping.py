@@ -268,7 +268,9 @@ def _fsdp1_on_one_rank():
             warnings.simplefilter("ignore")  # FSDP's own: NO_SHARD on one rank
             yield lambda module: FullyShardedDataParallel(module, device_id=torch.device("cpu"), use_orig_params=True)
     finally:
-        dist.destroy_process_group()
+        from algorithms.core.distributed import destroy_process_group
+
+        destroy_process_group()
 
 
 def _fsdp1_layout(layout, wrap):
@@ -358,7 +360,7 @@ def test_two_ranks_clip_the_same_averaged_gradients(tmp_path, clipping_type):
 def _worker(clipping_type: str, out_path: str) -> None:
     import torch.distributed as dist
 
-    from algorithms.core.distributed import rank_and_world_size
+    from algorithms.core.distributed import destroy_process_group, rank_and_world_size
 
     rank, world = rank_and_world_size()
     x, y = _global_batch()
@@ -381,7 +383,7 @@ def _worker(clipping_type: str, out_path: str) -> None:
             result["ddp_grads"] = grads
     if rank == 0:
         torch.save(result, out_path)
-    dist.destroy_process_group()
+    destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -370,7 +370,7 @@ def test_two_ranks_take_the_single_process_steps(tmp_path):
 def _ddp_main(out_path: str) -> None:
     import torch.distributed as dist
 
-    from algorithms.core.distributed import rank_and_world_size
+    from algorithms.core.distributed import destroy_process_group, rank_and_world_size
 
     rank, world = rank_and_world_size()
     per_rank = GLOBAL_BATCH // world
@@ -384,7 +384,7 @@ def _ddp_main(out_path: str) -> None:
     dist.all_gather_object(gathered, params)
     if rank == 0:
         torch.save(gathered, out_path)
-    dist.destroy_process_group()
+    destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ def run_card_code(text: str, label: str) -> dict:
     """
     import torch
 
+    from algorithms.core.distributed import destroy_process_group
+
     torch.manual_seed(0)
     environ = dict(os.environ)
     namespace: dict = {"__name__": "__card__"}
@@ -31,8 +33,7 @@ def run_card_code(text: str, label: str) -> dict:
                     raise
                 pytest.skip(f"{label}:{block.line} needs the package {exc.name!r}, which is not installed")
     finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        destroy_process_group()
         os.environ.clear()
         os.environ.update(environ)
     return namespace

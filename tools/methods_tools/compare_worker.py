@@ -31,7 +31,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from algorithms.core import Algorithm, Event, Trainer
-from algorithms.core.distributed import is_distributed, rank_and_world_size
+from algorithms.core.distributed import destroy_process_group, is_distributed, rank_and_world_size
 from algorithms.core.options import model_input_sizes
 from algorithms.core.precision import autocast
 from algorithms.data import get_dataset
@@ -289,8 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         record = {"rank": rank, "status": "failed", "reason": f"{type(exc).__name__}: {exc}".strip()}
         status = 1
     write_atomic(os.path.join(args.out_dir, f"rank{record['rank']}.json"), json.dumps(record), force=True)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    destroy_process_group()
     return status
 
 

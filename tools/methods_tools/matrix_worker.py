@@ -26,6 +26,7 @@ COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=60)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from algorithms.core.distributed import destroy_process_group
     from algorithms.metadata import load_all_metadata
 
     spec_path, out_path = (argv if argv is not None else sys.argv[1:])[:2]
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"progress: {cell.parallel} {i}/{len(cells)} {' + '.join(cell.methods)}: {describe(entry)}",
                   file=sys.stderr, flush=True)
         dist.barrier()
-    dist.destroy_process_group()
+    destroy_process_group()
     return 0
 
 

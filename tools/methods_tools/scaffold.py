@@ -234,7 +234,7 @@ def _method_context(record: Any) -> dict[str, Any]:
         parallel = (record.trainer_option or {}).get("parallel")
         if parallel in DISTRIBUTED:
             context.update(launch=LAUNCH_COMMAND, trainer_setup=_one_process_world(parallel),
-                           trainer_teardown=_teardown(parallel))
+                           trainer_teardown=_TEARDOWN)
         return context
 
     # From the method's own folder, so a new method's first card renders before its metadata is valid.
@@ -443,20 +443,15 @@ def _one_process_world(parallel: str) -> str:
     return "\n".join(lines)
 
 
-def _teardown(parallel: str) -> str:
-    """Hidden code that undoes :func:`_one_process_world`. DeepSpeed's own ``destroy_process_group``
-    also drops the groups DeepSpeed cached from this world, which a later world in the same process
-    (the next card the test suite runs) would otherwise find stale."""
-    comm = "deepspeed.comm" if parallel == "deepspeed" else "torch.distributed"
-    return "\n".join([
-        "import torch.distributed",
-        *(["import deepspeed.comm"] if parallel == "deepspeed" else []),
-        "",
-        "if torch.distributed.is_initialized():",
-        f"    {comm}.destroy_process_group()",
-        "os.environ.clear()",
-        "os.environ.update(_saved_environ)",
-    ])
+#: Hidden code that undoes :func:`_one_process_world` (the project's destroy_process_group also
+#: drops what DeepSpeed cached from the world, so the next card's world starts clean).
+_TEARDOWN = "\n".join([
+    "from algorithms.core.distributed import destroy_process_group",
+    "",
+    "destroy_process_group()",
+    "os.environ.clear()",
+    "os.environ.update(_saved_environ)",
+])
 
 
 def _optimizer_option(record: Any) -> str | None:
