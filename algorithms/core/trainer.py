@@ -92,6 +92,8 @@ class Trainer:
             naming the file, before anything is changed. ``single`` and ``dp`` only, so far.
     """
 
+    _closed = False  # until close()
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -160,7 +162,6 @@ class Trainer:
         self.engine = Engine(self.state, algorithms, logger)
         self.engine.run_event(Event.INIT)
         self._deepspeed = None
-        self._closed = False
         self._wrap(optimizer, precision, zero_stage)
         self._resume_batches = 0  # batches of the current epoch a resumed run has trained already
         if load_path is not None:
@@ -189,6 +190,11 @@ class Trainer:
         if self._deepspeed is not None and not self._closed:
             self._deepspeed.destroy()
         self._closed = True
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError("fit() after close(): this Trainer has released what it trained "
+                               "with; build a new Trainer to train more")
 
     def __enter__(self) -> Trainer:
         return self
@@ -243,9 +249,7 @@ class Trainer:
 
     def fit(self) -> None:
         """Train until ``max_duration``."""
-        if self._closed:
-            raise RuntimeError("fit() after close(): this Trainer has released what it trained "
-                               "with; build a new Trainer to train more")
+        self._refuse_if_closed()
         state, run = self.state, self.engine.run_event
         model = state.model
         forward = self._deepspeed if self._deepspeed is not None else model

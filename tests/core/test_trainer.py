@@ -661,3 +661,25 @@ def test_eval_reads_the_classes_where_the_outputs_hold_them(outputs, targets, cl
     t = Trainer(_Logits(), [(x, y)], "1ba", loss_fn=loss)
     assert t.eval([(x, y)])["accuracy"] == pytest.approx(correct)
     assert 0 < correct < 1  # a case where reading the wrong dimension would count differently
+
+
+def test_a_closed_trainer_refuses_to_train_and_still_evaluates():
+    data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
+    with Trainer(torch.nn.Linear(3, 2), data, "2ba", device="cpu", seed=0) as trainer:
+        trainer.fit()  # open inside the block: it trains
+        assert trainer.state.timestamp.batch == 2
+    with pytest.raises(RuntimeError, match=r"^fit\(\) after close\(\): this Trainer has released what it trained "
+                                           r"with; build a new Trainer to train more$"):
+        trainer.fit()
+    assert trainer.state.timestamp.batch == 2
+    assert 0.0 <= trainer.eval(data)["accuracy"] <= 1.0
+    trainer.close()  # again: nothing to release, no error
+
+
+def test_close_alone_ends_training_without_a_with_block():
+    data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
+    trainer = Trainer(torch.nn.Linear(3, 2), data, "1ba", device="cpu", seed=0)
+    trainer.close()
+    with pytest.raises(RuntimeError, match=r"fit\(\) after close\(\)"):
+        trainer.fit()
+    assert trainer.state.timestamp.batch == 0
