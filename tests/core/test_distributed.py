@@ -146,6 +146,13 @@ def test_fsdp_on_cuda_matches_one_process(reference, tmp_path):
         torch.testing.assert_close(got[name].cpu(), expected, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def _one_process_world(monkeypatch, **extra: str) -> None:
+    """torchrun's environment for a world of this one process (MASTER_PORT=0: the store picks a free port)."""
+    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                            LOCAL_WORLD_SIZE="1", **extra).items():
+        monkeypatch.setenv(name, value)
+
+
 @pytest.mark.parametrize("unused", [False, True])
 def test_ddp_looks_for_unused_parameters_only_when_an_algorithm_says_it_leaves_some(unused, monkeypatch):
     """A one-process torchrun world: the DDP wrapper's find_unused_parameters follows the
@@ -161,9 +168,7 @@ def test_ddp_looks_for_unused_parameters_only_when_an_algorithm_says_it_leaves_s
         def apply(self, event, state, logger=None):
             pass
 
-    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                            LOCAL_WORLD_SIZE="1").items():
-        monkeypatch.setenv(name, value)
+    _one_process_world(monkeypatch)
     try:
         trainer = Trainer(torch.nn.Linear(3, 2), [(torch.randn(4, 3), torch.randint(0, 2, (4,)))], "1ba",
                           algorithms=[Leaves()], parallel="ddp", device="cpu", seed=0)
@@ -183,9 +188,7 @@ def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypa
     import gc
     import weakref
 
-    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                            LOCAL_WORLD_SIZE="1", DS_ACCELERATOR="cpu").items():
-        monkeypatch.setenv(name, value)
+    _one_process_world(monkeypatch, DS_ACCELERATOR="cpu")
     try:
         data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
         with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu",
@@ -210,9 +213,7 @@ def test_a_second_deepspeed_world_in_one_process_starts_clean(monkeypatch):
     """DeepSpeed caches groups made from the world; torch's destroy_process_group leaves them
     stale, so the next DeepSpeed world in the same process failed ("Group ... is not registered").
     The project's destroy_process_group clears them. Two one-process worlds, one after the other."""
-    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                            LOCAL_WORLD_SIZE="1", DS_ACCELERATOR="cpu").items():
-        monkeypatch.setenv(name, value)
+    _one_process_world(monkeypatch, DS_ACCELERATOR="cpu")
     data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
     for _ in range(2):
         try:
