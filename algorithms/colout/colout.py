@@ -93,9 +93,15 @@ def _select_pixels(tensor: torch.Tensor, flat: torch.Tensor, height: int, width:
         n, c, h, w = tensor.shape
         pixels = tensor.permute(0, 2, 3, 1).reshape(n, h * w, c)
         return pixels.index_select(1, flat).view(n, height, width, c).permute(0, 3, 1, 2)
+    lead = tensor.shape[:-2]
+    if tensor.dtype == torch.float32 and tensor.device.type == "cpu":
+        # torch's CPU index_select along the columns of a 2-D float32 tensor copies whole strided
+        # columns: measured on one thread at 1.0x and 1.3x a plain copy of the kept pixels (256x3x32x32,
+        # 32x3x224x224), where the gather below takes 2.1x; for the other dtypes it is the slower one.
+        return tensor.reshape(-1, tensor.shape[-2] * tensor.shape[-1]).index_select(1, flat).view(
+            *lead, height, width)
     # A gather along the flattened plane with the same indices for every leading position (an
     # expanded view, not a copy): index_select on the last dim would copy one element at a time.
-    lead = tensor.shape[:-2]
     return tensor.reshape(*lead, -1).gather(-1, flat.expand(*lead, -1)).view(*lead, height, width)
 
 

@@ -151,7 +151,8 @@ def test_seeded_calls_repeat_on_the_generator_and_on_torchs_global_seed():
     assert torch.equal(b, cf.colout_batch(images))
 
 
-@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("dtype",
+                         [torch.float32, torch.uint8, torch.bool, torch.float16, torch.bfloat16, torch.float64])
 def test_dtype_and_memory_format_are_kept_and_the_input_is_not_modified(dtype):
     images = (torch.rand(4, 3, 12, 12, generator=_seeded(1)) * 200).to(dtype)
     rows, cols = _kept(_seeded(6), 12, 12, 0.15, 0.15)
