@@ -175,7 +175,8 @@ class BlurMaxPool2d(nn.Module):
     """Max-pooling with the paper's blur between the max and the subsampling (its MaxBlurPool):
     ``blur_2d(max_pool2d(x, kernel_size, stride=1), stride)``, the window's padding, dilation
     and ceil mode kept. The output has the shape :class:`torch.nn.MaxPool2d`'s has for the same
-    arguments at the usual settings (a window of 2 or 3 at stride 2, or stride 1)."""
+    arguments; in ceil mode its last row or column is then the blurred maximum of a window that
+    the input's edge cuts, as MaxPool2d's is that window's maximum."""
 
     def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
                  padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, ceil_mode: bool = False):
@@ -193,13 +194,35 @@ class BlurMaxPool2d(nn.Module):
         return cls(pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        maxima = F.max_pool2d(input, self.kernel_size, stride=1, padding=self.padding, dilation=self.dilation,
-                              ceil_mode=self.ceil_mode)
+        extra = self._ceil_mode_extra(input.shape[-2:]) if self.ceil_mode else (0, 0)
+        if any(extra):
+            # ceil mode's last, partial windows: the input goes on below and to the right as -inf,
+            # which no maximum takes (each such window starts inside the input or its left padding)
+            input = F.pad(input, (0, extra[1], 0, extra[0]), value=float("-inf"))
+        maxima = F.max_pool2d(input, self.kernel_size, stride=1, padding=self.padding, dilation=self.dilation)
         return blur_2d(maxima, stride=self.stride, filter=self.blur_filter)
+
+    def _ceil_mode_extra(self, size: torch.Size) -> tuple[int, int]:
+        """Per axis, how many maxima past the last full window ceil mode needs. torch's MaxPool2d gives
+        ``ceil((L + 2p - d(k - 1) - 1) / s) + 1`` outputs, but not a last one that would start past
+        the input and its left padding; the stride-1 maxima must reach where the last one starts."""
+        kernel, stride, padding, dilation = (_pair(v) for v in (self.kernel_size, self.stride, self.padding,
+                                                                 self.dilation))
+        extra = []
+        for axis in (0, 1):
+            # the maxima of the full windows at stride 1, and where ceil mode's last window starts
+            span = size[axis] + 2 * padding[axis] - dilation[axis] * (kernel[axis] - 1)
+            last = -(-(span - 1) // stride[axis]) * stride[axis]
+            extra.append(last + 1 - span if last < size[axis] + padding[axis] else 0)
+        return extra[0], extra[1]
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
 
 
 def blur_filter_plot() -> dict[str, Any]:  # pragma: no mutate block

@@ -179,6 +179,44 @@ def test_blur_max_pool_has_the_shape_of_max_pool(size, stride, kernel_size):
     assert BlurMaxPool2d(**args)(x).shape == torch.nn.MaxPool2d(**args)(x).shape
 
 
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize(("kernel_size", "stride", "padding", "dilation"),
+                         [(2, 2, 0, 1), (3, 2, 0, 1), (3, 2, 1, 1), (2, 3, 1, 1), (1, 3, 0, 1), (3, 3, 1, 2),
+                          ((3, 2), (2, 3), (1, 0), (1, 2))])
+def test_blur_max_pool_has_max_pools_shape_in_either_ceil_mode(kernel_size, stride, padding, dilation, ceil_mode):
+    """For every size from 5 to 12 pixels, as torch.nn.MaxPool2d gives it (in ceil mode one more
+    row or column where a last window is cut by the edge, at 8 x 8 with a window of 3 at stride 2, say)."""
+    args = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    for height, width in itertools.product(range(5, 13), [5, 8, 11]):
+        x = torch.randn(1, 2, height, width)
+        assert BlurMaxPool2d(**args)(x).shape == torch.nn.MaxPool2d(**args)(x).shape, (height, width)
+
+
+def _dense_max_of_cut_windows(x: torch.Tensor, kernel: int, padding: int, rows: int, cols: int) -> torch.Tensor:
+    """The maximum over each stride-1 window ``[i - padding, i - padding + kernel)`` (and alike for
+    columns) of the pixels it holds inside the image, for ``rows`` x ``cols`` window positions."""
+    out = torch.empty(*x.shape[:2], rows, cols, dtype=x.dtype)
+    for i in range(rows):
+        for j in range(cols):
+            top, left = max(i - padding, 0), max(j - padding, 0)
+            window = x[:, :, top:i - padding + kernel, left:j - padding + kernel]
+            out[:, :, i, j] = window.amax(dim=(-2, -1))
+    return out
+
+
+@pytest.mark.parametrize(("size", "kernel", "padding", "expected"), [(8, 3, 0, 4), (9, 2, 0, 5), (8, 2, 1, 5)])
+def test_in_ceil_mode_the_last_row_and_column_blur_the_maximum_of_the_cut_window(size, kernel, padding, expected):
+    """At stride 2: the dense maxima of every window that starts inside the image or its left
+    padding, the partial last one included, blurred and subsampled, as torch.nn.MaxPool2d(ceil_mode=True)
+    keeps that window (8 x 8 with a window of 3 gives 4 x 4, not the 3 x 3 of the full windows alone)."""
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    pool = torch.nn.MaxPool2d(kernel, stride=2, padding=padding, ceil_mode=True)
+    assert pool(x).shape[-2:] == (expected, expected)
+    dense = _dense_max_of_cut_windows(x, kernel, padding, 2 * expected - 1, 2 * expected - 1)
+    out = BlurMaxPool2d.from_maxpool2d(pool).double()(x)
+    torch.testing.assert_close(out, _reference_blur(dense, stride=2), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize(("kernel_size", "stride", "padding", "dilation"),
                          [(3, 2, 1, 1), (2, None, 0, 1), (3, 2, 1, 2), (3, (1, 2), (1, 0), (2, 1))])
 def test_blur_max_pool_is_a_dense_max_then_a_strided_blur(kernel_size, stride, padding, dilation):
