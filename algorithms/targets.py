@@ -56,6 +56,9 @@ def one_hot(target: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.f
 
     A negative index gets an all-zero vector: the position is ignored.
     """
+    if target.ndim == 0:
+        raise ValueError(f"target: class indices need a batch dimension, (N, ...), got a single index "
+                         f"{target.item()!r} of shape (); pass target.reshape(1) for a batch of one")
     check_class_range(target, num_classes)
     classes = torch.arange(num_classes, device=target.device).view(1, -1, *([1] * (target.ndim - 1)))
     return (target.unsqueeze(1) == classes).to(dtype)

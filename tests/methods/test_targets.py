@@ -124,6 +124,16 @@ def test_smooth_targets_definition():
          "probabilities (2, 3)"),
         (lambda: one_hot(torch.tensor([3]), 3),
          "target: class indices must be in [0, 3) (negative: ignored), found [3]"),
+        # a single index, not a batch: the error names it and the fix, for every form that takes indices
+        (lambda: one_hot(torch.tensor(2), 3),
+         "target: class indices need a batch dimension, (N, ...), got a single index 2 of shape (); pass "
+         "target.reshape(1) for a batch of one"),
+        (lambda: smooth_targets(torch.tensor(1), 0.1, 3),
+         "target: class indices need a batch dimension, (N, ...), got a single index 1 of shape (); pass "
+         "target.reshape(1) for a batch of one"),
+        (lambda: interpolate_targets(torch.tensor(0), torch.tensor(1), 0.5, 3),
+         "target: class indices need a batch dimension, (N, ...), got a single index 0 of shape (); pass "
+         "target.reshape(1) for a batch of one"),
     ],
 )
 def test_bad_input_raises_value_error(call, message):
