@@ -92,16 +92,23 @@ def _update_optimizers(optimizers: Sequence[torch.optim.Optimizer], old: nn.Modu
             held = [p for p in group["params"] if id(p) in old_ids]
             if not held:
                 continue
-            group["params"] = [p for p in group["params"] if id(p) not in old_ids]
+            # The replacement's parameters take the place of the original's first one, so the group keeps
+            # its order (an optimizer's state_dict numbers parameters by it): a replacement that keeps the
+            # original's tensors leaves the group as it was.
+            at = next(i for i, p in enumerate(group["params"]) if id(p) in old_ids)
+            kept = [p for p in group["params"] if id(p) not in old_ids]
+            group["params"] = kept
             present = {id(p) for g in optimizer.param_groups for p in g["params"]}
+            incoming = []
             for name, p in new_params.items():
                 if id(p) in present:
                     continue
-                group["params"].append(p)
+                incoming.append(p)
                 present.add(id(p))
                 before = old_params.get(name)
                 if before is not None and before is not p and before.shape == p.shape and before in optimizer.state:
                     optimizer.state[p] = optimizer.state.pop(before)
+            group["params"] = kept[:at] + incoming + kept[at:]
             for p in held:
                 if all(p is not q for q in new_params.values()):
                     optimizer.state.pop(p, None)

@@ -161,6 +161,26 @@ def test_the_group_that_held_the_original_takes_the_replacement_whatever_its_pla
     assert [id(p) for p in opt.param_groups[1]["params"]] == [id(p) for p in model[0].parameters()]
 
 
+def test_the_replacements_parameters_take_the_originals_place_in_its_group():
+    """The group keeps its order, which an optimizer's state_dict numbers parameters by: a replacement
+    holding the original's own tensors leaves it as it was, and new tensors stand where the old ones stood."""
+    class Wrapped(nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            self.weight, self.bias = linear.weight, linear.bias  # the same tensors
+
+        def forward(self, x):
+            return nn.functional.linear(x, self.weight, self.bias)
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    order = [id(p) for p in opt.param_groups[0]["params"]]
+    replace_module_classes(model, {nn.Linear: lambda m, i: Wrapped(m) if i == 1 else None}, optimizers=opt)
+    assert [id(p) for p in opt.param_groups[0]["params"]] == order
+    replace_module_classes(model, {nn.Linear: lambda m, i: nn.Linear(4, 4) if i == 0 else None}, optimizers=opt)
+    assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in model.parameters()]
+
+
 def test_a_parameter_the_optimizer_already_trains_elsewhere_is_not_added_twice():
     """A replacement tied to another layer's weight: the optimizer holds each parameter once."""
     class Tied(nn.Module):
