@@ -11,8 +11,10 @@ output-sized tensor, read from the input where the output comes from the input:
 Each implementation is timed beside its floor in the same process, on the same tensors, in
 rounds whose order alternates, so that a noisy machine slows both alike: a round's ratio is the
 median call time of the implementation over the floor's median call time in that round, and
-the report gives the median of the rounds' ratios with their range. Everything runs on one
-thread, in float32; CutMix draws with ``alpha=1.0``, MixUp with ``alpha=0.2``.
+the report gives the median of the rounds' ratios with their range. The rounds run in five fresh
+processes, one after another, and are pooled: where a process's memory lands changes how fast a
+copy into it runs, for the floor and the method alike but not by the same factor. Everything
+runs on one thread, in float32; CutMix draws with ``alpha=1.0``, MixUp with ``alpha=0.2``.
 
 Peers run when importable (``nox -s bench_peers`` installs them in an environment of their own;
 the project does not depend on them): torchvision's v2 ``CutMix`` and ``MixUp``, timm's ``Mixup``
@@ -28,8 +30,10 @@ reason, and the run goes on.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib
 import json
+import multiprocessing
 import statistics
 import sys
 import time
@@ -125,6 +129,52 @@ def ours(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, generator: torc
                                                                    inplace=True), reset),
         "colout_batch": Subject(lambda: colout_batch(x, p_row=P_DROP, p_col=P_DROP, generator=g)),
         "smooth_labels": Subject(lambda: smooth_labels(logits, y, smoothing=SMOOTHING)),
+    }
+
+
+PART_MIXING = 0.1  # MixUp's weight in the timed lerp (a draw's typical size at alpha 0.2)
+# What ours are made of, timed beside the floor without their sampling and checks: where a target
+# is missed, how much of the floor the passes alone take. (name, which of ours it is part of, the call, what it is)
+PARTS = (
+    ("box copy", "cutmix_batch", "out[:, :, box].copy_(x[:, :, box])",
+     "the box alone, at its place, no gather, into a batch made before (a centred box of 30 % of the pixels, "
+     "CutMix's mean at alpha 1.0)"),
+    ("box gather and write-back", "cutmix_batch(inplace=True)", "box.copy_(box.index_select(0, perm))",
+     "the in-place form's two passes over the same box"),
+    ("gather and in-place lerp", "mixup_batch(inplace=True)",
+     "x.lerp_(torch.index_select(x, 0, perm, out=torch.empty_like(x)), 0.1)",
+     "the in-place form's two passes below 64 KiB an example (larger ones are mixed one at a time)"),
+    ("gather of the smoothed rows", "smooth_labels", "rows.index_select(0, y)",
+     "the one call, without the checks, of the (K, K) smoothed rows made before"),
+)
+
+
+def centred_box(height: int, width: int, area: float = 0.3) -> tuple[int, int, int, int]:
+    """CutMix's ``(x1, y1, x2, y2)`` of a centred box of about ``area`` of the pixels."""
+    side_h, side_w = round(height * area ** 0.5), round(width * area ** 0.5)
+    top, left = (height - side_h) // 2, (width - side_w) // 2
+    return top, left, top + side_h, left + side_w
+
+
+def parts(x: torch.Tensor, y: torch.Tensor, num_classes: int, bbox: tuple[int, int, int, int],
+          perm: torch.Tensor) -> dict[str, Subject]:
+    """The passes of :data:`PARTS` on ``x`` (not modified), with CutMix's box ``bbox`` and the partners ``perm``;
+    each call returns what it wrote (the in-place ones into a copy of ``x``, reset before each call)."""
+    rows, cols = slice(bbox[0], bbox[2]), slice(bbox[1], bbox[3])
+    out, work = torch.empty_like(x), x.clone()
+    smoothed = torch.full((num_classes, num_classes), SMOOTHING / num_classes, device=x.device)
+    smoothed.diagonal().add_(1.0 - SMOOTHING)
+
+    def reset() -> None:
+        work.copy_(x)
+
+    box = work[:, :, rows, cols]
+    return {
+        "box copy": Subject(lambda: out[:, :, rows, cols].copy_(x[:, :, rows, cols])),
+        "box gather and write-back": Subject(lambda: box.copy_(box.index_select(0, perm)), reset),
+        "gather and in-place lerp": Subject(
+            lambda: work.lerp_(torch.index_select(work, 0, perm, out=torch.empty_like(work)), PART_MIXING), reset),
+        "gather of the smoothed rows": Subject(lambda: smoothed.index_select(0, y)),
     }
 
 
@@ -231,43 +281,85 @@ def ratio_row(what: str, numerators: list[float], denominators: list[float], tar
             "compare": "<", "met": value < target}
 
 
+def measure(shape_name: str, peers: bool, device: str, rounds: int, calls: int,
+            log: Callable[[str], None] = lambda line: None) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Each subject's median call time per round at one shape, and why each missing peer is missing."""
+    dev, shape = torch.device(device), SHAPES[shape_name]
+    synchronize = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(shape, generator=gen).to(dev)
+    y = torch.randint(0, NUM_CLASSES[shape_name], (shape[0],), generator=gen).to(dev)
+    logits = torch.randn(shape[0], NUM_CLASSES[shape_name], generator=gen).to(dev)
+    subjects = {**floors(x, NUM_CLASSES[shape_name]), **ours(x, y, logits, gen),
+                **parts(x, y, NUM_CLASSES[shape_name], centred_box(*shape[-2:]),
+                        torch.randperm(shape[0], generator=gen).to(dev))}
+    found, missing = peer_calls(x, y, logits, peers)
+    subjects.update(found)
+    return time_rounds(subjects, rounds, calls, synchronize, log), missing
+
+
+def _measure_in_this_process(shape_name: str, peers: bool, device: str, rounds: int, calls: int
+                             ) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """:func:`measure` in a process of its own (spawned): one thread, freed memory kept, as in run()."""
+    torch.set_num_threads(1)
+    if torch.device(device).type == "cpu":
+        keep_freed_memory()
+    return measure(shape_name, peers, device, rounds, calls)
+
+
 def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: int | None = None,
-        calls: int | None = None, log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+        calls: int | None = None, processes: int | None = None,
+        log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Time ours, the floors and the peers on both shapes; rows of ratios beside their targets.
 
-    ``quick``: two rounds of two calls, a smoke run whose numbers mean little.
+    ``quick``: two rounds of two calls, a smoke run whose numbers mean little. ``processes``: the
+    rounds are run in that many fresh processes, one after another, and pooled (default 5, 1 when
+    quick; 1 runs them here). Where a process's memory lands decides how fast a copy into it runs:
+    on a quiet machine CutMix's ratio at 32x3x224x224 was 1.54x, 1.96x and 2.16x in three processes
+    minutes apart, each steady over its own rounds, so rounds from one process measure its luck.
     """
     rounds = rounds or (2 if quick else 7)
     calls = calls or (2 if quick else 21)
+    processes = processes or (1 if quick else 5)
     dev = torch.device(device)
-    synchronize = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     allocator = keep_freed_memory() if dev.type == "cpu" else "the CUDA caching allocator"
     try:
         rows: list[dict[str, Any]] = []
         details: dict[str, Any] = {
-            "device": str(dev), "threads": 1, "dtype": "float32", "rounds": rounds, "calls_per_round": calls,
-            "allocator": allocator,
+            "device": str(dev), "threads": 1, "dtype": "float32", "rounds": rounds * processes,
+            "processes": processes, "calls_per_round": calls, "allocator": allocator,
             "cutmix_alpha": CUTMIX_ALPHA, "mixup_alpha": MIXUP_ALPHA, "smoothing": SMOOTHING, "colout_p": P_DROP,
             "floors": FLOORS, "peer_calls": {name: call for name, _, call in PEERS}, "median_ms": {},
+            "part_calls": {name: {"call": call, "about": about} for name, _, call, about in PARTS}, "parts": {},
             "peers_missing": {},
         }
         peer_rows: list[dict[str, Any]] = []
-        for shape_name, shape in SHAPES.items():
+        for shape_name in SHAPES:
             log(f"{shape_name}:")
-            gen = torch.Generator().manual_seed(0)
-            x = torch.rand(shape, generator=gen).to(dev)
-            y = torch.randint(0, NUM_CLASSES[shape_name], (shape[0],), generator=gen).to(dev)
-            logits = torch.randn(shape[0], NUM_CLASSES[shape_name], generator=gen).to(dev)
-            subjects = {**floors(x, NUM_CLASSES[shape_name]), **ours(x, y, logits, gen)}
-            found, missing = peer_calls(x, y, logits, peers)
-            subjects.update(found)
-            details["peers_missing"].update(missing)
-            times = time_rounds(subjects, rounds, calls, synchronize, log)
+            times: dict[str, list[float]] = {}
+            for process in range(processes):
+                if processes == 1:
+                    measured, missing = measure(shape_name, peers, device, rounds, calls, log)
+                else:
+                    context = multiprocessing.get_context("spawn")
+                    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                        measured, missing = pool.submit(_measure_in_this_process, shape_name, peers, device,
+                                                        rounds, calls).result()
+                    log(f"  process {process + 1}/{processes}: {rounds} rounds")
+                for name, per_round in measured.items():
+                    times.setdefault(name, []).extend(per_round)
+                details["peers_missing"].update(missing)
             details["median_ms"][shape_name] = {name: 1e3 * statistics.median(t) for name, t in times.items()}
             for name, floor, target in OURS:
                 rows.append(ratio_row(f"{name} / floor ({floor}), {shape_name}", times[name], times[floor], target))
+            floor_of = {name: floor for name, floor, _ in OURS}
+            for name, mine, _, _ in PARTS:
+                ratios = [a / b for a, b in zip(times[name], times[floor_of[mine]], strict=True)]
+                details["parts"].setdefault(shape_name, []).append(
+                    {"what": name, "of": mine, "floor": floor_of[mine], "value": statistics.median(ratios),
+                     "spread": [min(ratios), max(ratios)]})
             for name, mine, _ in PEERS:
                 if name in times:
                     peer_rows.append(ratio_row(f"ours {mine} / {name}, {shape_name}", times[mine], times[name], 1.0))
@@ -288,6 +380,11 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"floors at {shape_name}: " + ", ".join(f"{name} {medians[name]:.3f} ms" for name in FLOORS))
     for name, definition in FLOORS.items():
         lines.append(f"  {name}: {definition}")
+    for shape_name, measured in details.get("parts", {}).items():
+        lines.append(f"parts of ours at {shape_name}, no sampling or checks, / their floor: " + ", ".join(
+            f"{part['what']} ({part['of']}) {part['value']:.2f}x" for part in measured))
+    for name, call in details.get("part_calls", {}).items():
+        lines.append(f"  {name}: {call['call']}: {call['about']}")
     if "allocator" in details:
         lines.append(f"allocator: {details['allocator']}")
     timed = {name for medians in details["median_ms"].values() for name in medians}
@@ -301,7 +398,9 @@ def format_report(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=7, help="rounds per process")
+    parser.add_argument("--processes", type=int, default=5,
+                        help="fresh processes the rounds run in, one after another, pooled (1: this one)")
     parser.add_argument("--calls", type=int, default=21, help="calls per implementation per round")
     parser.add_argument("--quick", action="store_true", help="two rounds of two calls: checks that it runs")
     parser.add_argument("--no-peers", action="store_true", help="time ours and the floors only")
@@ -315,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--device {args.device}: torch.cuda.is_available() is False")
     report = run(quick=args.quick, peers=not args.no_peers, device=args.device,
                  rounds=None if args.quick else args.rounds, calls=None if args.quick else args.calls,
+                 processes=None if args.quick else args.processes,
                  log=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_report(report))
     if args.output:

@@ -154,6 +154,26 @@ def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(f
     assert readme.read_text() == "no markers\n"
 
 
+def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(monkeypatch, tmp_path):
+    parts = {"256x3x32x32": [{"what": "box copy", "of": "cutmix_batch", "floor": "clone", "value": 0.9,
+                              "spread": [0.85, 1.25]}]}
+    section = types.SimpleNamespace(run=lambda quick: {
+        "title": "Batch", "rows": [_row("cutmix_batch / floor (clone), 256x3x32x32", 2.2, 2.0, met=False)],
+        "details": {"parts": parts, "part_calls": {"box copy": {"call": "out[:, :, box].copy_(x[:, :, box]) <b>",
+                                                                "about": "the box <i>alone</i>"}}}})
+    monkeypatch.setattr(bench_run, "SECTIONS", ("batch_methods",))
+    monkeypatch.setattr(bench_run, "load_section", {"batch_methods": section}.__getitem__)
+    results = tmp_path / "results" / "bench" / "cpu-test.json"
+    results.parent.mkdir(parents=True)
+    bench_run.main(["--output", str(results)])
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- generated: performance -->\n<!-- end generated: performance -->\n")
+    bench_run.update_readme(readme, [results])
+    text = readme.read_text()
+    assert ("| box copy: `out[:, :, box].copy_(x[:, :, box]) <b>`, the box \\<i\\>alone\\</i\\> | cutmix\\_batch | "
+            "256x3x32x32 | 0.90x | 0.85x to 1.25x |") in text
+
+
 # --------------------------------------------------------------------------------------------- --peers
 
 

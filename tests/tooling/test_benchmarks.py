@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 
+import algorithms.functional as cf
 from algorithms.metadata import PACKAGE_ROOT
 
 BENCHMARKS = PACKAGE_ROOT.parent / "benchmarks"
@@ -53,10 +54,60 @@ def test_batch_methods_quick_run_states_its_floors_and_the_peers_it_left_out(bat
     assert set(details["floors"]) == {floor for _, floor, _ in batch_methods.OURS}
     assert all(details["floors"].values())
     for shape in batch_methods.SHAPES:
-        assert set(details["median_ms"][shape]) == set(details["floors"]) | {n for n, _, _ in batch_methods.OURS}
+        assert set(details["median_ms"][shape]) == (set(details["floors"]) | {n for n, _, _ in batch_methods.OURS}
+                                                    | {n for n, _, _, _ in batch_methods.PARTS})
     assert set(details["peers_missing"]) == {"torchvision", "timm", "composer"}
     assert details["threads"] == 1 and details["rounds"] == 2 and details["calls_per_round"] == 2
+    assert details["processes"] == 1  # a quick run stays in this process
     assert isinstance(details["allocator"], str) and details["allocator"]
+
+
+def test_batch_methods_pools_the_rounds_of_fresh_processes():
+    """Two spawned processes of two rounds each: the rows are the same, the details say so."""
+    report = batch_methods.run(quick=True, peers=False, processes=2)
+    assert len(report["rows"]) == len(batch_methods.OURS) * len(batch_methods.SHAPES)
+    for row in report["rows"]:
+        _assert_well_formed(row)
+    assert report["details"]["processes"] == 2 and report["details"]["rounds"] == 4
+
+
+def test_batch_methods_reports_each_part_beside_the_floor_of_the_method_it_belongs_to(batch_report):
+    details, floor_of = batch_report["details"], {name: floor for name, floor, _ in batch_methods.OURS}
+    assert set(details["part_calls"]) == {name for name, _, _, _ in batch_methods.PARTS}
+    assert all(call["call"] and call["about"] for call in details["part_calls"].values())
+    for shape in batch_methods.SHAPES:
+        measured = details["parts"][shape]
+        assert [(p["what"], p["of"]) for p in measured] == [(n, of) for n, of, _, _ in batch_methods.PARTS]
+        for part in measured:
+            lo, hi = part["spread"]
+            assert part["floor"] == floor_of[part["of"]]
+            assert all(math.isfinite(v) and v > 0 for v in (lo, part["value"], hi)) and lo <= part["value"] <= hi
+
+
+def test_each_part_writes_what_the_method_it_belongs_to_writes():
+    """The timed passes are the methods' own work: the same values as the method given the same box,
+    partners and weight (a part that timed something else would explain nothing)."""
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.rand(6, 3, 10, 10, generator=g), torch.randint(0, 5, (6,), generator=g)
+    bbox, perm = batch_methods.centred_box(10, 10), torch.randperm(6, generator=g)
+    assert bbox == (2, 2, 7, 7)  # round(10 * sqrt(0.3)) = 5 rows and columns, centred
+    x1, y1, x2, y2 = bbox
+
+    def written(name: str) -> torch.Tensor:
+        subject = batch_methods.parts(x, y, 5, bbox, perm)[name]
+        if subject.prepare is not None:
+            subject.prepare()
+        return subject.call()
+
+    before = x.clone()
+    assert torch.equal(written("box copy"), x[:, :, x1:x2, y1:y2])
+    cut = cf.cutmix_batch(x.clone(), y, bbox=bbox, indices=perm, inplace=True)[0]
+    assert torch.equal(written("box gather and write-back"), cut[:, :, x1:x2, y1:y2])
+    mixed = cf.mixup_batch(x.clone(), y, mixing=batch_methods.PART_MIXING, indices=perm, inplace=True)[0]
+    assert torch.equal(written("gather and in-place lerp"), mixed)
+    assert torch.equal(written("gather of the smoothed rows"),
+                       cf.smooth_labels(torch.zeros(6, 5), y, smoothing=batch_methods.SMOOTHING))
+    assert torch.equal(x, before)
 
 
 MALLOC_SCRIPT = """
