@@ -133,21 +133,24 @@ def test_an_optimizer_trains_the_replacements_and_holds_none_of_the_old_paramete
     assert not torch.equal(model[0].weight, new)  # the new parameter is trained
 
 
+class _SameTensors(nn.Module):
+    """A replacement for a Linear that holds the Linear's own weight and bias tensors."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+
+    def forward(self, x):
+        return nn.functional.linear(x, self.weight, self.bias)
+
+
 def test_a_parameter_the_replacement_keeps_keeps_its_optimizer_state():
-    class Wrapped(nn.Module):
-        def __init__(self, linear):
-            super().__init__()
-            self.weight, self.bias = linear.weight, linear.bias  # the same tensors
-
-        def forward(self, x):
-            return nn.functional.linear(x, self.weight, self.bias)
-
     model = _net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.randn(2, 4)).sum().backward()
     opt.step()
     momentum = opt.state[model[0].weight]["momentum_buffer"].clone()
-    replace_module_classes(model, {nn.Linear: lambda m, i: Wrapped(m) if i == 0 else None}, optimizers=opt)
+    replace_module_classes(model, {nn.Linear: lambda m, i: _SameTensors(m) if i == 0 else None}, optimizers=opt)
     assert torch.equal(opt.state[model[0].weight]["momentum_buffer"], momentum)
 
 
@@ -164,18 +167,10 @@ def test_the_group_that_held_the_original_takes_the_replacement_whatever_its_pla
 def test_the_replacements_parameters_take_the_originals_place_in_its_group():
     """The group keeps its order, which an optimizer's state_dict numbers parameters by: a replacement
     holding the original's own tensors leaves it as it was, and new tensors stand where the old ones stood."""
-    class Wrapped(nn.Module):
-        def __init__(self, linear):
-            super().__init__()
-            self.weight, self.bias = linear.weight, linear.bias  # the same tensors
-
-        def forward(self, x):
-            return nn.functional.linear(x, self.weight, self.bias)
-
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Linear(4, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     order = [id(p) for p in opt.param_groups[0]["params"]]
-    replace_module_classes(model, {nn.Linear: lambda m, i: Wrapped(m) if i == 1 else None}, optimizers=opt)
+    replace_module_classes(model, {nn.Linear: lambda m, i: _SameTensors(m) if i == 1 else None}, optimizers=opt)
     assert [id(p) for p in opt.param_groups[0]["params"]] == order
     replace_module_classes(model, {nn.Linear: lambda m, i: nn.Linear(4, 4) if i == 0 else None}, optimizers=opt)
     assert [id(p) for p in opt.param_groups[0]["params"]] == [id(p) for p in model.parameters()]
