@@ -360,7 +360,7 @@ def test_runs_through_the_trainer_as_the_formula_says():
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
-def test_the_issues_trainer_call():
+def test_a_trainer_given_a_decoupled_optimizer_trains_with_it():
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 10))
     data = [(torch.randn(8, 16), torch.randint(0, 10, (8,))) for _ in range(2)]
     before = [p.detach().clone() for p in model.parameters()]
