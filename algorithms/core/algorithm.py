@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -13,7 +16,25 @@ if TYPE_CHECKING:
     from .event import Event
     from .state import State
 
-__all__ = ["Algorithm"]
+__all__ = ["Algorithm", "warn_from_callers_line"]
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # the algorithms package's folder
+
+
+def warn_from_callers_line(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` naming the line that called into this package: the user's ``trainer.fit()``
+    where a method warns from inside the training loop, however deep the Trainer's engine calls it.
+
+    That line is the caller of the outermost frame in the package's folder, so code that the
+    package calls back (a wrapper around a method, a user's loss) does not stop the search."""
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    inside = [i for i, f in enumerate(frames) if Path(f.f_code.co_filename).resolve().is_relative_to(_PACKAGE)]
+    # frames[i] is stacklevel i + 2 for warnings.warn; the outermost package frame's caller is one further out
+    stacklevel = min(inside[-1] + 3, len(frames) + 1) if inside else 2
+    warnings.warn(message, category, stacklevel=stacklevel)
 
 
 class Algorithm(ABC):

@@ -9,7 +9,6 @@ Composer's ``LowPrecisionLayerNorm`` is the model for this method.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.algorithm import Algorithm
+from ..core.algorithm import Algorithm, warn_from_callers_line
 from ..core.event import Event
 from ..core.options import PRECISIONS
 from ..core.state import State
@@ -66,9 +65,9 @@ def apply_low_precision_layernorm(model: nn.Module, precision: str | None = None
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)} (or None)")
     if precision not in AUTOCAST_PRECISIONS:
-        warnings.warn(f"LowPrecisionLayerNorm: precision={precision!r} runs no autocast, where a low precision "
-                      "layer norm computes what nn.LayerNorm does; it applies to amp_fp16 and amp_bf16 only, so the "
-                      "model is unchanged", NoModulesReplacedWarning, stacklevel=2)
+        warn_from_callers_line(f"LowPrecisionLayerNorm: precision={precision!r} runs no autocast, where a low "
+                               "precision layer norm computes what nn.LayerNorm does; it applies to amp_fp16 and "
+                               "amp_bf16 only, so the model is unchanged", NoModulesReplacedWarning)
         return model
     replace_module_classes(model, {nn.LayerNorm: _to_lp_layernorm}, optimizers=optimizers,
                            method="LowPrecisionLayerNorm")

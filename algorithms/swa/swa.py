@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.optim.swa_utils import SWALR, get_swa_multi_avg_fn, update_bn
 
-from ..core.algorithm import Algorithm
+from ..core.algorithm import Algorithm, warn_from_callers_line
 from ..core.distributed import all_reduce_sum, unwrap_model
 from ..core.event import Event
 from ..core.precision import autocast
@@ -174,8 +174,8 @@ class SWA(Algorithm):
             if self._started:
                 self._finish(state, model)
             else:
-                warnings.warn(f"SWA: training ended before swa_start={self.swa_start!r}; nothing was averaged",
-                              stacklevel=2)
+                warn_from_callers_line(f"SWA: training ended before swa_start={self.swa_start!r}; nothing was "
+                                       "averaged")
             return
         update = event is self._update_event()
         if not self._started:
@@ -221,9 +221,9 @@ class SWA(Algorithm):
         norms = [m for m in swa_model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
         loader = self._bn_dataloader if self._bn_dataloader is not None else state.train_dataloader
         if norms and loader is None:
-            warnings.warn("SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that puts "
-                          "train_dataloader on its State); the mean keeps the last snapshot's batch-norm statistics",
-                          stacklevel=2)
+            warn_from_callers_line("SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that "
+                                   "puts train_dataloader on its State); the mean keeps the last snapshot's batch-norm "
+                                   "statistics")
         elif norms:
             recompute_batch_norm(swa_model, loader, state, self.input_key)
         model.load_state_dict(swa_model.state_dict())

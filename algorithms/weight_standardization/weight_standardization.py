@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch
 import torch.nn.utils.parametrize as parametrize
 from torch import nn
 
-from ..core.algorithm import Algorithm
+from ..core.algorithm import Algorithm, warn_from_callers_line
 from ..core.event import Event
 from ..core.state import State
 from ..surgery import count_module_instances, replace_module_classes
@@ -102,9 +101,9 @@ def _ignore_rule(module: nn.Module, n: int) -> Callable[[nn.Module, int], bool]:
     try:
         graph = torch.fx.symbolic_trace(module).graph
     except Exception:  # noqa: BLE001 - whatever stops the trace, fall back to the definition order
-        warnings.warn(f"WeightStandardization: the model could not be traced with torch.fx, so "
-                      f"n_last_layers_ignore={n} leaves the last {n} convolutions in the order the model defines "
-                      "them, which may not be the order its forward calls them", UserWarning, stacklevel=3)
+        warn_from_callers_line(f"WeightStandardization: the model could not be traced with torch.fx, so "
+                               f"n_last_layers_ignore={n} leaves the last {n} convolutions in the order the model "
+                               "defines them, which may not be the order its forward calls them")
         first = count_module_instances(module, _CONVS) - n
         return lambda conv, at: at >= first
     called: list[nn.Module] = []

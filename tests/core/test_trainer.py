@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import re
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from algorithms.core import PRECISIONS, Algorithm, Event, Trainer
+from algorithms.core.algorithm import warn_from_callers_line
 
 
 def _data(n=3, bs=8, seed=0):
@@ -683,3 +685,13 @@ def test_close_alone_ends_training_without_a_with_block():
     with pytest.raises(RuntimeError, match=r"fit\(\) after close\(\)"):
         trainer.fit()
     assert trainer.state.timestamp.batch == 0
+
+
+
+def test_a_warning_from_outside_the_library_names_its_callers_line():
+    """Called from outside the package (no frame of the library between): the caller's own line.
+    From inside the training loop, tests/methods/test_swa.py checks the user's call into the Trainer."""
+    with pytest.warns(DeprecationWarning, match="^direct$") as record:
+        line = inspect.currentframe().f_lineno + 1
+        warn_from_callers_line("direct", DeprecationWarning)
+    assert (record[0].filename, record[0].lineno) == (__file__, line)

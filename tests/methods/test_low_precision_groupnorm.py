@@ -159,8 +159,8 @@ def test_without_autocast_it_warns_and_changes_nothing(precision):
 
 
 def test_the_warning_points_at_the_line_that_called_it():
-    """``stacklevel=2``: the warning is reported at the line that called into the method's module,
-    the caller's own line, not one frame further out."""
+    """The warning is reported at the line that called into the library, the caller's own line,
+    not one frame further out."""
     model = _model()
     assert_warns_at_the_calling_line(lp_module.__file__, lambda: cf.apply_low_precision_groupnorm(model, "fp32"),
                                      NoModulesReplacedWarning)

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from trainer_support import Observed, assert_warns_at_the_calling_line
+from trainer_support import Observed, assert_warns_at_the_calling_line, line_that_called_into
 
 import algorithms.functional as cf
 from algorithms import LowPrecisionLayerNorm
 from algorithms.core import Trainer
+from algorithms.core import trainer as trainer_module
 from algorithms.low_precision_layernorm import LPLayerNorm
 from algorithms.low_precision_layernorm import low_precision_layernorm as lp_module
 from algorithms.low_precision_layernorm.low_precision_layernorm import layernorm_error
@@ -185,8 +186,8 @@ def test_outside_autocast_precisions_it_warns_and_changes_nothing(precision):
 
 
 def test_the_warning_points_at_the_line_that_called_it():
-    """``stacklevel=2``: the warning is reported at the line that called into the method's module,
-    the caller's own line, not one frame further out."""
+    """The warning is reported at the line that called into the library, the caller's own line,
+    not one frame further out."""
     model = _model()
     assert_warns_at_the_calling_line(lp_module.__file__, lambda: cf.apply_low_precision_layernorm(model, "fp32"),
                                      NoModulesReplacedWarning)
@@ -267,9 +268,13 @@ def test_in_the_trainer_an_optimizer_given_to_it_trains_the_new_parameters():
 
 
 def test_in_the_trainer_in_fp32_it_warns_and_changes_nothing():
-    with pytest.warns(NoModulesReplacedWarning, match="precision='fp32'"):
-        trainer = Trainer(_model(), _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids",
-                          target_key="labels", algorithms=[LowPrecisionLayerNorm()], seed=0, device="cpu")
+    made = []
+    with pytest.warns(NoModulesReplacedWarning, match="precision='fp32'") as record:
+        caller = line_that_called_into(trainer_module.__file__, lambda: made.append(Trainer(
+            _model(), _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
+            algorithms=[LowPrecisionLayerNorm()], seed=0, device="cpu")))
+    assert (record[0].filename, record[0].lineno) == caller  # the call into the Trainer, not a line of the library
+    [trainer] = made
     assert not any(isinstance(m, LPLayerNorm) for m in trainer.state.model.modules())
 
 

@@ -14,21 +14,20 @@ from __future__ import annotations
 import copy
 import re
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 import torch.nn.utils.parametrize as parametrize
 from torch import nn
-from trainer_support import Observed
+from trainer_support import Observed, line_that_called_into
 
 import algorithms.functional as cf
 from algorithms import WeightStandardization
 from algorithms.core import Event, Trainer
 from algorithms.models import resnet20
 from algorithms.surgery import NoModulesReplacedWarning
-from algorithms.weight_standardization import weight_standardization
+from algorithms.weight_standardization import weight_standardization as ws_module
 from algorithms.weight_standardization.weight_standardization import filter_histogram
 
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -146,11 +145,13 @@ def test_an_untraceable_model_falls_back_to_the_definition_order_with_a_warning(
     message = ("WeightStandardization: the model could not be traced with torch.fx, so n_last_layers_ignore=1 leaves "
                "the last 1 convolutions in the order the model defines them, which may not be the order its forward "
                "calls them")
+    counts = []
     with pytest.warns(UserWarning, match=f"^{re.escape(message)}$") as record:
-        assert cf.apply_weight_standardization(model, n_last_layers_ignore=1) == 1
-    # The warning names a frame of the caller's, not a line of the library (only that: mutmut's
-    # trampolines put frames of their own between this test and the function).
-    assert Path(record[0].filename).name != Path(weight_standardization.__file__).name
+        caller = line_that_called_into(ws_module.__file__, lambda: counts.append(
+            cf.apply_weight_standardization(model, n_last_layers_ignore=1)))
+    assert counts == [1]
+    # The warning names the line that called into the library, however deep the helper that warns
+    assert (record[0].filename, record[0].lineno) == caller
     assert _standardized(model) == ["late"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # n_last_layers_ignore=0 needs no order, so no trace and no warning
