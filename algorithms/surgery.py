@@ -35,11 +35,12 @@ Example::
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
+
+from .core.algorithm import warn_from_callers_line
 
 __all__ = ["NoModulesReplacedWarning", "Policy", "count_module_instances", "replace_module_classes"]
 
@@ -116,8 +117,7 @@ def _update_optimizers(optimizers: Sequence[torch.optim.Optimizer], old: nn.Modu
 
 def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
                            optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
-                           recurse_on_replacements: bool = False, method: str | None = None,
-                           stacklevel: int = 2) -> dict[str, nn.Module]:
+                           recurse_on_replacements: bool = False, method: str | None = None) -> dict[str, nn.Module]:
     """Replace the modules of ``model`` that ``policies`` match, in place; see the module docstring.
 
     Args:
@@ -129,9 +129,9 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
         recurse_on_replacements: also visit the modules inside a replacement (a policy whose
             replacement contains a module of the class it matches would then never stop; such a
             replacement is refused).
-        method: the name the warning gives when nothing was replaced (default: this function's).
-        stacklevel: the warning's, as :func:`warnings.warn`'s (a method's functional form passes 3
-            so that it points at its caller).
+        method: the name the warning gives when nothing was replaced (default: this function's); the
+            warning names the line that called into the library (the user's call of a method's
+            functional form, or of the Trainer).
 
     Returns:
         ``{qualified name: replacement}`` of every module replaced, in walk order.
@@ -181,6 +181,6 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
     visit(model, "", 0)
     if not replaced:
         names = ", ".join(c.__name__ for c in policies)
-        warnings.warn(f"{method or 'replace_module_classes'}: no module of the model matched ({names}); "
-                      "the model is unchanged", NoModulesReplacedWarning, stacklevel=stacklevel)
+        warn_from_callers_line(f"{method or 'replace_module_classes'}: no module of the model matched ({names}); "
+                               "the model is unchanged", NoModulesReplacedWarning)
     return replaced

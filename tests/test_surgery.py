@@ -10,8 +10,12 @@ import warnings
 
 import pytest
 import torch
+from methods.trainer_support import line_that_called_into  # tests/methods, as a namespace package
 from torch import nn
 
+import algorithms.blurpool.blurpool as blurpool
+import algorithms.surgery as surgery
+from algorithms.functional import apply_blurpool
 from algorithms.models import resnet20
 from algorithms.surgery import NoModulesReplacedWarning, count_module_instances, replace_module_classes
 
@@ -224,14 +228,14 @@ def test_nothing_matched_warns_naming_the_method_and_changes_nothing(method, nam
     assert len(record) == 1
 
 
-def test_the_warning_points_at_the_caller_by_default():
-    """stacklevel=2 unless a caller passes its own (a functional form passes 3, for its caller)."""
-    def where(**kwargs):
+def test_the_warning_names_the_line_that_called_into_the_library():
+    """Called directly, the caller's line; through a method's functional form (a BlurPool that finds
+    nothing to blur), the line that called the form, not a line of the library's."""
+    for path, call in ((surgery.__file__, lambda: replace_module_classes(_net(), {nn.Conv2d: lambda m, i: None})),
+                       (blurpool.__file__, lambda: apply_blurpool(nn.Sequential(nn.Linear(2, 2))))):
         with pytest.warns(NoModulesReplacedWarning) as record:
-            replace_module_classes(_net(), {nn.Conv2d: lambda m, i: None}, **kwargs)
-        return [(w.filename, w.lineno) for w in record]
-
-    assert where() == where(stacklevel=2) != where(stacklevel=1)
+            caller = line_that_called_into(path, call)
+        assert len(record) == 1 and (record[0].filename, record[0].lineno) == caller
 
 
 def test_replacements_are_not_visited_unless_asked():
