@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from algorithms.functional import colout_batch, cutmix_batch, cutout_batch, mixup_batch, smooth_labels
+from algorithms.targets import smoothed_rows
 
 TITLE = "Batch methods against their memory floor and their peers"
 SHAPES = {"256x3x32x32": (256, 3, 32, 32), "32x3x224x224": (32, 3, 224, 224)}
@@ -162,8 +163,7 @@ def parts(x: torch.Tensor, y: torch.Tensor, num_classes: int, bbox: tuple[int, i
     each call returns what it wrote (the in-place ones into a copy of ``x``, reset before each call)."""
     rows, cols = slice(bbox[0], bbox[2]), slice(bbox[1], bbox[3])
     out, work = torch.empty_like(x), x.clone()
-    smoothed = torch.full((num_classes, num_classes), SMOOTHING / num_classes, device=x.device)
-    smoothed.diagonal().add_(1.0 - SMOOTHING)
+    smoothed = smoothed_rows(num_classes, SMOOTHING, torch.float32).to(x.device)  # smooth_labels' own rows
 
     def reset() -> None:
         work.copy_(x)
@@ -274,11 +274,16 @@ def time_rounds(subjects: dict[str, Subject], rounds: int, calls: int, synchroni
     return per_round
 
 
-def ratio_row(what: str, numerators: list[float], denominators: list[float], target: float) -> dict[str, Any]:
+def round_ratios(numerators: list[float], denominators: list[float]) -> dict[str, Any]:
+    """The median of the rounds' ratios (``value``) and their range (``spread``)."""
     ratios = [a / b for a, b in zip(numerators, denominators, strict=True)]
-    value = statistics.median(ratios)
-    return {"what": what, "value": value, "unit": "x", "spread": [min(ratios), max(ratios)], "target": target,
-            "compare": "<", "met": value < target}
+    return {"value": statistics.median(ratios), "spread": [min(ratios), max(ratios)]}
+
+
+def ratio_row(what: str, numerators: list[float], denominators: list[float], target: float) -> dict[str, Any]:
+    measured = round_ratios(numerators, denominators)
+    return {"what": what, "value": measured["value"], "unit": "x", "spread": measured["spread"], "target": target,
+            "compare": "<", "met": measured["value"] < target}
 
 
 def measure(shape_name: str, peers: bool, device: str, rounds: int, calls: int,
@@ -356,10 +361,9 @@ def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: in
                 rows.append(ratio_row(f"{name} / floor ({floor}), {shape_name}", times[name], times[floor], target))
             floor_of = {name: floor for name, floor, _ in OURS}
             for name, mine, _, _ in PARTS:
-                ratios = [a / b for a, b in zip(times[name], times[floor_of[mine]], strict=True)]
                 details["parts"].setdefault(shape_name, []).append(
-                    {"what": name, "of": mine, "floor": floor_of[mine], "value": statistics.median(ratios),
-                     "spread": [min(ratios), max(ratios)]})
+                    {"what": name, "of": mine, "floor": floor_of[mine],
+                     **round_ratios(times[name], times[floor_of[mine]])})
             for name, mine, _ in PEERS:
                 if name in times:
                     peer_rows.append(ratio_row(f"ours {mine} / {name}, {shape_name}", times[mine], times[name], 1.0))

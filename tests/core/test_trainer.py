@@ -687,7 +687,6 @@ def test_close_alone_ends_training_without_a_with_block():
     assert trainer.state.timestamp.batch == 0
 
 
-
 def test_a_warning_from_outside_the_library_names_its_callers_line():
     """Called from outside the package (no frame of the library between): the caller's own line.
     From inside the training loop, tests/methods/test_swa.py checks the user's call into the Trainer."""
