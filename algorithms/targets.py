@@ -24,6 +24,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ._kernels import cpu_kernels
+
 __all__ = ["check_class_range", "check_smoothing", "class_indices", "interpolate_targets",
            "is_class_indices", "one_hot", "smooth_targets", "target_dtype", "to_distribution"]
 
@@ -147,6 +149,9 @@ def lookup_smoothed(target: torch.Tensor, smoothing: float, num_classes: int, dt
     rows = smoothed_rows(num_classes, smoothing, dtype)
     if rows is None:
         return None
+    kernels = cpu_kernels()
+    if kernels is not None:  # the same lookup, for less than index_select's call
+        return kernels.rows_at(rows, target)  # None for a negative (ignored) or out-of-range index
     try:
         return rows.index_select(0, target)  # the CPU checks every index
     except (IndexError, RuntimeError):  # a negative (ignored) or out-of-range index: the formula handles it

@@ -16,6 +16,11 @@ processes, one after another, and are pooled: where a process's memory lands cha
 copy into it runs, for the floor and the method alike but not by the same factor. Everything
 runs on one thread, in float32; CutMix draws with ``alpha=1.0``, MixUp with ``alpha=0.2``.
 
+On the CPU, CutMix, MixUp and label smoothing run the kernels of ``algorithms/_kernels.cpp`` where
+they build, as they do for users; the report says whether they did. Beside them, the passes that
+torch's own ops take for the same work (what the methods run without the kernels) are timed
+against the same floors.
+
 Peers run when importable (``nox -s bench_peers`` installs them in an environment of their own;
 the project does not depend on them): torchvision's v2 ``CutMix`` and ``MixUp``, timm's ``Mixup``
 in batch mode (it mixes in place), and Composer's functional forms. Each is called as its
@@ -44,6 +49,7 @@ from typing import Any
 
 import torch
 
+from algorithms._kernels import kernel_status
 from algorithms.functional import colout_batch, cutmix_batch, cutout_batch, mixup_batch, smooth_labels
 from algorithms.targets import smoothed_rows
 
@@ -134,19 +140,20 @@ def ours(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, generator: torc
 
 
 PART_MIXING = 0.1  # MixUp's weight in the timed lerp (a draw's typical size at alpha 0.2)
-# What ours are made of, timed beside the floor without their sampling and checks: where a target
-# is missed, how much of the floor the passes alone take. (name, which of ours it is part of, the call, what it is)
+# What torch's own ops take for four of ours, timed beside the floor without sampling and checks: the
+# passes ours run where the CPU kernels are not built (METHODS_CPU_KERNELS=0), and what the kernels
+# replace. (name, which of ours it is part of, the call, what it is)
 PARTS = (
     ("box copy", "cutmix_batch", "out[:, :, box].copy_(x[:, :, box])",
      "the box alone, at its place, no gather, into a batch made before (a centred box of 30 % of the pixels, "
-     "CutMix's mean at alpha 1.0)"),
+     "CutMix's mean at alpha 1.0); torch's ops copy the batch, then this"),
     ("box gather and write-back", "cutmix_batch(inplace=True)", "box.copy_(box.index_select(0, perm))",
-     "the in-place form's two passes over the same box"),
+     "torch's ops in place: two passes over the same box"),
     ("gather and in-place lerp", "mixup_batch(inplace=True)",
      "x.lerp_(torch.index_select(x, 0, perm, out=torch.empty_like(x)), 0.1)",
-     "the in-place form's two passes below 64 KiB an example (larger ones are mixed one at a time)"),
+     "torch's ops in place below 64 KiB an example: two passes (larger ones are mixed one at a time)"),
     ("gather of the smoothed rows", "smooth_labels", "rows.index_select(0, y)",
-     "the one call, without the checks, of the (K, K) smoothed rows made before"),
+     "torch's op for the lookup, without the checks, of the (K, K) smoothed rows made before"),
 )
 
 
@@ -338,7 +345,7 @@ def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: in
             "cutmix_alpha": CUTMIX_ALPHA, "mixup_alpha": MIXUP_ALPHA, "smoothing": SMOOTHING, "colout_p": P_DROP,
             "floors": FLOORS, "peer_calls": {name: call for name, _, call in PEERS}, "median_ms": {},
             "part_calls": {name: {"call": call, "about": about} for name, _, call, about in PARTS}, "parts": {},
-            "peers_missing": {},
+            "peers_missing": {}, "cpu_kernels": kernel_status(),
         }
         peer_rows: list[dict[str, Any]] = []
         for shape_name in SHAPES:
@@ -385,12 +392,14 @@ def format_report(report: dict[str, Any]) -> str:
     for name, definition in FLOORS.items():
         lines.append(f"  {name}: {definition}")
     for shape_name, measured in details.get("parts", {}).items():
-        lines.append(f"parts of ours at {shape_name}, no sampling or checks, / their floor: " + ", ".join(
+        lines.append(f"torch's ops for ours at {shape_name}, no sampling or checks, / their floor: " + ", ".join(
             f"{part['what']} ({part['of']}) {part['value']:.2f}x" for part in measured))
     for name, call in details.get("part_calls", {}).items():
         lines.append(f"  {name}: {call['call']}: {call['about']}")
     if "allocator" in details:
         lines.append(f"allocator: {details['allocator']}")
+    if "cpu_kernels" in details:
+        lines.append(f"CPU kernels of CutMix, MixUp and label smoothing: {details['cpu_kernels']}")
     timed = {name for medians in details["median_ms"].values() for name in medians}
     for name, call in details["peer_calls"].items():
         if name in timed:

@@ -10,7 +10,9 @@ import itertools
 import math
 
 import torch
+from torch.autograd.graph import increment_version
 
+from .._kernels import cpu_kernels
 from .._mixing import (
     MixingAlgorithm,
     check_alpha,
@@ -105,30 +107,42 @@ def cutmix_batch(
                              f"0 <= y1 <= y2 <= {width} (width)")
 
     x1, y1, x2, y2 = bbox
-    box = input[:, :, x1:x2, y1:y2]
-    partners = host_partners(box, indices, permutation=True) if inplace and box.numel() else None
+    kernels = cpu_kernels() if input.is_cpu else None
+    if inplace:
+        mixed = input
+        if kernels is not None and kernels.cutmix_inplace(input, indices, x1, y1, x2, y2):
+            increment_version(input)  # written through its data pointer: autograd must see it
+        else:
+            _write_boxes_in_place(input[:, :, x1:x2, y1:y2], indices)
+    else:
+        mixed = torch.empty_like(input)
+        # The kernel writes each byte of the output once; torch's ops copy the batch, then each box
+        # read from the untouched input straight into place.
+        if kernels is None or not kernels.cutmix_into(mixed, input, indices, x1, y1, x2, y2):
+            mixed.copy_(input)
+            if x2 > x1 and y2 > y1:
+                torch.index_select(input[:, :, x1:x2, y1:y2], 0, indices, out=mixed[:, :, x1:x2, y1:y2])
+    # The label weight is the exact pixel fraction, not the sampled lambda (the box is clipped).
+    area = 1.0 - (x2 - x1) * (y2 - y1) / (height * width)
+    return mixed, target.index_select(0, indices), area, bbox
+
+
+def _write_boxes_in_place(box: torch.Tensor, indices: torch.Tensor) -> None:
+    """``box[i] = box[indices[i]]`` for every ``i``, each box read before it is written, with torch's ops."""
+    if not box.numel():
+        return
+    partners = host_partners(box, indices, permutation=True)
     if partners is not None:
         # Large boxes, one at a time along each cycle of the permutation: one pass over the boxes.
-        mixed = input
         for cycle in permutation_cycles(partners):
             first = box[cycle[0]].clone()
             for i, j in itertools.pairwise(cycle):
                 box[i].copy_(box[j])
             box[cycle[-1]].copy_(first)
-    elif inplace:
+    else:
         # Gather every partner's box before writing any: with a permutation each box written is
         # another example's source.
-        mixed = input
-        if box.numel():
-            box.copy_(box.index_select(0, indices))
-    else:
-        # One copy of the batch, then each box read from the untouched input straight into place.
-        mixed = input.clone()
-        if box.numel():
-            torch.index_select(box, 0, indices, out=mixed[:, :, x1:x2, y1:y2])
-    # The label weight is the exact pixel fraction, not the sampled lambda (the box is clipped).
-    area = 1.0 - (x2 - x1) * (y2 - y1) / (height * width)
-    return mixed, target.index_select(0, indices), area, bbox
+        box.copy_(box.index_select(0, indices))
 
 
 def _sample_bbox(height: int, width: int, cut_area: float, uniform_sampling: bool,

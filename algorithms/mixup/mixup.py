@@ -8,7 +8,9 @@ from __future__ import annotations
 import itertools
 
 import torch
+from torch.autograd.graph import increment_version
 
+from .._kernels import cpu_kernels
 from .._mixing import (
     MixingAlgorithm,
     check_alpha,
@@ -81,6 +83,15 @@ def mixup_batch(
     target_perm = target.index_select(0, indices)
     if not input.is_floating_point():  # integer inputs mix into floats, as the formula does
         return input * (1.0 - mixing) + input[indices] * mixing, target_perm, float(mixing)
+    kernels = cpu_kernels() if input.is_cpu else None
+    if kernels is not None:  # one pass, writing each element once (in place, along the permutation's cycles)
+        if inplace and kernels.mixup_inplace(input, indices, float(mixing)):
+            increment_version(input)  # written through its data pointer: autograd must see it
+            return input, target_perm, float(mixing)
+        if not inplace:
+            mixed = torch.empty_like(input)
+            if kernels.mixup_into(mixed, input, indices, float(mixing)):
+                return mixed, target_perm, float(mixing)
     partners = host_partners(input, indices, permutation=inplace)
     if partners is not None:
         return _mix_one_at_a_time(input, partners, mixing, inplace), target_perm, float(mixing)

@@ -36,6 +36,9 @@ from algorithms import CutMix, LabelSmoothing
 from algorithms.core import Event, Trainer
 from algorithms.cutmix.cutmix import _sample_bbox
 
+# every test here runs with the CPU kernels and with torch's ops alone (tests/methods/conftest.py)
+pytestmark = pytest.mark.usefixtures("kernels_or_torch_ops")
+
 
 def validate_cutmix(x, y, indices, mixed, y_perm, bbox):
     x1, y1, x2, y2 = bbox

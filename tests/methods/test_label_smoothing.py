@@ -26,6 +26,9 @@ from algorithms.core.time import Duration
 
 SMOOTHINGS = [0, 0.1, 0.5, 0.9, 1.0]
 
+# every test here runs with the CPU kernels and with torch's ops alone (tests/methods/conftest.py)
+pytestmark = pytest.mark.usefixtures("kernels_or_torch_ops")
+
 
 def reference(onehot: torch.Tensor, smoothing: float) -> torch.Tensor:
     """The definition, on a one-hot (or probability) target with the classes on dim 1."""

@@ -33,6 +33,9 @@ import algorithms.functional as cf
 from algorithms import MixUp
 from algorithms.core import Event, Trainer
 
+# every test here runs with the CPU kernels and with torch's ops alone (tests/methods/conftest.py)
+pytestmark = pytest.mark.usefixtures("kernels_or_torch_ops")
+
 
 def validate_mixup_batch(x, y, indices, mixed, y_perm, mixing):
     for i in range(x.shape[0]):

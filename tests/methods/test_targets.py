@@ -27,6 +27,9 @@ from algorithms.targets import (
 
 TARGET_SHAPES = [((8,), 2), ((8,), 10), ((8, 5, 5), 2), ((8, 5, 5), 10), ((8, 5, 7, 11), 10)]
 
+# every test here runs with the CPU kernels and with torch's ops alone (tests/methods/conftest.py)
+pytestmark = pytest.mark.usefixtures("kernels_or_torch_ops")
+
 
 @pytest.mark.parametrize(("shape", "num_classes"), TARGET_SHAPES)
 def test_one_hot_is_torchs_with_classes_on_dim_1(shape, num_classes):

@@ -1,0 +1,363 @@
+// CPU kernels for CutMix and MixUp that write each output byte once.
+//
+// Built on first use by algorithms/_kernels.py (torch.utils.cpp_extension), and registered as
+// torch.ops.methods_library.*. Each op returns false, having written nothing, where it does not
+// apply (another device, layout or dtype, indices out of range, or, in place, indices that are
+// not a permutation); the caller then takes torch's own ops, which raise the usual errors.
+//
+// In place, the examples are mixed along each cycle of the permutation: i0 takes from i1, i1
+// from i2, ..., the last from i0. Each example is overwritten after the one that reads it, so
+// only each cycle's first example (or its box) is saved, and the batch is read and written once.
+
+#include <ATen/Parallel.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+namespace {
+
+// The partners as host integers, or empty where they are not all in [0, n) (or, with
+// `permutation`, are not a permutation of 0..n-1).
+std::vector<int64_t> partners_of(const at::Tensor& indices, int64_t n, bool permutation) {
+  std::vector<int64_t> partners;
+  if (indices.device().type() != c10::DeviceType::CPU || indices.scalar_type() != at::kLong ||
+      indices.dim() != 1 || indices.size(0) != n || !indices.is_contiguous()) {
+    return partners;
+  }
+  const int64_t* data = indices.const_data_ptr<int64_t>();
+  std::vector<bool> seen(permutation ? n : 0, false);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t j = data[i];
+    if (j < 0 || j >= n || (permutation && seen[j])) {
+      return {};
+    }
+    if (permutation) {
+      seen[j] = true;
+    }
+  }
+  partners.assign(data, data + n);
+  return partners;
+}
+
+// The cycles of a permutation of length > 1, each as [i, p[i], p[p[i]], ...].
+std::vector<std::vector<int64_t>> cycles_of(const std::vector<int64_t>& partners) {
+  std::vector<std::vector<int64_t>> cycles;
+  std::vector<bool> done(partners.size(), false);
+  for (int64_t start = 0; start < static_cast<int64_t>(partners.size()); ++start) {
+    if (done[start] || partners[start] == start) {
+      continue;
+    }
+    std::vector<int64_t> cycle;
+    for (int64_t i = start; !done[i]; i = partners[i]) {
+      done[i] = true;
+      cycle.push_back(i);
+    }
+    cycles.push_back(std::move(cycle));
+  }
+  return cycles;
+}
+
+bool on_cpu_dense(const at::Tensor& t) {
+  return t.device().type() == c10::DeviceType::CPU && t.layout() == c10::kStrided && !t.requires_grad() &&
+         !t.is_conj() && !t.is_neg();
+}
+
+// An image batch as bytes: each example is `planes` planes of `rows` rows of `row` bytes, one
+// after another, and the box is rows [x1, x2), bytes [q1, q2) of every plane. NCHW: a plane is a
+// channel, a row is a row of pixels. Channels-last: one plane, a row holds every channel of a row.
+struct Images {
+  char* data = nullptr;
+  int64_t example = 0, planes = 0, rows = 0, row = 0, q1 = 0, q2 = 0, x1 = 0, x2 = 0;
+};
+
+bool describe(const at::Tensor& t, int64_t x1, int64_t y1, int64_t x2, int64_t y2, Images& out) {
+  if (t.dim() != 4 || !on_cpu_dense(t)) {
+    return false;
+  }
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3), item = t.element_size();
+  if (!(0 <= x1 && x1 <= x2 && x2 <= h && 0 <= y1 && y1 <= y2 && y2 <= w)) {
+    return false;
+  }
+  int64_t per_pixel;  // elements between neighbouring pixels of a row
+  if (t.is_contiguous()) {
+    out.planes = c;
+    per_pixel = 1;
+  } else if (t.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    out.planes = 1;
+    per_pixel = c;
+  } else {
+    return false;
+  }
+  out.data = static_cast<char*>(t.data_ptr());
+  out.example = c * h * w * item;
+  out.rows = h;
+  out.row = w * per_pixel * item;
+  out.q1 = y1 * per_pixel * item;
+  out.q2 = y2 * per_pixel * item;
+  out.x1 = x1;
+  out.x2 = x2;
+  return true;
+}
+
+// Each example of `out` as the same example of `in` outside the box and its partner's inside.
+bool cutmix_into(at::Tensor out, const at::Tensor& input, const at::Tensor& indices, int64_t x1, int64_t y1,
+                 int64_t x2, int64_t y2) {
+  Images dst, src;
+  if (!describe(out, x1, y1, x2, y2, dst) || !describe(input, x1, y1, x2, y2, src) ||
+      out.sizes() != input.sizes() || out.strides() != input.strides() ||
+      out.scalar_type() != input.scalar_type() || dst.data == src.data) {
+    return false;
+  }
+  const std::vector<int64_t> partners = partners_of(indices, input.size(0), false);
+  if (partners.size() != static_cast<size_t>(input.size(0))) {
+    return false;
+  }
+  const int64_t plane = src.rows * src.row;
+  at::parallel_for(0, input.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      char* d = dst.data + n * src.example;
+      const char* own = src.data + n * src.example;
+      const char* other = src.data + partners[n] * src.example;
+      // Each plane copied whole, then its box rows from the partner while the plane is still in
+      // cache: each output cache line goes to memory once, in a call or two per row.
+      for (int64_t p = 0; p < src.planes; ++p, d += plane, own += plane, other += plane) {
+        std::memcpy(d, own, plane);
+        for (int64_t r = src.x1 * src.row + src.q1; r < src.x2 * src.row; r += src.row) {
+          std::memcpy(d + r, other + r, src.q2 - src.q1);
+        }
+      }
+    }
+  });
+  return true;
+}
+
+// Copies the box of example `from` (or of a saved box, `saved`) into the box of example `to`.
+void move_box(const Images& im, char* to, const char* from, bool from_saved) {
+  const int64_t width = im.q2 - im.q1, plane = im.rows * im.row;
+  for (int64_t p = 0; p < im.planes; ++p) {
+    for (int64_t x = im.x1; x < im.x2; ++x) {
+      const int64_t at = p * plane + x * im.row + im.q1;
+      const int64_t saved_at = (p * (im.x2 - im.x1) + (x - im.x1)) * width;
+      std::memcpy(to + at, from + (from_saved ? saved_at : at), width);
+    }
+  }
+}
+
+void save_box(const Images& im, char* saved, const char* from) {
+  const int64_t width = im.q2 - im.q1, plane = im.rows * im.row;
+  for (int64_t p = 0; p < im.planes; ++p) {
+    for (int64_t x = im.x1; x < im.x2; ++x) {
+      std::memcpy(saved + (p * (im.x2 - im.x1) + (x - im.x1)) * width, from + p * plane + x * im.row + im.q1,
+                  width);
+    }
+  }
+}
+
+// The box of each example replaced by its partner's box, in place; nothing outside the box written.
+bool cutmix_inplace(at::Tensor input, const at::Tensor& indices, int64_t x1, int64_t y1, int64_t x2, int64_t y2) {
+  Images im;
+  if (!describe(input, x1, y1, x2, y2, im)) {
+    return false;
+  }
+  const std::vector<int64_t> partners = partners_of(indices, input.size(0), true);
+  if (partners.size() != static_cast<size_t>(input.size(0))) {
+    return false;
+  }
+  const std::vector<std::vector<int64_t>> cycles = cycles_of(partners);
+  const int64_t box = im.planes * (im.x2 - im.x1) * (im.q2 - im.q1);
+  at::parallel_for(0, static_cast<int64_t>(cycles.size()), 1, [&](int64_t begin, int64_t end) {
+    std::vector<char> saved(box);
+    for (int64_t k = begin; k < end; ++k) {
+      const std::vector<int64_t>& cycle = cycles[k];
+      save_box(im, saved.data(), im.data + cycle[0] * im.example);
+      for (size_t s = 0; s + 1 < cycle.size(); ++s) {
+        move_box(im, im.data + cycle[s] * im.example, im.data + cycle[s + 1] * im.example, false);
+      }
+      move_box(im, im.data + cycle.back() * im.example, saved.data(), true);
+    }
+  });
+  return true;
+}
+
+// torch.lerp's formula (aten/src/ATen/native/Lerp.h): start + w * (end - start) for |w| < 0.5, else
+// end - (end - start) * (1 - w). Where torch's CPU kernels use fused multiply-adds (its capability
+// is AVX2 or above), so does this loop, as fma(w, end - start, start) and fma(w - 1, end - start,
+// end), which round as torch's do; otherwise the two products are rounded first, as in torch's
+// default kernels.
+template <typename T>
+void lerp_plain(T* out, const T* start, const T* end, T weight, int64_t count) {
+  if (weight < T(0.5) && weight > T(-0.5)) {
+    for (int64_t i = 0; i < count; ++i) {
+      out[i] = start[i] + weight * (end[i] - start[i]);
+    }
+  } else {
+    const T rest = T(1) - weight;
+    for (int64_t i = 0; i < count; ++i) {
+      out[i] = end[i] - (end[i] - start[i]) * rest;
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define METHODS_FUSED __attribute__((target("avx2,fma")))
+#else
+#define METHODS_FUSED
+#endif
+
+template <typename T>
+METHODS_FUSED void lerp_fused(T* out, const T* start, const T* end, T weight, int64_t count) {
+  if (weight < T(0.5) && weight > T(-0.5)) {
+    for (int64_t i = 0; i < count; ++i) {
+      out[i] = std::fma(weight, end[i] - start[i], start[i]);
+    }
+  } else {
+    const T coeff = weight - T(1);
+    for (int64_t i = 0; i < count; ++i) {
+      out[i] = std::fma(coeff, end[i] - start[i], end[i]);
+    }
+  }
+}
+
+// Set once after loading, from torch.backends.cpu.get_cpu_capability() (torch does not export it to C++).
+bool fused = false;
+
+void use_fused_multiply_add(bool yes) {
+  fused = yes;
+}
+
+template <typename T>
+void lerp_into(T* out, const T* start, const T* end, T weight, int64_t count) {
+  if (fused) {
+    lerp_fused<T>(out, start, end, weight, count);
+  } else {
+    lerp_plain<T>(out, start, end, weight, count);
+  }
+}
+
+bool mixable(const at::Tensor& t) {
+  return t.dim() >= 1 && on_cpu_dense(t) && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble) &&
+         (t.is_contiguous() || (t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast)));
+}
+
+template <typename T>
+void mixup_into_typed(at::Tensor& out, const at::Tensor& input, const std::vector<int64_t>& partners, double mixing) {
+  const int64_t example = input.size(0) ? input.numel() / input.size(0) : 0;
+  T* dst = out.data_ptr<T>();
+  const T* src = input.const_data_ptr<T>();
+  at::parallel_for(0, input.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      lerp_into<T>(dst + n * example, src + n * example, src + partners[n] * example, static_cast<T>(mixing), example);
+    }
+  });
+}
+
+// Each example of `out` as lerp(input[n], input[indices[n]], mixing).
+bool mixup_into(at::Tensor out, const at::Tensor& input, const at::Tensor& indices, double mixing) {
+  if (!mixable(out) || !mixable(input) || out.sizes() != input.sizes() || out.strides() != input.strides() ||
+      out.scalar_type() != input.scalar_type() || out.data_ptr() == input.data_ptr()) {
+    return false;
+  }
+  const std::vector<int64_t> partners = partners_of(indices, input.size(0), false);
+  if (partners.size() != static_cast<size_t>(input.size(0))) {
+    return false;
+  }
+  if (input.scalar_type() == at::kFloat) {
+    mixup_into_typed<float>(out, input, partners, mixing);
+  } else {
+    mixup_into_typed<double>(out, input, partners, mixing);
+  }
+  return true;
+}
+
+template <typename T>
+void mixup_inplace_typed(at::Tensor& input, const std::vector<int64_t>& partners, double mixing) {
+  const std::vector<std::vector<int64_t>> cycles = cycles_of(partners);
+  const int64_t example = input.size(0) ? input.numel() / input.size(0) : 0;
+  T* data = input.data_ptr<T>();
+  const T weight = static_cast<T>(mixing);
+  at::parallel_for(0, static_cast<int64_t>(cycles.size()), 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> first(example);
+    for (int64_t k = begin; k < end; ++k) {
+      const std::vector<int64_t>& cycle = cycles[k];
+      std::memcpy(first.data(), data + cycle[0] * example, example * sizeof(T));
+      for (size_t s = 0; s + 1 < cycle.size(); ++s) {
+        T* here = data + cycle[s] * example;
+        lerp_into<T>(here, here, data + cycle[s + 1] * example, weight, example);
+      }
+      T* last = data + cycle.back() * example;
+      lerp_into<T>(last, last, first.data(), weight, example);
+    }
+  });
+}
+
+// Each example replaced by lerp(input[n], input[indices[n]], mixing), in place.
+bool mixup_inplace(at::Tensor input, const at::Tensor& indices, double mixing) {
+  if (!mixable(input)) {
+    return false;
+  }
+  const std::vector<int64_t> partners = partners_of(indices, input.size(0), true);
+  if (partners.size() != static_cast<size_t>(input.size(0))) {
+    return false;
+  }
+  if (input.scalar_type() == at::kFloat) {
+    mixup_inplace_typed<float>(input, partners, mixing);
+  } else {
+    mixup_inplace_typed<double>(input, partners, mixing);
+  }
+  return true;
+}
+
+template <typename I>
+std::optional<at::Tensor> rows_at_typed(const at::Tensor& rows, const I* index, int64_t n) {
+  const int64_t count = rows.size(0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (index[i] < 0 || index[i] >= count) {
+      return std::nullopt;
+    }
+  }
+  at::Tensor out = at::detail::empty_cpu({n, rows.size(1)}, rows.scalar_type(), std::nullopt, std::nullopt,
+                                         std::nullopt, std::nullopt);
+  const int64_t row = rows.size(1) * rows.element_size();
+  const char* from = static_cast<const char*>(rows.const_data_ptr());
+  char* to = static_cast<char*>(out.data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(to + i * row, from + index[i] * row, row);
+  }
+  return out;
+}
+
+// rows.index_select(0, index) for a contiguous CPU table of rows (N, K) and int64 or int32 indices
+// (N,) on the CPU; None, instead of an error, where an index is negative or not below N, or for
+// other arguments. Label smoothing looks class indices up in the table of smoothed rows with it.
+std::optional<at::Tensor> rows_at(const at::Tensor& rows, const at::Tensor& index) {
+  if (rows.dim() != 2 || !on_cpu_dense(rows) || !rows.is_contiguous() || index.dim() != 1 ||
+      index.device().type() != c10::DeviceType::CPU || index.layout() != c10::kStrided || !index.is_contiguous()) {
+    return std::nullopt;
+  }
+  if (index.scalar_type() == at::kLong) {
+    return rows_at_typed(rows, index.const_data_ptr<int64_t>(), index.size(0));
+  }
+  if (index.scalar_type() == at::kInt) {
+    return rows_at_typed(rows, index.const_data_ptr<int32_t>(), index.size(0));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(methods_library, m) {
+  m.def("use_fused_multiply_add(bool yes) -> ()", &use_fused_multiply_add);
+  m.def("cutmix_into(Tensor(a!) out, Tensor input, Tensor indices, int x1, int y1, int x2, int y2) -> bool",
+        &cutmix_into);
+  m.def("cutmix_inplace(Tensor(a!) input, Tensor indices, int x1, int y1, int x2, int y2) -> bool", &cutmix_inplace);
+  m.def("mixup_into(Tensor(a!) out, Tensor input, Tensor indices, float mixing) -> bool", &mixup_into);
+  m.def("mixup_inplace(Tensor(a!) input, Tensor indices, float mixing) -> bool", &mixup_inplace);
+  m.def("rows_at(Tensor rows, Tensor index) -> Tensor?", &rows_at);
+}
