@@ -1,16 +1,17 @@
-// CPU kernels for CutMix and MixUp that write each output byte once.
+// CPU kernels for CutMix and MixUp that write each output byte once, and the row lookup of label
+// smoothing.
 //
 // Built on first use by algorithms/_kernels.py (torch.utils.cpp_extension), and registered as
-// torch.ops.methods_library.*. Each op returns false, having written nothing, where it does not
-// apply (another device, layout or dtype, indices out of range, or, in place, indices that are
-// not a permutation); the caller then takes torch's own ops, which raise the usual errors.
+// torch.ops.methods_library.*. Each op returns false (or None), having written nothing, where it
+// does not apply (another device, layout or dtype, indices out of range, or, in place, indices
+// that are not a permutation); the caller then takes torch's own ops, which raise the usual errors.
 //
 // In place, the examples are mixed along each cycle of the permutation: i0 takes from i1, i1
 // from i2, ..., the last from i0. Each example is overwritten after the one that reads it, so
 // only each cycle's first example (or its box) is saved, and the batch is read and written once.
 
-#include <ATen/Parallel.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 

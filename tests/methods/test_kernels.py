@@ -10,6 +10,7 @@ what lies between the two.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -216,6 +217,17 @@ def test_a_failed_build_warns_once_with_the_reason_and_mixes_with_torchs_ops(mon
         assert kernel_status() == "no C++ compiler found"
     finally:
         kernels_module._warn_once.cache_clear()
+
+
+def test_the_kernels_build_where_a_compiler_and_ninja_are_found():
+    from torch.utils.cpp_extension import is_ninja_available
+
+    compiler = shutil.which(os.environ.get("CXX", "c++"))
+    if compiler is None or not is_ninja_available():
+        pytest.skip(f"no C++ compiler ({os.environ.get('CXX', 'c++')}) or no ninja on PATH: the methods use torch's ops")
+    assert kernel_status() == "built"
+    ops = cpu_kernels()
+    assert {name for name in vars(ops)} == set(kernels_module.OPS)
 
 
 def test_turned_off_the_kernels_are_not_built(monkeypatch):
