@@ -1,6 +1,6 @@
 """CPU kernels for CutMix, MixUp and label smoothing (``_kernels.cpp``), built on first use with
 ``torch.utils.cpp_extension`` and cached by torch (``$TORCH_EXTENSIONS_DIR``, by default
-``~/.cache/torch_extensions``).
+``~/.cache/torch_extensions``), one build per torch version.
 
 Torch's own ops cannot write each output byte once for these methods: an out-of-place CutMix is
 a copy of the batch and then a second write of the box, and an in-place CutMix or MixUp gathers
@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import types
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,8 @@ def _build() -> tuple[Any | None, str]:
         from torch.utils import cpp_extension
 
         _log.info("building the CPU kernels of CutMix, MixUp and label smoothing from %s (once; a few seconds)", SOURCE)
-        cpp_extension.load(name="methods_library_kernels", sources=[str(SOURCE)], extra_cflags=["-O3"],
-                           is_python_module=False, verbose=False)
+        cpp_extension.load(name=build_name(), sources=[str(SOURCE)], extra_cflags=["-O3"], is_python_module=False,
+                           verbose=False)
     except Exception as exc:  # no compiler, no ninja, no headers: torch's ops do the work
         why = " ".join(str(exc).split())[:300] or type(exc).__name__
         return None, why
@@ -60,6 +61,12 @@ def _build() -> tuple[Any | None, str]:
     # MixUp's lerp rounds as torch.lerp does: fused multiply-adds where torch's CPU kernels use them
     library.use_fused_multiply_add(torch.backends.cpu.get_cpu_capability() != "DEFAULT")
     return types.SimpleNamespace(**{name: getattr(library, name).default for name in OPS}), "built"
+
+
+def build_name() -> str:
+    """The build's name, and its folder's: one per torch version, as torch's own check of a cached
+    build compares the sources and flags but not the torch they were built against."""
+    return "methods_library_kernels_torch_" + re.sub(r"\W", "_", torch.__version__)
 
 
 def kernel_status() -> str:

@@ -222,12 +222,40 @@ def test_a_failed_build_warns_once_with_the_reason_and_mixes_with_torchs_ops(mon
 def test_the_kernels_build_where_a_compiler_and_ninja_are_found():
     from torch.utils.cpp_extension import is_ninja_available
 
-    compiler = shutil.which(os.environ.get("CXX", "c++"))
-    if compiler is None or not is_ninja_available():
-        pytest.skip(f"no C++ compiler ({os.environ.get('CXX', 'c++')}) or no ninja on PATH: the methods use torch's ops")
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None or not is_ninja_available():
+        pytest.skip(f"no C++ compiler ({compiler}) or no ninja on PATH: the methods use torch's ops")
     assert kernel_status() == "built"
     ops = cpu_kernels()
     assert {name for name in vars(ops)} == set(kernels_module.OPS)
+
+
+def test_each_torch_version_has_a_build_of_its_own(monkeypatch):
+    """torch's check of a cached build compares sources and flags, not the torch it was built
+    against: a second torch in another environment must not load this one's build."""
+    names = set()
+    for version in ("2.13.0+cpu", "2.13.0", "2.14.1+cu128", "2.14.1"):
+        monkeypatch.setattr(torch, "__version__", version)
+        name = kernels_module.build_name()
+        assert name.isidentifier() and name.startswith("methods_library_kernels")
+        names.add(name)
+    assert len(names) == 4
+
+
+@pytest.mark.parametrize("form", ["cutmix", "mixup"])
+def test_in_place_under_inference_mode(ops, form):
+    """Inference tensors have no version counter to bump; the batch is still mixed in place."""
+    with torch.inference_mode():
+        x = torch.randn(4, 2, 6, 6)
+        original, idx = x.clone(), torch.tensor([1, 2, 3, 0])
+        if form == "cutmix":
+            cf.cutmix_batch(x, torch.arange(4), bbox=(1, 1, 4, 4), indices=idx, inplace=True)
+            expected = original.clone()
+            expected[:, :, 1:4, 1:4] = original[idx, :, 1:4, 1:4]
+        else:
+            cf.mixup_batch(x, torch.arange(4), mixing=0.3, indices=idx, inplace=True)
+            expected = torch.lerp(original, original[idx], 0.3)
+    assert torch.equal(x, expected)
 
 
 def test_turned_off_the_kernels_are_not_built(monkeypatch):
