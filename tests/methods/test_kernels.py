@@ -17,9 +17,11 @@ import warnings
 
 import pytest
 import torch
+from trainer_support import line_that_called_into
 
 import algorithms._kernels as kernels_module
 import algorithms.functional as cf
+import algorithms.mixup.mixup as mixup_module
 from algorithms._kernels import DISABLE, cpu_kernels, kernel_status
 
 
@@ -207,9 +209,12 @@ def test_a_failed_build_warns_once_with_the_reason_and_mixes_with_torchs_ops(mon
     x, idx = torch.randn(4, 3, 2, 2), torch.tensor([1, 2, 3, 0])
     try:
         expected = r"did not build \(no C\+\+ compiler found\).*METHODS_CPU_KERNELS=0"
+        out = []
         with pytest.warns(RuntimeWarning, match=expected) as caught:
-            mixed = cf.mixup_batch(x, torch.arange(4), mixing=0.25, indices=idx)[0]
-        assert caught[0].filename == __file__  # names the call, not a line of the library
+            caller = line_that_called_into(mixup_module.__file__, lambda: out.append(
+                cf.mixup_batch(x, torch.arange(4), mixing=0.25, indices=idx)[0]))
+        assert (caught[0].filename, caught[0].lineno) == caller  # names the call, not a line of the library
+        mixed = out[0]
         assert torch.equal(mixed, torch.lerp(x, x[idx], 0.25))
         with warnings.catch_warnings():  # once per process
             warnings.simplefilter("error")
