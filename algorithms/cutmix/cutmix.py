@@ -120,8 +120,7 @@ def cutmix_batch(
         # read from the untouched input straight into place.
         if kernels is None or not kernels.cutmix_into(mixed, input, indices, x1, y1, x2, y2):
             mixed.copy_(input)
-            if x2 > x1 and y2 > y1:
-                torch.index_select(input[:, :, x1:x2, y1:y2], 0, indices, out=mixed[:, :, x1:x2, y1:y2])
+            torch.index_select(input[:, :, x1:x2, y1:y2], 0, indices, out=mixed[:, :, x1:x2, y1:y2])
     # The label weight is the exact pixel fraction, not the sampled lambda (the box is clipped).
     area = 1.0 - (x2 - x1) * (y2 - y1) / (height * width)
     return mixed, target.index_select(0, indices), area, bbox
