@@ -154,13 +154,18 @@ def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(f
     assert readme.read_text() == "no markers\n"
 
 
-def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(monkeypatch, tmp_path):
+@pytest.mark.parametrize("kernels, says", [
+    ("built", "CutMix, MixUp and label smoothing ran with their CPU kernels."),
+    ("no compiler <b>", "CutMix, MixUp and label smoothing ran without their CPU kernels (no compiler \\<b\\>)."),
+])
+def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(monkeypatch, tmp_path, kernels, says):
     parts = {"256x3x32x32": [{"what": "box copy", "of": "cutmix_batch", "floor": "clone", "value": 0.9,
                               "spread": [0.85, 1.25]}]}
     section = types.SimpleNamespace(run=lambda quick: {
         "title": "Batch", "rows": [_row("cutmix_batch / floor (clone), 256x3x32x32", 2.2, 2.0, met=False)],
-        "details": {"parts": parts, "part_calls": {"box copy": {"call": "out[:, :, box].copy_(x[:, :, box]) <b>",
-                                                                "about": "the box <i>alone</i>"}}}})
+        "details": {"parts": parts, "cpu_kernels": kernels,
+                    "part_calls": {"box copy": {"call": "out[:, :, box].copy_(x[:, :, box]) <b>",
+                                                "about": "the box <i>alone</i>"}}}})
     monkeypatch.setattr(bench_run, "SECTIONS", ("batch_methods",))
     monkeypatch.setattr(bench_run, "load_section", {"batch_methods": section}.__getitem__)
     results = tmp_path / "results" / "bench" / "cpu-test.json"
@@ -172,6 +177,7 @@ def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(mo
     text = readme.read_text()
     assert ("| box copy: `out[:, :, box].copy_(x[:, :, box]) <b>`, the box \\<i\\>alone\\</i\\> | cutmix\\_batch | "
             "256x3x32x32 | 0.90x | 0.85x to 1.25x |") in text
+    assert says in text
 
 
 # --------------------------------------------------------------------------------------------- --peers
