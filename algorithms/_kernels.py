@@ -55,12 +55,24 @@ def _build() -> tuple[Any | None, str]:
         cpp_extension.load(name=build_name(), sources=[str(SOURCE)], extra_cflags=["-O3"], is_python_module=False,
                            verbose=False)
     except Exception as exc:  # no compiler, no ninja, no headers: torch's ops do the work
-        why = " ".join(str(exc).split())[:300] or type(exc).__name__
-        return None, why
+        return None, build_failure(exc)
     library = torch.ops.methods_library
     # MixUp's lerp rounds as torch.lerp does: fused multiply-adds where torch's CPU kernels use them
     library.use_fused_multiply_add(torch.backends.cpu.get_cpu_capability() != "DEFAULT")
     return types.SimpleNamespace(**{name: getattr(library, name).default for name in OPS}), "built"
+
+
+def build_failure(exc: BaseException) -> str:
+    """One line for a failed build: torch's first line (``Error building extension '...'``) and the
+    compiler's first error, without the command lines ninja echoes."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    said = [line for line in lines[1:] if not line.startswith(("[", "FAILED:", "ninja:"))
+            and "-DTORCH_EXTENSION_NAME" not in line]
+    errors = [line for line in said if "error" in line.lower() or "not found" in line.lower()]
+    head = lines[0].split(": [")[0]  # torch puts ninja's first command line after the extension's name
+    return (f"{head}: {(errors or said)[0]}" if said else head)[:300]
 
 
 def build_name() -> str:

@@ -263,6 +263,50 @@ def test_in_place_under_inference_mode(ops, form):
     assert torch.equal(x, expected)
 
 
+@pytest.mark.parametrize("message, line", [
+    ("Ninja is required to load C++ extensions (pip install ninja to get it)",
+     "Ninja is required to load C++ extensions (pip install ninja to get it)"),
+    ("Error building extension 'k': [1/2] c++ -DTORCH_EXTENSION_NAME=k -c a.cpp -o a.o\nFAILED: a.o\n"
+     "c++ -DTORCH_EXTENSION_NAME=k -c a.cpp -o a.o\nIn file included from a.cpp:1:\n"
+     "a.cpp:3:1: error: 'foo' does not name a type\nninja: build stopped: subcommand failed.\n",
+     "Error building extension 'k': a.cpp:3:1: error: 'foo' does not name a type"),
+    ("Error building extension 'k': [1/2] /no/c++ -DTORCH_EXTENSION_NAME=k -c a.cpp\nFAILED: a.o\n"
+     "/no/c++ -DTORCH_EXTENSION_NAME=k -c a.cpp\n/bin/sh: 1: /no/c++: not found\n"
+     "ninja: build stopped: subcommand failed.\n",
+     "Error building extension 'k': /bin/sh: 1: /no/c++: not found"),
+    ("", "RuntimeError"),
+])
+def test_a_failed_build_is_summed_up_in_one_line_without_ninjas_command_lines(message, line):
+    assert kernels_module.build_failure(RuntimeError(message)) == line
+
+
+def test_without_a_compiler_the_methods_warn_once_and_mix_with_torchs_ops(tmp_path):
+    """A real build, in a fresh cache, with a compiler that does not exist (a subprocess: a process
+    loads its build once)."""
+    code = (
+        "import warnings, torch\n"
+        "import algorithms.functional as cf\n"
+        "from algorithms._kernels import kernel_status\n"
+        "x, idx = torch.randn(4, 3, 8, 8), torch.tensor([1, 2, 3, 0])\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    mixed = cf.cutmix_batch(x, torch.arange(4), bbox=(1, 1, 4, 4), indices=idx)[0]\n"
+        "    cf.mixup_batch(x, torch.arange(4), mixing=0.5, indices=idx)\n"
+        "expected = x.clone()\n"
+        "expected[:, :, 1:4, 1:4] = x[idx, :, 1:4, 1:4]\n"
+        "assert torch.equal(mixed, expected)\n"
+        "print(len(caught), caught[0].category.__name__, caught[0].lineno)\n"
+        "print(kernel_status())\n"
+    )
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "CXX": str(tmp_path / "no-such-c++")}
+    env.pop(DISABLE, None)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warned, status = result.stdout.strip().splitlines()[-2:]
+    assert warned == "1 RuntimeWarning 7"  # once, at the cutmix_batch line
+    assert status.startswith("Error building extension") and "no-such-c++" in status
+
+
 def test_turned_off_the_kernels_are_not_built(monkeypatch):
     monkeypatch.setattr(kernels_module, "ENABLED", False)
 
