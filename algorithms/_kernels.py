@@ -63,16 +63,15 @@ def _build() -> tuple[Any | None, str]:
 
 
 def build_failure(exc: BaseException) -> str:
-    """One line for a failed build: torch's first line (``Error building extension '...'``) and the
-    compiler's first error, without the command lines ninja echoes."""
+    """One line, at most 300 characters, for a failed build: torch's first line (``Error building
+    extension '...'``) and the first line that reports an error, not the command lines ninja echoes."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if not lines:
         return type(exc).__name__
-    said = [line for line in lines[1:] if not line.startswith(("[", "FAILED:", "ninja:"))
-            and "-DTORCH_EXTENSION_NAME" not in line]
-    errors = [line for line in said if "error" in line.lower() or "not found" in line.lower()]
     head = lines[0].split(": [")[0]  # torch puts ninja's first command line after the extension's name
-    return (f"{head}: {(errors or said)[0]}" if said else head)[:300]
+    reasons = [line for line in lines[1:] if "-DTORCH_EXTENSION_NAME" not in line
+               and ("error" in line.lower() or "not found" in line.lower())]
+    return (f"{head}: {reasons[0]}" if reasons else head)[:300]
 
 
 def build_name() -> str:

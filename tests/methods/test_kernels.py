@@ -274,6 +274,13 @@ def test_in_place_under_inference_mode(ops, form):
      "/no/c++ -DTORCH_EXTENSION_NAME=k -c a.cpp\n/bin/sh: 1: /no/c++: not found\n"
      "ninja: build stopped: subcommand failed.\n",
      "Error building extension 'k': /bin/sh: 1: /no/c++: not found"),
+    ("Error building extension 'k': [1/2] c++ -DTORCH_EXTENSION_NAME=k -Werror -c a.cpp\n"
+     "c++ -DTORCH_EXTENSION_NAME=k -Werror -c a.cpp\nIn file included from a.cpp:1:\nwarning, treated as an ERROR\n",
+     "Error building extension 'k': warning, treated as an ERROR"),
+    ("Error building extension 'k'\n/bin/sh: 1: ninja: NOT FOUND",
+     "Error building extension 'k': /bin/sh: 1: ninja: NOT FOUND"),
+    ("Error building extension 'k'\nninja: build stopped: subcommand failed.", "Error building extension 'k'"),
+    ("x" * 400, "x" * 300),
     ("", "RuntimeError"),
 ])
 def test_a_failed_build_is_summed_up_in_one_line_without_ninjas_command_lines(message, line):
