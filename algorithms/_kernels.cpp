@@ -6,16 +6,16 @@
 // does not apply (another device, layout or dtype, indices out of range, or, in place, indices
 // that are not a permutation); the caller then takes torch's own ops, which raise the usual errors.
 //
-// In place, the examples are mixed along each cycle of the permutation: i0 takes from i1, i1
-// from i2, ..., the last from i0. Each example is overwritten after the one that reads it, so
-// only each cycle's first example (or its box) is saved, and the batch is read and written once.
+// In place, the examples are mixed along each cycle of the permutation (along_cycles), so only each
+// cycle's first example (or its box) is saved and the batch is read and written once; the ops bump
+// the version counter, as torch's in-place ops do.
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -47,8 +47,12 @@ std::vector<int64_t> partners_of(const at::Tensor& indices, int64_t n, bool perm
   return partners;
 }
 
-// The cycles of a permutation of length > 1, each as [i, p[i], p[p[i]], ...].
-std::vector<std::vector<int64_t>> cycles_of(const std::vector<int64_t>& partners) {
+// Along each cycle i0 -> i1 -> ... -> ik of the permutation (fixed points skipped): save(buffer, i0),
+// then write(i_s, i_{s+1}, nullptr) for each step and write(ik, -1, buffer) to close the cycle. Each
+// example is overwritten after the one that reads it, so only the cycle's first is saved. Cycles
+// are independent and split over threads, each with a buffer of `saved_bytes`.
+template <typename Save, typename Write>
+void along_cycles(const std::vector<int64_t>& partners, int64_t saved_bytes, const Save& save, const Write& write) {
   std::vector<std::vector<int64_t>> cycles;
   std::vector<bool> done(partners.size(), false);
   for (int64_t start = 0; start < static_cast<int64_t>(partners.size()); ++start) {
@@ -62,12 +66,35 @@ std::vector<std::vector<int64_t>> cycles_of(const std::vector<int64_t>& partners
     }
     cycles.push_back(std::move(cycle));
   }
-  return cycles;
+  at::parallel_for(0, static_cast<int64_t>(cycles.size()), 1, [&](int64_t begin, int64_t end) {
+    std::vector<char> saved(saved_bytes);
+    for (int64_t k = begin; k < end; ++k) {
+      const std::vector<int64_t>& cycle = cycles[k];
+      save(saved.data(), cycle[0]);
+      for (size_t s = 0; s + 1 < cycle.size(); ++s) {
+        write(cycle[s], cycle[s + 1], nullptr);
+      }
+      write(cycle.back(), -1, saved.data());
+    }
+  });
 }
 
 bool on_cpu_dense(const at::Tensor& t) {
   return t.device().type() == c10::DeviceType::CPU && t.layout() == c10::kStrided && !t.requires_grad() &&
          !t.is_conj() && !t.is_neg();
+}
+
+// A tensor the in-place ops may write: as torch's own in-place ops, not an inference tensor outside
+// inference mode (torch's ops then raise the usual error).
+bool writable(const at::Tensor& t) {
+  return on_cpu_dense(t) && !(t.is_inference() && !c10::InferenceMode::is_enabled());
+}
+
+// After an in-place write through the data pointer: the version counter bumped, as torch's in-place
+// ops bump it, so autograd refuses a backward pass through a value saved before the write.
+bool written(at::Tensor& t) {
+  t.unsafeGetTensorImpl()->bump_version();
+  return true;
 }
 
 // An image batch as bytes: each example is `planes` planes of `rows` rows of `row` bytes, one
@@ -139,24 +166,15 @@ bool cutmix_into(at::Tensor out, const at::Tensor& input, const at::Tensor& indi
   return true;
 }
 
-// Copies the box of example `from` (or of a saved box, `saved`) into the box of example `to`.
-void move_box(const Images& im, char* to, const char* from, bool from_saved) {
+// Copies a box from `from` to `to`, each either an example of the batch or a saved box (the box's
+// rows one after another, `saved`).
+void copy_box(const Images& im, char* to, bool to_saved, const char* from, bool from_saved) {
   const int64_t width = im.q2 - im.q1, plane = im.rows * im.row;
   for (int64_t p = 0; p < im.planes; ++p) {
     for (int64_t x = im.x1; x < im.x2; ++x) {
-      const int64_t at = p * plane + x * im.row + im.q1;
-      const int64_t saved_at = (p * (im.x2 - im.x1) + (x - im.x1)) * width;
-      std::memcpy(to + at, from + (from_saved ? saved_at : at), width);
-    }
-  }
-}
-
-void save_box(const Images& im, char* saved, const char* from) {
-  const int64_t width = im.q2 - im.q1, plane = im.rows * im.row;
-  for (int64_t p = 0; p < im.planes; ++p) {
-    for (int64_t x = im.x1; x < im.x2; ++x) {
-      std::memcpy(saved + (p * (im.x2 - im.x1) + (x - im.x1)) * width, from + p * plane + x * im.row + im.q1,
-                  width);
+      const int64_t in_batch = p * plane + x * im.row + im.q1;
+      const int64_t in_saved = (p * (im.x2 - im.x1) + (x - im.x1)) * width;
+      std::memcpy(to + (to_saved ? in_saved : in_batch), from + (from_saved ? in_saved : in_batch), width);
     }
   }
 }
@@ -164,26 +182,21 @@ void save_box(const Images& im, char* saved, const char* from) {
 // The box of each example replaced by its partner's box, in place; nothing outside the box written.
 bool cutmix_inplace(at::Tensor input, const at::Tensor& indices, int64_t x1, int64_t y1, int64_t x2, int64_t y2) {
   Images im;
-  if (!describe(input, x1, y1, x2, y2, im)) {
+  if (!writable(input) || !describe(input, x1, y1, x2, y2, im)) {
     return false;
   }
   const std::vector<int64_t> partners = partners_of(indices, input.size(0), true);
   if (partners.size() != static_cast<size_t>(input.size(0))) {
     return false;
   }
-  const std::vector<std::vector<int64_t>> cycles = cycles_of(partners);
-  const int64_t box = im.planes * (im.x2 - im.x1) * (im.q2 - im.q1);
-  at::parallel_for(0, static_cast<int64_t>(cycles.size()), 1, [&](int64_t begin, int64_t end) {
-    std::vector<char> saved(box);
-    for (int64_t k = begin; k < end; ++k) {
-      const std::vector<int64_t>& cycle = cycles[k];
-      save_box(im, saved.data(), im.data + cycle[0] * im.example);
-      for (size_t s = 0; s + 1 < cycle.size(); ++s) {
-        move_box(im, im.data + cycle[s] * im.example, im.data + cycle[s + 1] * im.example, false);
-      }
-      move_box(im, im.data + cycle.back() * im.example, saved.data(), true);
-    }
-  });
+  char* const data = im.data;
+  along_cycles(
+      partners, im.planes * (im.x2 - im.x1) * (im.q2 - im.q1),
+      [&](char* saved, int64_t i) { copy_box(im, saved, true, data + i * im.example, false); },
+      [&](int64_t to, int64_t from, const char* saved) {
+        copy_box(im, data + to * im.example, false, saved ? saved : data + from * im.example, saved != nullptr);
+      });
+  return written(input);
   return true;
 }
 
@@ -279,28 +292,21 @@ bool mixup_into(at::Tensor out, const at::Tensor& input, const at::Tensor& indic
 
 template <typename T>
 void mixup_inplace_typed(at::Tensor& input, const std::vector<int64_t>& partners, double mixing) {
-  const std::vector<std::vector<int64_t>> cycles = cycles_of(partners);
   const int64_t example = input.size(0) ? input.numel() / input.size(0) : 0;
   T* data = input.data_ptr<T>();
   const T weight = static_cast<T>(mixing);
-  at::parallel_for(0, static_cast<int64_t>(cycles.size()), 1, [&](int64_t begin, int64_t end) {
-    std::vector<T> first(example);
-    for (int64_t k = begin; k < end; ++k) {
-      const std::vector<int64_t>& cycle = cycles[k];
-      std::memcpy(first.data(), data + cycle[0] * example, example * sizeof(T));
-      for (size_t s = 0; s + 1 < cycle.size(); ++s) {
-        T* here = data + cycle[s] * example;
-        lerp_into<T>(here, here, data + cycle[s + 1] * example, weight, example);
-      }
-      T* last = data + cycle.back() * example;
-      lerp_into<T>(last, last, first.data(), weight, example);
-    }
-  });
+  along_cycles(
+      partners, example * static_cast<int64_t>(sizeof(T)),
+      [&](char* saved, int64_t i) { std::memcpy(saved, data + i * example, example * sizeof(T)); },
+      [&](int64_t to, int64_t from, const char* saved) {
+        T* here = data + to * example;
+        lerp_into<T>(here, here, saved ? reinterpret_cast<const T*>(saved) : data + from * example, weight, example);
+      });
 }
 
 // Each example replaced by lerp(input[n], input[indices[n]], mixing), in place.
 bool mixup_inplace(at::Tensor input, const at::Tensor& indices, double mixing) {
-  if (!mixable(input)) {
+  if (!writable(input) || !mixable(input)) {
     return false;
   }
   const std::vector<int64_t> partners = partners_of(indices, input.size(0), true);
@@ -312,7 +318,7 @@ bool mixup_inplace(at::Tensor input, const at::Tensor& indices, double mixing) {
   } else {
     mixup_inplace_typed<double>(input, partners, mixing);
   }
-  return true;
+  return written(input);
 }
 
 template <typename I>

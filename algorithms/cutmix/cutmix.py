@@ -10,7 +10,6 @@ import itertools
 import math
 
 import torch
-from torch.autograd.graph import increment_version
 
 from .._kernels import cpu_kernels
 from .._mixing import (
@@ -110,9 +109,7 @@ def cutmix_batch(
     kernels = cpu_kernels() if input.is_cpu else None
     if inplace:
         mixed = input
-        if kernels is not None and kernels.cutmix_inplace(input, indices, x1, y1, x2, y2):
-            increment_version(input)  # written through its data pointer: autograd must see it
-        else:
+        if kernels is None or not kernels.cutmix_inplace(input, indices, x1, y1, x2, y2):
             _write_boxes_in_place(input[:, :, x1:x2, y1:y2], indices)
     else:
         mixed = torch.empty_like(input)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 
 import torch
-from torch.autograd.graph import increment_version
 
 from .._kernels import cpu_kernels
 from .._mixing import (
@@ -86,7 +85,6 @@ def mixup_batch(
     kernels = cpu_kernels() if input.is_cpu else None
     if kernels is not None:  # one pass, writing each element once (in place, along the permutation's cycles)
         if inplace and kernels.mixup_inplace(input, indices, float(mixing)):
-            increment_version(input)  # written through its data pointer: autograd must see it
             return input, target_perm, float(mixing)
         if not inplace:
             mixed = torch.empty_like(input)

@@ -125,6 +125,20 @@ def test_mixing_in_place_is_seen_by_autograd(form, monkeypatch):
             loss.backward()
 
 
+@pytest.mark.parametrize("form", ["cutmix", "mixup"])
+def test_an_inference_tensor_outside_inference_mode_is_refused_in_place_as_torch_refuses_it(form, monkeypatch):
+    with torch.inference_mode():
+        x = torch.randn(4, 2, 6, 6)
+    idx = torch.tensor([1, 2, 3, 0])
+    for enabled in (True, False):  # the kernels decline it; torch's ops raise (after writing, as torch does)
+        monkeypatch.setattr(kernels_module, "ENABLED", enabled)
+        with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+            if form == "cutmix":
+                cf.cutmix_batch(x, torch.arange(4), bbox=(1, 1, 4, 4), indices=idx, inplace=True)
+            else:
+                cf.mixup_batch(x, torch.arange(4), mixing=0.3, indices=idx, inplace=True)
+
+
 def _images(dtype=torch.float32):
     return torch.randn(4, 2, 5, 6).to(dtype)
 
