@@ -345,7 +345,8 @@ def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: in
             "cutmix_alpha": CUTMIX_ALPHA, "mixup_alpha": MIXUP_ALPHA, "smoothing": SMOOTHING, "colout_p": P_DROP,
             "floors": FLOORS, "peer_calls": {name: call for name, _, call in PEERS}, "median_ms": {},
             "part_calls": {name: {"call": call, "about": about} for name, _, call, about in PARTS}, "parts": {},
-            "peers_missing": {}, "cpu_kernels": kernel_status(),
+            "peers_missing": {},
+            "cpu_kernels": kernel_status() if dev.type == "cpu" else f"CPU only, not used on {dev.type}",
         }
         peer_rows: list[dict[str, Any]] = []
         for shape_name in SHAPES:
