@@ -19,3 +19,13 @@ def kernels_or_torch_ops(request: pytest.FixtureRequest) -> Iterator[str]:
             if cpu_kernels() is None:
                 pytest.skip(f"the CPU kernels did not build here: {kernel_status()}")
         yield request.param
+
+
+@pytest.fixture(autouse=True)
+def _cuda_tests_once(request: pytest.FixtureRequest) -> None:
+    """A CUDA test of a module that runs twice runs once: the CPU kernels are never used on CUDA, so
+    its run with them would repeat its run with torch's ops."""
+    callspec = getattr(request.node, "callspec", None)
+    if request.node.get_closest_marker("cuda") and callspec is not None \
+            and callspec.params.get("kernels_or_torch_ops") == "kernels":
+        pytest.skip("the CPU kernels are not used on CUDA: this test runs once, with torch's ops")
