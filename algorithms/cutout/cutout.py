@@ -5,6 +5,7 @@ DeVries and Taylor, "Improved Regularization of Convolutional Neural Networks wi
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -55,26 +56,35 @@ def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: float = 0.5, u
                          f"{tuple(input.shape)}")
     batch = input if input.ndim == 4 else input.unsqueeze(0)
     n, height, width = batch.shape[0], batch.shape[-2], batch.shape[-1]
-    if batch.is_floating_point():
-        # One pass over the batch: a multiply by a 0/1 keep mask of the batch's dtype, (N, 1, H, W).
-        keep = keep_mask(n, height, width, num_holes, length, uniform_sampling, batch.device, batch.dtype,
+    bits = _SAME_SIZE_INTEGER.get(batch.element_size())
+    if bits is not None and not batch.requires_grad:
+        # One pass over the batch: its bits ANDed with a keep mask, (N, 1, H, W), of an integer dtype
+        # of the same size, every bit set outside the holes and none inside. A pixel in a hole is
+        # then an exact zero whatever it held, where a multiply by 0 would turn an inf or NaN into NaN.
+        keep = keep_mask(n, height, width, num_holes, length, uniform_sampling, batch.device, bits,
                          generator).unsqueeze(1)
-        out = torch.mul(batch, keep, out=batch) if inplace else batch * keep
-    else:
+        words = batch.view(bits)
+        out = words.bitwise_and_(keep) if inplace else (words & keep).view(batch.dtype)
+    else:  # a batch that requires grad (the fill is differentiable), or a 16-byte element
         hole = keep_mask(n, height, width, num_holes, length, uniform_sampling, batch.device, torch.bool,
                          generator).logical_not_().unsqueeze(1)
         out = batch.masked_fill_(hole, 0) if inplace else batch.masked_fill(hole, 0)
     return input if inplace else out if input.ndim == 4 else out.squeeze(0)
 
 
+# The signed integer dtype of each element size, to view a batch's bits as.
+_SAME_SIZE_INTEGER = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def keep_mask(n: int, height: int, width: int, num_holes: int, length: float, uniform_sampling: bool,
               device: torch.device, dtype: torch.dtype = torch.bool,
               generator: torch.Generator | None = None) -> torch.Tensor:
-    """An ``(n, height, width)`` mask of ``dtype``, one (true) outside each image's ``num_holes``
-    square holes and zero (false) inside them."""
+    """An ``(n, height, width)`` mask of ``dtype``, zero (false) inside each image's ``num_holes``
+    square holes and, outside them, one for a floating dtype, true for bool, and every bit set for
+    an integer dtype (-1 when signed), to AND with a batch's bits."""
     side = int(length * min(height, width))
     if num_holes == 0 or side == 0:
-        return torch.ones(n, height, width, dtype=dtype, device=device)
+        return torch.full((n, height, width), _outside_value(dtype), dtype=dtype, device=device)
     half = side // 2
     low_y, high_y = (-half, height + half) if uniform_sampling else (0, height)
     low_x, high_x = (-half, width + half) if uniform_sampling else (0, width)
@@ -95,12 +105,18 @@ def keep_mask(n: int, height: int, width: int, num_holes: int, length: float, un
     else:
         rows_out = _outside(_positions(height, shift, device) - centres[0], radius, dtype)
         cols_out = _outside(_positions(width, shift, device) - centres[1], radius, dtype)
-    # A pixel is kept where its row or its column is outside the hole.
+    # A pixel is kept where its row or its column is outside the hole, and kept by every hole.
     rows_out, cols_out = rows_out.unsqueeze(-1), cols_out.unsqueeze(-2)
-    keep = torch.maximum(rows_out, cols_out) if dtype != torch.bool else rows_out | cols_out
+    keep = torch.maximum(rows_out, cols_out) if dtype.is_floating_point else rows_out | cols_out
     if num_holes == 1:
         return keep.squeeze(1)
-    return keep.amin(dim=1) if dtype != torch.bool else keep.all(dim=1)
+    if dtype.is_floating_point:
+        return keep.amin(dim=1)
+    return functools.reduce(torch.bitwise_and, keep.unbind(1))
+
+
+def _outside_value(dtype: torch.dtype) -> float | bool | int:
+    return 1.0 if dtype.is_floating_point else True if dtype == torch.bool else -1
 
 
 def _positions(size: int, shift: float, device: torch.device) -> torch.Tensor:
@@ -108,9 +124,12 @@ def _positions(size: int, shift: float, device: torch.device) -> torch.Tensor:
 
 
 def _outside(offsets: torch.Tensor, radius: float, dtype: torch.dtype) -> torch.Tensor:
-    """1 where ``|offset| > radius``, 0 elsewhere (offsets and radius are whole or half numbers)."""
+    """The outside value of ``dtype`` (see keep_mask) where ``|offset| > radius``, 0 elsewhere
+    (offsets and radius are whole or half numbers)."""
     keep = offsets.abs_().sub_(radius).clamp_(0, 1)
-    return keep if dtype == torch.float32 else keep.to(dtype)
+    if dtype == torch.float32:
+        return keep
+    return keep.to(dtype) if dtype.is_floating_point or dtype == torch.bool else keep.to(dtype).neg_()
 
 
 def check_cutout(num_holes: int, length: float) -> None:

@@ -52,16 +52,55 @@ def test_cutout_batch_matches_its_definition(num_holes, length, uniform_sampling
     assert torch.equal(out, _expected(images, num_holes, length, uniform_sampling, seed=7))
 
 
-@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.bfloat16, torch.uint8])
+@pytest.mark.parametrize(("dtype", "outside"), [(torch.bool, True), (torch.float32, 1), (torch.bfloat16, 1),
+                                               (torch.uint8, 255), (torch.int8, -1), (torch.int32, -1)])
 @pytest.mark.parametrize(("height", "width", "uniform_sampling"), [(10, 12, False), (10, 12, True), (9, 9, False)])
-def test_the_keep_mask_is_the_definition_in_the_dtype_asked_for(dtype, height, width, uniform_sampling):
-    """keep_mask, which cutout_batch multiplies or fills by: one outside the holes and zero inside,
-    (n, height, width), in the dtype asked for (bool, or the batch's own)."""
-    keep = keep_mask(5, height, width, 2, 0.4, uniform_sampling, torch.device("cpu"), dtype,
+@pytest.mark.parametrize("num_holes", [1, 3])
+def test_the_keep_mask_is_the_definition_in_the_dtype_asked_for(dtype, outside, height, width, uniform_sampling,
+                                                                num_holes):
+    """keep_mask, which cutout_batch fills by or ANDs a batch's bits with: zero inside the holes,
+    (n, height, width), in the dtype asked for, and outside them one, true, or an integer with
+    every bit set."""
+    keep = keep_mask(5, height, width, num_holes, 0.4, uniform_sampling, torch.device("cpu"), dtype,
                      torch.Generator().manual_seed(3))
-    expected = _expected(torch.ones(5, 1, height, width), 2, 0.4, uniform_sampling, seed=3)[:, 0]
+    expected = _expected(torch.ones(5, 1, height, width), num_holes, 0.4, uniform_sampling, seed=3)[:, 0]
     assert keep.shape == (5, height, width) and keep.dtype == dtype
-    assert torch.equal(keep.to(torch.float32), expected) and (expected == 0).any()
+    assert torch.equal(keep, (expected * outside).to(dtype)) and (expected == 0).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.uint8, torch.int64])
+def test_without_holes_the_keep_mask_keeps_every_pixel(dtype):
+    for num_holes, length in ((0, 0.5), (2, 0.05)):  # no hole, or a side of int(0.05 * 9) = 0 pixels
+        keep = keep_mask(2, 9, 11, num_holes, length, False, torch.device("cpu"), dtype)
+        assert keep.shape == (2, 9, 11) and keep.dtype == dtype
+        assert torch.equal(keep, torch.ones(2, 9, 11, dtype=dtype).neg() if dtype == torch.int64
+                           else torch.full((2, 9, 11), 255 if dtype == torch.uint8 else 1, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_a_pixel_in_a_hole_is_zero_whatever_it_held(dtype, inplace):
+    """inf, -inf and NaN included (a multiply by zero would give NaN), and a negative pixel gives
+    +0, not -0; outside the holes every pixel keeps its value, NaN included, bit for bit."""
+    values = torch.tensor([float("inf"), float("-inf"), float("nan"), -2.5, 3.0])
+    images = values[torch.randint(0, 5, (6, 3, 10, 12), generator=torch.Generator().manual_seed(4))].to(dtype)
+    before = images.clone()
+    out = cf.cutout_batch(images, 2, 0.4, generator=torch.Generator().manual_seed(8), inplace=inplace)
+    hole = _expected(torch.ones(6, 1, 10, 12), 2, 0.4, False, seed=8) == 0
+    assert hole.any() and not hole.all()
+    bits = {torch.float64: torch.int64, torch.float32: torch.int32}.get(dtype, torch.int16)
+    assert torch.equal(out.view(bits), before.masked_fill(hole, 0).view(bits))
+    assert (out.view(bits)[hole.expand_as(out)] == 0).all()  # +0.0 has no bit set
+
+
+def test_a_batch_that_requires_grad_gets_zero_gradient_in_the_holes():
+    images = (torch.rand(4, 3, 8, 8) + 1).requires_grad_()
+    out = cf.cutout_batch(images, 1, 0.5, generator=torch.Generator().manual_seed(2))
+    out.sum().backward()
+    hole = _expected(torch.ones(4, 1, 8, 8), 1, 0.5, False, seed=2) == 0
+    assert hole.any()
+    assert torch.equal(images.grad, (~hole).to(torch.float32).expand(4, 3, 8, 8))
+    assert torch.equal(out.detach(), images.detach().masked_fill(hole, 0))
 
 
 def test_an_interior_hole_is_a_full_square_of_the_stated_side():
