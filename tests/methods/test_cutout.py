@@ -326,3 +326,26 @@ def test_the_batch_forms_check_on_the_cpu():
 @pytest.mark.cuda
 def test_on_cuda_the_batch_forms_make_no_host_sync():
     _check_the_batch_forms_on(torch.device("cuda"))
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize(("num_holes", "uniform_sampling"), [(1, False), (3, True)])
+def test_the_fill_path_matches_the_definition(inplace, num_holes, uniform_sampling):
+    """The batches the bitwise path does not take: complex128 (16-byte elements, no integer of that
+    size) and a batch that requires grad (a non-leaf, which can be written in place) are filled with
+    masked_fill; they get the same holes, in place or not, and the gradient is zero in the holes."""
+    images = torch.rand(5, 3, 9, 12, generator=torch.Generator().manual_seed(2)) + 1  # no zero pixels
+    expected = _expected(images, num_holes, 0.4, uniform_sampling, seed=5)
+    complex_batch = images.to(torch.complex128)
+    out = cf.cutout_batch(complex_batch, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5),
+                          inplace=inplace)
+    assert (out is complex_batch) == inplace and torch.equal(out, expected.to(torch.complex128))
+    assert torch.equal(complex_batch, expected.to(torch.complex128) if inplace else images.to(torch.complex128))
+    leaf = images.clone().requires_grad_()
+    batch = leaf * 1
+    out = cf.cutout_batch(batch, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5),
+                          inplace=inplace)
+    assert (out is batch) == inplace and torch.equal(out.detach(), expected)
+    assert torch.equal(batch.detach(), expected if inplace else images)
+    out.sum().backward()
+    assert torch.equal(leaf.grad, (expected != 0).to(torch.float32))
