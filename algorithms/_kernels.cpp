@@ -1,5 +1,5 @@
-// CPU kernels for CutMix and MixUp that write each output byte once, and the row lookup of label
-// smoothing.
+// CPU kernels for CutMix, MixUp and CutOut that write each output byte once, and the row lookup of
+// label smoothing.
 //
 // Built on first use by algorithms/_kernels.py (torch.utils.cpp_extension), and registered as
 // torch.ops.methods_library.*. Each op returns false (or None), having written nothing, where it
@@ -16,6 +16,7 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -197,7 +198,93 @@ bool cutmix_inplace(at::Tensor input, const at::Tensor& indices, int64_t x1, int
         copy_box(im, data + to * im.example, false, saved ? saved : data + from * im.example, saved != nullptr);
       });
   return written(input);
+}
+
+// CutOut's holes, boxes of rows [r1, r2) and columns [c1, c2): a hole of `side` pixels centred on c
+// covers c - side / 2 .. c - side / 2 + side - 1, clipped to the image. `centres` is float32
+// (2, N, K, 1): the rows' centres of the K holes of every example, then the columns'. False where
+// it is not that, or a centre is not finite.
+bool holes_of(const at::Tensor& centres, int64_t n, int64_t h, int64_t w, int64_t side, std::vector<int64_t>& boxes) {
+  if (centres.device().type() != c10::DeviceType::CPU || centres.scalar_type() != at::kFloat ||
+      centres.dim() != 4 || centres.size(0) != 2 || centres.size(1) != n || centres.size(3) != 1 ||
+      !centres.is_contiguous() || side < 0) {
+    return false;
+  }
+  const int64_t count = n * centres.size(2);
+  const float* rows = centres.const_data_ptr<float>();
+  const float* cols = rows + count;
+  const auto clip = [](double v, int64_t size) { return static_cast<int64_t>(std::min(std::max(v, 0.0), double(size))); };
+  boxes.resize(4 * count);
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(rows[i]) || !std::isfinite(cols[i])) {
+      return false;
+    }
+    const double top = double(rows[i]) - double(side / 2), left = double(cols[i]) - double(side / 2);
+    boxes[4 * i] = clip(top, h);
+    boxes[4 * i + 1] = clip(top + double(side), h);
+    boxes[4 * i + 2] = clip(left, w);
+    boxes[4 * i + 3] = clip(left + double(side), w);
+  }
   return true;
+}
+
+// Zeroes (every byte) the holes of one plane of an example: `holes` boxes of 4 integers each.
+void zero_holes(const Images& im, char* plane, const int64_t* holes, int64_t count, int64_t pixel) {
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t* box = holes + 4 * k;
+    for (int64_t r = box[0]; r < box[1]; ++r) {
+      std::memset(plane + r * im.row + box[2] * pixel, 0, (box[3] - box[2]) * pixel);
+    }
+  }
+}
+
+// Each example of `out` as the same example of `input`, zero in its holes.
+bool cutout_into(at::Tensor out, const at::Tensor& input, const at::Tensor& centres, int64_t side) {
+  Images dst, src;
+  if (!describe(out, 0, 0, 0, 0, dst) || !describe(input, 0, 0, 0, 0, src) || out.sizes() != input.sizes() ||
+      out.strides() != input.strides() || out.scalar_type() != input.scalar_type() || dst.data == src.data) {
+    return false;
+  }
+  std::vector<int64_t> boxes;
+  if (!holes_of(centres, input.size(0), input.size(2), input.size(3), side, boxes)) {
+    return false;
+  }
+  const int64_t plane = src.rows * src.row, holes = centres.size(2);
+  const int64_t pixel = input.size(3) ? src.row / input.size(3) : 0;
+  at::parallel_for(0, input.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      char* d = dst.data + n * src.example;
+      const char* own = src.data + n * src.example;
+      // Each plane copied, then its holes zeroed while it is still in cache.
+      for (int64_t p = 0; p < src.planes; ++p, d += plane, own += plane) {
+        std::memcpy(d, own, plane);
+        zero_holes(src, d, boxes.data() + 4 * n * holes, holes, pixel);
+      }
+    }
+  });
+  return true;
+}
+
+// The holes of each example zeroed, in place; nothing outside them written.
+bool cutout_inplace(at::Tensor input, const at::Tensor& centres, int64_t side) {
+  Images im;
+  if (!writable(input) || !describe(input, 0, 0, 0, 0, im)) {
+    return false;
+  }
+  std::vector<int64_t> boxes;
+  if (!holes_of(centres, input.size(0), input.size(2), input.size(3), side, boxes)) {
+    return false;
+  }
+  const int64_t plane = im.rows * im.row, holes = centres.size(2);
+  const int64_t pixel = input.size(3) ? im.row / input.size(3) : 0;
+  at::parallel_for(0, input.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      for (int64_t p = 0; p < im.planes; ++p) {
+        zero_holes(im, im.data + n * im.example + p * plane, boxes.data() + 4 * n * holes, holes, pixel);
+      }
+    }
+  });
+  return written(input);
 }
 
 // torch.lerp's formula (aten/src/ATen/native/Lerp.h): start + w * (end - start) for |w| < 0.5, else
@@ -364,6 +451,8 @@ TORCH_LIBRARY(methods_library, m) {
   m.def("cutmix_into(Tensor(a!) out, Tensor input, Tensor indices, int x1, int y1, int x2, int y2) -> bool",
         &cutmix_into);
   m.def("cutmix_inplace(Tensor(a!) input, Tensor indices, int x1, int y1, int x2, int y2) -> bool", &cutmix_inplace);
+  m.def("cutout_into(Tensor(a!) out, Tensor input, Tensor centres, int side) -> bool", &cutout_into);
+  m.def("cutout_inplace(Tensor(a!) input, Tensor centres, int side) -> bool", &cutout_inplace);
   m.def("mixup_into(Tensor(a!) out, Tensor input, Tensor indices, float mixing) -> bool", &mixup_into);
   m.def("mixup_inplace(Tensor(a!) input, Tensor indices, float mixing) -> bool", &mixup_inplace);
   m.def("rows_at(Tensor rows, Tensor index) -> Tensor?", &rows_at);

@@ -1,11 +1,13 @@
-"""CPU kernels for CutMix, MixUp and label smoothing (``_kernels.cpp``), built on first use with
+"""CPU kernels for CutMix, MixUp, CutOut and label smoothing (``_kernels.cpp``), built on first use with
 ``torch.utils.cpp_extension`` and cached by torch (``$TORCH_EXTENSIONS_DIR``, by default
 ``~/.cache/torch_extensions``), one build per torch version.
 
 Torch's own ops cannot write each output byte once for these methods: an out-of-place CutMix is
 a copy of the batch and then a second write of the box, and an in-place CutMix or MixUp gathers
 every partner before writing any. The kernels do one pass, along each cycle of the permutation
-in place, so they run at about the speed of one copy of the batch.
+in place, so they run at about the speed of one copy of the batch. CutOut's kernel copies each
+plane and zeroes its holes while the plane is in cache (in place, it writes the holes alone),
+where torch's ops build a full-size mask and then apply it.
 
 Label smoothing of class indices is a lookup of each class's smoothed row; the kernel's lookup
 costs less than ``index_select``'s call, which is most of the time at a few hundred labels.
@@ -39,7 +41,7 @@ __all__ = ["DISABLE", "ENABLED", "cpu_kernels", "kernel_status"]
 DISABLE = "METHODS_CPU_KERNELS"
 ENABLED = os.environ.get(DISABLE) != "0"
 SOURCE = Path(__file__).with_name("_kernels.cpp")
-OPS = ("cutmix_into", "cutmix_inplace", "mixup_into", "mixup_inplace", "rows_at")
+OPS = ("cutmix_into", "cutmix_inplace", "cutout_into", "cutout_inplace", "mixup_into", "mixup_inplace", "rows_at")
 
 _log = logging.getLogger(__name__)
 
@@ -51,7 +53,8 @@ def _build() -> tuple[Any | None, str]:
     try:
         from torch.utils import cpp_extension
 
-        _log.info("building the CPU kernels of CutMix, MixUp and label smoothing from %s (once; a few seconds)", SOURCE)
+        _log.info("building the CPU kernels of CutMix, MixUp, CutOut and label smoothing from %s (once; a few "
+                  "seconds)", SOURCE)
         cpp_extension.load(name=build_name(), sources=[str(SOURCE)], extra_cflags=["-O3"], is_python_module=False,
                            verbose=False)
     except Exception as exc:  # no compiler, no ninja, no headers: torch's ops do the work
@@ -99,6 +102,6 @@ def cpu_kernels() -> Any | None:
 
 @functools.cache
 def _warn_once(why: str) -> None:
-    warn_from_callers_line(f"the CPU kernels for CutMix, MixUp and label smoothing did not build ({why}); the "
+    warn_from_callers_line(f"the CPU kernels for CutMix, MixUp, CutOut and label smoothing did not build ({why}); the "
                            f"methods use torch's ops instead, with the same values, more slowly. Set {DISABLE}=0 "
                            "to skip the build.", RuntimeWarning)

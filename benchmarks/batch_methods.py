@@ -16,7 +16,7 @@ processes, one after another, and are pooled: where a process's memory lands cha
 copy into it runs, for the floor and the method alike but not by the same factor. Everything
 runs on one thread, in float32; CutMix draws with ``alpha=1.0``, MixUp with ``alpha=0.2``.
 
-On the CPU, CutMix, MixUp and label smoothing run the kernels of ``algorithms/_kernels.cpp`` where
+On the CPU, CutMix, MixUp, CutOut and label smoothing run the kernels of ``algorithms/_kernels.cpp`` where
 they build, as they do for users; the report says whether they did. Beside them, the passes that
 torch's own ops take for the same work (what the methods run without the kernels) are timed
 against the same floors.
@@ -400,7 +400,7 @@ def format_report(report: dict[str, Any]) -> str:
     if "allocator" in details:
         lines.append(f"allocator: {details['allocator']}")
     if "cpu_kernels" in details:
-        lines.append(f"CPU kernels of CutMix, MixUp and label smoothing: {details['cpu_kernels']}")
+        lines.append(f"CPU kernels of CutMix, MixUp, CutOut and label smoothing: {details['cpu_kernels']}")
     timed = {name for medians in details["median_ms"].values() for name in medians}
     for name, call in details["peer_calls"].items():
         if name in timed:

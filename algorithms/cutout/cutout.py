@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from .._kernels import cpu_kernels
 from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
@@ -56,19 +57,34 @@ def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: float = 0.5, u
                          f"{tuple(input.shape)}")
     batch = input if input.ndim == 4 else input.unsqueeze(0)
     n, height, width = batch.shape[0], batch.shape[-2], batch.shape[-1]
+    side = int(length * min(height, width))
+    centres = hole_centres(n, height, width, num_holes, side, uniform_sampling, generator)
+    kernels = cpu_kernels() if centres is not None and batch.is_cpu else None
+    if kernels is not None:
+        # Each plane copied, then its holes zeroed while it is in cache (in place, only the holes
+        # written); the kernels decline, having written nothing, what they do not apply to.
+        if inplace:
+            if kernels.cutout_inplace(batch, centres, side):
+                return input
+        else:
+            out = torch.empty_like(batch)
+            if kernels.cutout_into(out, batch, centres, side):
+                return out if input.ndim == 4 else out.squeeze(0)
     bits = _SAME_SIZE_INTEGER.get(batch.element_size())
-    if bits is not None and not batch.requires_grad:
+    # torch refuses an in-place write to an inference tensor outside inference mode, but not through
+    # a view of another dtype: such a batch takes the fill, which raises torch's error.
+    refused = inplace and batch.is_inference() and not torch.is_inference_mode_enabled()
+    if bits is not None and not batch.requires_grad and not refused:
         # One pass over the batch: its bits ANDed with a keep mask, (N, 1, H, W), of an integer dtype
         # of the same size, every bit set outside the holes and none inside. A pixel in a hole is
         # then an exact zero whatever it held, where a multiply by 0 would turn an inf or NaN into NaN.
-        keep = keep_mask(n, height, width, num_holes, length, uniform_sampling, batch.device, bits,
-                         generator).unsqueeze(1)
+        keep = _mask(centres, n, height, width, side, batch.device, bits).unsqueeze(1)
         words = batch.view(bits)
         out = words.bitwise_and_(keep) if inplace else (words & keep).view(batch.dtype)
     else:  # a batch that requires grad (the fill is differentiable), or a 16-byte element
-        hole = keep_mask(n, height, width, num_holes, length, uniform_sampling, batch.device, torch.bool,
-                         generator).logical_not_().unsqueeze(1)
-        out = batch.masked_fill_(hole, 0) if inplace else batch.masked_fill(hole, 0)
+        hole = _mask(centres, n, height, width, side, batch.device, torch.bool).logical_not_().unsqueeze(1)
+        # out of place, filled in a copy that keeps the batch's memory format (masked_fill does not)
+        out = (batch if inplace else batch.clone()).masked_fill_(hole, 0)
     return input if inplace else out if input.ndim == 4 else out.squeeze(0)
 
 
@@ -83,23 +99,36 @@ def keep_mask(n: int, height: int, width: int, num_holes: int, length: float, un
     square holes and, outside them, one for a floating dtype, true for bool, and every bit set for
     an integer dtype (-1 when signed), to AND with a batch's bits."""
     side = int(length * min(height, width))
+    centres = hole_centres(n, height, width, num_holes, side, uniform_sampling, generator)
+    return _mask(centres, n, height, width, side, device, dtype)
+
+
+def hole_centres(n: int, height: int, width: int, num_holes: int, side: int, uniform_sampling: bool,
+                 generator: torch.Generator | None = None) -> torch.Tensor | None:
+    """The centres of each image's holes of ``side`` pixels, drawn on the host generator (no device
+    sync): float32 ``(2, n, num_holes, 1)``, the rows' centres of every hole, then the columns' (one
+    draw when both ranges are the same), whole numbers; ``None`` where there is no hole to cut."""
     if num_holes == 0 or side == 0:
-        return torch.full((n, height, width), _outside_value(dtype), dtype=dtype, device=device)
+        return None
     half = side // 2
     low_y, high_y = (-half, height + half) if uniform_sampling else (0, height)
     low_x, high_x = (-half, width + half) if uniform_sampling else (0, width)
-    # Drawn on the host generator (no device sync), then moved with the batch: the rows' centres of
-    # every hole, then the columns' (one draw when both ranges are the same), as float32 (exact).
     if (low_y, high_y) == (low_x, high_x):
-        centres = torch.randint(low_y, high_y, (2, n, num_holes, 1), generator=generator, dtype=torch.float32)
-    else:
-        centres = torch.stack([torch.randint(low, high, (n, num_holes, 1), generator=generator, dtype=torch.float32)
-                               for low, high in ((low_y, high_y), (low_x, high_x))])
+        return torch.randint(low_y, high_y, (2, n, num_holes, 1), generator=generator, dtype=torch.float32)
+    return torch.stack([torch.randint(low, high, (n, num_holes, 1), generator=generator, dtype=torch.float32)
+                        for low, high in ((low_y, high_y), (low_x, high_x))])
+
+
+def _mask(centres: torch.Tensor | None, n: int, height: int, width: int, side: int, device: torch.device,
+          dtype: torch.dtype) -> torch.Tensor:
+    """keep_mask's mask for holes of ``side`` pixels at ``centres`` (see hole_centres)."""
+    if centres is None:
+        return torch.full((n, height, width), _outside_value(dtype), dtype=dtype, device=device)
     centres = centres.to(device, non_blocking=True)
     # A hole centred on c covers pixels c - half .. c - half + side - 1, so pixel p is in it iff
     # |p + shift - c| <= (side - 1) / 2 with shift = half - (side - 1) / 2 (0, or 0.5 for an even side):
     # clamp(|p + shift - c| - (side - 1) / 2, 0, 1) is 0 in the hole and 1 outside it.
-    shift, radius = half - (side - 1) / 2, (side - 1) / 2
+    shift, radius = side // 2 - (side - 1) / 2, (side - 1) / 2
     if height == width:
         rows_out, cols_out = _outside(_positions(height, shift, device) - centres, radius, dtype)
     else:
@@ -108,7 +137,7 @@ def keep_mask(n: int, height: int, width: int, num_holes: int, length: float, un
     # A pixel is kept where its row or its column is outside the hole, and kept by every hole.
     rows_out, cols_out = rows_out.unsqueeze(-1), cols_out.unsqueeze(-2)
     keep = torch.maximum(rows_out, cols_out) if dtype.is_floating_point else rows_out | cols_out
-    if num_holes == 1:
+    if centres.shape[2] == 1:
         return keep.squeeze(1)
     if dtype.is_floating_point:
         return keep.amin(dim=1)

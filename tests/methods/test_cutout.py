@@ -21,6 +21,9 @@ from algorithms import CutOut
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.cutout.cutout import keep_mask
 
+# Every test runs with the CPU kernel of CutOut and with torch's ops alone (tests/methods/conftest.py).
+pytestmark = pytest.mark.usefixtures("kernels_or_torch_ops")
+
 
 def _expected(images: torch.Tensor, num_holes: int, length: float, uniform_sampling: bool, seed: int | None = None,
               generator: torch.Generator | None = None):
@@ -332,8 +335,9 @@ def test_on_cuda_the_batch_forms_make_no_host_sync():
 @pytest.mark.parametrize(("num_holes", "uniform_sampling"), [(1, False), (3, True)])
 def test_the_fill_path_matches_the_definition(inplace, num_holes, uniform_sampling):
     """The batches the bitwise path does not take: complex128 (16-byte elements, no integer of that
-    size) and a batch that requires grad (a non-leaf, which can be written in place) are filled with
-    masked_fill; they get the same holes, in place or not, and the gradient is zero in the holes."""
+    size; the CPU kernel takes it where it runs) and a batch that requires grad (a non-leaf, which
+    can be written in place; the kernel declines it) are filled with masked_fill; they get the same
+    holes, in place or not, and the gradient is zero in the holes."""
     images = torch.rand(5, 3, 9, 12, generator=torch.Generator().manual_seed(2)) + 1  # no zero pixels
     expected = _expected(images, num_holes, 0.4, uniform_sampling, seed=5)
     complex_batch = images.to(torch.complex128)

@@ -1,10 +1,10 @@
-"""The CPU kernels of CutMix, MixUp and label smoothing (algorithms/_kernels.cpp): the same values
+"""The CPU kernels of CutMix, MixUp, CutOut and label smoothing (algorithms/_kernels.cpp): the same values
 as torch's ops, nothing written where they decline, autograd told of what they write, and a build
 that fails falls back with one warning.
 
-The methods' own tests (test_cutmix.py, test_mixup.py, test_label_smoothing.py, test_targets.py)
-run every test with the kernels and with torch's ops alone, against the definitions; these check
-what lies between the two.
+The methods' own tests (test_cutmix.py, test_mixup.py, test_cutout.py, test_label_smoothing.py and
+test_targets.py) run every test with the kernels and with torch's ops alone, against the
+definitions; these check what lies between the two.
 """
 
 from __future__ import annotations
@@ -65,6 +65,38 @@ def test_cutmix_writes_what_torchs_ops_write(ops, monkeypatch, shape, channels_l
         assert a.stride() == b.stride() == x.stride()
 
 
+@pytest.mark.parametrize("shape, channels_last", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8, torch.bfloat16, torch.bool,
+                                   torch.complex128])
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize(("num_holes", "length", "uniform_sampling"), [(1, 0.5, False), (3, 0.3, True), (2, 1.0, True)])
+def test_cutout_writes_what_torchs_ops_write(ops, monkeypatch, shape, channels_last, dtype, inplace, num_holes,
+                                             length, uniform_sampling):
+    """Holes cut at the border included (uniform sampling, and holes as large as the image), and
+    non-finite pixels: zero in the holes either way, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(*shape, generator=g) * 200).to(dtype)
+    if dtype == torch.float32:
+        x.view(-1)[::7] = float("nan")
+        x.view(-1)[3::11] = float("-inf")
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    for seed in range(4):
+        def call(seed=seed):
+            work = x.clone()
+            out = cf.cutout_batch(work, num_holes, length, uniform_sampling,
+                                  generator=torch.Generator().manual_seed(seed), inplace=inplace)
+            assert (out is work) == inplace
+            return out
+        a, b = both_ways(monkeypatch, call)
+        assert a.stride() == b.stride() == x.stride() and a.dtype == b.dtype == dtype
+        assert torch.equal(_bytes(a), _bytes(b))
+
+
+def _bytes(t):
+    return (torch.view_as_real(t) if t.is_complex() else t).contiguous().view(torch.uint8)
+
+
 @pytest.mark.parametrize("shape, channels_last", LAYOUTS + [((6, 5), False), ((3, 1), False)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("mixing", [0.0, 0.1, 0.37, 0.5, 0.9, 1.0])
@@ -92,6 +124,7 @@ def test_the_result_does_not_depend_on_the_number_of_threads(ops, threads):
     g = torch.Generator().manual_seed(2)
     x, y = torch.randn(40, 3, 8, 8, generator=g), torch.arange(40)
     idx = torch.randperm(40, generator=g)
+    centres = torch.randint(0, 8, (2, 40, 1, 1), generator=g, dtype=torch.float32)  # holes of 4x4 pixels
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -99,15 +132,22 @@ def test_the_result_does_not_depend_on_the_number_of_threads(ops, threads):
         cut_in_place = cf.cutmix_batch(x.clone(), y, bbox=(1, 2, 6, 7), indices=idx, inplace=True)[0]
         mixed = cf.mixup_batch(x, y, mixing=0.3, indices=idx)[0]
         mixed_in_place = cf.mixup_batch(x.clone(), y, mixing=0.3, indices=idx, inplace=True)[0]
+        holes = ops.cutout_into(cut_out := torch.empty_like(x), x, centres, 4)
+        holes_in_place = ops.cutout_inplace(x_in_place := x.clone(), centres, 4)
     finally:
         torch.set_num_threads(before)
     boxed = x.clone()
     boxed[:, :, 1:6, 2:7] = x[idx, :, 1:6, 2:7]
     assert torch.equal(cut, boxed) and torch.equal(cut_in_place, boxed)
     assert torch.equal(mixed, torch.lerp(x, x[idx], 0.3)) and torch.equal(mixed_in_place, mixed)
+    holed = x.clone()
+    rows, cols = centres[0, :, 0, 0].long().tolist(), centres[1, :, 0, 0].long().tolist()
+    for i, (row, col) in enumerate(zip(rows, cols, strict=True)):
+        holed[i, :, max(row - 2, 0):row + 2, max(col - 2, 0):col + 2] = 0
+    assert holes and holes_in_place and torch.equal(cut_out, holed) and torch.equal(x_in_place, holed)
 
 
-@pytest.mark.parametrize("form", ["cutmix", "mixup"])
+@pytest.mark.parametrize("form", ["cutmix", "mixup", "cutout"])
 def test_mixing_in_place_is_seen_by_autograd(form, monkeypatch):
     """A batch saved for a backward pass and then mixed in place makes that backward pass fail,
     as any in-place write does, with the kernels as with torch's ops."""
@@ -118,6 +158,8 @@ def test_mixing_in_place_is_seen_by_autograd(form, monkeypatch):
         version = x._version
         if form == "cutmix":
             cf.cutmix_batch(x, torch.arange(4), bbox=(1, 1, 4, 4), indices=torch.tensor([1, 2, 3, 0]), inplace=True)
+        elif form == "cutout":
+            cf.cutout_batch(x, generator=torch.Generator().manual_seed(0), inplace=True)
         else:
             cf.mixup_batch(x, torch.arange(4), mixing=0.3, indices=torch.tensor([1, 2, 3, 0]), inplace=True)
         assert x._version > version
@@ -125,7 +167,7 @@ def test_mixing_in_place_is_seen_by_autograd(form, monkeypatch):
             loss.backward()
 
 
-@pytest.mark.parametrize("form", ["cutmix", "mixup"])
+@pytest.mark.parametrize("form", ["cutmix", "mixup", "cutout"])
 def test_an_inference_tensor_outside_inference_mode_is_refused_in_place_as_torch_refuses_it(form, monkeypatch):
     with torch.inference_mode():
         x = torch.randn(4, 2, 6, 6)
@@ -135,12 +177,22 @@ def test_an_inference_tensor_outside_inference_mode_is_refused_in_place_as_torch
         with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
             if form == "cutmix":
                 cf.cutmix_batch(x, torch.arange(4), bbox=(1, 1, 4, 4), indices=idx, inplace=True)
+            elif form == "cutout":
+                cf.cutout_batch(x, generator=torch.Generator().manual_seed(0), inplace=True)
             else:
                 cf.mixup_batch(x, torch.arange(4), mixing=0.3, indices=idx, inplace=True)
 
 
 def _images(dtype=torch.float32):
     return torch.randn(4, 2, 5, 6).to(dtype)
+
+
+def _centres(holes=2):
+    """Hole centres for the 4 images of ``_images``: float32 (2, 4, holes, 1), inside the images."""
+    return torch.randint(0, 5, (2, 4, holes, 1), generator=torch.Generator().manual_seed(0), dtype=torch.float32)
+
+
+_one = torch.tensor([1])
 
 
 # (what, the call with `x` and a fresh output `out`): each op declines these and writes nothing
@@ -159,6 +211,21 @@ DECLINED = [
     ("output is the input", lambda ops, x, out: ops.mixup_into(x, x, torch.tensor([1, 0, 3, 2]), 0.3)),
     ("float16, mixup", lambda ops, x, out: ops.mixup_inplace(x.half(), torch.tensor([1, 0, 3, 2]), 0.3)),
     ("not an image batch", lambda ops, x, out: ops.cutmix_inplace(x[0], torch.tensor([1, 0]), 0, 0, 1, 1)),
+    ("cutout: a NaN centre", lambda ops, x, out: ops.cutout_into(
+        out, x, _centres().index_fill_(1, _one, float("nan")), 2)),
+    ("cutout in place: an inf centre", lambda ops, x, out: ops.cutout_inplace(
+        x, _centres().index_fill_(2, _one, float("inf")), 2)),
+    ("cutout: float64 centres", lambda ops, x, out: ops.cutout_into(out, x, _centres().double(), 2)),
+    ("cutout: centres for 3 images", lambda ops, x, out: ops.cutout_inplace(x, _centres()[:, :3], 2)),
+    ("cutout: centres of 3 dimensions", lambda ops, x, out: ops.cutout_into(out, x, _centres()[..., 0], 2)),
+    ("cutout: strided centres", lambda ops, x, out: ops.cutout_inplace(x, _centres(4)[:, :, ::2], 2)),
+    ("cutout: a negative side", lambda ops, x, out: ops.cutout_inplace(x, _centres(), -1)),
+    ("cutout: output is the input", lambda ops, x, out: ops.cutout_into(x, x, _centres(), 2)),
+    ("cutout: output of another layout", lambda ops, x, out: ops.cutout_into(
+        out.contiguous(memory_format=torch.channels_last), x, _centres(), 2)),
+    ("cutout: output of another dtype", lambda ops, x, out: ops.cutout_into(out.double(), x, _centres(), 2)),
+    ("cutout: strided input", lambda ops, x, out: ops.cutout_inplace(x[:, :, :, ::2], _centres(), 2)),
+    ("cutout: not an image batch", lambda ops, x, out: ops.cutout_inplace(x[0], _centres()[:, :2], 2)),
 ]
 # (what, the call with a table of rows `rows`): rows_at declines these, as index_select raises for the first ones
 ROWS_DECLINED = [
@@ -201,6 +268,9 @@ def test_the_ops_decline_tensors_that_require_grad(ops):
     assert ops.cutmix_into(torch.zeros(4, 2, 5, 6), x, torch.tensor([1, 0, 3, 2]), 1, 1, 3, 3) is False
     assert ops.mixup_into(torch.zeros(4, 2, 5, 6), x, torch.tensor([1, 0, 3, 2]), 0.3) is False
     assert ops.rows_at(x[0, 0], torch.tensor([1, 0])) is None
+    assert ops.cutout_into(torch.zeros(4, 2, 5, 6), x, _centres(), 2) is False
+    with torch.no_grad():  # a tensor that requires grad can be written in place only under no_grad
+        assert ops.cutout_inplace(x, _centres(), 2) is False
     assert torch.equal(x.detach(), before)
 
 

@@ -155,8 +155,9 @@ def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(f
 
 
 @pytest.mark.parametrize("kernels, says", [
-    ("built", "CutMix, MixUp and label smoothing ran with their CPU kernels."),
-    ("no compiler <b>", "CutMix, MixUp and label smoothing ran without their CPU kernels (no compiler \\<b\\>)."),
+    ("built", "CutMix, MixUp, CutOut and label smoothing ran with their CPU kernels."),
+    ("no compiler <b>",
+     "CutMix, MixUp, CutOut and label smoothing ran without their CPU kernels (no compiler \\<b\\>)."),
 ])
 def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(monkeypatch, tmp_path, kernels, says):
     parts = {"256x3x32x32": [{"what": "box copy", "of": "cutmix_batch", "floor": "clone", "value": 0.9,
