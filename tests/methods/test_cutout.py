@@ -353,3 +353,21 @@ def test_the_fill_path_matches_the_definition(inplace, num_holes, uniform_sampli
     assert torch.equal(batch.detach(), expected if inplace else images)
     out.sum().backward()
     assert torch.equal(leaf.grad, (expected != 0).to(torch.float32))
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_without_holes_every_form_returns_the_batch_unchanged(inplace):
+    """No hole (``num_holes=0``, or a side of ``int(0.05 * 9) = 0`` pixels): the values come back as
+    they were, whichever path cuts (the bitwise one, the fill for complex128 and for a batch that
+    requires grad), and a gradient of one everywhere."""
+    for num_holes, length in ((0, 0.5), (2, 0.05)):
+        images = torch.rand(3, 2, 9, 11, generator=torch.Generator().manual_seed(0)) + 1
+        for batch in (images.clone(), images.to(torch.complex128)):
+            out = cf.cutout_batch(batch, num_holes, length, generator=torch.Generator().manual_seed(1), inplace=inplace)
+            assert (out is batch) == inplace and torch.equal(out, images.to(batch.dtype))
+        leaf = images.clone().requires_grad_()
+        batch = leaf * 1
+        out = cf.cutout_batch(batch, num_holes, length, generator=torch.Generator().manual_seed(1), inplace=inplace)
+        assert torch.equal(out.detach(), images)
+        out.sum().backward()
+        assert torch.equal(leaf.grad, torch.ones_like(images))
