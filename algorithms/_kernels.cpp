@@ -238,6 +238,30 @@ void zero_holes(const Images& im, char* plane, const int64_t* holes, int64_t cou
   }
 }
 
+// Zeroes the holes of every example of the batch `t`, described by `to`. With `from`, the data of a
+// batch of the same layout, each plane is first copied from it, then its holes zeroed while it is
+// still in cache; without, only the holes are written.
+bool cut_holes(const at::Tensor& t, const Images& to, const char* from, const at::Tensor& centres, int64_t side) {
+  std::vector<int64_t> boxes;
+  if (!holes_of(centres, t.size(0), t.size(2), t.size(3), side, boxes)) {
+    return false;
+  }
+  const int64_t plane = to.rows * to.row, holes = centres.size(2);
+  const int64_t pixel = t.size(3) ? to.row / t.size(3) : 0;
+  at::parallel_for(0, t.size(0), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      for (int64_t p = 0; p < to.planes; ++p) {
+        const int64_t offset = n * to.example + p * plane;
+        if (from != nullptr) {
+          std::memcpy(to.data + offset, from + offset, plane);
+        }
+        zero_holes(to, to.data + offset, boxes.data() + 4 * n * holes, holes, pixel);
+      }
+    }
+  });
+  return true;
+}
+
 // Each example of `out` as the same example of `input`, zero in its holes.
 bool cutout_into(at::Tensor out, const at::Tensor& input, const at::Tensor& centres, int64_t side) {
   Images dst, src;
@@ -245,24 +269,7 @@ bool cutout_into(at::Tensor out, const at::Tensor& input, const at::Tensor& cent
       out.strides() != input.strides() || out.scalar_type() != input.scalar_type() || dst.data == src.data) {
     return false;
   }
-  std::vector<int64_t> boxes;
-  if (!holes_of(centres, input.size(0), input.size(2), input.size(3), side, boxes)) {
-    return false;
-  }
-  const int64_t plane = src.rows * src.row, holes = centres.size(2);
-  const int64_t pixel = input.size(3) ? src.row / input.size(3) : 0;
-  at::parallel_for(0, input.size(0), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      char* d = dst.data + n * src.example;
-      const char* own = src.data + n * src.example;
-      // Each plane copied, then its holes zeroed while it is still in cache.
-      for (int64_t p = 0; p < src.planes; ++p, d += plane, own += plane) {
-        std::memcpy(d, own, plane);
-        zero_holes(src, d, boxes.data() + 4 * n * holes, holes, pixel);
-      }
-    }
-  });
-  return true;
+  return cut_holes(input, dst, src.data, centres, side);
 }
 
 // The holes of each example zeroed, in place; nothing outside them written.
@@ -271,20 +278,7 @@ bool cutout_inplace(at::Tensor input, const at::Tensor& centres, int64_t side) {
   if (!writable(input) || !describe(input, 0, 0, 0, 0, im)) {
     return false;
   }
-  std::vector<int64_t> boxes;
-  if (!holes_of(centres, input.size(0), input.size(2), input.size(3), side, boxes)) {
-    return false;
-  }
-  const int64_t plane = im.rows * im.row, holes = centres.size(2);
-  const int64_t pixel = input.size(3) ? im.row / input.size(3) : 0;
-  at::parallel_for(0, input.size(0), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t n = begin; n < end; ++n) {
-      for (int64_t p = 0; p < im.planes; ++p) {
-        zero_holes(im, im.data + n * im.example + p * plane, boxes.data() + 4 * n * holes, holes, pixel);
-      }
-    }
-  });
-  return written(input);
+  return cut_holes(input, im, nullptr, centres, side) && written(input);
 }
 
 // torch.lerp's formula (aten/src/ATen/native/Lerp.h): start + w * (end - start) for |w| < 0.5, else
