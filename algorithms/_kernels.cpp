@@ -85,6 +85,13 @@ bool on_cpu_dense(const at::Tensor& t) {
          !t.is_conj() && !t.is_neg();
 }
 
+// An output the out-of-place ops may write for `input`: its sizes, strides and dtype, and not the
+// input itself.
+bool output_for(const at::Tensor& out, const at::Tensor& input) {
+  return out.sizes() == input.sizes() && out.strides() == input.strides() &&
+         out.scalar_type() == input.scalar_type() && out.data_ptr() != input.data_ptr();
+}
+
 // A tensor the in-place ops may write: as torch's own in-place ops, not an inference tensor outside
 // inference mode (torch's ops then raise the usual error).
 bool writable(const at::Tensor& t) {
@@ -139,9 +146,7 @@ bool describe(const at::Tensor& t, int64_t x1, int64_t y1, int64_t x2, int64_t y
 bool cutmix_into(at::Tensor out, const at::Tensor& input, const at::Tensor& indices, int64_t x1, int64_t y1,
                  int64_t x2, int64_t y2) {
   Images dst, src;
-  if (!describe(out, x1, y1, x2, y2, dst) || !describe(input, x1, y1, x2, y2, src) ||
-      out.sizes() != input.sizes() || out.strides() != input.strides() ||
-      out.scalar_type() != input.scalar_type() || dst.data == src.data) {
+  if (!describe(out, x1, y1, x2, y2, dst) || !describe(input, x1, y1, x2, y2, src) || !output_for(out, input)) {
     return false;
   }
   const std::vector<int64_t> partners = partners_of(indices, input.size(0), false);
@@ -265,8 +270,7 @@ bool cut_holes(const at::Tensor& t, const Images& to, const char* from, const at
 // Each example of `out` as the same example of `input`, zero in its holes.
 bool cutout_into(at::Tensor out, const at::Tensor& input, const at::Tensor& centres, int64_t side) {
   Images dst, src;
-  if (!describe(out, 0, 0, 0, 0, dst) || !describe(input, 0, 0, 0, 0, src) || out.sizes() != input.sizes() ||
-      out.strides() != input.strides() || out.scalar_type() != input.scalar_type() || dst.data == src.data) {
+  if (!describe(out, 0, 0, 0, 0, dst) || !describe(input, 0, 0, 0, 0, src) || !output_for(out, input)) {
     return false;
   }
   return cut_holes(input, dst, src.data, centres, side);
@@ -355,8 +359,7 @@ void mixup_into_typed(at::Tensor& out, const at::Tensor& input, const std::vecto
 
 // Each example of `out` as lerp(input[n], input[indices[n]], mixing).
 bool mixup_into(at::Tensor out, const at::Tensor& input, const at::Tensor& indices, double mixing) {
-  if (!mixable(out) || !mixable(input) || out.sizes() != input.sizes() || out.strides() != input.strides() ||
-      out.scalar_type() != input.scalar_type() || out.data_ptr() == input.data_ptr()) {
+  if (!mixable(out) || !mixable(input) || !output_for(out, input)) {
     return false;
   }
   const std::vector<int64_t> partners = partners_of(indices, input.size(0), false);

@@ -11,8 +11,8 @@ from algorithms._kernels import cpu_kernels, kernel_status
 @pytest.fixture(scope="module", params=["kernels", "torch ops"])
 def kernels_or_torch_ops(request: pytest.FixtureRequest) -> Iterator[str]:
     """Every test of a module that uses it runs twice: with the CPU kernels of CutMix, MixUp,
-    CutOut and label smoothing, and with torch's own ops alone (as with ``METHODS_CPU_KERNELS=0``), which must
-    give the same values."""
+    CutOut and label smoothing, and with torch's own ops alone (as with ``METHODS_CPU_KERNELS=0``),
+    which must give the same values."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernels_module, "ENABLED", request.param == "kernels")
         if request.param == "kernels":
