@@ -394,7 +394,11 @@ class ImageAugmentation(Algorithm):
     uint8 images go to the functional form as they are. Floating point images are first mapped to
     ``[0, 1]`` (:func:`to_unit_range`, by ``value_range``), since the Trainer's data is usually
     standardized, and mapped back afterwards.
+
+    It counts ``batches_augmented``, the batches it replaced; none means it did not act.
     """
+
+    activity = {"batches_augmented": "batches augmented"}
 
     def __init__(self, value_range: tuple[float, float] | None, input_key: int | str):
         self.value_range = check_value_range(value_range)
@@ -416,3 +420,4 @@ class ImageAugmentation(Algorithm):
         else:
             out = self.augment(images, generator)
         state.batch_set_item(self.input_key, out)
+        self.report(logger, "batches_augmented")

@@ -123,7 +123,12 @@ class MixingAlgorithm(Algorithm):
     first); after the loss, the target the Trainer's loss was computed on (``state.loss_target``,
     smoothed by a LabelSmoothing listed before or after). Every per-example target transform
     commutes with taking rows ``target[indices]``, so the order of the algorithms does not matter.
+
+    It counts ``batches_mixed``: the batches of two or more examples mixed with a weight above 0
+    (``alpha=0`` draws no mixing); none means it did not act.
     """
+
+    activity = {"batches_mixed": "batches mixed"}
 
     def __init__(self, interpolate_loss: bool = False, input_key: int | str = 0,
                  target_key: int | str = 1):
@@ -160,6 +165,8 @@ class MixingAlgorithm(Algorithm):
             check_batch_sizes(input, target)
             mixed, self._indices, self._weight_perm = self.mix(input, target, state)
             state.batch_set_item(self.input_key, mixed)
+            if self._weight_perm > 0 and input.shape[0] > 1:
+                self.report(logger, "batches_mixed")
             return
         if event is Event.BEFORE_LOSS and not self.interpolate_loss:
             outputs, target = state.outputs, state.batch_get_item(self.target_key)

@@ -14,7 +14,9 @@ policy matches with what the policy returns, in its parent, under the same name:
   leave their parameter group and the replacement's join it, and a parameter the replacement
   keeps (the same tensor, or the same name and shape) keeps its optimizer state;
 - the replaced modules are returned, by qualified name, so a caller counts them with ``len``;
-  with none, it warns, naming the method.
+  with none, it warns, naming the method;
+- inside :func:`recording_replacements`, every replacement is also recorded, so a method's class
+  counts what its functional form replaced whatever that form returns.
 
 Modules inside a replacement are not visited again unless ``recurse_on_replacements=True``, and
 a model already wrapped for a parallel mode is refused: surgery runs before wrapping
@@ -35,14 +37,17 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 
 import torch
 from torch import nn
 
 from .core.algorithm import warn_from_callers_line
 
-__all__ = ["NoModulesReplacedWarning", "Policy", "count_module_instances", "replace_module_classes"]
+__all__ = ["NoModulesReplacedWarning", "Policy", "count_module_instances", "recording_replacements",
+           "replace_module_classes"]
 
 #: A replacement: ``(module, index among this class's matches) -> new module, or None to keep it``.
 Policy = Callable[[nn.Module, int], nn.Module | None]
@@ -50,6 +55,33 @@ Policy = Callable[[nn.Module, int], nn.Module | None]
 
 class NoModulesReplacedWarning(UserWarning):
     """A surgery method found nothing in the model to replace."""
+
+
+#: The lists of the open :func:`recording_replacements` blocks, innermost last.
+_RECORDINGS: ContextVar[tuple[list[str], ...]] = ContextVar("surgery_recordings", default=())
+
+
+@contextlib.contextmanager
+def recording_replacements() -> Iterator[list[str]]:
+    """A list of the qualified names of every module :func:`replace_module_classes` replaces inside
+    the block, however deep the call: how an Algorithm counts the modules its functional form replaced.
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import apply_blurpool
+        >>> from algorithms.models import resnet20
+        >>> with recording_replacements() as replaced:
+        ...     model = apply_blurpool(resnet20())
+        >>> len(replaced)
+        4
+    """
+    replaced: list[str] = []
+    token = _RECORDINGS.set((*_RECORDINGS.get(), replaced))
+    try:
+        yield replaced
+    finally:
+        _RECORDINGS.reset(token)
 
 
 def count_module_instances(model: nn.Module, module_class: type | tuple[type, ...]) -> int:
@@ -179,6 +211,8 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
                 visit(new, f"{qualified}.", depth + 1)
 
     visit(model, "", 0)
+    for recording in _RECORDINGS.get():
+        recording.extend(replaced)
     if not replaced:
         names = ", ".join(c.__name__ for c in policies)
         warn_from_callers_line(f"{method or 'replace_module_classes'}: no module of the model matched ({names}); "

@@ -281,3 +281,17 @@ def test_bad_input_is_refused_naming_the_argument():
         replace_module_classes(_net(), {"ReLU": lambda m, i: None})
     with pytest.raises(ValueError, match="^policies: the replacement for 1 \\(ReLU\\) returned int"):
         replace_module_classes(_net(), {nn.ReLU: lambda m, i: 3})
+
+
+def test_recording_replacements_collects_every_replacement_inside_the_block_nested_or_not():
+    model = _net()
+    replace_module_classes(model, {nn.ReLU: lambda m, i: nn.GELU()})  # outside any block: not recorded
+    with surgery.recording_replacements() as outer:
+        replace_module_classes(model, {nn.GELU: lambda m, i: nn.Tanh()})
+        with surgery.recording_replacements() as inner:
+            replace_module_classes(model, {nn.Linear: lambda m, i: nn.Linear(m.in_features, m.out_features)})
+    assert inner == ["0", "2.0", "3"]
+    assert outer == ["1", "2.1", "0", "2.0", "3"]
+    with surgery.recording_replacements() as after:
+        pass
+    assert after == []

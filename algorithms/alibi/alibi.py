@@ -17,7 +17,7 @@ from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
 from ..models.transformer import CausalSelfAttention, PositionEmbedding
-from ..surgery import replace_module_classes
+from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["Alibi", "AlibiAttention", "alibi_bias", "alibi_bias_figure", "alibi_slopes", "apply_alibi",
            "shorten_sequences"]
@@ -183,6 +183,9 @@ class Alibi(Algorithm):
         train_sequence_length_scaling: the fraction of each sequence's length to train on, in
             ``(0, 1]``; 1 leaves the batches as they are.
 
+    It counts ``modules_replaced`` (the position embeddings and attention layers it replaced) and
+    ``batches_shortened`` (the batches it cut into shorter rows); none means it did not act.
+
     Example::
 
         >>> import torch
@@ -196,6 +199,9 @@ class Alibi(Algorithm):
         >>> trainer.fit()  # trains on 16 rows of 8 tokens
     """
 
+    activity = {"modules_replaced": "position embeddings and attention layers replaced",
+                "batches_shortened": "batches cut into shorter sequences"}
+
     def __init__(self, max_sequence_length: int, train_sequence_length_scaling: float = 0.25):
         check_max_sequence_length(max_sequence_length)
         check_train_sequence_length_scaling(train_sequence_length_scaling)
@@ -207,6 +213,11 @@ class Alibi(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         if event is Event.INIT:
-            apply_alibi(state.model, self.max_sequence_length, optimizers=state.optimizers)
+            with recording_replacements() as replaced:
+                apply_alibi(state.model, self.max_sequence_length, optimizers=state.optimizers)
+            self.report(logger, "modules_replaced", len(replaced))
         else:
-            state.batch = shorten_sequences(state.batch, self.train_sequence_length_scaling)
+            batch = state.batch
+            state.batch = shorten_sequences(batch, self.train_sequence_length_scaling)
+            if state.batch is not batch:
+                self.report(logger, "batches_shortened")

@@ -14,7 +14,7 @@ from torch import nn
 from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
-from ..surgery import replace_module_classes
+from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "apply_blurpool", "blur_2d", "blur_filter",
            "blur_filter_plot"]
@@ -244,6 +244,8 @@ class BlurPool(Algorithm):
             after, as the paper does, at about stride² times the convolution's cost.
         min_channels: leave convolutions with fewer input channels alone.
 
+    It counts ``modules_replaced``, the convolutions and max pools it replaced; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -253,6 +255,8 @@ class BlurPool(Algorithm):
         >>> batches = [(torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,)))]
         >>> Trainer(resnet20(), batches, "1ep", algorithms=[BlurPool()], seed=0).fit()
     """
+
+    activity = {"modules_replaced": "modules replaced by blurred ones"}
 
     def __init__(self, replace_convs: bool = True, replace_maxpools: bool = True, blur_first: bool = True,
                  min_channels: int = 16):
@@ -266,5 +270,7 @@ class BlurPool(Algorithm):
         return event is Event.INIT
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        apply_blurpool(state.model, replace_convs=self.replace_convs, replace_maxpools=self.replace_maxpools,
-                       blur_first=self.blur_first, min_channels=self.min_channels, optimizers=state.optimizers)
+        with recording_replacements() as replaced:
+            apply_blurpool(state.model, replace_convs=self.replace_convs, replace_maxpools=self.replace_maxpools,
+                           blur_first=self.blur_first, min_channels=self.min_channels, optimizers=state.optimizers)
+        self.report(logger, "modules_replaced", len(replaced))

@@ -79,6 +79,9 @@ class ChannelsLast(Algorithm):
     and buffers to ``torch.channels_last``. The batches are left as they are, as in Composer.
     It has no hyperparameters.
 
+    It counts ``tensors_converted``, the 4-D parameters and buffers that were not channels-last
+    before; none (a model without them) means it did not act.
+
     Example::
 
         >>> import torch
@@ -89,8 +92,13 @@ class ChannelsLast(Algorithm):
         >>> Trainer(resnet20(), batches, "1ep", algorithms=[ChannelsLast()], seed=0).fit()
     """
 
+    activity = {"tensors_converted": "4-D weights and buffers converted to channels-last"}
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.INIT
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        tensors = [*state.model.parameters(), *state.model.buffers()]
+        before = [t.dim() == 4 and not t.is_contiguous(memory_format=torch.channels_last) for t in tensors]
         apply_channels_last(state.model)
+        self.report(logger, "tensors_converted", sum(before))

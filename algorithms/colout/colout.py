@@ -157,6 +157,8 @@ class ColOut(Algorithm):
         input_key: where the images are in the batch.
         target_key: where the targets are in the batch.
 
+    It counts ``batches_cut``, the batches that lost rows or columns; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -167,6 +169,8 @@ class ColOut(Algorithm):
         >>> batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,)))]
         >>> Trainer(model, batches, "1ep", algorithms=[ColOut(p_row=0.15, p_col=0.15)], seed=0).fit()
     """
+
+    activity = {"batches_cut": "batches with rows or columns dropped"}
 
     def __init__(self, p_row: float = 0.15, p_col: float = 0.15, batch: bool = True,
                  resize_target: bool | str = "auto", input_key: int | str = 0, target_key: int | str = 1):
@@ -188,13 +192,16 @@ class ColOut(Algorithm):
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         images = state.batch_get_item(self.input_key)
         generator = self.generator(state)
+        size = images.shape[-2:]
         if self.resize_target is False:
-            state.batch_set_item(self.input_key, colout_batch(images, self.p_row, self.p_col, False,
-                                                              generator=generator))
-            return
-        target = state.batch_get_item(self.target_key)
-        images, new_target = colout_batch((images, target), self.p_row, self.p_col, self.resize_target,
-                                          generator=generator)
-        state.batch_set_item(self.input_key, images)
-        if new_target is not target:
-            state.batch_set_item(self.target_key, new_target)
+            images = colout_batch(images, self.p_row, self.p_col, False, generator=generator)
+            state.batch_set_item(self.input_key, images)
+        else:
+            target = state.batch_get_item(self.target_key)
+            images, new_target = colout_batch((images, target), self.p_row, self.p_col, self.resize_target,
+                                              generator=generator)
+            state.batch_set_item(self.input_key, images)
+            if new_target is not target:
+                state.batch_set_item(self.target_key, new_target)
+        if images.shape[-2:] != size:
+            self.report(logger, "batches_cut")

@@ -1,6 +1,7 @@
 """The training loop the methods plug into.
 
-``from algorithms.core import Algorithm, Event, State, Engine, Trainer``
+``from algorithms.core import Algorithm, Event, State, Engine, Trainer``; ``MethodLog`` keeps what
+each method did in a run.
 
 Names are imported on first use (PEP 562), so ``algorithms.core.options`` (the torch-free names
 of precisions and parallel modes) can be imported without torch.
@@ -12,9 +13,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Algorithm": "algorithm", "Engine": "engine", "Trace": "engine", "Event": "event",
-    "PARALLELS": "options", "PRECISIONS": "options", "State": "state", "batch_get_item": "state",
-    "batch_set_item": "state", "Duration": "time", "Timestamp": "time", "TimeUnit": "time", "Trainer": "trainer",
+    "Algorithm": "algorithm", "AlgorithmLog": "method_log", "Engine": "engine", "Trace": "engine", "Event": "event",
+    "MethodLog": "method_log", "PARALLELS": "options", "PRECISIONS": "options", "State": "state",
+    "batch_get_item": "state", "batch_set_item": "state", "Duration": "time", "Timestamp": "time",
+    "TimeUnit": "time", "Trainer": "trainer",
 }
 
 __all__ = sorted(_EXPORTS)

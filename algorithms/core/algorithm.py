@@ -8,12 +8,14 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:
     from .event import Event
+    from .method_log import AlgorithmLog
     from .state import State
 
 __all__ = ["Algorithm", "warn_from_callers_line"]
@@ -44,20 +46,42 @@ class Algorithm(ABC):
     parameters without a gradient (Stochastic Depth's dropped blocks), so that under DDP the
     Trainer wraps the model with ``find_unused_parameters=True``.
 
+    ``activity``: the counters of what the method does, each with a phrase a reader understands,
+    e.g. ``{"batches_mixed": "batches mixed"}``. Every method of the library declares them so that
+    all of them at 0 after a run means the method did not act (or overrides :meth:`acted`).
+
     The :class:`~algorithms.core.Engine` calls :meth:`apply` at every event for which
-    :meth:`match` is true. Subclasses sample their random parameters in ``apply`` and call their
-    functional form; the math lives only there.
+    :meth:`match` is true, with this algorithm's own :class:`~algorithms.core.AlgorithmLog` as
+    ``logger``; ``apply`` counts what it did with :meth:`report`. Subclasses sample their random
+    parameters in ``apply`` and call their functional form; the math lives only there.
     """
 
     unused_parameters: bool = False
+    activity: Mapping[str, str] = MappingProxyType({})
 
     @abstractmethod
     def match(self, event: Event, state: State) -> bool:
         """Whether to run at ``event``."""
 
     @abstractmethod
-    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        """Run: read and change ``state``."""
+    def apply(self, event: Event, state: State, logger: AlgorithmLog | None = None) -> None:
+        """Run: read and change ``state``, and count what was done with :meth:`report`. ``logger``
+        is this algorithm's log in the run (``None`` where ``apply`` is called by hand)."""
+
+    def report(self, logger: AlgorithmLog | None, activity: str, n: int = 1) -> None:
+        """Add ``n`` to the declared counter ``activity`` of ``logger`` (nothing with ``None``)."""
+        if logger is not None:
+            logger.count(activity, n)
+
+    def acted(self, activity: Mapping[str, int]) -> bool:
+        """Whether the counters of a run, ``{counter: count}``, show that this method did something:
+        by default any counter above 0. A class whose counters cannot say it alone overrides it."""
+        return any(n > 0 for n in activity.values())
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """What the log records once per run and :func:`repr` shows: the public instance attributes
+        (``vars(self)`` without names starting with ``_``)."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
     def generator(self, state: State) -> torch.Generator:
         """This algorithm's CPU random generator, created on first use.
@@ -108,5 +132,5 @@ class Algorithm(ABC):
         return type(self).__name__
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        params = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
         return f"{self.name}({params})"

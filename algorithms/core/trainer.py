@@ -39,6 +39,7 @@ from .distributed import (
 )
 from .engine import Engine
 from .event import Event
+from .method_log import MethodLog, check_method_log
 from .precision import autocast, check_precision, grad_scaler, model_dtype
 from .state import State, batch_get_item
 from .time import Duration, TimeUnit
@@ -77,6 +78,10 @@ class Trainer:
         schedulers: learning-rate schedulers, stepped after every optimizer step.
         grad_clip_norm: clip the gradient norm to this value (after unscaling under AMP). The
             algorithms at ``BEFORE_OPTIMIZER_STEP`` see these unscaled (and clipped) gradients.
+        logger: a :class:`~algorithms.core.MethodLog` to record what each algorithm did (its
+            hyperparameters, once, and its activity counters), or ``None`` for a new one; it is
+            ``trainer.method_log``, read after :meth:`fit` (``records``, ``acted(label)``,
+            ``summary()``). Anything else is a TypeError.
         input_key: where the model's input is in each batch: an index of a tuple or list
             batch, or a key of a dict batch such as ``"input_ids"``; the model is called on
             ``batch[input_key]`` and its batch size counts the samples.
@@ -108,13 +113,14 @@ class Trainer:
         seed: int | None = None,
         schedulers: Sequence[Any] = (),
         grad_clip_norm: float | None = None,
-        logger: Any = None,
+        logger: MethodLog | None = None,
         parallel: str = "single",
         zero_stage: int = 2,
         input_key: int | str = 0,
         target_key: int | str = 1,
         load_path: str | Path | None = None,
     ):
+        method_log = check_method_log(logger, "Trainer(logger=...)")
         check_precision(precision)
         check_parallel(parallel)
         if zero_stage not in (1, 2):
@@ -159,7 +165,8 @@ class Trainer:
         )
         # DeepSpeed scales the loss itself (its fp16 mode); everywhere else amp_fp16 needs ours.
         self.scaler = grad_scaler(precision if parallel != "deepspeed" else "fp32", device)
-        self.engine = Engine(self.state, algorithms, logger)
+        self.engine = Engine(self.state, algorithms, method_log)
+        self.method_log = method_log
         self.engine.run_event(Event.INIT)
         self._deepspeed = None
         self._wrap(optimizer, precision, zero_stage)

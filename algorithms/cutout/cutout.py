@@ -180,6 +180,9 @@ class CutOut(Algorithm):
         uniform_sampling: sample hole centres so every pixel is equally likely to be cut.
         input_key: where the images are in the batch.
 
+    It counts ``batches_cut``, the batches of images given holes of at least one pixel; none means
+    it did not act (``num_holes=0``, or a ``length`` under one pixel of these images).
+
     Example::
 
         >>> import torch
@@ -189,6 +192,8 @@ class CutOut(Algorithm):
         >>> batches = [(torch.randn(8, 3, 4, 4), torch.randint(0, 10, (8,)))]
         >>> Trainer(model, batches, "1ep", algorithms=[CutOut(length=0.5)], seed=0).fit()
     """
+
+    activity = {"batches_cut": "batches with holes cut"}
 
     def __init__(self, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False,
                  input_key: int | str = 0):
@@ -205,3 +210,5 @@ class CutOut(Algorithm):
         images = state.batch_get_item(self.input_key)
         state.batch_set_item(self.input_key, cutout_batch(images, self.num_holes, self.length,
                                                           self.uniform_sampling, generator=self.generator(state)))
+        if self.num_holes and images.numel() and int(self.length * min(images.shape[-2:])) > 0:
+            self.report(logger, "batches_cut")

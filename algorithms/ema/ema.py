@@ -115,6 +115,11 @@ class EMA(Algorithm):
             one of ``half_life``'s unit, or ``'1ba'`` with ``smoothing``. With ``half_life`` it must
             be in the same unit.
 
+    It counts ``averaging_updates`` (the updates of the average, :func:`compute_ema`) and
+    ``evaluations_averaged`` (each evaluation run with the averaged weights swapped in, once per
+    ``Trainer.eval()``); both at 0 means it did not act: averaging never started, and no
+    evaluation saw an average.
+
     Example::
 
         >>> import torch
@@ -130,6 +135,9 @@ class EMA(Algorithm):
         >>> sorted(trainer.eval(batches))  # with the averaged weights
         ['accuracy', 'loss']
     """
+
+    activity = {"averaging_updates": "updates of the averaged weights",
+                "evaluations_averaged": "evaluations run with the averaged weights"}
 
     def __init__(self, half_life: str | None = "1000ba", smoothing: float | None = None, ema_start: str = "0.0dur",
                  update_interval: str | None = None):
@@ -185,6 +193,7 @@ class EMA(Algorithm):
             if self._swapped_into is None:
                 _swap(model, self._average(model))
                 self._swapped_into = model
+                self.report(logger, "evaluations_averaged")
         elif event is Event.EVAL_END:
             if self._swapped_into is not None:
                 _swap(self._swapped_into, self._average(model))
@@ -194,6 +203,7 @@ class EMA(Algorithm):
                 self._ema_model = frozen_copy(model)
         elif state.timestamp.get(self._interval.unit) % int(self._interval.value) == 0:
             compute_ema(model, self._average(model), self.smoothing)
+            self.report(logger, "averaging_updates")
 
     def _average(self, model: torch.nn.Module) -> torch.nn.Module:
         """The copy holding the average, made from ``model`` where a checkpoint's weights wait for it."""
@@ -287,6 +297,8 @@ def ema_trajectory(steps: int = 150, half_life: str = "10ba", lr: float = 0.3, n
 class _Record(Algorithm):
     """Records ``read(state)`` after every batch (for the figure)."""
 
+    activity = {"values_recorded": "values recorded for the figure"}
+
     def __init__(self, read: Any):
         self._read = read
         self.values: list[float] = []
@@ -296,3 +308,4 @@ class _Record(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         self.values.append(self._read(state))
+        self.report(logger, "values_recorded")

@@ -17,7 +17,7 @@ from torch import nn
 from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
-from ..surgery import replace_module_classes
+from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["FactorizedConv2d", "FactorizedLinear", "Factorize", "apply_factorization", "factorizing_could_speedup",
            "latent_size", "low_rank_factors"]
@@ -290,6 +290,8 @@ class Factorize(Algorithm):
         latent_features: a factorized linear layer's latent features: a fraction in ``(0, 1)``
             of the smaller of its input and output features, or a count.
 
+    It counts ``modules_replaced``, the convolutions and linear layers it factorized; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -299,6 +301,8 @@ class Factorize(Algorithm):
         >>> batches = [(torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,)))]
         >>> Trainer(resnet20(), batches, "1ep", algorithms=[Factorize(min_channels=32)], seed=0).fit()
     """
+
+    activity = {"modules_replaced": "modules replaced by factorized ones"}
 
     def __init__(self, factorize_convs: bool = True, factorize_linears: bool = True, min_channels: int = 512,
                  latent_channels: int | float = 0.25, min_features: int = 512, latent_features: int | float = 0.25):
@@ -315,7 +319,9 @@ class Factorize(Algorithm):
         return event is Event.INIT
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        apply_factorization(state.model, factorize_convs=self.factorize_convs, factorize_linears=self.factorize_linears,
-                            min_channels=self.min_channels, latent_channels=self.latent_channels,
-                            min_features=self.min_features, latent_features=self.latent_features,
-                            optimizers=state.optimizers)
+        with recording_replacements() as replaced:
+            apply_factorization(state.model, factorize_convs=self.factorize_convs,
+                                factorize_linears=self.factorize_linears, min_channels=self.min_channels,
+                                latent_channels=self.latent_channels, min_features=self.min_features,
+                                latent_features=self.latent_features, optimizers=state.optimizers)
+        self.report(logger, "modules_replaced", len(replaced))

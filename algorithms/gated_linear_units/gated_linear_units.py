@@ -18,7 +18,7 @@ from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
 from ..models.transformer import FeedForward
-from ..surgery import replace_module_classes
+from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["GLUFeedForward", "GatedLinearUnits", "apply_gated_linear_units", "glu_hidden_width"]
 
@@ -166,6 +166,8 @@ class GatedLinearUnits(Algorithm):
         gated_layer_bias: whether ``gate`` has a bias.
         non_gated_layer_bias: whether ``up`` has a bias.
 
+    It counts ``modules_replaced``, the feed-forward blocks it replaced; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -181,6 +183,8 @@ class GatedLinearUnits(Algorithm):
         >>> trainer.fit()
     """
 
+    activity = {"modules_replaced": "feed-forward blocks replaced by gated ones"}
+
     def __init__(self, act_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, gated_layer_bias: bool = False,
                  non_gated_layer_bias: bool = False):
         check_gated_linear_units(act_fn, gated_layer_bias, non_gated_layer_bias)
@@ -192,6 +196,8 @@ class GatedLinearUnits(Algorithm):
         return event is Event.INIT
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        apply_gated_linear_units(state.model, state.optimizers, act_fn=self.act_fn,
-                                 gated_layer_bias=self.gated_layer_bias,
-                                 non_gated_layer_bias=self.non_gated_layer_bias)
+        with recording_replacements() as replaced:
+            apply_gated_linear_units(state.model, state.optimizers, act_fn=self.act_fn,
+                                     gated_layer_bias=self.gated_layer_bias,
+                                     non_gated_layer_bias=self.non_gated_layer_bias)
+        self.report(logger, "modules_replaced", len(replaced))

@@ -17,7 +17,7 @@ from torch import nn
 from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
-from ..surgery import replace_module_classes
+from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["GhostBatchNorm", "GhostBatchNorm1d", "GhostBatchNorm2d", "GhostBatchNorm3d", "apply_ghost_batchnorm",
            "ghost_chunk_statistics"]
@@ -138,6 +138,8 @@ class GhostBatchNorm(Algorithm):
     Args:
         ghost_batch_size: the most examples a ghost batch holds, ``>= 1``.
 
+    It counts ``modules_replaced``, the batch norms it replaced; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -149,6 +151,8 @@ class GhostBatchNorm(Algorithm):
         >>> Trainer(model, batches, "1ep", algorithms=[GhostBatchNorm(ghost_batch_size=4)], seed=0).fit()
     """
 
+    activity = {"modules_replaced": "batch norms replaced by ghost batch norms"}
+
     def __init__(self, ghost_batch_size: int = 32):
         check_ghost_batch_size(ghost_batch_size)
         self.ghost_batch_size = ghost_batch_size
@@ -157,7 +161,9 @@ class GhostBatchNorm(Algorithm):
         return event is Event.INIT
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        apply_ghost_batchnorm(state.model, self.ghost_batch_size, optimizers=state.optimizers)
+        with recording_replacements() as replaced:
+            apply_ghost_batchnorm(state.model, self.ghost_batch_size, optimizers=state.optimizers)
+        self.report(logger, "modules_replaced", len(replaced))
 
 
 def ghost_chunk_statistics(ghost_batch_size: int = 16, batch_size: int = 64, channel: int = 0,

@@ -137,6 +137,10 @@ class GradientClipping(Algorithm):
         clipping_threshold: the total norm, the largest value, or the largest ratio of a unit's
             gradient norm to its weight norm, ``> 0``.
 
+    It counts ``steps_clipped``, the optimizer steps whose gradients went through the clipping;
+    none means it did not act. Whether a gradient was over the threshold is not counted: that
+    would make the host wait for the device at every step.
+
     Example::
 
         >>> import torch
@@ -146,6 +150,8 @@ class GradientClipping(Algorithm):
         >>> Trainer(torch.nn.Linear(5, 3), batches, "1ep",
         ...         algorithms=[GradientClipping("norm", 1.0)]).fit()
     """
+
+    activity = {"steps_clipped": "optimizer steps whose gradients went through the clipping"}
 
     def __init__(self, clipping_type: str, clipping_threshold: float):
         check_gradient_clipping(clipping_type, clipping_threshold)
@@ -158,6 +164,8 @@ class GradientClipping(Algorithm):
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         apply_gradient_clipping(state.model, self.clipping_type, self.clipping_threshold,
                                 fsdp_enabled=is_fsdp(state.model))
+        if any(p.grad is not None for p in state.model.parameters()):
+            self.report(logger, "steps_clipped")
 
 
 # -- the figure ---------------------------------------------------------------------------------

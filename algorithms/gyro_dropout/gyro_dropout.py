@@ -16,7 +16,7 @@ from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
 from ..core.time import TimeUnit
-from ..surgery import replace_module_classes
+from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["GyroDropout", "GyroDropoutLayer", "apply_gyro_dropout", "batch_masks"]
 
@@ -154,6 +154,9 @@ class GyroDropout(Algorithm):
         sigma: how many masks each dropout layer pre-selects.
         tau: how many of them each batch trains at once, ``<= sigma``.
 
+    It counts ``modules_replaced``, the dropout layers it replaced; none, or ``p=0`` (every mask
+    keeps every unit), means it did not act.
+
     Example::
 
         >>> import torch
@@ -164,6 +167,8 @@ class GyroDropout(Algorithm):
         >>> batches = [(torch.randn(8, 8), torch.randint(0, 4, (8,))) for _ in range(4)]
         >>> Trainer(model, batches, "1ep", algorithms=[GyroDropout(p=0.5, sigma=8, tau=4)], seed=0).fit()
     """
+
+    activity = {"modules_replaced": "dropout layers replaced by gyro dropout"}
 
     def __init__(self, p: float = 0.5, sigma: int = 256, tau: int = 16):
         check_gyro_dropout(p, sigma, tau)
@@ -181,4 +186,10 @@ class GyroDropout(Algorithm):
         else:
             raise ValueError(f"max_duration={state.max_duration}: GyroDropout needs the run's number of steps, so "
                              "give it in epochs of a data loader with a length, or in batches")
-        apply_gyro_dropout(state.model, max(iters_per_epoch, 1), max(max_epoch, 1), self.p, self.sigma, self.tau)
+        with recording_replacements() as replaced:
+            apply_gyro_dropout(state.model, max(iters_per_epoch, 1), max(max_epoch, 1), self.p, self.sigma, self.tau)
+        self.report(logger, "modules_replaced", len(replaced))
+
+    def acted(self, activity: Mapping[str, int]) -> bool:
+        """With ``p=0`` a gyro dropout layer multiplies by 1."""
+        return self.p > 0 and super().acted(activity)

@@ -65,6 +65,9 @@ class LabelSmoothing(Algorithm):
         smoothing: weight of the uniform distribution, in ``[0, 1]``.
         target_key: where the targets are in the batch.
 
+    It counts ``batches_smoothed``, the batches whose targets it smoothed (none with
+    ``smoothing=0``, which leaves them as they are); none means it did not act.
+
     Example::
 
         >>> from algorithms import LabelSmoothing
@@ -73,6 +76,8 @@ class LabelSmoothing(Algorithm):
         >>> batches = [(torch.randn(8, 5), torch.randint(0, 3, (8,)))]
         >>> Trainer(torch.nn.Linear(5, 3), batches, "1ep", algorithms=[LabelSmoothing(0.1)]).fit()
     """
+
+    activity = {"batches_smoothed": "batches whose targets were smoothed"}
 
     def __init__(self, smoothing: float = 0.1, target_key: int | str = 1):
         self.smoothing = check_smoothing(smoothing)
@@ -87,6 +92,8 @@ class LabelSmoothing(Algorithm):
             self._original = state.batch_get_item(self.target_key)
             state.batch_set_item(self.target_key,
                                  smooth_labels(state.outputs, self._original, self.smoothing))
+            if self.smoothing > 0:
+                self.report(logger, "batches_smoothed")
         elif self._original is not None:
             state.batch_set_item(self.target_key, self._original)
             self._original = None

@@ -123,6 +123,10 @@ class LayerFreezing(Algorithm):
         freeze_start: the fraction of training before freezing begins, in ``[0, 1)``.
         freeze_level: the fraction of the layers frozen at the end of training, in ``[0, 1]``.
 
+    It counts ``layers_frozen``: the layers it froze while training remained. Layers frozen at the
+    end of the last epoch change nothing that was trained and are not counted, so in a one-epoch
+    run it does not act; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -138,6 +142,8 @@ class LayerFreezing(Algorithm):
     #: Frozen layers get no gradient, so under DDP the Trainer must look for unused parameters.
     unused_parameters = True
 
+    activity = {"layers_frozen": "layers frozen while training remained"}
+
     def __init__(self, freeze_start: float = 0.5, freeze_level: float = 1.0):
         check_layer_freezing(freeze_start, freeze_level)
         self.freeze_start = freeze_start
@@ -147,7 +153,11 @@ class LayerFreezing(Algorithm):
         return event is Event.EPOCH_END
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        freeze_layers(state.model, state.optimizers, state.progress(), self.freeze_start, self.freeze_level)
+        progress = state.progress()
+        trainable = [any(p.requires_grad for p in layer.parameters()) for layer in _layers(state.model)]
+        depth, _ = freeze_layers(state.model, state.optimizers, progress, self.freeze_start, self.freeze_level)
+        if progress < 1:
+            self.report(logger, "layers_frozen", sum(trainable[:depth]))
 
 
 # -- the figure ---------------------------------------------------------------------------------

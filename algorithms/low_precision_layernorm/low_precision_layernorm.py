@@ -9,7 +9,7 @@ Composer's ``LowPrecisionLayerNorm`` is the model for this method.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -20,7 +20,7 @@ from ..core.algorithm import Algorithm, warn_from_callers_line
 from ..core.event import Event
 from ..core.options import PRECISIONS
 from ..core.state import State
-from ..surgery import NoModulesReplacedWarning, replace_module_classes
+from ..surgery import NoModulesReplacedWarning, recording_replacements, replace_module_classes
 
 __all__ = ["LPLayerNorm", "LowPrecisionLayerNorm", "apply_low_precision_layernorm", "layernorm_error"]
 
@@ -135,6 +135,10 @@ class LowPrecisionLayerNorm(Algorithm):
     :func:`apply_low_precision_layernorm` replaces the model's layer norms when the Trainer's
     precision is ``amp_fp16`` or ``amp_bf16`` (and warns, changing nothing, otherwise).
 
+    It counts ``modules_replaced`` (the layer norms it replaced) and ``batches_in_low_precision``
+    (the training batches whose forward ran under the 16-bit autocast with them). It acted only
+    where both are above 0: outside autocast the replacements compute what the originals do.
+
     Example::
 
         >>> import torch
@@ -148,8 +152,22 @@ class LowPrecisionLayerNorm(Algorithm):
         ...         device="cpu", seed=0).fit()
     """
 
+    activity = {"modules_replaced": "layer norms replaced by low precision ones",
+                "batches_in_low_precision": "training batches run under a 16-bit autocast with them"}
+
+    _replaced = 0  # the layer norms replaced at INIT
+
     def match(self, event: Event, state: State) -> bool:
-        return event is Event.INIT
+        return event is Event.INIT or (event is Event.AFTER_FORWARD and self._replaced > 0)
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        apply_low_precision_layernorm(state.model, precision=state.precision, optimizers=state.optimizers)
+        if event is Event.INIT:
+            with recording_replacements() as replaced:
+                apply_low_precision_layernorm(state.model, precision=state.precision, optimizers=state.optimizers)
+            self._replaced = len(replaced)
+            self.report(logger, "modules_replaced", self._replaced)
+        elif state.precision in AUTOCAST_PRECISIONS:  # the Trainer ran this forward under autocast
+            self.report(logger, "batches_in_low_precision")
+
+    def acted(self, activity: Mapping[str, int]) -> bool:
+        return activity.get("modules_replaced", 0) > 0 and activity.get("batches_in_low_precision", 0) > 0

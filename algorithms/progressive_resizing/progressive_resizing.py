@@ -210,6 +210,8 @@ class ProgressiveResizing(Algorithm):
         input_key: where the images are in the batch.
         target_key: where the target is in the batch (read only when ``resize_targets``).
 
+    It counts ``batches_resized``, the batches it gave fewer pixels; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -220,6 +222,8 @@ class ProgressiveResizing(Algorithm):
         >>> batches = [(torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))) for _ in range(4)]
         >>> Trainer(model, batches, "1ep", algorithms=[ProgressiveResizing()], seed=0).fit()
     """
+
+    activity = {"batches_resized": "batches shrunk"}
 
     def __init__(self, mode: str = "resize", initial_scale: float = 0.5, finetune_fraction: float = 0.2,
                  delay_fraction: float = 0.5, size_increment: int = 4, resize_targets: bool = False,
@@ -243,8 +247,10 @@ class ProgressiveResizing(Algorithm):
         width = images.shape[-1]
         scale = scheduled_scale(state.progress(), self.initial_scale, self.delay_fraction, self.finetune_fraction)
         factor = _factor_for_width(width, pinned_width(width, scale, self.size_increment))
-        images, target = resize_batch(images, target, factor, self.mode, self.resize_targets,
-                                      generator=self.generator(state))
-        state.batch_set_item(self.input_key, images)
+        resized, target = resize_batch(images, target, factor, self.mode, self.resize_targets,
+                                       generator=self.generator(state))
+        state.batch_set_item(self.input_key, resized)
         if self.resize_targets:
             state.batch_set_item(self.target_key, target)
+        if resized.shape != images.shape:
+            self.report(logger, "batches_resized")

@@ -6,7 +6,7 @@ search space", 2020.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -101,6 +101,10 @@ class RandAugment(ImageAugmentation):
         self.depth = depth
         resolve_augmentation_set(augmentation_set)
         self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else tuple(augmentation_set)
+
+    def acted(self, activity: Mapping[str, int]) -> bool:
+        """With ``depth=0`` no operation is applied: the batches it replaced are the same images."""
+        return self.depth > 0 and super().acted(activity)
 
     def augment(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return randaugment_image(images, self.severity, self.depth, self.augmentation_set, generator=generator)

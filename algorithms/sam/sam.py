@@ -87,6 +87,9 @@ class SAMOptimizer(torch.optim.Optimizer):
         interval: the gradient is taken at ``w + e(w)`` every ``interval``-th step; the others are
             plain steps of the base optimizer.
         global_step: steps already taken (a resumed run's), so the interval goes on in phase.
+
+    ``perturbed_steps`` counts the calls of :meth:`first_step` that took the gradient at
+    ``w + e(w)``.
     """
 
     def __init__(self, base_optimizer: torch.optim.Optimizer, rho: float = 0.05, epsilon: float = 1e-12,
@@ -96,6 +99,7 @@ class SAMOptimizer(torch.optim.Optimizer):
         self.base_optimizer = base_optimizer
         self.rho, self.epsilon, self.interval = rho, epsilon, interval
         self.global_step = global_step
+        self.perturbed_steps = 0
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
@@ -131,6 +135,7 @@ class SAMOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for p, w in zip(params, saved, strict=True):
                 p.copy_(w)  # back to w exactly (w + e - e can differ in the last bit)
+        self.perturbed_steps += 1
         return loss
 
     @torch.no_grad()
@@ -174,6 +179,10 @@ class SAM(Algorithm):
         epsilon: added to the gradient norm, ``>= 0``.
         interval: take the gradient at ``w + e(w)`` every ``interval``-th step only, ``>= 1``.
 
+    It counts ``sam_steps``, the optimizer steps taken with the gradient at ``w + e(w)`` during a
+    ``fit()`` (reported at its end); none, or ``rho=0`` (where ``w + e(w)`` is ``w``), means it did
+    not act. Under DeepSpeed, whose engine steps its own optimizer, there are none.
+
     Example::
 
         >>> import torch
@@ -187,20 +196,35 @@ class SAM(Algorithm):
         'SAMOptimizer'
     """
 
+    activity = {"sam_steps": "optimizer steps with the gradient at the perturbed weights"}
+
     def __init__(self, rho: float = 0.05, epsilon: float = 1e-12, interval: int = 1):
         check_sam(rho, epsilon, interval)
         self.rho = rho
         self.epsilon = epsilon
         self.interval = interval
+        self._steps_at_fit_start = 0
 
     def match(self, event: Event, state: State) -> bool:
-        return event is Event.FIT_START
+        return event in (Event.FIT_START, Event.FIT_END)
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        state.optimizers = tuple(
-            opt if isinstance(opt, SAMOptimizer) else  # a second fit() of the same Trainer
-            SAMOptimizer(opt, self.rho, self.epsilon, self.interval, global_step=state.timestamp.batch)
-            for opt in state.optimizers)
+        if event is Event.FIT_START:
+            state.optimizers = tuple(
+                opt if isinstance(opt, SAMOptimizer) else  # a second fit() of the same Trainer
+                SAMOptimizer(opt, self.rho, self.epsilon, self.interval, global_step=state.timestamp.batch)
+                for opt in state.optimizers)
+            self._steps_at_fit_start = _perturbed_steps(state)
+        else:
+            self.report(logger, "sam_steps", _perturbed_steps(state) - self._steps_at_fit_start)
+
+    def acted(self, activity: Mapping[str, int]) -> bool:
+        """A step at ``w + e(w)`` with ``rho=0`` is a plain step."""
+        return self.rho > 0 and super().acted(activity)
+
+
+def _perturbed_steps(state: State) -> int:
+    return sum(opt.perturbed_steps for opt in state.optimizers if isinstance(opt, SAMOptimizer))
 
 
 # -- the figure ---------------------------------------------------------------------------------

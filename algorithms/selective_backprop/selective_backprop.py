@@ -156,6 +156,9 @@ class SelectiveBackprop(Algorithm):
         input_key: where the input is in the batch.
         target_key: where the target is in the batch.
 
+    It counts ``batches_selected`` (the batches it cut to the rows it kept) and
+    ``examples_dropped`` (the rows those batches lost); none means it did not act.
+
     Example::
 
         >>> import torch
@@ -165,6 +168,9 @@ class SelectiveBackprop(Algorithm):
         >>> batches = [(torch.randn(8, 3, 4, 4), torch.randint(0, 10, (8,))) for _ in range(4)]
         >>> Trainer(model, batches, "1ep", algorithms=[SelectiveBackprop(keep=0.5)], seed=0).fit()
     """
+
+    activity = {"batches_selected": "batches cut to their selected examples",
+                "examples_dropped": "examples dropped from those batches"}
 
     def __init__(self, start: float = 0.5, end: float = 0.9, keep: float = 0.5, scale_factor: float = 1.0,
                  interrupt: int = 2, input_key: int | str = 0, target_key: int | str = 1):
@@ -196,12 +202,16 @@ class SelectiveBackprop(Algorithm):
             return trainer_loss(outputs.float(), target, reduction=reduction)  # as the Trainer calls it
 
         # scored unwrapped: scoring needs neither DataParallel's scatter nor DDP's gradient hooks
+        full = state.batch_get_item(self.input_key)
         with autocast(state.precision, state.device):
-            input, target = select_using_loss(state.batch_get_item(self.input_key),
-                                              state.batch_get_item(self.target_key), unwrap_model(state.model),
+            input, target = select_using_loss(full, state.batch_get_item(self.target_key), unwrap_model(state.model),
                                               loss, self.keep, self.scale_factor, generator=self.generator(state))
         state.batch_set_item(self.input_key, input)
         state.batch_set_item(self.target_key, target)
+        dropped = full.shape[0] - input.shape[0]
+        if dropped:
+            self.report(logger, "batches_selected")
+            self.report(logger, "examples_dropped", dropped)
 
 
 def kept_count(n: int, keep: float) -> int:

@@ -66,7 +66,7 @@ def set_batch_sequence_length(batch: Mapping[str, torch.Tensor], curr_seq_len: i
     if not isinstance(batch, Mapping) or not all(isinstance(v, torch.Tensor) for v in batch.values()):
         raise ValueError(f"batch: Sequence Length Warmup needs a mapping of tensors such as "
                          f"{{'input_ids': (N, T), 'labels': (N, T)}}, got {type(batch).__name__}")
-    length = next((v.shape[1] for v in batch.values() if v.ndim > 1), 0)
+    length = _sequence_length(batch)
     if curr_seq_len >= length:
         return dict(batch)
     if truncate:
@@ -127,6 +127,9 @@ class SeqLengthWarmup(Algorithm):
         truncate: cut the sequences, or reshape them into more, shorter rows.
         preserve_end_of_sequence: keep each row's last token when truncating.
 
+    It counts ``batches_shortened``, the batches it gave a shorter sequence length; none means it
+    did not act.
+
     Example::
 
         >>> import torch
@@ -139,6 +142,8 @@ class SeqLengthWarmup(Algorithm):
         >>> Trainer(transformer_tiny(50), batches, "4ba", loss_fn=lm_loss, input_key="input_ids",
         ...         target_key="labels", algorithms=[warmup], seed=0).fit()
     """
+
+    activity = {"batches_shortened": "batches cut to a shorter sequence length"}
 
     def __init__(self, duration: float = 0.3, min_seq_length: int = 8, max_seq_length: int = 1024,
                  step_size: int = 8, truncate: bool = True, preserve_end_of_sequence: bool = False):
@@ -174,8 +179,16 @@ class SeqLengthWarmup(Algorithm):
         return event is Event.AFTER_DATALOADER
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        state.batch = set_batch_sequence_length(state.batch, self.sequence_length(_progress(state)),
+        batch = state.batch
+        state.batch = set_batch_sequence_length(batch, self.sequence_length(_progress(state)),
                                                 self.truncate, self.preserve_end_of_sequence)
+        if _sequence_length(state.batch) < _sequence_length(batch):
+            self.report(logger, "batches_shortened")
+
+
+def _sequence_length(batch: Mapping[str, torch.Tensor]) -> int:
+    """Dimension 1 of the batch's first tensor with two or more dimensions (0 without one)."""
+    return next((v.shape[1] for v in batch.values() if v.ndim > 1), 0)
 
 
 def _progress(state: State) -> Fraction:

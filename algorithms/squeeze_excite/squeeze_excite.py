@@ -15,7 +15,7 @@ from torch import nn
 from ..core.algorithm import Algorithm
 from ..core.event import Event
 from ..core.state import State
-from ..surgery import replace_module_classes
+from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["SqueezeExcite", "SqueezeExcite2d", "SqueezeExciteConv2d", "apply_squeeze_excite"]
 
@@ -125,6 +125,8 @@ class SqueezeExcite(Algorithm):
         min_channels: only convolutions with at least this many input and output channels get a
             block, ``>= 0``.
 
+    It counts ``modules_replaced``, the convolutions it gave a squeeze-excite block; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -137,6 +139,8 @@ class SqueezeExcite(Algorithm):
         ...         seed=0).fit()
     """
 
+    activity = {"modules_replaced": "convolutions given a squeeze-excite block"}
+
     def __init__(self, latent_channels: float = 64, min_channels: int = 128):
         check_squeeze_excite(latent_channels, min_channels)
         self.latent_channels = latent_channels
@@ -146,4 +150,6 @@ class SqueezeExcite(Algorithm):
         return event is Event.INIT
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        apply_squeeze_excite(state.model, self.latent_channels, self.min_channels, optimizers=state.optimizers)
+        with recording_replacements() as replaced:
+            apply_squeeze_excite(state.model, self.latent_channels, self.min_channels, optimizers=state.optimizers)
+        self.report(logger, "modules_replaced", len(replaced))

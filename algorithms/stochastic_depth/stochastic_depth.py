@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from ..core.event import Event
 from ..core.state import State
 from ..core.time import Duration, TimeUnit
 from ..models.resnet import BasicBlock, Bottleneck
-from ..surgery import count_module_instances, replace_module_classes
+from ..surgery import count_module_instances, recording_replacements, replace_module_classes
 
 __all__ = ["StochasticBasicBlock", "StochasticBottleneck", "StochasticDepth", "apply_stochastic_depth",
            "block_drop_rates", "drop_rate_per_block"]
@@ -222,6 +223,9 @@ class StochasticDepth(Algorithm):
         drop_warmup: how long the drop rates take to rise from 0 to their full values: a
             fraction of training in ``[0, 1]`` or a duration such as ``"2ep"``; 0 for no warm-up.
 
+    It counts ``modules_replaced``, the blocks it made stochastic; none, or ``drop_rate=0`` (no
+    block is ever dropped), means it did not act.
+
     Example::
 
         >>> import torch
@@ -231,6 +235,8 @@ class StochasticDepth(Algorithm):
         >>> batches = [(torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,)))]
         >>> Trainer(resnet20(), batches, "1ep", algorithms=[StochasticDepth("BasicBlock")], seed=0).fit()
     """
+
+    activity = {"modules_replaced": "blocks made stochastic"}
 
     def __init__(self, target_layer_name: str, stochastic_method: str = "block", drop_rate: float = 0.2,
                  drop_distribution: str = "linear", drop_warmup: float | str = 0.0):
@@ -253,13 +259,19 @@ class StochasticDepth(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         if event is Event.INIT:
-            apply_stochastic_depth(state.model, self.target_layer_name, self.stochastic_method, self.drop_rate,
-                                   self.drop_distribution)
+            with recording_replacements() as replaced:
+                apply_stochastic_depth(state.model, self.target_layer_name, self.stochastic_method, self.drop_rate,
+                                       self.drop_distribution)
+            self.report(logger, "modules_replaced", len(replaced))
             return
         factor = min(self._elapsed(state) / self._warmup.value, 1.0)
         for module in state.model.modules():
             if isinstance(module, _StochasticResidual):
                 module.drop_rate = factor * module.base_drop_rate
+
+    def acted(self, activity: Mapping[str, int]) -> bool:
+        """Blocks with a drop rate of 0 are never dropped."""
+        return self.drop_rate > 0 and super().acted(activity)
 
     def _elapsed(self, state: State) -> float:
         """Training done so far, in the warm-up's unit (a fraction of the run, or epochs, ...)."""

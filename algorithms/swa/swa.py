@@ -104,6 +104,10 @@ class SWA(Algorithm):
         bn_dataloader: the batches of the batch-norm pass; by default the State's
             ``train_dataloader`` where it has one.
 
+    It counts ``snapshots_averaged`` (the weights added to the mean) and ``averages_loaded`` (the
+    mean loaded into the model, once per run that reaches ``swa_start``); both at 0 means it did not
+    act.
+
     Example::
 
         >>> import torch
@@ -116,6 +120,9 @@ class SWA(Algorithm):
         >>> swa.num_averaged  # the weights after batches 5 to 10
         6
     """
+
+    activity = {"snapshots_averaged": "weight snapshots added to the mean",
+                "averages_loaded": "times the mean was loaded into the model"}
 
     def __init__(self, swa_start: str = "0.7dur", swa_end: str = "0.97dur", update_interval: str = "1ep",
                  schedule_swa_lr: bool = False, anneal_strategy: str = "linear", anneal_steps: int = 10,
@@ -157,6 +164,10 @@ class SWA(Algorithm):
         self._step_counter = 0  # update events since swa_start
         self.num_averaged = 0
 
+    def hyperparameters(self) -> dict[str, Any]:
+        """The constructor's arguments (``num_averaged`` is the run's count, not one of them)."""
+        return {k: v for k, v in super().hyperparameters().items() if k != "num_averaged"}
+
     @property
     def swa_model(self) -> torch.nn.Module | None:
         """The running mean as a copy of the model (``None`` before averaging and after it is loaded)."""
@@ -173,6 +184,7 @@ class SWA(Algorithm):
         if event is Event.FIT_END:
             if self._started:
                 self._finish(state, model)
+                self.report(logger, "averages_loaded")
             else:
                 warn_from_callers_line(f"SWA: training ended before swa_start={self.swa_start!r}; nothing was "
                                        "averaged")
@@ -187,6 +199,7 @@ class SWA(Algorithm):
         if update:
             if self._step_counter % int(self._interval.value) == 0:
                 self.num_averaged = update_swa_average(swa_model, model, self.num_averaged)
+                self.report(logger, "snapshots_averaged")
                 if self.schedule_swa_lr:
                     with warnings.catch_warnings():  # made mid-run, SWALR has not seen this step's optimizer step
                         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)`")
@@ -194,6 +207,7 @@ class SWA(Algorithm):
             self._step_counter += 1
         if state.reached(self.swa_end):
             self._finish(state, model)
+            self.report(logger, "averages_loaded")
 
     def _average(self, model: torch.nn.Module) -> torch.nn.Module:
         if self._swa_model is None:  # resumed: the checkpoint's mean, in a copy of this model
@@ -314,6 +328,8 @@ def swa_trajectory(steps: int = 120, swa_start: str = "0.5dur", swa_end: str = "
 class _Record(Algorithm):
     """Records the weight and SWA's mean (NaN where there is none) after every batch (for the figure)."""
 
+    activity = {"values_recorded": "weights recorded for the figure"}
+
     def __init__(self, swa: SWA):
         self._swa = swa
         self.weights: list[float] = []
@@ -326,3 +342,4 @@ class _Record(Algorithm):
         self.weights.append(unwrap_model(state.model).weight.item())
         mean = self._swa.swa_model
         self.means.append(mean.weight.item() if mean is not None else float("nan"))
+        self.report(logger, "values_recorded")

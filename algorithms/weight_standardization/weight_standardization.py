@@ -18,7 +18,7 @@ from torch import nn
 from ..core.algorithm import Algorithm, warn_from_callers_line
 from ..core.event import Event
 from ..core.state import State
-from ..surgery import count_module_instances, replace_module_classes
+from ..surgery import count_module_instances, recording_replacements, replace_module_classes
 
 __all__ = ["EPS", "WeightStandardization", "WeightStandardizer", "apply_weight_standardization", "filter_histogram",
            "standardize_weight"]
@@ -140,6 +140,8 @@ class WeightStandardization(Algorithm):
         n_last_layers_ignore: how many convolutions at the end of the forward to leave as they
             are, ``>= 0``.
 
+    It counts ``modules_replaced``, the convolutions it gave standardized weights; none means it did not act.
+
     Example::
 
         >>> import torch
@@ -151,6 +153,8 @@ class WeightStandardization(Algorithm):
         >>> Trainer(model, batches, "1ep", algorithms=[WeightStandardization()], seed=0).fit()
     """
 
+    activity = {"modules_replaced": "convolutions given standardized weights"}
+
     def __init__(self, n_last_layers_ignore: int = 0):
         check_n_last_layers_ignore(n_last_layers_ignore)
         self.n_last_layers_ignore = n_last_layers_ignore
@@ -159,7 +163,9 @@ class WeightStandardization(Algorithm):
         return event is Event.INIT
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        apply_weight_standardization(state.model, n_last_layers_ignore=self.n_last_layers_ignore)
+        with recording_replacements() as replaced:
+            apply_weight_standardization(state.model, n_last_layers_ignore=self.n_last_layers_ignore)
+        self.report(logger, "modules_replaced", len(replaced))
 
 
 def filter_histogram(module: str = "layer1.0.conv1", filter: int = 0, bins: int = 24,

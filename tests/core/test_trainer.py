@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from algorithms.core import PRECISIONS, Algorithm, Event, Trainer
+from algorithms.core import PRECISIONS, Algorithm, AlgorithmLog, Event, MethodLog, Trainer
 from algorithms.core.algorithm import warn_from_callers_line
 
 
@@ -452,8 +452,8 @@ def test_each_epoch_is_logged(caplog):
     assert [r.getMessage() for r in caplog.records] == ["epoch 1 done (3 batches)", "epoch 2 done (6 batches)"]
 
 
-def test_the_engine_gives_algorithms_the_state_and_the_trainers_logger():
-    logger, calls = object(), []
+def test_the_engine_gives_algorithms_the_state_and_their_part_of_the_trainers_log():
+    logger, calls = MethodLog(), []
 
     class Seen(Algorithm):
         def match(self, event, state):
@@ -463,10 +463,13 @@ def test_the_engine_gives_algorithms_the_state_and_the_trainers_logger():
         def apply(self, event, state, logger=None):
             calls.append(("apply", state, logger))
 
-    t = Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", algorithms=[Seen()], logger=logger)
+    seen = Seen()
+    t = Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", algorithms=[seen], logger=logger)
     t.fit()
+    assert t.method_log is logger
     assert all(call[1] is t.state for call in calls)
-    assert [call for call in calls if call[0] == "apply"] == [("apply", t.state, logger)]
+    [(_, state, given)] = [call for call in calls if call[0] == "apply"]
+    assert isinstance(given, AlgorithmLog) and given.algorithm is seen and given.label == "Seen"
 
 
 def test_fp32_casts_the_model_to_float32():

@@ -410,3 +410,13 @@ def test_a_model_in_eval_mode_gets_attention_in_eval_mode():
     assert not any(m.training for m in model.modules())
     x = torch.randint(0, VOCAB, (2, 8))
     assert torch.equal(model(x), model(x))  # no attention dropout
+
+
+@pytest.mark.parametrize(("scaling", "shortened"), [(0.25, 2), (1.0, 0)])
+def test_it_reports_the_modules_it_replaced_and_the_batches_it_shortened(scaling, shortened):
+    trainer = Trainer(_model(), _lm_batches(2), "1ep", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
+                      algorithms=[Alibi(max_sequence_length=64, train_sequence_length_scaling=scaling)], seed=0,
+                      device="cpu")
+    trainer.fit()
+    # transformer_tiny: the position embedding and two attention layers
+    assert trainer.method_log.records["Alibi"]["activity"] == {"modules_replaced": 3, "batches_shortened": shortened}

@@ -515,6 +515,8 @@ def test_in_the_trainer_the_model_trained_is_blurred_and_the_optimizer_holds_it(
     trainer.fit()
     trained = trainer.state.model
     assert type(trained.layer2[0].conv1) is BlurConv2d and type(trained.layer3[0].downsample[0]) is BlurConv2d
+    blurred = sum(type(m) in (BlurConv2d, BlurMaxPool2d) for m in trained.modules())
+    assert trainer.method_log.records["BlurPool"]["activity"] == {"modules_replaced": blurred}
     assert {id(p) for g in optimizer.param_groups for p in g["params"]} == {id(p) for p in trained.parameters()}
     assert not torch.equal(trained.layer2[0].conv1.conv.weight, start)  # the new parameters are trained
     assert len(seen.losses) == 3 and all(torch.isfinite(loss) for loss in seen.losses)

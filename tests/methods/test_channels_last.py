@@ -171,3 +171,15 @@ def test_on_cuda_outputs_are_unchanged():
     out = model(x)
     assert out.is_cuda and model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(out, reference(x), rtol=1e-3, atol=1e-4)  # cuDNN's NHWC kernels sum in another order
+
+
+def test_it_reports_the_tensors_it_converted_and_none_for_a_model_without_4d_ones():
+    batches = [(torch.randn(2, 3, 8, 8), torch.randint(0, 10, (2,)))]
+    model = resnet20()
+    to_convert = sum(not t.is_contiguous(memory_format=torch.channels_last) for _, t in _four_d(model))
+    trainer = Trainer(model, batches, "1ba", algorithms=[ChannelsLast()], seed=0, device="cpu")
+    assert to_convert > 0
+    assert trainer.method_log.records["ChannelsLast"]["activity"] == {"tensors_converted": to_convert}
+    flat = [(torch.randn(2, 5), torch.randint(0, 3, (2,)))]
+    trainer = Trainer(torch.nn.Linear(5, 3), flat, "1ba", algorithms=[ChannelsLast()], seed=0, device="cpu")
+    assert not trainer.method_log.acted("ChannelsLast")

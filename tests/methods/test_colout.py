@@ -390,3 +390,14 @@ def test_the_batch_form_checks_on_the_cpu():
 @pytest.mark.cuda
 def test_on_cuda_the_batch_form_makes_no_host_sync():
     _check_the_batch_form_on(torch.device("cuda"))
+
+
+@pytest.mark.parametrize(("kwargs", "cut"), [({}, 2), ({"p_row": 0.0, "p_col": 0.0}, 0)])
+def test_it_reports_the_batches_that_lost_rows_or_columns(kwargs, cut):
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(2)]
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 4))
+    trainer = Trainer(model, batches, "1ep", algorithms=[ColOut(**kwargs)], seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.method_log.records["ColOut"]["activity"] == {"batches_cut": cut}

@@ -371,3 +371,14 @@ def test_without_holes_every_form_returns_the_batch_unchanged(inplace):
         assert torch.equal(out.detach(), images)
         out.sum().backward()
         assert torch.equal(leaf.grad, torch.ones_like(images))
+
+
+@pytest.mark.parametrize(("kwargs", "cut"), [({}, 2), ({"num_holes": 0}, 0), ({"length": 0.1}, 0)])
+def test_it_reports_the_batches_given_holes_of_a_pixel_or_more(kwargs, cut):
+    """8 x 8 images: a length of 0.1 is a hole of int(0.8) = 0 pixels."""
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(2)]
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
+    trainer = Trainer(model, batches, "1ep", algorithms=[CutOut(**kwargs)], seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.method_log.records["CutOut"]["activity"] == {"batches_cut": cut}

@@ -8,7 +8,9 @@ here at once: nothing below names a method. What a method is given comes from it
 from __future__ import annotations
 
 import copy
+import importlib
 import inspect
+import pkgutil
 
 import pytest
 import torch
@@ -187,6 +189,33 @@ def test_constructs_with_its_defaults_and_trains_two_batches(record):
     assert len(losses.losses) == 2 and all(torch.isfinite(loss) for loss in losses.losses)
     assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
     assert any(algo.name in t.algorithms for t in trainer.engine.trace)  # it ran
+    activity = trainer.method_log.records[algo.name]["activity"]
+    assert list(activity) == list(algo.activity) and all(type(n) is int and n >= 0 for n in activity.values())
+
+
+@pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
+def test_declares_what_it_counts_in_words_a_reader_understands(record):
+    """Its counters, all 0 after a run, say it did not act (its ``acted`` decides)."""
+    algo = _build(record)
+    assert algo.activity and all(isinstance(name, str) and name.isidentifier() for name in algo.activity)
+    assert all(isinstance(phrase, str) and phrase.strip() for phrase in algo.activity.values())
+    assert not algo.acted(dict.fromkeys(algo.activity, 0))
+
+
+def test_every_algorithm_class_of_the_package_declares_its_activity():
+    """Not only the registry's classes: a helper class of the package (a figure's recorder) too."""
+    for info in pkgutil.walk_packages(algorithms.__path__, "algorithms."):
+        importlib.import_module(info.name)
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    library = {cls for cls in subclasses(Algorithm)
+               if cls.__module__.startswith("algorithms.") and not inspect.isabstract(cls)}
+    assert len(library) > len(WITH_CLASS)
+    assert [cls.__qualname__ for cls in library if not cls.activity] == []
 
 
 @pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))

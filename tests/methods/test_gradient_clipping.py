@@ -388,3 +388,11 @@ def _worker(clipping_type: str, out_path: str) -> None:
 
 if __name__ == "__main__":
     _worker(*sys.argv[1:])
+
+
+def test_it_reports_the_steps_it_clipped():
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
+    trainer = Trainer(_mlp(), batches, "1ep", algorithms=[GradientClipping("norm", 1.0)], seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.method_log.records["GradientClipping"]["activity"] == {"steps_clipped": 3}

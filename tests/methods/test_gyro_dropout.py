@@ -235,6 +235,17 @@ def test_in_the_trainer_a_run_in_batches_counts_its_batches():
     trainer = Trainer(model, batches, "6ba", algorithms=[GyroDropout(0.5, 2, 2)], seed=0, device="cpu")
     trainer.fit()
     assert trainer.state.model[1].iter_num == int(6 / 2) * 2
+    assert trainer.method_log.records["GyroDropout"]["activity"] == {"modules_replaced": 1}
+    assert trainer.method_log.acted("GyroDropout")
+
+
+def test_with_p_zero_every_mask_keeps_every_unit_and_it_did_not_act():
+    batches = [(torch.randn(4, 6), torch.randint(0, 2, (4,)))]
+    model = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    trainer = Trainer(model, batches, "1ba", algorithms=[GyroDropout(0.0, 2, 2)], seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.method_log.records["GyroDropout"]["activity"] == {"modules_replaced": 1}
+    assert not trainer.method_log.acted("GyroDropout")
 
 
 def test_in_the_trainer_a_run_of_one_batch_selects_every_tau_steps():

@@ -329,3 +329,11 @@ def test_the_functional_form_checks_on_the_cpu():
 @pytest.mark.cuda
 def test_on_cuda_the_functional_form_makes_no_host_sync():
     _check_the_functional_form_on(torch.device("cuda"))
+
+
+@pytest.mark.parametrize(("smoothing", "smoothed"), [(0.1, 2), (0.0, 0)])
+def test_it_reports_the_batches_whose_targets_it_smoothed(smoothing, smoothed):
+    trainer = Trainer(_classifier(), _image_batches(), "1ep", algorithms=[LabelSmoothing(smoothing)], seed=0)
+    trainer.fit()
+    assert trainer.method_log.records["LabelSmoothing"]["activity"] == {"batches_smoothed": smoothed}
+    assert trainer.method_log.acted("LabelSmoothing") is (smoothed > 0)

@@ -218,6 +218,10 @@ def test_in_the_trainer_it_acts_under_autocast_only(precision):
     replaced = count_module_instances(trainer.state.model, LPGroupNorm)
     assert replaced == (2 if precision == "amp_bf16" else 0)
     assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
+    low = precision == "amp_bf16"
+    assert trainer.method_log.records["LowPrecisionGroupNorm"]["activity"] == {
+        "modules_replaced": replaced, "batches_in_low_precision": 2 if low else 0}
+    assert trainer.method_log.acted("LowPrecisionGroupNorm") is low
 
 
 def test_the_figure_data_is_the_real_error():

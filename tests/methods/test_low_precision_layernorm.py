@@ -9,6 +9,7 @@ plain ``nn.LayerNorm`` is left and that ``LPLayerNorm`` is there; both are re-ex
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -276,6 +277,26 @@ def test_in_the_trainer_in_fp32_it_warns_and_changes_nothing():
     assert (record[0].filename, record[0].lineno) == caller  # the call into the Trainer, not a line of the library
     [trainer] = made
     assert not any(isinstance(m, LPLayerNorm) for m in trainer.state.model.modules())
+
+
+@pytest.mark.parametrize("precision", ["amp_bf16", "fp32"])
+def test_it_reports_the_norms_it_replaced_and_the_batches_run_in_low_precision(precision):
+    model = _model()
+    norms = sum(isinstance(m, nn.LayerNorm) for m in model.modules())
+    low = precision == "amp_bf16"
+    with pytest.warns(NoModulesReplacedWarning) if not low else contextlib.nullcontext():
+        trainer = Trainer(model, _lm_batches(3), "1ep", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
+                          algorithms=[LowPrecisionLayerNorm()], precision=precision, seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.method_log.records["LowPrecisionLayerNorm"]["activity"] == {
+        "modules_replaced": norms if low else 0, "batches_in_low_precision": 3 if low else 0}
+    assert trainer.method_log.acted("LowPrecisionLayerNorm") is low
+
+
+def test_replaced_norms_without_a_low_precision_batch_did_not_act():
+    algo = LowPrecisionLayerNorm()
+    assert not algo.acted({"modules_replaced": 5, "batches_in_low_precision": 0})
+    assert algo.acted({"modules_replaced": 5, "batches_in_low_precision": 1})
 
 
 def test_the_figure_is_the_error_against_float32_that_grows_with_the_mean():

@@ -598,3 +598,14 @@ def test_on_cuda_the_class_makes_no_host_sync(mode):
     expected = cf.resize_batch(images.cpu(), masks.cpu(), 0.5, mode, True,
                                generator=replayed_generator(ProgressiveResizing, seed=0))
     assert torch.equal(out.cpu(), expected[0]) and torch.equal(mask.cpu(), expected[1])
+
+
+def test_it_reports_the_batches_it_shrank():
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(5)]
+    seen = Observed()
+    trainer = Trainer(_classifier(), batches, "1ep", algorithms=[ProgressiveResizing(), seen], seed=0, device="cpu")
+    trainer.fit()
+    shrunk = sum(x.shape[-1] < 32 for x in seen.inputs)
+    assert 0 < shrunk < 5  # the last fifth of training (finetune_fraction) is at full size
+    assert trainer.method_log.records["ProgressiveResizing"]["activity"] == {"batches_resized": shrunk}

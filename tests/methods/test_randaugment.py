@@ -273,3 +273,14 @@ def test_with_label_smoothing_the_model_sees_augmented_images_and_the_loss_smoot
             expected = expected_randaugment(unit, 6, 2, AUGMENTATION_SETS["all"], replayed) * span + low
             torch.testing.assert_close(image, expected.float(), atol=1e-4, rtol=0)
             torch.testing.assert_close(loss, soft_cross_entropy(out, 0.8 * one_hot(y, 4) + 0.2 / 4))
+
+
+@pytest.mark.parametrize(("depth", "acted"), [(2, True), (0, False)])
+def test_it_reports_the_batches_it_augmented_and_with_no_operation_did_not_act(depth, acted):
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(2)]
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
+    trainer = Trainer(model, batches, "1ep", algorithms=[RandAugment(depth=depth)], seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.method_log.records["RandAugment"]["activity"] == {"batches_augmented": 2}
+    assert trainer.method_log.acted("RandAugment") is acted

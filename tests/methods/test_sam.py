@@ -389,3 +389,16 @@ def _ddp_main(out_path: str) -> None:
 
 if __name__ == "__main__":
     _ddp_main(sys.argv[1])
+
+
+@pytest.mark.parametrize(("interval", "steps"), [(1, 4), (2, 2)])
+def test_it_reports_the_steps_taken_at_the_perturbed_weights(interval, steps):
+    trainer = _image_run([SAM(rho=0.05, interval=interval)], steps=4)
+    assert trainer.method_log.records["SAM"]["activity"] == {"sam_steps": steps}
+    assert trainer.method_log.acted("SAM")
+
+
+def test_with_rho_zero_its_steps_are_plain_ones_and_it_did_not_act():
+    trainer = _image_run([SAM(rho=0.0)], steps=2)
+    assert trainer.method_log.records["SAM"]["activity"] == {"sam_steps": 2}
+    assert not trainer.method_log.acted("SAM")

@@ -671,3 +671,20 @@ def test_on_cuda_the_class_makes_no_host_sync(precision):
     assert y.shape == (8,) and y.device.type == "cuda"
     assert all(torch.equal(v, buffers[k]) for k, v in model.state_dict().items()) and model.training
 
+
+
+def test_it_reports_the_batches_it_cut_and_the_examples_they_lost():
+    batches = [_batch(8, seed=i) for i in range(4)]
+    # interval [0, 1), a full batch every other batch: batches 1 and 3 are selected, keeping 4 of 8
+    algo = SelectiveBackprop(start=0.0, end=1.0, keep=0.5, interrupt=2)
+    trainer = Trainer(_classifier(), batches, "4ba", algorithms=[algo], seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.method_log.records["SelectiveBackprop"]["activity"] == {"batches_selected": 2,
+                                                                          "examples_dropped": 8}
+
+
+def test_keeping_every_example_did_not_act():
+    trainer = Trainer(_classifier(), [_batch(8)], "1ba", algorithms=[SelectiveBackprop(start=0.0, keep=1.0)],
+                      seed=0, device="cpu")
+    trainer.fit()
+    assert not trainer.method_log.acted("SelectiveBackprop")

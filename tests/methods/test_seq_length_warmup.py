@@ -345,3 +345,13 @@ def test_the_figure_is_the_schedule():
     (series,) = out["series"].values()
     assert series == [_formula(b, 100, Fraction(3, 10), 8, 128, 8) for b in range(100)]
     assert series[0] == 8 and series[29] == 120 and series[30:] == [128] * 70
+
+
+def test_it_reports_the_batches_it_shortened():
+    """Over 4 batches warming up over the first half: 8, then 16 tokens of 32, then the full 32."""
+    batches = [_lm_batch(seed=i) for i in range(4)]
+    warmup = SeqLengthWarmup(duration=0.5, min_seq_length=8, max_seq_length=32, step_size=8)
+    trainer = Trainer(transformer_tiny(VOCAB), batches, "4ba", loss_fn=lm_loss, input_key="input_ids",
+                      target_key="labels", algorithms=[warmup], seed=0, device="cpu")
+    trainer.fit()
+    assert trainer.method_log.records["SeqLengthWarmup"]["activity"] == {"batches_shortened": 2}

@@ -386,3 +386,13 @@ def test_no_warning_is_raised_on_a_model_with_blocks():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cf.apply_stochastic_depth(resnet20(), "BasicBlock")
+
+
+@pytest.mark.parametrize(("drop_rate", "acted"), [(0.4, True), (0.0, False)])
+def test_it_reports_the_blocks_it_made_stochastic_and_acts_only_with_a_drop_rate(drop_rate, acted):
+    batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))]
+    trainer = Trainer(resnet20(), batches, "1ba", seed=0, device="cpu",
+                      algorithms=[StochasticDepth("BasicBlock", drop_rate=drop_rate)])
+    trainer.fit()
+    assert trainer.method_log.records["StochasticDepth"]["activity"] == {"modules_replaced": 9}
+    assert trainer.method_log.acted("StochasticDepth") is acted

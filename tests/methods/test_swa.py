@@ -420,7 +420,7 @@ def test_the_defaults_are_composers_constructor():
     schedule_swa_lr=False, anneal_strategy='linear', anneal_steps=10, swa_lr=None), with input_key and
     bn_dataloader for the batch-norm pass."""
     assert repr(SWA()) == ("SWA(swa_start='0.7dur', swa_end='0.97dur', update_interval='1ep', schedule_swa_lr=False, "
-                           "anneal_strategy='linear', anneal_steps=10, swa_lr=None, input_key=0, num_averaged=0)")
+                           "anneal_strategy='linear', anneal_steps=10, swa_lr=None, input_key=0)")
     assert SWA(swa_lr=1).swa_lr == 1 and SWA(swa_lr=0.5, anneal_steps=1).anneal_steps == 1
 
 
@@ -440,3 +440,17 @@ def test_the_figure_is_the_classs_mean_of_a_noisy_weight():
     snapshots = [weight[i - 1] for i in (10, 15, 20, 25)]
     assert mean[28] == pytest.approx(sum(snapshots) / 4, abs=1e-6)  # batch 29: four snapshots
 
+
+
+def test_it_reports_its_snapshots_and_the_mean_loaded_once():
+    swa = SWA(swa_start="5ba", swa_end="8ba", update_interval="1ba")
+    trainer = _train(swa)
+    assert trainer.method_log.records["SWA"]["activity"] == {"snapshots_averaged": swa.num_averaged,
+                                                            "averages_loaded": 1}
+    assert swa.num_averaged == 4 and "num_averaged" not in trainer.method_log.records["SWA"]["hyperparameters"]
+
+
+def test_a_run_that_ends_before_swa_start_did_not_act():
+    with pytest.warns(UserWarning, match="nothing was averaged"):
+        trainer = _train(SWA(swa_start="20ba", swa_end="30ba", update_interval="1ba"))
+    assert not trainer.method_log.acted("SWA")
