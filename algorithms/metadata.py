@@ -158,6 +158,9 @@ class MethodRecord:
     observable: tuple[str, ...] = ()
     #: Known interactions: another method's key, ``precision=<mode>`` or ``parallel=<mode>`` -> the note.
     interactions: Mapping[str, str] = field(default_factory=dict)
+    #: The effect at scale from the paper or Composer's card (see the schema's ``at_scale``):
+    #: ``figure``, ``setting``, ``source``, ``hardware`` and ``url``; None where the file has none.
+    at_scale: Mapping[str, str] | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -525,6 +528,7 @@ def _record(key: str, path: Path, entry: dict[str, Any]) -> MethodRecord:
         trainer_option=_freeze(entry["trainer_option"]) if "trainer_option" in entry else None,
         observable=tuple(entry.get("observable", ())),
         interactions=MappingProxyType(dict(entry.get("interactions", {}))),
+        at_scale=_freeze(entry["at_scale"]) if "at_scale" in entry else None,
         raw=_freeze(entry),
     )
 

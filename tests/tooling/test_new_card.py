@@ -165,6 +165,8 @@ def _fields(schema: dict, node: dict, value, path=()):
             yield path, "url"
     elif isinstance(value, dict):
         for key, item in value.items():
+            if path[-1:] and key == "at_scale":  # shown beside the measured effects, whose snippet renders it
+                continue  # (tests/docs/test_effects_pages.py checks that it is escaped there)
             child = node.get("properties", {}).get(key) or next(
                 (s for p, s in node.get("patternProperties", {}).items() if re.match(p, key)), None) \
                 or node.get("additionalProperties")
