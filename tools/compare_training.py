@@ -3,15 +3,20 @@
 Example (the committed CPU results):
 
     python tools/compare_training.py --model resnet20 --data digits --image-size 8 --epochs 2 \
-        --batch-size 32 --max-batches 20 --nproc 2
+        --batch-size 32 --max-batches 6 --nproc 2 --repeats 3 --force
 
 (The digits are 8x8 images, so 8 pixels lose nothing and keep the run to minutes on two CPU cores.)
 
 (``--configs`` defaults to every precision in one process plus fp32 under dp, ddp, fsdp and
-deepspeed, the source's table.)
+deepspeed with ZeRO stages 1 and 2, the source's table.)
 
-Each configuration runs in its own process (ddp, fsdp and deepspeed under torchrun); failures
-and configurations this machine cannot run are recorded with the reason. Writes a results JSON
+Each run is a process of its own (ddp, fsdp and deepspeed under torchrun). Every configuration
+runs ``--repeats`` times (default 3), interleaved: round 1 runs each configuration once, then
+round 2, and so on. Per configuration the file holds every run and the median and range of the
+total time, the first epoch (warm-up), the epochs after it (steady state), the steady-state
+throughput, the peak memory, accuracy and loss. A multi-process speed-up above the process count
+is re-measured once and, still above it, flagged: the page does not publish it. Failures and
+configurations this machine cannot run are recorded with the reason. Writes a results JSON
 (default ``results/<cpu|gpu>-<hardware>-<date>.json``) validated against
 ``algorithms/results.schema.json``; the docs build renders it (``tools/generate_pages.py``).
 """
@@ -30,7 +35,7 @@ from methods_tools.files import write_atomic  # noqa: E402
 
 DEFAULT_CONFIGS = ",".join([
     "fp32:single", "fp16:single", "bf16:single", "amp_fp16:single", "amp_bf16:single",
-    "fp32:dp", "fp32:ddp", "fp32:fsdp", "fp32:deepspeed",
+    "fp32:dp", "fp32:ddp", "fp32:fsdp", "fp32:deepspeed:1", "fp32:deepspeed:2",
 ])
 
 
@@ -47,16 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", default=DEFAULT_CONFIGS,
                    help="comma-separated precision:parallel[:zero_stage], e.g. fp32:single,amp_bf16:ddp")
     p.add_argument("--nproc", type=int, default=2, help="processes for ddp, fsdp and deepspeed")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of each configuration, interleaved in rounds (reported as median and range)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=0, help="data loader worker processes per training process")
-    p.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per configuration")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per run of a configuration")
     p.add_argument("--out", type=Path, help="results file (default: results/<cpu|gpu>-<hardware>-<date>.json)")
     p.add_argument("--force", action="store_true", help="overwrite an existing results file")
     args = p.parse_args(argv)
 
     problems = compare.check_options(args.model, args.data, args.data_root, args.epochs, args.batch_size,
-                                     args.max_batches, args.nproc)
+                                     args.max_batches, args.nproc, args.repeats)
     try:
         configs = compare.parse_configs(args.configs)
     except ValueError as exc:
@@ -71,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     options = compare.CompareOptions(
         model=args.model, data=args.data, epochs=args.epochs, batch_size=args.batch_size, configs=configs,
         nproc=args.nproc, max_batches=args.max_batches, data_root=args.data_root, image_size=args.image_size,
-        seed=args.seed, lr=args.lr, workers=args.workers, timeout_s=args.timeout, command=compare.format_command(argv))
+        seed=args.seed, lr=args.lr, workers=args.workers, timeout_s=args.timeout, repeats=args.repeats,
+        command=compare.format_command(argv))
     document = compare.run_comparison(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
     write_atomic(out, json.dumps(document, indent=2) + "\n", force=args.force)
     print(f"wrote {out}")

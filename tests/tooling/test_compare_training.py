@@ -36,7 +36,7 @@ def small_run(tmp_path_factory):
     the reason, where DeepSpeed cannot run)."""
     out = tmp_path_factory.mktemp("results") / "small.json"
     argv = ["--model", "resnet20", "--data", "digits", "--image-size", "8", "--epochs", "1",
-            "--batch-size", "8", "--max-batches", "2", "--nproc", "2", "--out", str(out),
+            "--batch-size", "8", "--max-batches", "2", "--nproc", "2", "--repeats", "1", "--out", str(out),
             "--configs", "fp32:single,amp_bf16:single,fp32:ddp,amp_bf16:ddp,fp32:deepspeed"]
     status = _cli().main(argv)
     assert status == 0
@@ -46,7 +46,11 @@ def small_run(tmp_path_factory):
 def test_small_run_finishes_and_validates(small_run):
     document = load_results(small_run)  # raises on any schema problem
     assert results_problems(json.loads(small_run.read_text())) == []
-    runs = {r["config"]: r for r in document["runs"]}
+    assert document["schema_version"] == 2 and document["settings"]["repeats"] == 1
+    # Round 1; a round 2 re-measures only a super-linear speed-up (and the run it beat).
+    runs = {r["config"]: r for r in document["runs"] if r["round"] == 1}
+    assert {r["round"] for r in document["runs"]} <= {1, 2}
+    assert [s["config"] for s in document["summary"]] == list(runs)
     assert list(runs) == ["fp32:single", "amp_bf16:single", "fp32:ddp", "amp_bf16:ddp", "fp32:deepspeed:2"]
     ran = ["fp32:single", "amp_bf16:single", "fp32:ddp", "amp_bf16:ddp"]
     if DEEPSPEED_MISSING is None:
@@ -68,6 +72,11 @@ def test_small_run_finishes_and_validates(small_run):
         assert run["memory_kind"] == "cpu_peak_rss"
         assert 0.0 <= run["accuracy"] <= 1.0 and run["loss"] > 0
         assert run["gpu_utilization"] is None and run["gpu_utilization_reason"]
+        entry = next(s for s in document["summary"] if s["config"] == label)
+        assert entry["status"] == "ok" and entry["steady_state"] is False  # one epoch: no steady state
+        assert entry["first_epoch_s"]["median"] == run["epoch_s"][0] or entry["runs"] == 2
+        assert entry["speedup"]["over"] == ("fp32:single" if label.endswith("single") or "fp32" in label
+                                            else "amp_bf16:single")
     # All ranks together evaluated each test image once: accuracy is a multiple of 1 / 359.
     assert (runs["fp32:ddp"]["accuracy"] * 359) == pytest.approx(round(runs["fp32:ddp"]["accuracy"] * 359))
     env = document["environment"]

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from methods_tools import pages, training_pages
-from methods_tools.results import discover_results, load_results, results_problems
+from methods_tools import compare, pages, training_pages
+from methods_tools.results import ResultsError, discover_results, load_results, results_problems
 
 from algorithms.metadata import load_all_metadata
 
@@ -22,34 +22,62 @@ def _render(results: Path, out: Path, metadata_root: Path | None = None) -> page
                           generators=(training_pages.render_training_results,))
 
 
-def _run(config, status="ok", **extra):
+def _run(config, status="ok", round_=1, epoch_s=(6.0, 4.0), **extra):
     precision, parallel = config.split(":")[:2]
     ok = status == "ok"
+    world = 2 if parallel in ("ddp", "fsdp") else 1
+    samples = 640 * world  # 2 epochs of 10 batches of 32 per process
     run = {
         "config": config, "precision": precision, "parallel": parallel, "zero_stage": None,
-        "world_size": 2 if parallel in ("ddp", "fsdp") else 1, "status": status,
-        "reason": None if ok else HOSTILE, "note": None, "wall_s": 10.0 if ok else None,
-        "epoch_s": [6.0, 4.0] if ok else [], "samples": 640 if ok else None, "throughput": 64.0 if ok else None,
+        "world_size": world, "round": round_, "status": status,
+        "reason": None if ok else HOSTILE, "note": None, "wall_s": sum(epoch_s) if ok else None,
+        "epoch_s": list(epoch_s) if ok else [], "samples": samples if ok else None,
+        "throughput": samples / sum(epoch_s) if ok else None,
         "peak_memory_bytes": 300 * 2**20 if ok else None, "memory_kind": "cpu_peak_rss" if ok else None,
-        "peak_memory_per_device_bytes": [300 * 2**20] if ok else [], "cuda_max_reserved_bytes": None,
+        "peak_memory_per_device_bytes": [300 * 2**20] * world if ok else [], "cuda_max_reserved_bytes": None,
         "model_memory_bytes": 2**20 if ok else None, "gpu_utilization": None, "gpu_utilization_reason": None,
         "accuracy": 0.5 if ok else None, "loss": 1.2 if ok else None,
     }
     return {**run, **extra}
 
 
-def _document():
+CONFIGS = tuple(compare.parse_configs("fp32:single,amp_bf16:single,fp32:ddp,fp32:deepspeed:2"))
+
+
+def _runs():
+    """Two rounds, then the re-measurement of fp32:ddp (4x one process on 2 processes) and fp32:single.
+
+    fp32:single: second epochs 4.0 s for 320 samples (80/s); wall 10, 8 and 8 s; first epochs 6, 4, 4 s.
+    amp_bf16:single: 8.0 s (40/s): 0.50x. fp32:ddp: 2.0 s for 640 samples (320/s): 4x, every round.
+    """
+    runs = []
+    for round_, first in ((1, 6.0), (2, 4.0)):
+        runs += [_run("fp32:single", round_=round_, epoch_s=(first, 4.0)),
+                 _run("amp_bf16:single", round_=round_, epoch_s=(12.0, 8.0)),
+                 _run("fp32:ddp", round_=round_, epoch_s=(3.0, 2.0))]
+        if round_ == 1:
+            runs.append(_run("fp32:deepspeed:2", status="skipped", zero_stage=2))
+    remeasured = [_run("fp32:single", round_=3, epoch_s=(4.0, 4.0)), _run("fp32:ddp", round_=3, epoch_s=(3.0, 2.0))]
+    return runs, remeasured
+
+
+def _document(runs=None, remeasured=None):
+    if runs is None:
+        runs, remeasured = _runs()
+    before = {s["config"]: s for s in compare.summarize(runs, CONFIGS) if compare._above_linear(s)}
+    every = runs + (remeasured or [])
+    summary = compare.summarize(every, CONFIGS, remeasured=(before, 3) if remeasured else None)
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "environment": {"hardware": "Test CPU *bold*, 2 cores", "device_type": "cpu", "device_name": "Test CPU",
                         "device_count": 1, "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.13.0",
                         "cuda": None, "python": "3.11", "platform": "Linux", "date": "2026-12-02T10:00:00Z",
-                        "load_average": [0.5, 0.5, 0.5]},
+                        "load_average": [0.5, 0.5, 0.5], "load_average_end": [0.5, 0.5, 0.5], "torch_threads": 2},
         "settings": {"model": "resnet20", "data": "digits", "image_size": 16, "epochs": 2, "batch_size": 32,
-                     "max_batches": 8, "nproc": 2, "seed": 0, "lr": 0.05,
+                     "max_batches": 10, "nproc": 2, "seed": 0, "lr": 0.05, "repeats": 2,
                      "command": "python tools/compare_training.py"},
-        "runs": [_run("fp32:single"), _run("amp_bf16:single", wall_s=20.0), _run("fp32:ddp", wall_s=5.0),
-                 _run("fp32:deepspeed:2", status="skipped", zero_stage=2)],
+        "runs": every,
+        "summary": summary,
     }
 
 
@@ -109,44 +137,166 @@ def test_the_chart_hash_covers_the_document_and_the_matplotlib_version(monkeypat
     assert training_pages._chart_key(document) != key
 
 
-def test_page_rows_name_hardware_and_escape_text(rendered):
-    page = rendered[Path("training_configurations.md")]
+def _page(rendered):
+    return rendered[Path("training_configurations.md")]
+
+
+def _rows(text):
+    return [line for line in text.splitlines() if line.startswith("| `")]
+
+
+def test_page_rows_are_medians_and_ranges_and_escape_text(rendered):
+    page = _page(rendered)
     assert "Test CPU \\*bold\\*" in page and "results/cpu-test.json" in page
     assert "<script>" not in page and "```{eval-rst}" not in page
-    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    rows = _rows(page)
     assert [r.split(" | ")[0] for r in rows] == ["| `fp32:single`", "| `amp_bf16:single`", "| `fp32:ddp`",
                                                  "| `fp32:deepspeed:2`"]
-    assert "| 10.0 | 4.0 | 64.0 | 300 | 1.00 |" in rows[0]  # wall, last epoch, throughput, MiB, model MiB
-    assert "50.0 %" in rows[0]
-    assert "skipped: \\<script\\>" in rows[3]
+    # Processes, runs (the re-measurement included), status, total time, first epoch, steady
+    # epoch, steady-state throughput, speed-up, MiB, model MiB, accuracy, loss: computed by hand
+    # in _runs.
+    assert rows[0] == ("| `fp32:single` | 1 | 3 | ok | 8.0 (8.0–10.0) | 4.0 (4.0–6.0) | 4.00 | 80.0 | 1.00x | "
+                       "300 | 1.00 | 50.0 % | 1.200 |")
+    assert rows[1] == ("| `amp_bf16:single` | 1 | 2 | ok | 20.0 | 12.0 | 8.00 | 40.0 | 0.50x | 300 | 1.00 | 50.0 % | "
+                       "1.200 |")
+    assert "skipped: \\<script\\>" in rows[3] and "| 1 |" in rows[3]
+    assert "| Steady-state throughput (samples/s) | Speed-up |" in page
     assert "```{image} tables/results/cpu-test.svg" in page
 
 
-def test_the_reference_experiment_is_quoted_and_named_for_readers(rendered):
-    page = rendered[Path("training_configurations.md")]
+def test_a_flagged_speedup_shows_its_figures_and_a_note_but_no_speedup(rendered):
+    page = _page(rendered)
+    ddp = _rows(page)[2]
+    assert ddp == "| `fp32:ddp` | 2 | 3 | ok | 5.0 | 3.0 | 2.00 | 320.0 | flagged | 300 | 1.00 | 50.0 % | 1.200 |"
+    note = next(line for line in page.splitlines() if line.startswith("- `fp32:ddp`:"))
+    assert note.startswith("- `fp32:ddp`: **flagged: super-linear speed-up on 2 processes, not published as a "
+                           "finding.**")
+    assert "in the re-measurement (round 3)" in note and "still more than 2x" in note
+    snippet = rendered[Path("tables/results/ddp.md.inc")]
+    assert "| flagged |" in snippet and "**flagged: super-linear speed-up on 2 processes" in snippet
+    assert "4.00x" not in ddp and not any("4.00x |" in row for row in _rows(snippet))
+
+
+def test_a_remeasured_speedup_that_came_down_is_published_with_its_history(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
+    runs, _ = _runs()
+    runs = [r for r in runs if not (r["config"] == "fp32:ddp" and r["round"] == 2)]
+    runs.append(_run("fp32:ddp", round_=2, epoch_s=(3.0, 8.0)))  # rounds 1-2: 4x and 1x, median 2.5x
+    # Re-measured: 1x; over every round 4x, 1x, 1x: median 1x.
+    document = _document(runs, [_run("fp32:single", round_=3, epoch_s=(4.0, 4.0)),
+                                _run("fp32:ddp", round_=3, epoch_s=(3.0, 8.0))])
+    page = _page(_render_document(tmp_path, document))
+    ddp = _rows(page)[2]
+    assert "| 1.00x (1.00x–4.00x) |" in ddp and "flagged" not in ddp
+    note = next(line for line in page.splitlines() if line.startswith("- `fp32:ddp`:"))
+    assert "re-measured once" in note and "no more than 2x" in note and "not published" not in note
+
+
+def _render_document(tmp_path, document):
+    results = tmp_path / "results"
+    results.mkdir(exist_ok=True)
+    assert results_problems(document) == []
+    (results / "cpu-test.json").write_text(json.dumps(document))
+    generated = _render(results, tmp_path / "src")
+    assert generated.problems == []
+    return generated.outputs
+
+
+def test_the_page_states_the_cores_and_what_this_scale_cannot_show(rendered):
+    for text in (_page(rendered), rendered[Path("tables/results/ddp.md.inc")]):
+        prose = " ".join(text.split())
+        assert "The machine: 2 CPU cores (Test CPU)." in prose
+        assert ("A parallel speed-up cannot show here. A single process runs torch on 2 threads over the machine's 2 "
+                "cores, and the 2 processes of a multi-process run share those same cores: more processes bring no "
+                "more hardware.") in prose
+        assert "Accuracy and loss are after 20 optimizer steps per process" in prose
+        assert "not the accuracy a precision or a parallel mode reaches" in prose
+        assert "steady state is the second epoch" in prose
+        assert "Each configuration ran 2 times, interleaved" in prose and "range (min–max)" in prose
+        assert "The machine was shared" not in prose
+
+
+@pytest.mark.parametrize(("change", "present", "absent"), [
+    ({"environment": {"cpu_count": 8, "torch_threads": 8, "load_average_end": [9.5, 4.0, 2.0]}},
+     ["8 CPU cores", "torch on 8 threads over the machine's 8 cores", "reached 9.5 on 8 cores"],
+     ["taking turns"]),
+    ({"environment": {"cpu_count": 1, "torch_threads": 1}},
+     ["1 CPU core (Test CPU)", "share that same core, taking turns on them"], []),
+    ({"environment": {"device_type": "cuda", "device_count": 1, "device_name": "Test GPU", "cuda": "12.4"}},
+     ["The machine: 1 GPU (Test GPU) and 2 CPU cores", "share 1 GPU."], ["torch on 2 threads"]),
+    ({"environment": {"device_type": "cuda", "device_count": 2, "device_name": "Test GPU", "cuda": "12.4"}},
+     ["2 GPUs (Test GPU)"], ["A parallel speed-up cannot show"]),
+    ({"settings": {"max_batches": 1000, "repeats": 1}},
+     ["Each configuration ran once: there is no range"], ["optimizer steps per process"]),
+])
+def test_the_caveats_follow_the_files_environment_and_settings(tmp_path, change, present, absent):
+    pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
+    document = _document()
+    for part, values in change.items():
+        document[part].update(values)
+    if document["settings"]["max_batches"] == 1000:  # 1,000 steps: no longer "a few"
+        for run in document["runs"]:
+            if run["samples"]:
+                run["samples"] *= 100
+    prose = " ".join(_page(_render_document(tmp_path, document)).split())
+    for text in present:
+        assert text in prose
+    for text in absent:
+        assert text not in prose
+
+
+def test_with_one_epoch_the_page_says_steady_state_cannot_be_separated(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
+    runs = [_run(config.label, round_=r, epoch_s=(5.0,)) for r in (1, 2) for config in CONFIGS[:3]]
+    runs.append(_run("fp32:deepspeed:2", status="skipped", zero_stage=2))
+    document = _document(runs, [])
+    document["settings"]["epochs"] = 1
+    page = _page(_render_document(tmp_path, document))
+    prose = " ".join(page.split())
+    assert "With one epoch per run, steady state cannot be separated from the warm-up" in prose
+    assert "| Throughput, warm-up included (samples/s) |" in page
+    assert _rows(page)[0].split(" | ")[6] == "—"  # no steady epoch
+    assert _rows(page)[2].split(" | ")[8] == "2.00x"  # 256/s against 128/s: the whole run's throughput
+
+
+def test_the_reference_experiment_gives_every_figure_its_source_gives(rendered):
+    page = _page(rendered)
     assert "## A reference experiment (quoted)" in page
     prose = " ".join(page.split())
     assert "quoted, not measured" in prose and "a pretrained ResNet-50 fine-tuned on CIFAR-10 for 5 epochs at " \
         "batch 128 on four Tesla P40 GPUs" in prose
-    assert "| Single precision (fp32) | 1979 | 11.24 | 85 % |" in page
-    assert "| DeepSpeed | — | — | — |" in page
+    assert f"]({training_pages.REFERENCE_SOURCE['url']})" in page
+    assert training_pages.REFERENCE_SOURCE["url"].startswith("https://github.com/xxcheng0708/")
+    rows = [line for line in page.splitlines() if line.startswith("| ") and not line.startswith("| `")]
+    for row in ("| Baseline: one GPU, batch 1 | — | 0.34 | 60 % | — |",
+                "| Single precision (fp32), one GPU | 1979 | 11.24 | 100 % | about 85 % |",
+                "| Half precision (fp16), one GPU | 1946 | 5.79 | 100 % | about 75 % |",
+                "| Automatic mixed precision, one GPU | 1546 | 6.02 | 100 % | about 85 % |",
+                "| DataParallel, 4 GPUs | 742 | 3.08 | 99 % | about 85 % |",
+                "| DistributedDataParallel, 4 GPUs | 560 | 3.12 | 99 % | about 85 % |",
+                "| Fully Sharded Data Parallel, 4 GPUs | 581 | 2.88 | 99 % | about 85 % |",
+                "| Fully Sharded Data Parallel, 4 GPUs, batch 1 | — | 0.19 | 60 % | — |",
+                "| DeepSpeed | — | — | — | — |"):
+        assert row in rows
+    assert "did not start" in prose
     for text in rendered.values():
         assert "source experiment" not in text.lower() and "issue" not in text.lower()
 
 
-@pytest.mark.parametrize(("key", "configs", "ratios"), [
-    ("mixed_precision", ["fp32:single", "amp_bf16:single"], ["1.00x", "2.00x"]),
-    ("ddp", ["fp32:single", "fp32:ddp"], ["1.00x", "0.50x"]),
+@pytest.mark.parametrize(("key", "configs", "speedups"), [
+    ("mixed_precision", ["fp32:single", "amp_bf16:single"], ["1.00x", "0.50x"]),
+    ("ddp", ["fp32:single", "fp32:ddp"], ["1.00x", "flagged"]),
     ("deepspeed_zero", ["fp32:single", "fp32:deepspeed:2"], ["1.00x", "—"]),
     ("fsdp", [], []),  # this file has no fsdp run: the card says so instead of showing the baseline alone
 ])
-def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, configs, ratios):
+def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, configs, speedups):
     snippet = rendered[Path(f"tables/results/{key}.md.inc")]
-    rows = [line.split(" | ") for line in snippet.splitlines() if line.startswith("| `")]
+    rows = [line.split(" | ") for line in _rows(snippet)]
     assert [r[0].strip("| `") for r in rows] == configs
-    assert [r[4] for r in rows] == ratios  # time relative to fp32:single, computed from wall_s
+    assert [r[5] for r in rows] == speedups  # steady-state throughput over fp32:single's
     if configs:
         assert "Test CPU" in snippet and "results/cpu-test.json" in snippet
+        assert "A parallel speed-up cannot show here" in " ".join(snippet.split())
     else:
         assert "No committed results file measures `parallel='fsdp'` yet." in snippet
     assert snippet.rstrip().endswith("All configurations: [Training configurations](../training_configurations.md).")
@@ -159,7 +309,7 @@ def test_an_invalid_results_file_is_one_line_per_problem_and_writes_nothing(tmp_
     document["runs"][0]["status"] = "great"
     del document["environment"]["torch"]
     (results / "bad.json").write_text(json.dumps(document))
-    (results / "broken.json").write_text('{"schema_version": 1,\n "runs": [}')
+    (results / "broken.json").write_text('{"schema_version": 2,\n "runs": [}')
     generated = _render(results, tmp_path / "src")
     assert generated.outputs == {}
     bad = [line for line in generated.problems if line.startswith(str(results / "bad.json"))]
@@ -169,20 +319,53 @@ def test_an_invalid_results_file_is_one_line_per_problem_and_writes_nothing(tmp_
     assert not (tmp_path / "src").exists()
 
 
-def test_committed_results_validate_and_render():
+def test_a_version_1_file_is_one_line_saying_to_regenerate_it(tmp_path):
+    path = tmp_path / "old.json"
+    document = _document()
+    document["schema_version"] = 1
+    path.write_text(json.dumps(document))
+    with pytest.raises(ResultsError) as info:
+        load_results(path)
+    (line,) = str(info.value).splitlines()
+    assert line.startswith(f"{path}: /schema_version: 1 is no longer read") and "tools/compare_training.py" in line
+
+
+def _configs(document):
+    return [compare.Config(s["precision"], s["parallel"], s["zero_stage"]) for s in document["summary"]]
+
+
+def test_committed_results_validate_render_and_summarize_their_runs():
     pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
     paths = discover_results()
     assert paths, "commit a results file made by tools/compare_training.py"
     for path in paths:
         document = load_results(path)
         assert document["runs"] and document["environment"]["hardware"]
+        repeats, configs = document["settings"]["repeats"], _configs(document)
+        assert repeats >= 3, f"{path}: run each configuration at least 3 times (--repeats)"
+        first = [r for r in document["runs"] if r["round"] <= repeats]
+        assert [(r["round"], r["config"]) for r in first if r["status"] != "skipped"] == [
+            (k, c.label) for k in range(1, repeats + 1) for c in configs
+            if not any(r["config"] == c.label and r["status"] == "skipped" for r in first)]
+        # The summary is what summarize makes of the runs, the re-measurement included.
+        before = {s["config"]: s for s in compare.summarize(first, configs) if compare._above_linear(s)}
+        extra = repeats + 1
+        assert any(r["round"] == extra for r in document["runs"]) == bool(before)
+        assert compare.summarize(document["runs"], configs, (before, extra) if before else None) == \
+            document["summary"]
+        # Nothing published is above linear.
+        for entry in document["summary"]:
+            if compare._above_linear(entry):
+                assert entry["super_linear"]["flagged"], entry["config"]
     assert pages.generate().problems == []
 
 
 def test_the_schema_requires_a_reason_for_runs_that_are_not_ok():
     document = copy.deepcopy(_document())
     document["runs"][3]["reason"] = None
-    assert any("/runs/3/reason" in p for p in results_problems(document))
+    document["summary"][3]["reason"] = None
+    problems = results_problems(document)
+    assert any("/runs/3/reason" in p for p in problems) and any("/summary/3/reason" in p for p in problems)
 
 
 def test_a_best_practice_for_an_option_the_comparison_does_not_vary_gets_no_rows(rendered, tmp_path):

@@ -1,12 +1,20 @@
 """Compare training configurations (precision x parallel mode): the logic of
 ``tools/compare_training.py``.
 
-Each configuration runs in its own process, :mod:`methods_tools.compare_worker`; the
+Each run of a configuration is a process of its own, :mod:`methods_tools.compare_worker`; the
 distributed ones (ddp, fsdp, deepspeed) under ``python -m torch.distributed.run --standalone``.
+Every configuration runs ``repeats`` times, interleaved: round 1 runs each configuration once,
+then round 2, and so on, so a change in the machine's load reaches all of them. Per configuration
+:func:`summarize` gives the median and range over its runs of the total time, the first epoch
+(warm-up), the steady state (the epochs after it), the throughput in steady state, the peak
+memory, accuracy and loss. A multi-process configuration whose speed-up over the single-process
+run of its precision exceeds its process count is re-measured once (one extra round of the two);
+still above it, it is flagged, and the page does not publish it as a speed-up.
+
 A configuration that fails is recorded with its error and the rest go on; one the machine
 cannot run (DeepSpeed not installed, or no C++ compiler for its CPU op, or a precision its
-accelerator lacks) is recorded as skipped with the reason. The results are
-validated against ``algorithms/results.schema.json`` before they are written.
+accelerator lacks) is recorded as skipped with the reason, once. The results are validated
+against ``algorithms/results.schema.json`` before they are written.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import os
 import platform
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,8 +40,10 @@ from algorithms.core.options import DISTRIBUTED, PARALLELS, PRECISIONS, dataset_
 
 from .results import RESULTS_DIR, results_problems
 
-__all__ = ["Config", "CompareOptions", "environment", "parse_configs", "run_comparison", "run_config",
-           "default_output_path"]
+__all__ = ["Config", "CompareOptions", "SCHEMA_VERSION", "environment", "parse_configs", "run_comparison", "run_config",
+           "default_output_path", "spread", "steady_state", "summarize"]
+
+SCHEMA_VERSION = 2  # algorithms/results.schema.json
 
 
 Progress = Callable[[str], None]
@@ -70,6 +81,7 @@ class CompareOptions:
     seq_len: int | None = None  # text data: tokens per example (default: the model's positions)
     eval_examples: int | None = None  # evaluate on this many held-out examples (default: all)
     optimizer: str = "sgd"  # or "adamw" (the language-model workload's)
+    repeats: int = 1  # runs of each configuration, in interleaved rounds (tools/compare_training.py: 3)
 
 
 def parse_configs(text: str) -> tuple[Config, ...]:
@@ -131,7 +143,7 @@ def environment() -> dict[str, Any]:
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "python": platform.python_version(), "platform": platform.platform(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "load_average": _load_average(),
     }
 
 
@@ -155,6 +167,10 @@ def _skipped_reason(config: Config, options: CompareOptions, env: dict[str, Any]
     if config.parallel == "dp" and env["device_type"] == "cuda" and env["device_count"] < 2:
         return None  # runs, with a note that there are no replicas
     return None
+
+
+def _load_average() -> list[float] | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def _empty_run(config: Config, world_size: int, status: str, reason: str | None) -> dict[str, Any]:
@@ -293,27 +309,53 @@ def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
 
 
 def run_comparison(options: CompareOptions, progress: Progress = lambda line: None) -> dict[str, Any]:
-    """Run every configuration of ``options`` and return the validated results document."""
-    env = environment()
-    runs = []
-    total = len(options.configs)
-    for i, config in enumerate(options.configs, start=1):
-        progress(f"[{i}/{total}] {config.label}: starting")
-        run = run_config(config, options, env, lambda line, i=i: progress(f"[{i}/{total}] {line}"))
-        detail = run["reason"] if run["status"] != "ok" else f"{run['wall_s']:.1f} s"
-        progress(f"[{i}/{total}] {config.label}: {run['status']} ({detail})")
-        runs.append(run)
+    """Run every configuration of ``options`` ``options.repeats`` times, interleaved, re-measure
+    super-linear speed-ups once, and return the validated results document."""
+    import torch
+
+    # torch's threads in one process: what a single-process run uses (the effects and matrix
+    # files share environment() and do not record it).
+    env = {**environment(), "torch_threads": torch.get_num_threads()}
+    runs: list[dict[str, Any]] = []
+    skipped: set[Config] = set()
+
+    def run_round(round_: int, configs: Sequence[Config], title: str) -> None:
+        todo = [c for c in configs if c not in skipped]
+        for i, config in enumerate(todo, start=1):
+            prefix = f"[{title}, {i}/{len(todo)}]"
+            progress(f"{prefix} {config.label}: starting")
+            run = run_config(config, options, env, lambda line, prefix=prefix: progress(f"{prefix} {line}"))
+            detail = run["reason"] if run["status"] != "ok" else f"{run['wall_s']:.1f} s"
+            progress(f"{prefix} {config.label}: {run['status']} ({detail})")
+            if run["status"] == "skipped":  # known before launching: the same in every round
+                skipped.add(config)
+            head = {k: run[k] for k in ("config", "precision", "parallel", "zero_stage", "world_size")}
+            runs.append({**head, "round": round_, **{k: v for k, v in run.items() if k != "round"}})
+
+    for round_ in range(1, options.repeats + 1):
+        run_round(round_, options.configs, f"round {round_}/{options.repeats}")
+    summary = summarize(runs, options.configs)
+    again = [s for s in summary if _above_linear(s)]
+    if again:  # one extra round, once: each super-linear configuration and the reference it beat
+        wanted = {s["config"] for s in again} | {s["speedup"]["over"] for s in again}
+        extra = options.repeats + 1
+        progress(f"re-measuring {', '.join(s['config'] for s in again)}: a speed-up above the process count")
+        run_round(extra, [c for c in options.configs if c.label in wanted], f"re-measurement, round {extra}")
+        before = {s["config"]: s for s in again}
+        summary = summarize(runs, options.configs, remeasured=(before, extra))
+    env["load_average_end"] = _load_average()
     document = {
         "$schema": "../algorithms/results.schema.json",
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "environment": env,
         "settings": {
             "model": options.model, "data": options.data,
             "image_size": options.image_size or model_input_sizes()[options.model], "epochs": options.epochs,
             "batch_size": options.batch_size, "max_batches": options.max_batches, "nproc": options.nproc,
-            "seed": options.seed, "lr": options.lr, "command": options.command,
+            "seed": options.seed, "lr": options.lr, "repeats": options.repeats, "command": options.command,
         },
         "runs": runs,
+        "summary": summary,
     }
     problems = results_problems(document)
     if problems:  # a bug in this tool, not a user mistake: never write an invalid file
@@ -321,8 +363,131 @@ def run_comparison(options: CompareOptions, progress: Progress = lambda line: No
     return document
 
 
+# --------------------------------------------------------------------------------------------- summary
+
+def spread(values: Sequence[float | None]) -> dict[str, float] | None:
+    """``{"median", "min", "max"}`` of the values that are not None; None when there are none."""
+    present = sorted(v for v in values if v is not None)
+    if not present:
+        return None
+    return {"median": statistics.median(present), "min": present[0], "max": present[-1]}
+
+
+def steady_state(run: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """``(seconds per epoch, samples per second)`` over a run's epochs after the first: its steady
+    state, without the first epoch's warm-up. ``(None, None)`` with one epoch, where the two
+    cannot be told apart."""
+    epochs = run["epoch_s"]
+    if len(epochs) < 2 or run["samples"] is None:
+        return None, None
+    steady = epochs[1:]
+    seconds = sum(steady)
+    per_epoch = run["samples"] / len(epochs)  # the same number of batches in every epoch
+    return seconds / len(steady), (per_epoch * len(steady) / seconds if seconds > 0 else None)
+
+
+def _throughput(run: Mapping[str, Any]) -> float | None:
+    """Samples per second in steady state, or over the whole run where there is none."""
+    _, steady = steady_state(run)
+    return steady if len(run["epoch_s"]) >= 2 else run["throughput"]
+
+
+def _reference(entry: Mapping[str, Any], labels: Sequence[str]) -> str | None:
+    """What ``entry``'s speed-up is over: the single-process run of its precision for a
+    multi-process configuration (when measured), else ``fp32:single``."""
+    own = f"{entry['precision']}:single"
+    if entry["world_size"] > 1 and own in labels:
+        return own
+    return "fp32:single" if "fp32:single" in labels else None
+
+
+def _above_linear(entry: Mapping[str, Any]) -> bool:
+    """Whether a multi-process configuration's speed-up over the single-process run of its own
+    precision exceeds its process count."""
+    speedup = entry["speedup"]
+    return (entry["world_size"] > 1 and speedup is not None
+            and speedup["over"] == f"{entry['precision']}:single" and speedup["median"] > entry["world_size"])
+
+
+def _paired(runs: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]],
+            rounds_: Sequence[int] | None = None) -> list[float]:
+    """The per-round ratios of throughput, ``runs`` over ``reference``, in the rounds both ran."""
+    mine = {r["round"]: _throughput(r) for r in runs if r["status"] == "ok"}
+    theirs = {r["round"]: _throughput(r) for r in reference if r["status"] == "ok"}
+    return [mine[k] / theirs[k] for k in sorted(mine.keys() & theirs.keys())
+            if (rounds_ is None or k in rounds_) and mine[k] is not None and theirs[k]]
+
+
+def summarize(runs: Sequence[Mapping[str, Any]], configs: Sequence[Config],
+              remeasured: tuple[Mapping[str, Mapping[str, Any]], int] | None = None) -> list[dict[str, Any]]:
+    """One summary entry per configuration of ``configs`` (in their order) from its ``runs``: the
+    median and range over its successful runs of each figure, its speed-up, and, given
+    ``remeasured`` (the entries that were super-linear before a re-measurement, and its round),
+    whether each of those is still super-linear over every round and so flagged."""
+    labels = [c.label for c in configs]
+    by_config: dict[str, list[Mapping[str, Any]]] = {label: [] for label in labels}
+    for run in runs:
+        by_config[run["config"]].append(run)
+    entries = []
+    for config in configs:
+        mine = by_config[config.label]
+        ok = [r for r in mine if r["status"] == "ok"]
+        failures = [r for r in mine if r["status"] != "ok"]
+        first = (ok or mine)[0]
+        status = "ok" if ok else first["status"]
+        steady = [steady_state(r) for r in ok]
+        multi_epoch = bool(ok) and all(len(r["epoch_s"]) >= 2 for r in ok)
+        entries.append({
+            "config": config.label, "precision": config.precision, "parallel": config.parallel,
+            "zero_stage": config.zero_stage, "world_size": first["world_size"], "status": status,
+            "reason": failures[0]["reason"] if failures else None, "note": first["note"],
+            "runs": len(mine), "ok_runs": len(ok), "steady_state": multi_epoch,
+            "wall_s": spread([r["wall_s"] for r in ok]),
+            "first_epoch_s": spread([r["epoch_s"][0] if r["epoch_s"] else None for r in ok]),
+            "steady_epoch_s": spread([s for s, _ in steady]) if multi_epoch else None,
+            "throughput": spread([_throughput(r) for r in ok]),
+            "peak_memory_bytes": spread([r["peak_memory_bytes"] for r in ok]),
+            "memory_kind": first["memory_kind"],
+            "model_memory_bytes": spread([r["model_memory_bytes"] for r in ok]),
+            "gpu_utilization": spread([r["gpu_utilization"] for r in ok]),
+            "accuracy": spread([r["accuracy"] for r in ok]), "loss": spread([r["loss"] for r in ok]),
+            "speedup": None, "super_linear": None,
+        })
+    for entry in entries:
+        over = _reference(entry, labels)
+        ratios = _paired(by_config[entry["config"]], by_config[over]) if over and entry["status"] == "ok" else []
+        if ratios:
+            entry["speedup"] = {"over": over, **spread(ratios), "rounds": len(ratios)}
+    if remeasured is not None:
+        before, extra = remeasured
+        for entry in entries:
+            if entry["config"] in before:
+                entry["super_linear"] = _super_linear(entry, before[entry["config"]], extra, by_config)
+    return entries
+
+
+def _super_linear(entry: dict[str, Any], before: Mapping[str, Any], extra: int,
+                  by_config: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """The record of one re-measured super-linear speed-up: flagged when still above the count."""
+    n, old = entry["world_size"], before["speedup"]
+    over = old["over"]
+    again = _paired(by_config[entry["config"]], by_config[over], [extra])
+    flagged = _above_linear(entry)
+    now = entry["speedup"]["median"] if entry["speedup"] else None
+
+    def times(value: float | None, missing: str) -> str:
+        return missing if value is None else f"{value:.2f}x"
+
+    reason = (f"{old['median']:.2f}x the throughput of {over} on {n} processes in rounds 1-{extra - 1}, "
+              f"{times(again[0] if again else None, 'no figure (a run failed)')} in the re-measurement "
+              f"(round {extra}) and {times(now, 'no figure')} over every round: "
+              f"{'still more' if flagged else 'no more'} than {n}x")
+    return {"processes": n, "speedup_before": old["median"], "remeasure_round": extra,
+            "speedup_remeasured": again[0] if again else None, "flagged": flagged, "reason": reason}
+
+
 def check_options(model: str, data: str, data_root: str | None, epochs: int, batch_size: int,
-                  max_batches: int | None, nproc: int) -> list[str]:
+                  max_batches: int | None, nproc: int, repeats: int = 1) -> list[str]:
     """One line per bad option (empty when they are fine)."""
     problems = []
     if model not in model_names():
@@ -333,7 +498,7 @@ def check_options(model: str, data: str, data_root: str | None, epochs: int, bat
         problems.append(f"--data-root: {data_root!r} is not a directory — cifar10 reads the extracted "
                         "cifar-10-batches-py folder (nothing is downloaded)")
     for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--nproc", nproc),
-                        ("--max-batches", max_batches)):
+                        ("--max-batches", max_batches), ("--repeats", repeats)):
         if value is not None and value < 1:
             problems.append(f"{flag}: {value} — must be at least 1")
     return problems

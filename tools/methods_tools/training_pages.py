@@ -3,15 +3,18 @@
 Reads every validated ``results/*.json`` (written by ``tools/compare_training.py``) and renders:
 
 - ``training_configurations.md`` (``training_configurations.md.j2``): per results file, its
-  hardware and settings, every configuration's row and a chart of time and memory; then the
-  figures quoted from a reference experiment;
+  hardware and settings, what a comparison at that scale cannot show (from the file's
+  environment and settings), every configuration's row (the median and range over its repeated
+  runs; a flagged super-linear speed-up shown as flagged, not as a figure) and a chart of
+  throughput and memory; then the figures quoted from a reference experiment, with its source;
 - ``tables/results/<stem>.svg``: those charts (matplotlib, text kept as text, no date). A chart
   carries the hash of its inputs (the results document, the matplotlib version, the drawing
   code) as its ``dc:identifier``; a chart already in the output folder with the same hash is
   reused rather than drawn again;
 - ``tables/results/<key>.md.inc`` (``results_snippet.md.inc.j2``): for each best practice, the
-  measured rows of its Trainer option beside the ``fp32:single`` baseline, which its card pulls in
-  with ``{include}`` (the ``.inc`` suffix keeps Sphinx from reading the snippet as a page).
+  measured rows of its Trainer option beside the ``fp32:single`` baseline, with the same caveats
+  and flags, which its card pulls in with ``{include}`` (the ``.inc`` suffix keeps Sphinx from
+  reading the snippet as a page).
 """
 
 from __future__ import annotations
@@ -27,24 +30,45 @@ from typing import Any
 
 from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 
-__all__ = ["PAGE", "REFERENCE_EXPERIMENT", "SNIPPETS", "render_training_results"]
+__all__ = ["PAGE", "REFERENCE_EXPERIMENT", "REFERENCE_SOURCE", "SNIPPETS", "ReferenceRow", "render_training_results"]
 
 PAGE = Path("training_configurations.md")
 SNIPPETS = Path("tables") / "results"
 MIB = 2**20
+# Below this many optimizer steps, accuracy and loss say how far a run got, not what the
+# configuration reaches: the page says so.
+FEW_STEPS = 1000
+
+
+@dataclass(frozen=True)
+class ReferenceRow:
+    """One configuration of the reference experiment; None is a figure the source does not give."""
+
+    configuration: str
+    time_s: int | None  # 5 epochs
+    memory_gb: float | None  # per GPU
+    peak_utilization: int | None  # per GPU, %
+    accuracy: int | None  # "about", %
+
 
 # Quoted, not measured by this project: a reference experiment, a pretrained ResNet-50 fine-tuned
-# on CIFAR-10 (5 epochs, batch 128) on four Tesla P40 GPUs, run by hand. None is a figure it does
-# not quote.
+# on CIFAR-10 (5 epochs, batch 128) on four Tesla P40 GPUs, run by hand and published as a
+# README (in Chinese). Every figure it gives is here; None is one it does not give.
+REFERENCE_SOURCE = {
+    "name": "xxcheng0708/pytorch-model-train-template, README.md",
+    "url": "https://github.com/xxcheng0708/pytorch-model-train-template/blob/"
+           "c8438928b7ce0c861cee92079b79a09d240fed63/README.md",
+}
 REFERENCE_EXPERIMENT = (
-    # configuration, time (s), GPU memory (GB), accuracy (%)
-    ("Single precision (fp32)", 1979, 11.24, 85),
-    ("Half precision (fp16)", 1946, 5.79, 75),
-    ("Automatic mixed precision", 1546, 6.02, 85),
-    ("DataParallel, 4 GPUs", 742, None, None),
-    ("DistributedDataParallel, 4 GPUs", 560, 3.12, None),
-    ("Fully Sharded Data Parallel, 4 GPUs", 581, 2.88, None),
-    ("DeepSpeed", None, None, None),
+    ReferenceRow("Baseline: one GPU, batch 1", None, 0.34, 60, None),
+    ReferenceRow("Single precision (fp32), one GPU", 1979, 11.24, 100, 85),
+    ReferenceRow("Half precision (fp16), one GPU", 1946, 5.79, 100, 75),
+    ReferenceRow("Automatic mixed precision, one GPU", 1546, 6.02, 100, 85),
+    ReferenceRow("DataParallel, 4 GPUs", 742, 3.08, 99, 85),
+    ReferenceRow("DistributedDataParallel, 4 GPUs", 560, 3.12, 99, 85),
+    ReferenceRow("Fully Sharded Data Parallel, 4 GPUs", 581, 2.88, 99, 85),
+    ReferenceRow("Fully Sharded Data Parallel, 4 GPUs, batch 1", None, 0.19, 60, None),
+    ReferenceRow("DeepSpeed", None, None, None, None),
 )
 
 # Precision modes shown together on a precision best practice's card.
@@ -58,16 +82,20 @@ class ChartError(ValueError):
 
 # --------------------------------------------------------------------------------------------- view
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
+def _spread(stat: Mapping[str, float] | None, fmt: Any = lambda v: f"{v:,.1f}") -> str:
+    """``median (min–max)``; the median alone when the range is one value; "—" for no figure."""
+    if stat is None:
+        return "—"
+    low, high = fmt(stat["min"]), fmt(stat["max"])
+    return fmt(stat["median"]) if low == high else f"{fmt(stat['median'])} ({low}–{high})"
 
 
-def _mib(value: int | None, digits: int = 0) -> str:
-    return "—" if value is None else f"{value / MIB:,.{digits}f}"
+def _mib(digits: int = 0) -> Any:
+    return lambda v: f"{v / MIB:,.{digits}f}"
 
 
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f} %"
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f} %"
 
 
 @dataclass(frozen=True)
@@ -81,15 +109,55 @@ class Run:
     status: str
     reason: str | None
     note: str | None
+    runs: str  # "3", or "2 of 3" when some failed
     time: str
-    last_epoch: str
+    first_epoch: str
+    steady_epoch: str
     throughput: str
+    speedup: str
     memory: str
     model_memory: str
     gpu_utilization: str
     accuracy: str
     loss: str
-    wall_s: float | None
+    flagged: bool
+    flag_reason: str | None  # why a speed-up is flagged, or how its re-measurement came out
+    throughput_median: float | None
+
+
+def _speedup(entry: Mapping[str, Any]) -> str:
+    check = entry["super_linear"]
+    if check is not None and check["flagged"]:
+        return "flagged"
+    speedup = entry["speedup"]
+    if speedup is None:
+        return "—"
+    text = _spread(speedup, lambda v: f"{v:.2f}x")
+    return text if speedup["over"] == "fp32:single" else f"{text} over {speedup['over']}"
+
+
+def _run(entry: Mapping[str, Any]) -> Run:
+    check = entry["super_linear"]
+    runs = str(entry["runs"]) if entry["ok_runs"] in (0, entry["runs"]) else f"{entry['ok_runs']} of {entry['runs']}"
+    return Run(
+        config=entry["config"], precision=entry["precision"], parallel=entry["parallel"],
+        processes=entry["world_size"], status=entry["status"], reason=entry["reason"], note=entry["note"],
+        runs=runs, time=_spread(entry["wall_s"]), first_epoch=_spread(entry["first_epoch_s"]),
+        steady_epoch=_spread(entry["steady_epoch_s"], lambda v: f"{v:,.2f}"), throughput=_spread(entry["throughput"]),
+        speedup=_speedup(entry) if entry["status"] == "ok" else "—",
+        memory=_spread(entry["peak_memory_bytes"], _mib()), model_memory=_spread(entry["model_memory_bytes"], _mib(2)),
+        gpu_utilization=_spread(entry["gpu_utilization"], lambda v: f"{v:.0f} %"),
+        accuracy=_spread(entry["accuracy"], _pct), loss=_spread(entry["loss"], lambda v: f"{v:.3f}"),
+        flagged=bool(check and check["flagged"]), flag_reason=check["reason"] if check else None,
+        throughput_median=entry["throughput"]["median"] if entry["throughput"] else None,
+    )
+
+
+def _memory_label(document: Mapping[str, Any]) -> str:
+    kinds = {r["memory_kind"] for r in document["summary"] if r["memory_kind"]}
+    if kinds == {"cuda_max_allocated"}:
+        return "Peak GPU memory allocated per device (MiB)"
+    return "Peak memory per process (MiB, resident set of the whole process)"
 
 
 @dataclass(frozen=True)
@@ -101,8 +169,15 @@ class ResultsFile:
     date: str  # YYYY-MM-DD
     torch: str
     settings: Mapping[str, Any]
-    shared_load: float | None  # the load average when it exceeded the core count, else None
+    shared_load: float | None  # the highest 1-minute load average seen when it exceeded the cores, else None
     cpu_count: int
+    cpu_model: str
+    threads: int  # torch's threads in one process
+    device_type: str  # cpu or cuda
+    device_name: str
+    device_count: int
+    steady_state: bool  # more than one epoch per run: warm-up and steady state told apart
+    steps: int | None  # optimizer steps per process in a run
     memory_label: str
     has_gpu_utilization: bool
     runs: tuple[Run, ...]
@@ -112,41 +187,47 @@ class ResultsFile:
     def title(self) -> str:
         return f"{self.hardware}, {self.date}"
 
-    def baseline(self) -> Run | None:
-        return next((r for r in self.runs if r.config == "fp32:single" and r.status == "ok"), None)
+    @property
+    def few_steps(self) -> bool:
+        return self.steps is not None and self.steps < FEW_STEPS
+
+    @property
+    def flagged(self) -> tuple[Run, ...]:
+        return tuple(r for r in self.runs if r.flagged)
+
+    @property
+    def throughput_label(self) -> str:
+        return ("Steady-state throughput (samples/s)" if self.steady_state
+                else "Throughput, warm-up included (samples/s)")
 
 
-def _run(run: Mapping[str, Any]) -> Run:
-    return Run(
-        config=run["config"], precision=run["precision"], parallel=run["parallel"], processes=run["world_size"],
-        status=run["status"],
-        reason=None if run["status"] == "ok" else run["reason"], note=run["note"],
-        time=_num(run["wall_s"]), last_epoch=_num(run["epoch_s"][-1] if run["epoch_s"] else None),
-        throughput=_num(run["throughput"]), memory=_mib(run["peak_memory_bytes"]),
-        model_memory=_mib(run["model_memory_bytes"], 2),
-        gpu_utilization="—" if run["gpu_utilization"] is None else f"{run['gpu_utilization']:.0f} %",
-        accuracy=_pct(run["accuracy"]), loss=_num(run["loss"], 3), wall_s=run["wall_s"],
-    )
-
-
-def _memory_label(document: Mapping[str, Any]) -> str:
-    kinds = {r["memory_kind"] for r in document["runs"] if r["memory_kind"]}
-    if kinds == {"cuda_max_allocated"}:
-        return "Peak GPU memory allocated per device (MiB)"
-    return "Peak memory per process (MiB, resident set of the whole process)"
+def _steps(document: Mapping[str, Any]) -> int | None:
+    """Optimizer steps one process took in a run: the samples of a successful run over the
+    examples one step of all its processes sees."""
+    batch = document["settings"]["batch_size"]
+    for run in document["runs"]:
+        if run["status"] == "ok" and run["samples"]:
+            return round(run["samples"] / (batch * run["world_size"])) if run["parallel"] != "dp" \
+                else round(run["samples"] / batch)
+    return None
 
 
 def _results_file(path: Path, document: Mapping[str, Any]) -> ResultsFile:
     env = document["environment"]
-    load = env.get("load_average")
-    has_chart = any(r["status"] == "ok" for r in document["runs"])
+    loads = [load[0] for load in (env.get("load_average"), env.get("load_average_end")) if load]
+    peak_load = max(loads) if loads else None
+    summary = document["summary"]
+    has_chart = any(r["status"] == "ok" for r in summary)
     return ResultsFile(
         file=f"results/{path.name}", hardware=env["hardware"], date=env["date"][:10], torch=env["torch"],
         settings=document["settings"], cpu_count=env["cpu_count"],
-        shared_load=load[0] if load and load[0] > env["cpu_count"] else None,
+        shared_load=peak_load if peak_load is not None and peak_load > env["cpu_count"] else None,
+        cpu_model=env["cpu_model"], threads=env["torch_threads"], device_type=env["device_type"],
+        device_name=env["device_name"], device_count=env["device_count"],
+        steady_state=document["settings"]["epochs"] >= 2, steps=_steps(document),
         memory_label=_memory_label(document),
-        has_gpu_utilization=any(r["gpu_utilization"] is not None for r in document["runs"]),
-        runs=tuple(_run(r) for r in document["runs"]),
+        has_gpu_utilization=any(r["gpu_utilization"] is not None for r in summary),
+        runs=tuple(_run(r) for r in summary),
         chart=(SNIPPETS / f"{path.stem}.svg").as_posix() if has_chart else None,
     )
 
@@ -164,12 +245,6 @@ def _card_runs(results: ResultsFile, option: str, value: Any) -> list[Run]:
     if not chosen:
         return []
     return [r for r in runs if r.config == "fp32:single" and r not in chosen] + chosen
-
-
-def _ratio(run: Run, baseline: Run | None) -> str:
-    if baseline is None or run.status != "ok" or run.wall_s is None:
-        return "—"
-    return f"{run.wall_s / baseline.wall_s:.2f}x"
 
 
 # --------------------------------------------------------------------------------------------- charts
@@ -192,22 +267,39 @@ def _chart(document: Mapping[str, Any], previous: Path) -> str:
 
 
 def _draw_chart(document: Mapping[str, Any], key: str) -> str:
-    """Time and peak memory per configuration as one SVG, identical bytes for identical input."""
+    """Throughput and peak memory per configuration (median, range as error bars) as one SVG,
+    identical bytes for identical input. A flagged speed-up's throughput bar is hatched and labelled."""
     plt = pyplot("the training charts need it", ChartError)
 
-    ok = [r for r in document["runs"] if r["status"] == "ok"]
-    labels = [r["config"] for r in ok][::-1]
+    ok = [s for s in document["summary"] if s["status"] == "ok"][::-1]
+    flagged = [bool(s["super_linear"] and s["super_linear"]["flagged"]) for s in ok]
+    labels = [s["config"] + (" (flagged)" if f else "") for s, f in zip(ok, flagged, strict=True)]
+
+    def bars(ax: Any, field: str, scale: float, color: str, mark: bool) -> None:
+        medians = [s[field]["median"] / scale for s in ok]
+        below = [m - s[field]["min"] / scale for m, s in zip(medians, ok, strict=True)]
+        above = [s[field]["max"] / scale - m for m, s in zip(medians, ok, strict=True)]
+        drawn = ax.barh(labels, medians, xerr=[below, above], color=color, ecolor="#333333", capsize=2)
+        for bar, flag in zip(drawn, flagged, strict=True):
+            if flag and mark:
+                bar.set_hatch("//")
+                bar.set_edgecolor("#333333")
+
+    steady = document["settings"]["epochs"] >= 2
     with plt.rc_context(SVG_STYLE):
-        fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(9, 0.35 * max(len(ok), 2) + 1.2), sharey=True)
-        ax_time.barh(labels, [r["wall_s"] for r in ok][::-1], color="#4c72b0")
-        ax_time.set_xlabel("training time (s)")
-        ax_mem.barh(labels, [r["peak_memory_bytes"] / MIB for r in ok][::-1], color="#dd8452")
+        fig, (ax_speed, ax_mem) = plt.subplots(1, 2, figsize=(9, 0.35 * max(len(ok), 2) + 1.4), sharey=True)
+        bars(ax_speed, "throughput", 1, "#4c72b0", mark=True)
+        ax_speed.set_xlabel("steady-state throughput (samples/s)" if steady
+                            else "throughput, warm-up included (samples/s)")
+        bars(ax_mem, "peak_memory_bytes", MIB, "#dd8452", mark=False)
         ax_mem.set_xlabel("peak memory per device (MiB)" if ok[0]["memory_kind"] == "cuda_max_allocated"
                           else "peak memory per process (MiB)")
-        for ax in (ax_time, ax_mem):
+        for ax in (ax_speed, ax_mem):
             ax.grid(axis="x", alpha=0.3)
         fig.suptitle(f"{document['settings']['model']} on {document['settings']['data']}: "
-                     f"{document['environment']['hardware']}, {document['environment']['date'][:10]}")
+                     f"{document['environment']['hardware']}, {document['environment']['date'][:10]}\n"
+                     "median over each configuration's runs, error bars: their range; hatched: a flagged "
+                     "super-linear speed-up")
         fig.tight_layout()
         return svg_text(plt, fig, key)
 
@@ -222,7 +314,7 @@ def render_training_results(site: Site) -> dict[Path, Content]:
     files = [(_results_file(path, document), document) for path, document in site.results]
     outputs: dict[Path, Content] = {
         PAGE: site.render("training_configurations.md.j2", results=[f for f, _ in files],
-                          reference=REFERENCE_EXPERIMENT),
+                          reference=REFERENCE_EXPERIMENT, source=REFERENCE_SOURCE),
     }
     for results, document in files:
         if results.chart is not None:
@@ -231,12 +323,7 @@ def render_training_results(site: Site) -> dict[Path, Content]:
         if not (record.is_best_practice and record.trainer_option):
             continue
         (option, value), = record.trainer_option.items()
-        measured = []
-        for results, _ in files:
-            runs = _card_runs(results, option, value)
-            if runs:
-                baseline = results.baseline()
-                measured.append((results, [(run, _ratio(run, baseline)) for run in runs]))
+        measured = [(results, runs) for results, _ in files if (runs := _card_runs(results, option, value))]
         outputs[SNIPPETS / f"{record.key}.md.inc"] = site.render(
             "results_snippet.md.inc.j2", record=record, option=option, value=value, files=measured)
     return outputs
