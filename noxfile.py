@@ -59,24 +59,33 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def check(session: nox.Session) -> None:
-    """Drift checks: metadata schemas, metadata against the code, every card against both, and
-    every generated page rendering from the metadata and results (written by ``nox -s docs``)."""
+    """Drift checks: metadata schemas, metadata against the code, every card against both, the
+    committed effects as evidence (intervals, verdicts, no effect from a method that did not act,
+    the workload's unit), and every generated page rendering from the metadata and results
+    (written by ``nox -s docs``)."""
     install_project(session, "docs")
     session.run("python", "tools/validate_metadata.py")
     session.run("python", "tools/check_functional.py")
     session.run("python", "tools/check_cards.py")
+    session.run("python", "tools/check_effects.py")
     session.run("python", "tools/generate_pages.py", "--check")
 
 
 @nox.session(python=PYTHON)
 def gpu(session: nox.Session) -> None:
-    """On a CUDA machine: the CUDA-marked tests, then the training comparison at reduced scale.
+    """On a CUDA machine: the CUDA-marked tests, the training comparison at reduced scale, then
+    the effects sweeps at a GPU-sized workload.
 
-    ResNet-50 on synthetic 224-pixel data, at most 200 batches of 64 per configuration, every
-    precision in one process plus dp, ddp, fsdp and DeepSpeed ZeRO-2 over all visible GPUs:
-    sized to finish within about five minutes on one current GPU. Writes
-    results/gpu-<device>-<date>.json (commit it; the docs render it). Set METHODS_TORCH_SPEC to a
-    CUDA build of torch. Extra arguments go to tools/compare_training.py (e.g. --out).
+    The comparison: ResNet-50 on synthetic 224-pixel data, 2 epochs of at most 50 batches of 64 (the
+    first a warm-up, timed apart) per configuration, every precision in one process plus dp, ddp,
+    fsdp and DeepSpeed ZeRO-1 and 2 over all visible GPUs, three rounds interleaved: sized to about
+    five minutes on one current GPU (not yet timed there). Writes
+    results/gpu-<device>-<date>.json. The effects: the vision sweep on the digits at 32 pixels
+    (a fifth of them to train, 12 epochs) and the language-model sweep at 400 steps of 256-byte
+    windows, 5 seeds each, into results/effects/<workload>-gpu-<device>.json (a run is mostly its
+    process's start there: about 10 minutes for both). Commit what it writes; the docs render it.
+    Set METHODS_TORCH_SPEC to a CUDA build of torch. Extra arguments go to
+    tools/compare_training.py (e.g. --out).
     """
     install_project(session, "dev")
     session.run("python", "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else "
@@ -85,11 +94,14 @@ def gpu(session: nox.Session) -> None:
     session.run("pytest", "-q", "-m", "cuda", "tests")
     nproc = session.run("python", "-c", "import torch; print(torch.cuda.device_count())", silent=True).strip()
     session.run("python", "tools/compare_training.py", "--model", "resnet50", "--data", "synthetic",
-                "--epochs", "1", "--batch-size", "64", "--max-batches", "200", "--workers", "4",
+                "--epochs", "2", "--batch-size", "64", "--max-batches", "50", "--workers", "4", "--repeats", "3",
                 "--nproc", nproc, "--timeout", "300", "--force",
                 "--configs", "fp32:single,fp16:single,bf16:single,amp_fp16:single,amp_bf16:single,"
                              "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2",
                 *session.posargs)
+    session.run("python", "tools/measure_methods.py", "--image-size", "32", "--seeds", "5", "--timeout", "300")
+    session.run("python", "tools/measure_methods.py", "--workload", "nlp", "--seq-len", "256", "--max-batches", "400",
+                "--seeds", "5", "--timeout", "300")
 
 
 @nox.session(python=PYTHON)

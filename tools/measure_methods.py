@@ -1,41 +1,51 @@
-"""Measure each method's effects: a baseline and every method on its own, over several seeds.
+"""Measure each method's effects: a baseline and every method on its own, paired by seed.
 
-Example (the committed CPU results: 23 minutes on two CPU cores shared with other jobs, at a
-load average of 3 to 11; its fastest run trained in 12 s, so on idle cores the sweep fits
-in 10 minutes):
+Example (the committed CPU results; the closing lines print how long the sweep took):
 
     python tools/measure_methods.py
 
-It trains the vision reference workload, a CIFAR ResNet-20 on scikit-learn's digits, once as
-a baseline and once with each vision method (CutMix, MixUp, Label Smoothing, CutOut...) with its
-metadata's suggested hyperparameters, for seeds 0, 1 and 2: fp32, one process, SGD (lr 0.05,
-momentum 0.9), 4 epochs of batch 64 over the 1,438 training images at 16x16 pixels, tested on
-the 359 held-out ones. Why these sizes: the digits are 8x8 images, so 16 pixels already hold
-every detail twice over while leaving room for a CutOut hole or a CutMix box; an epoch at 16 px
-takes about 7 s on two CPU cores at load 3 (at 32 px, 24 s), so 4 epochs x 15 runs, each with a few
-seconds to start its process, fit the 10 minutes; and 4 epochs put the baseline well above the
-10 % accuracy of chance (the cards state how far). Short training is what it is: a method
-that regularizes, which pays off over long schedules, can cost accuracy here.
+It trains the vision reference workload, a CIFAR ResNet-20 on scikit-learn's digits, once as a
+baseline and once with each vision method (CutMix, MixUp, Label Smoothing, CutOut...) with its
+metadata's suggested hyperparameters, for seeds 0 to 9: fp32, one process, SGD with momentum
+0.9 and a one-cycle rate peaking at 0.1, 12 epochs of batch 64 over a fifth of the digits (359
+images) at their native 8x8 pixels, tested on the other 1,438. Why: on all the training digits
+the baseline reaches about 98 %, leaving no room for an effect to show; on a fifth it sits near
+95 %, and the annealed rate and the larger test split bring the spread of a paired change to
+about one point, so ten seeds give 95 % intervals of about +-1 point. A run trains in about 2 s
+on two CPU cores; starting its process and loading the data take longer, and each run records
+both (``wall_s``, ``eval_s``, ``job_s``). Short training is what it is: a method that
+regularizes, which pays off over long schedules, can cost accuracy here.
+
+Every seed runs its baseline and then each method, so the baseline and the methods take turns
+and a change in the machine's load falls on both; a method and the baseline of the same seed
+share their initial weights and data order. The summary gives, per method, the mean paired
+change in quality with a 95 % t interval, the ratio of median throughputs (images, or tokens
+trained, per second) and of peak memory with 95 % bootstrap intervals, and a verdict for each:
+better, worse, or no detectable difference at this scale (tools/methods_tools/evidence.py).
+Each run records what the method reported doing (``Trainer.method_log``); a method whose every
+run did nothing is summarized as "did not act", never as an effect.
 
 The language-model workload (``--workload nlp``) trains the methods of domain nlp the same way
 on a causal transformer (transformer_tiny) over the Python standard library's own source, byte
-by byte (stdlib_text): 150 AdamW steps (lr 0.003) of 32 windows of 128 bytes, then the mean
-next-token cross entropy on 256 held-out windows (lower is better); throughput is in tokens per
-second. A run took 18 to 50 s on two shared CPU cores (tools/methods_tools/measure.py says
-more); the file is results/effects/nlp-<cpu|gpu>-<hardware>.json, and it records the Python
-version, whose sources are the corpus:
+by byte (stdlib_text): 100 AdamW steps (lr 0.003) of 32 windows of 128 bytes, then the mean
+next-token cross entropy on 256 held-out windows through ``Trainer.eval`` (lower is better);
+throughput counts the tokens actually trained. The file is
+results/effects/nlp-<cpu|gpu>-<hardware>.json, and it records the Python version, whose sources
+are the corpus:
 
-    python tools/measure_methods.py --workload nlp
+    python tools/measure_methods.py --workload nlp --seeds 5
 
-A method whose metadata names ``"workload": {"model": "resnet20_gn"}`` is measured on that
-reference model, against a baseline of that model with the same seeds.
+A method whose metadata names ``"workload": {"model": "resnet20_gn", "precision": "amp_bf16"}``
+is measured on that reference model in that precision (a low-precision norm changes nothing in
+fp32), against a baseline of that model and precision with the same seeds.
 
 Each run is its own worker process, as in ``tools/compare_training.py``; a failure is recorded
 with its reason and the rest go on. The output (default
 ``results/effects/vision-<cpu|gpu>-<hardware>.json``, validated against
-``algorithms/effects.schema.json``) is written after every run, and a rerun resumes it:
+``algorithms/effects.schema.json``; ``tools/check_effects.py`` checks it further) is written
+after every run, and a rerun resumes it:
 
-    python tools/measure_methods.py --only cutmix            # re-measure one method
+    python tools/measure_methods.py --only cutmix            # re-measure one method, beside a fresh baseline
     python tools/measure_methods.py --shard 0/4 --out a.json # jobs 0, 4, 8, ... (a job array)
     python tools/measure_methods.py --merge a.json b.json c.json d.json --out results/effects/x.json
 """

@@ -104,6 +104,29 @@ def cifar10(root: str | Path, image_size: int | None = None) -> DataSplits:
     return DataSplits("cifar10", train, test, num_classes=10, image_size=size, has_accuracy=True)
 
 
+def _digits_arrays() -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's digits as ``(pixels (1797, 64) float32, labels (1797,) long)``, read from the
+    file the package ships (``sklearn/datasets/data/digits.csv.gz``: 64 pixels and the label per
+    line) without importing scikit-learn, whose import takes seconds: each measured run is a
+    process of its own and reads the digits afresh. Through ``load_digits`` where that file is
+    not where this expects it."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    path = Path(folders[0]) / "datasets" / "data" / "digits.csv.gz" if folders else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        return (torch.as_tensor(bunch.data, dtype=torch.float32),
+                torch.as_tensor(bunch.target, dtype=torch.long))
+    with gzip.open(path, "rt") as f:
+        rows = torch.tensor([[float(v) for v in line.split(",")] for line in f if line.strip()])
+    return rows[:, :64].contiguous(), rows[:, 64].long()
+
+
 def digits(image_size: int | None = None, test_fraction: float = 0.2, seed: int = 0) -> DataSplits:
     """scikit-learn's 1,797 handwritten digits (8x8, 16 grey levels) as 32x32 RGB images.
 
@@ -111,12 +134,10 @@ def digits(image_size: int | None = None, test_fraction: float = 0.2, seed: int 
     unchanged; standardized with the training split's mean and deviation. The split is a fixed
     permutation from ``seed``: ``test_fraction`` of the images are held out.
     """
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    images = torch.as_tensor(bunch.images, dtype=torch.float32)[:, None] / 16.0
+    pixels, target = _digits_arrays()
+    images = pixels.reshape(-1, 1, 8, 8) / 16.0
     images = F.interpolate(images, size=(32, 32), mode="bilinear", align_corners=False).repeat(1, 3, 1, 1)
-    labels = torch.as_tensor(bunch.target, dtype=torch.long)
+    labels = target
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     n_test = int(round(len(labels) * test_fraction))
     test_idx, train_idx = order[:n_test], order[n_test:]
@@ -239,10 +260,12 @@ def stdlib_text(seq_len: int = 128, max_bytes: int = 4_000_000, validation_fract
 
 
 def get_dataset(name: str, root: str | Path | None = None, image_size: int | None = None,
-                seq_len: int | None = None) -> DataSplits:
+                seq_len: int | None = None, test_fraction: float | None = None) -> DataSplits:
     """The data set ``name`` (one of :func:`algorithms.core.options.dataset_names`); ``root`` is
     needed for ``cifar10``; ``image_size`` is for the image data sets, ``seq_len`` for
-    ``stdlib_text``."""
+    ``stdlib_text``; ``test_fraction`` is the held-out share of ``digits`` (default 0.2)."""
+    if test_fraction is not None and name != "digits":
+        raise ValueError(f"data {name!r} has its own split: test_fraction={test_fraction} is for 'digits'")
     if name == "stdlib_text":
         if image_size is not None:
             raise ValueError(f"data 'stdlib_text' is text: it takes seq_len, not image_size={image_size}")
@@ -254,7 +277,7 @@ def get_dataset(name: str, root: str | Path | None = None, image_size: int | Non
             raise ValueError("data 'cifar10' needs its directory: pass the extracted cifar-10-batches-py folder")
         return cifar10(root, image_size)
     if name == "digits":
-        return digits(image_size)
+        return digits(image_size) if test_fraction is None else digits(image_size, test_fraction=test_fraction)
     if name == "synthetic":
         return synthetic(image_size)
     raise ValueError(f"data {name!r} is not known — use one of {', '.join(dataset_names())}")

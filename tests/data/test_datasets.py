@@ -156,3 +156,24 @@ def test_stdlib_text_metadata_matches_the_data_on_its_python(stdlib_splits):
     if platform.python_version() not in meta["source"]:
         pytest.skip(f"the split sizes are another Python's than {platform.python_version()}")
     assert dict(meta["splits"]) == {"train": len(stdlib_splits.train), "validation": len(stdlib_splits.test)}
+
+
+def test_the_digits_read_from_scikit_learns_file_are_load_digits_own():
+    """The file is read directly (importing scikit-learn takes seconds in every measured run); it must
+    give exactly what ``load_digits`` gives, pixels and labels, in order."""
+    from sklearn.datasets import load_digits
+
+    from algorithms.data.datasets import _digits_arrays
+
+    bunch = load_digits()
+    pixels, labels = _digits_arrays()
+    assert torch.equal(pixels, torch.as_tensor(bunch.data, dtype=torch.float32))
+    assert torch.equal(labels, torch.as_tensor(bunch.target, dtype=torch.long))
+
+
+def test_digits_hold_out_the_fraction_asked_for():
+    splits = get_dataset("digits", image_size=8, test_fraction=0.8)
+    assert (len(splits.train), len(splits.test)) == (359, 1438)
+    assert splits.train[0][0].shape == (3, 8, 8)
+    with pytest.raises(ValueError, match="test_fraction=0.5 is for 'digits'"):
+        get_dataset("synthetic", image_size=8, test_fraction=0.5)

@@ -1,33 +1,30 @@
 """tools/measure_methods.py: its options, resuming, --only, --shard and --merge (with a fake runner
-that trains nothing), both workloads (vision and nlp) and methods measured on their own model, the
-effects schema and its version 1 files, the effects pages of both, and tiny real runs of the
-harness. The methods are synthetic records, so these tests do not depend on the library's."""
+that trains nothing), both workloads, methods measured on their own model and precision, the
+evidence in the summary (paired intervals, verdicts, did not act, failed), and real runs of the
+harness that show what it measures: EMA's averaged weights scored on text, tokens counted for
+ALiBi, Layer Freezing recorded as not acting. The sweep tests use synthetic method records, so they
+do not depend on the library's metadata."""
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from methods_tools import compare, effects_pages, measure
-from methods_tools.results import (
-    V1_SETTINGS,
-    discover_effects,
-    discover_results,
-    effects_problems,
-    load_effects,
-    upgrade_effects,
-)
+from methods_tools import compare, measure
+from methods_tools.results import discover_effects, discover_results, effects_problems, load_effects
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOL = REPO_ROOT / "tools" / "measure_methods.py"
 
 
-def _record(domains, model=None, kind="method", **suggested):
-    raw = {"workload": {"model": model}} if model else {}
+def _record(domains, model=None, kind="method", precision=None, **suggested):
+    workload = {k: v for k, v in (("model", model), ("precision", precision)) if v}
+    raw = {"workload": workload} if workload else {}
     return SimpleNamespace(kind=kind, domains=tuple(domains), raw=raw,
                            hyperparameters={k: SimpleNamespace(suggested=v) for k, v in suggested.items()})
 
@@ -41,7 +38,8 @@ RECORDS = {
     "token_trick": _record(["nlp"], p=0.1),
     "wide_trick": _record(["nlp", "vision"], width=2),
 }
-GN_RECORDS = {"cutmix": RECORDS["cutmix"], "gn_trick": _record(["vision"], model="resnet20_gn", eps=1e-5)}
+GN_RECORDS = {"cutmix": RECORDS["cutmix"],
+              "gn_trick": _record(["vision"], model="resnet20_gn", precision="amp_bf16", eps=1e-5)}
 METHODS = measure.domain_methods("vision", RECORDS)
 
 
@@ -51,6 +49,7 @@ def synthetic_methods(monkeypatch):
     import algorithms.metadata
 
     monkeypatch.setattr(algorithms.metadata, "load_all_metadata", lambda root=None: RECORDS)
+
 
 ENV = {
     "hardware": "Test CPU, 2 cores (CPU only)", "device_type": "cpu", "device_name": "Test CPU", "device_count": 1,
@@ -72,29 +71,41 @@ def _nlp_options(**kw) -> measure.MeasureOptions:
     return measure.MeasureOptions(**{**base, **kw})
 
 
-class FakeRunner:
-    """Records the jobs it is given; a method's throughput and accuracy are fixed by its key and seed."""
+# Per seed, what the fake runs report: the method's accuracy change varies by seed, so intervals
+# can be computed by hand below.
+ACCURACY_CHANGE = {0: -0.04, 1: -0.05, 2: -0.06}
 
-    def __init__(self, fail: set[str] = frozenset()):
+
+class FakeRunner:
+    """Records the jobs it is given; a method's figures are fixed by its key and seed."""
+
+    def __init__(self, fail: set[str] = frozenset(), idle: set[str] = frozenset()):
         self.jobs: list[measure.Job] = []
-        self.fail = fail
+        self.fail, self.idle = fail, idle
 
     def __call__(self, job, options, env, progress):
         self.jobs.append(job)
         progress(f"{job.label} epoch 1/1 0.1 s")
+        base = {"method": job.method, "model": job.model, "precision": job.precision, "seed": job.seed,
+                "hparams": dict(job.hparams), "date": env["date"], "load_average": [1.0, 1.0, 1.0],
+                "command": options.command, "eval_s": 1.0, "job_s": 15.0, "tokens": None}
         if job.method in self.fail:
-            return {"method": job.method, "seed": job.seed, "hparams": dict(job.hparams), "status": "failed",
-                    "reason": "RuntimeError: boom", "date": env["date"], "load_average": None, "wall_s": None,
+            return {**base, "status": "failed", "reason": "RuntimeError: boom", "wall_s": None, "eval_s": None,
                     "samples": None, "throughput": None, "peak_memory_bytes": None, "memory_kind": None,
-                    "accuracy": None, "loss": None}
-        speed = (100.0 if job.method == measure.BASELINE else 80.0) / (2 if job.model else 1)
-        accuracy = 0.9 if job.method == measure.BASELINE else 0.85
+                    "accuracy": None, "loss": None, "activity": None, "acted": None}
+        method = job.method != measure.BASELINE
+        speed = (80.0 if method else 100.0) / (2 if job.model else 1)
         text = options.metric == "loss"
-        return {"method": job.method, "model": job.model, "seed": job.seed, "hparams": dict(job.hparams),
-                "status": "ok", "reason": None, "date": env["date"], "load_average": [1.0, 1.0, 1.0], "wall_s": 10.0,
-                "samples": 1000, "throughput": speed + job.seed, "peak_memory_bytes": 1000 + job.seed,
-                "memory_kind": "cpu_peak_rss", "accuracy": None if text else accuracy + job.seed / 100,
-                "loss": (2.0 if job.method == measure.BASELINE else 1.9) + job.seed / 10 if text else 0.5}
+        accuracy = 0.9 + job.seed / 100 + (ACCURACY_CHANGE[job.seed] if method else 0.0)
+        acted = job.method not in self.idle
+        tokens = 1000 * options.seq_len if text else None
+        return {**base, "status": "ok", "reason": None, "wall_s": 1000 / (speed + job.seed), "samples": 1000,
+                "tokens": tokens, "throughput": (tokens or 1000) / (1000 / (speed + job.seed)),
+                "peak_memory_bytes": 1000 + job.seed, "memory_kind": "cpu_peak_rss",
+                "accuracy": None if text else accuracy,
+                "loss": (2.0 if not method else 1.9 - job.seed / 100) + job.seed / 10 if text else 0.5,
+                "activity": {"things_done": 5 if acted else 0} if method else None,
+                "acted": acted if method else None}
 
 
 def _measure(out: Path, runner: FakeRunner, **kw) -> dict:
@@ -104,73 +115,122 @@ def _measure(out: Path, runner: FakeRunner, **kw) -> dict:
 
 # --------------------------------------------------------------------------------------------- jobs
 
-def test_the_sweep_is_the_baseline_and_every_vision_method_per_seed():
+def test_the_sweep_interleaves_the_baseline_and_every_vision_method_per_seed():
     assert set(METHODS) >= {"cutmix", "mixup", "label_smoothing", "cutout"}
     assert METHODS["cutout"] == {"num_holes": 1, "length": 0.5, "uniform_sampling": False}
     jobs = measure.plan_jobs(METHODS, (0, 1, 2))
     assert len(jobs) == 3 * (1 + len(METHODS))
-    assert [j.method for j in jobs[: 1 + len(METHODS)]] == [measure.BASELINE, *METHODS]
-    assert {j.seed for j in jobs[: 1 + len(METHODS)]} == {0}
+    per_seed = 1 + len(METHODS)
+    for s in range(3):  # each seed's baseline, then its methods: they take turns through the sweep
+        block = jobs[s * per_seed:(s + 1) * per_seed]
+        assert [j.method for j in block] == [measure.BASELINE, *METHODS] and {j.seed for j in block} == {s}
 
 
-def test_select_jobs_resumes_reruns_only_and_shards():
+def test_select_jobs_resumes_reruns_only_with_its_baseline_and_shards():
     jobs = measure.plan_jobs({"a": {"x": 1}, "b": {}}, (0, 1))
-    done = [{"method": j.method, "seed": j.seed, "hparams": dict(j.hparams), "status": "ok"} for j in jobs[:3]]
+    done = [{"method": j.method, "model": None, "precision": None, "seed": j.seed, "hparams": dict(j.hparams),
+             "status": "ok"} for j in jobs[:3]]
     assert measure.select_jobs(jobs, done) == jobs[3:]
     # hyperparameters that changed since: measured again
     stale = [{**done[1], "hparams": {"x": 2}}]
     assert jobs[1] in measure.select_jobs(jobs, stale)
     # a failed run is retried
     assert measure.select_jobs(jobs, [{**done[0], "status": "failed"}]) == jobs
-    # --only a: a's runs again, the baseline only where its seed has none
+    # --only a: a's runs again, beside a fresh baseline of each seed, so each pair shares its load
     only = measure.select_jobs(jobs, done, only=["a"])
-    assert [(j.method, j.seed) for j in only] == [("a", 0), ("baseline", 1), ("a", 1)]
+    assert [(j.method, j.seed) for j in only] == [("baseline", 0), ("a", 0), ("baseline", 1), ("a", 1)]
     # --shard K/N: jobs K, K+N, ...; the shards together are the sweep, once
     shards = [measure.select_jobs(jobs, [], shard=(k, 4)) for k in range(4)]
     assert sorted((j.method, j.seed) for s in shards for j in s) == sorted((j.method, j.seed) for j in jobs)
     assert shards[1] == [jobs[1], jobs[5]]
 
 
-# --------------------------------------------------------------------------------------------- runs
+# --------------------------------------------------------------------------------------------- evidence
 
-def test_a_sweep_writes_a_valid_file_with_ratios_and_changes_per_seed(tmp_path):
+def test_a_sweep_writes_paired_intervals_and_verdicts(tmp_path):
     out = tmp_path / "effects" / "vision.json"
     runner = FakeRunner(fail={"mixup"})
     lines = []
     document = _measure(out, runner, progress=lines.append)
-    assert load_effects(out) == document
+    assert load_effects(out) == document and document["schema_version"] == 3
     assert len(runner.jobs) == 3 * (1 + len(METHODS))
     assert any("cutmix seed 0: ok" in line for line in lines) and any("epoch 1/1" in line for line in lines)
     summary = {entry["method"]: entry for entry in document["summary"]}
-    assert "mixup" not in summary  # every run failed: recorded with the reason, not summarized
-    assert {r["reason"] for r in document["runs"] if r["method"] == "mixup"} == {"RuntimeError: boom"}
     cutmix = summary["cutmix"]
-    assert cutmix["seeds"] == [0, 1, 2]
-    ratios = [(80 + s) / (100 + s) for s in range(3)]
-    assert cutmix["throughput_ratio"]["mean"] == pytest.approx(sum(ratios) / 3)
-    assert cutmix["accuracy_change"] == pytest.approx({"mean": -0.05, "std": 0.0}, abs=1e-12)
+    assert cutmix["status"] == "measured" and cutmix["seeds"] == [0, 1, 2]
+    # the paired t interval by hand: differences -0.04, -0.05, -0.06: mean -0.05, sd 0.01, t(0.975, 2) = 4.303
+    quality = cutmix["quality"]
+    half = 4.302652729911275 * 0.01 / math.sqrt(3)
+    assert quality["change"] == pytest.approx(-0.05, abs=1e-12)
+    assert (quality["low"], quality["high"]) == pytest.approx((-0.05 - half, -0.05 + half), abs=1e-9)
+    assert quality["verdict"] == "worse" and quality["pairs"] == 3 and quality["metric"] == "accuracy"
+    assert quality["baseline"] == pytest.approx(0.91)
+    # throughput: the ratio of medians, 81 / 101, and every resample of these pairs lies in [80/100, 82/102]
+    speed = cutmix["throughput"]
+    assert speed["ratio"] == pytest.approx(81 / 101)
+    assert 80 / 100 - 1e-12 <= speed["low"] <= speed["ratio"] <= speed["high"] <= 82 / 102 + 1e-12
+    assert speed["verdict"] == "worse"
+    assert cutmix["activity"] == {"things_done": 5} and cutmix["commands"] == ["python tools/measure_methods.py"]
     assert cutmix["hparams"] == METHODS["cutmix"]
-    assert summary["baseline"]["throughput_ratio"] is None
+    # every run failed: shown as failed, with the reason, and no effect
+    assert summary["mixup"]["status"] == "failed" and summary["mixup"]["reason"] == "RuntimeError: boom"
+    assert summary["mixup"]["quality"] is None and summary["mixup"]["throughput"] is None
+    base = summary["baseline"]
+    assert base["status"] == "baseline" and base["baseline"]["mean"] == pytest.approx(0.91)
+    assert base["baseline"]["throughput_median"] == pytest.approx(101.0)
     assert document["settings"]["chance_accuracy"] == pytest.approx(0.1)
+    assert document["settings"]["throughput_unit"] == "images"
 
 
-def test_a_rerun_resumes_and_only_remeasures_one_method(tmp_path):
+def test_a_method_that_never_acted_is_recorded_so_not_as_an_effect(tmp_path):
+    document = _measure(tmp_path / "v.json", FakeRunner(idle={"cutout"}))
+    cutout = {e["method"]: e for e in document["summary"]}["cutout"]
+    assert cutout["status"] == "did_not_act"
+    assert cutout["reason"] == ("its recorded activity shows it did not act in any of its 3 runs "
+                                "(things done 0 per run)")
+    assert cutout["quality"] is None and cutout["throughput"] is None and cutout["memory"] is None
+
+
+def test_the_schema_refuses_an_effect_without_its_interval_or_a_did_not_act_row_with_numbers(tmp_path):
+    document = _measure(tmp_path / "v.json", FakeRunner(idle={"cutout"}))
+    broken = json.loads(json.dumps(document))
+    rows = {e["method"]: e for e in broken["summary"]}
+    del rows["cutmix"]["quality"]["low"]
+    rows["cutout"]["quality"] = rows["mixup"]["quality"]
+    problems = effects_problems(broken, "x.json")
+    assert any("'low' is a required property" in p for p in problems), problems
+    assert any("/summary/" in p and "quality" in p and "is not of type 'null'" in p for p in problems), problems
+
+
+def test_no_detectable_difference_when_the_interval_spans_zero():
+    from methods_tools import evidence
+
+    result = evidence.paired_change([0.91, 0.89, 0.93], [0.90, 0.90, 0.90], higher_is_better=True)
+    assert result["low"] < 0 < result["high"] and result["verdict"] == "no detectable difference"
+    assert evidence.paired_change([1.0], [0.5], higher_is_better=True) is None  # one pair: no interval
+    # a loss that falls in every pair is better
+    assert evidence.paired_change([1.8, 1.7, 1.9], [2.0, 1.95, 2.1], higher_is_better=False)["verdict"] == "better"
+    ratio = evidence.ratio_of_medians([99.0, 101.0, 100.0, 98.0], [100.0, 99.0, 101.0, 100.0],
+                                      higher_is_better=True)
+    assert ratio["low"] <= 1.0 <= ratio["high"] and ratio["verdict"] == "no detectable difference"
+
+
+def test_a_rerun_resumes_and_only_remeasures_one_method_beside_its_baseline(tmp_path):
     out = tmp_path / "vision.json"
     _measure(out, FakeRunner())
     again = FakeRunner()
     _measure(out, again)
     assert again.jobs == []  # every job has a successful run in the file
     only = FakeRunner()
-    document = _measure(out, only, only=["cutmix"])
-    assert {j.method for j in only.jobs} == {"cutmix"} and len(only.jobs) == 3
+    document = _measure(out, only, only=["cutmix"], options=_options(command="python tools/measure_methods.py "
+                                                                             "--only cutmix"))
+    assert [j.method for j in only.jobs] == ["baseline", "cutmix"] * 3
     assert len(document["runs"]) == 3 * (1 + len(METHODS))  # replaced, not added
-    assert len(document["commands"]) == 2  # the rerun that ran nothing wrote nothing
-
-
-def test_only_measures_a_missing_baseline_too(tmp_path):
-    runner = FakeRunner()
-    _measure(tmp_path / "vision.json", runner, only=["cutout"])
-    assert sorted({j.method for j in runner.jobs}) == ["baseline", "cutout"]
+    rows = {e["method"]: e for e in document["summary"]}
+    # the command shown for a row is the one that measured it
+    assert rows["cutmix"]["commands"] == ["python tools/measure_methods.py --only cutmix"]
+    assert rows["mixup"]["commands"] == ["python tools/measure_methods.py"]
+    assert [r["method"] for r in document["runs"][-2:]] == ["baseline", "cutmix"]  # kept in the order they ran
 
 
 def test_a_file_with_other_settings_is_not_resumed_without_force(tmp_path):
@@ -197,7 +257,8 @@ def test_shards_merge_into_the_whole_sweep(tmp_path):
     merged = measure.merge_documents(pieces)
     whole = _measure(tmp_path / "whole.json", FakeRunner())
     assert merged["summary"] == whole["summary"]
-    assert [(r["method"], r["seed"]) for r in merged["runs"]] == [(r["method"], r["seed"]) for r in whole["runs"]]
+    assert sorted((r["method"], r["seed"]) for r in merged["runs"]) == sorted((r["method"], r["seed"])
+                                                                             for r in whole["runs"])
 
 
 def test_merge_refuses_pieces_with_other_settings(tmp_path):
@@ -223,19 +284,19 @@ def _cli(*args: str) -> SimpleNamespace:
 
 def test_the_command_line_runs_as_a_script():
     result = subprocess.run([sys.executable, str(TOOL), "--help"], capture_output=True, text=True, cwd=REPO_ROOT)
-    assert result.returncode == 0 and "--workload" in result.stdout and "--seq-len" in result.stdout
+    assert result.returncode == 0 and "--workload" in result.stdout and "--test-fraction" in result.stdout
 
 
 def test_bad_options_exit_1_with_one_line_each_and_write_nothing(tmp_path):
     out = tmp_path / "out.json"
     result = _cli("--only", "cutmix,nope", "--shard", "4/4", "--seeds", "1", "--epochs", "0", "--batch-size", "-1",
-                  "--data", "imagenet", "--out", str(out))
+                  "--data", "imagenet", "--test-fraction", "1.5", "--out", str(out))
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 6, result.stderr
+    assert len(lines) == 7, result.stderr
     assert "Traceback" not in result.stderr
     for expected in ("--only: 'nope' is not a vision method", "--shard: '4/4'", "--seeds: 1", "--epochs: 0",
-                     "--batch-size: -1", "--data: 'imagenet'"):
+                     "--batch-size: -1", "--data: 'imagenet'", "--test-fraction: 1.5"):
         assert any(line.startswith(expected) for line in lines), (expected, lines)
     assert not out.exists()
 
@@ -291,34 +352,23 @@ def test_default_output_names_the_workload_and_machine_without_a_date():
     assert measure.default_output_path("vision", ENV, Path("r")) == Path("r/vision-cpu-test-cpu.json")
 
 
-# --------------------------------------------------------------------------------------------- harness
+# --------------------------------------------------------------------------------------------- workloads
 
-def test_the_worker_trains_with_the_method_it_is_given():
-    options = compare.CompareOptions(model="resnet20", data="digits", epochs=1, batch_size=16,
-                                     configs=(compare.Config("fp32", "single"),), nproc=1, max_batches=1,
-                                     image_size=8, algorithm="cutout", hparams='{"length": 0.25}')
-    command = compare.worker_command(options.configs[0], options, Path("/tmp/x"), 1)
-    assert command[command.index("--algorithm") + 1] == "cutout"
-    assert json.loads(command[command.index("--hparams") + 1]) == {"length": 0.25}
-    job = measure.Job("cutout", 0, {"num_holes": 1, "length": 0.5, "uniform_sampling": False})
-    lines = []
-    run = measure.run_job(job, _options(), compare.environment(), lines.append)
-    assert run["status"] == "ok", run["reason"]
-    assert run["hparams"] == job.hparams and run["samples"] == 16
-    assert any("+ cutout epoch 1/1" in line for line in lines)
-    bad = measure.run_job(measure.Job("cutout", 0, {"length": 7.0}), _options(), compare.environment(), lines.append)
-    assert bad["status"] == "failed" and "length" in bad["reason"]
+def test_the_vision_workload_leaves_room_below_its_ceiling_on_a_fifth_of_the_digits():
+    problems, options = measure.check_args(measure._parser(measure.__doc__).parse_args([]))
+    assert problems == []
+    assert (options.model, options.data, options.image_size, options.test_fraction) == ("resnet20", "digits", 8, 0.8)
+    assert options.schedule == "onecycle" and options.seeds == tuple(range(10))
+    assert options.settings()["throughput_unit"] == "images"
 
-
-# --------------------------------------------------------------------------------------------- nlp
 
 def test_the_nlp_workload_is_the_transformer_on_the_stdlib_corpus_by_tokens():
     problems, options = measure.check_args(measure._parser(measure.__doc__).parse_args(["--workload", "nlp"]))
     assert problems == []
     assert (options.model, options.data, options.seq_len, options.image_size) == ("transformer_tiny", "stdlib_text",
                                                                                   128, None)
-    assert (options.optimizer, options.metric, options.eval_examples, options.max_batches) == ("adamw", "loss", 256,
-                                                                                              150)
+    assert (options.optimizer, options.metric, options.eval_examples) == ("adamw", "loss", 256)
+    assert options.test_fraction is None
     settings = options.settings()
     assert settings["throughput_unit"] == "tokens" and settings["chance_accuracy"] is None
     assert measure.domain_methods("nlp", RECORDS) == {"token_trick": {"p": 0.1}, "wide_trick": {"width": 2}}
@@ -326,8 +376,6 @@ def test_the_nlp_workload_is_the_transformer_on_the_stdlib_corpus_by_tokens():
         ["--workload", "nlp", "--image-size", "16", "--only", "cutmix"]))
     assert problems == ["--image-size: not for the nlp workload, whose data are text: give --seq-len",
                         "--only: 'cutmix' is not a nlp method — use one of token_trick, wide_trick"]
-    problems, _ = measure.check_args(measure._parser(measure.__doc__).parse_args(["--seq-len", "64"]))
-    assert problems == ["--seq-len: not for the vision workload, whose data are images: give --image-size"]
 
 
 def test_an_nlp_sweep_measures_every_nlp_method_by_validation_loss(tmp_path):
@@ -336,31 +384,27 @@ def test_an_nlp_sweep_measures_every_nlp_method_by_validation_loss(tmp_path):
     assert {j.method for j in runner.jobs} == {"baseline", "token_trick", "wide_trick"}
     assert document["settings"]["metric"] == "loss" and document["settings"]["seq_len"] == 16
     trick = {e["method"]: e for e in document["summary"]}["token_trick"]
-    assert trick["loss_change"] == pytest.approx({"mean": -0.1, "std": 0.0}, abs=1e-12)
-    assert trick["accuracy"] is None and trick["accuracy_change"] is None
+    assert trick["quality"]["metric"] == "loss"
+    # the loss fell by 0.10 and 0.11 in the two pairs: a lower loss is better
+    assert trick["quality"]["change"] == pytest.approx(-0.105) and trick["quality"]["high"] < 0
+    assert trick["quality"]["verdict"] == "better"
 
 
-def test_a_method_with_its_own_model_is_compared_with_a_baseline_of_that_model(tmp_path):
-    models = measure.method_models("vision", GN_RECORDS)
-    assert models == {"gn_trick": "resnet20_gn"}
-    jobs = measure.plan_jobs(measure.domain_methods("vision", GN_RECORDS), (0, 1), models)
-    assert [(j.method, j.model) for j in jobs[:4]] == [("baseline", None), ("baseline", "resnet20_gn"),
-                                                       ("cutmix", None), ("gn_trick", "resnet20_gn")]
-    runner = FakeRunner()
+def test_a_method_with_its_own_model_and_precision_is_compared_with_a_baseline_of_both(tmp_path):
+    workloads = measure.method_workloads("vision", GN_RECORDS)
+    assert workloads == {"gn_trick": ("resnet20_gn", "amp_bf16")}
+    jobs = measure.plan_jobs(measure.domain_methods("vision", GN_RECORDS), (0, 1), workloads)
+    assert [(j.method, j.model, j.precision) for j in jobs[:4]] == [
+        ("baseline", None, None), ("baseline", "resnet20_gn", "amp_bf16"), ("cutmix", None, None),
+        ("gn_trick", "resnet20_gn", "amp_bf16")]
     out = tmp_path / "v.json"
-    document = _measure(out, runner, records=GN_RECORDS, options=_options(seeds=(0, 1)))
+    document = _measure(out, FakeRunner(), records=GN_RECORDS, options=_options(seeds=(0, 1)))
     assert load_effects(out) == document
-    summary = {(e["method"], e["model"]): e for e in document["summary"]}
-    assert set(summary) == {("baseline", None), ("baseline", "resnet20_gn"), ("cutmix", None),
-                            ("gn_trick", "resnet20_gn")}
-    # against its own model's baseline (half as fast as resnet20's in the fake): 40/50, not 40/100
-    expected = [(40 + s) / (50 + s) for s in (0, 1)]
-    assert summary[("gn_trick", "resnet20_gn")]["throughput_ratio"]["mean"] == pytest.approx(sum(expected) / 2)
-    # --only gn_trick: its runs again, and only its model's baseline where a seed has none
-    only = measure.select_jobs(jobs, [], only=["gn_trick"])
-    assert [(j.method, j.model, j.seed) for j in only] == [
-        ("baseline", "resnet20_gn", 0), ("gn_trick", "resnet20_gn", 0),
-        ("baseline", "resnet20_gn", 1), ("gn_trick", "resnet20_gn", 1)]
+    summary = {(e["method"], e["model"], e["precision"]): e for e in document["summary"]}
+    assert set(summary) == {("baseline", None, None), ("baseline", "resnet20_gn", "amp_bf16"),
+                            ("cutmix", None, None), ("gn_trick", "resnet20_gn", "amp_bf16")}
+    # against its own model's baseline (half as fast as resnet20's in the fake): 40.5/50.5, not 40.5/100.5
+    assert summary[("gn_trick", "resnet20_gn", "amp_bf16")]["throughput"]["ratio"] == pytest.approx(40.5 / 50.5)
     again = FakeRunner()
     _measure(out, again, records=GN_RECORDS, options=_options(seeds=(0, 1)))
     assert again.jobs == []  # the runs of the other model are found in the file too
@@ -376,75 +420,111 @@ def test_a_method_naming_an_unknown_model_is_one_line(monkeypatch):
         "algorithms/gn_trick/metadata.json: workload: model 'resnet21' is not a reference model — use one of ")
 
 
-# --------------------------------------------------------------------------------------------- version 1
+# --------------------------------------------------------------------------------------------- real runs
 
-def test_version_1_files_are_read_as_version_2_and_migrate_with_merge(tmp_path):
-    committed = REPO_ROOT / "results" / "effects" / "vision-cpu-amd-epyc.json"
-    raw = json.loads(committed.read_text())
-    document = _measure(tmp_path / "v2.json", FakeRunner())
-    old = json.loads(json.dumps(document))
-    old["schema_version"] = 1
-    for name in V1_SETTINGS:
-        del old["settings"][name]
-    for entry in (*old["runs"], *old["summary"]):
-        del entry["model"]
-    assert effects_problems(old) != []  # a version 1 file is not a version 2 one...
-    assert upgrade_effects(old) == document  # ...but reads as one
-    path = tmp_path / "v1.json"
-    path.write_text(json.dumps(old))
-    assert load_effects(path) == document
-    out = tmp_path / "migrated.json"
-    assert _cli("--merge", str(path), "--out", str(out)).returncode == 0
-    assert json.loads(out.read_text()) == document
-    if raw["schema_version"] == 1:  # the committed file, before its migration
-        assert load_effects(committed)["runs"][0]["model"] is None
+@pytest.fixture
+def library_methods(monkeypatch):
+    """The library's own metadata, which the autouse fixture hides from the other tests."""
+    import algorithms.metadata
+
+    monkeypatch.undo()
+    return algorithms.metadata.load_all_metadata()
 
 
-# --------------------------------------------------------------------------------------------- pages
-
-def _view(document: dict, names: dict) -> effects_pages.EffectsFile:
-    return effects_pages.effects_file(Path("x.json"), document, names)
-
-
-def _snippet(view: effects_pages.EffectsFile, key: str, name: str) -> str:
-    from methods_tools.docsgen import jinja_environment
-
-    env = jinja_environment(REPO_ROOT / "docs" / "source" / "tables")
-    record = SimpleNamespace(name=name, key=key)
-    effect = view.methods[key]
-    return env.get_template("effects_snippet.md.inc.j2").render(
-        record=record, measured=[(view, effect, f"Trick({effect.number['hparams']})")], failed=[])
+@pytest.mark.slow
+def test_the_worker_trains_with_the_method_it_is_given_and_reports_its_activity(library_methods):
+    job = measure.Job("cutout", 0, {"num_holes": 1, "length": 0.5, "uniform_sampling": False})
+    lines = []
+    run = measure.run_job(job, _options(), compare.environment(), lines.append)
+    assert run["status"] == "ok", run["reason"]
+    assert run["hparams"] == job.hparams and run["samples"] == 16 and run["throughput"] == 16 / run["wall_s"]
+    assert run["acted"] is True and sum(run["activity"].values()) > 0
+    assert run["job_s"] > run["wall_s"] + run["eval_s"]  # the process's start and the data lie outside both
+    assert any("+ cutout epoch 1/1" in line for line in lines)
+    bad = measure.run_job(measure.Job("cutout", 0, {"length": 7.0}), _options(), compare.environment(), lines.append)
+    assert bad["status"] == "failed" and "length" in bad["reason"]
 
 
-def test_the_effects_page_of_an_nlp_method_shows_tokens_per_second_and_validation_loss(tmp_path):
-    document = _measure(tmp_path / "nlp.json", FakeRunner(), options=_nlp_options())
-    view = _view(document, {"token_trick": "Token Trick"})
-    assert view.is_loss and view.throughput_label == "Throughput (tokens/s)"
-    text = _snippet(view, "token_trick", "Token Trick")
-    assert "| Throughput (tokens/s) |" in text
-    assert "| Validation loss (lower is better) | 2.050 ± 0.071 | 1.950 ± 0.071 | -0.100 ± 0.000 |" in text
-    assert "accuracy" not in text.lower()
-    assert "transformer\\_tiny on stdlib\\_text (windows of 16 tokens)" in text and "Python 3.11.0" in text
-    assert "The baseline reached a validation loss of 2.050 ± 0.071 (mean next-token cross entropy over 8 " \
-           "held-out windows; lower is better)." in text
-    assert "the change in validation loss" in view.chart_alt
+@pytest.mark.slow
+def test_layer_freezing_in_a_one_epoch_run_did_not_act(library_methods, tmp_path):
+    """It freezes at an epoch's end once training is past freeze_start: one epoch leaves no epoch
+    to train frozen, so the run is recorded as not acting, never as an effect."""
+    hparams = measure.domain_methods("vision", library_methods)["layer_freezing"]
+    options = _options(seeds=(0, 1), epochs=1, max_batches=2)
+    runs = [measure.run_job(measure.Job(m, s, hparams if m != measure.BASELINE else {}), options,
+                            compare.environment(), lambda line: None)
+            for s in (0, 1) for m in (measure.BASELINE, "layer_freezing")]
+    assert all(r["status"] == "ok" for r in runs), [r["reason"] for r in runs]
+    frozen = [r for r in runs if r["method"] == "layer_freezing"]
+    assert all(r["acted"] is False and r["activity"] == {"layers_frozen": 0} for r in frozen)
+    row = {e["method"]: e for e in measure.summarize(runs, options.settings())}["layer_freezing"]
+    assert row["status"] == "did_not_act" and row["quality"] is None
+    assert "layers frozen 0 per run" in row["reason"]
 
 
-def test_the_effects_page_names_the_model_a_method_was_measured_on(tmp_path):
-    document = _measure(tmp_path / "v.json", FakeRunner(), records=GN_RECORDS, options=_options(seeds=(0, 1)))
-    view = _view(document, {"cutmix": "CutMix", "gn_trick": "GN Trick"})
-    assert set(view.baselines) == {None, "resnet20_gn"} and view.baseline is view.baselines[None]
-    text = _snippet(view, "gn_trick", "GN Trick")
-    assert "GN Trick was measured on `resnet20_gn` instead of `resnet20` (its metadata's workload model), " \
-           "against a baseline of `resnet20_gn` trained with the same seeds." in text
-    assert "| Test CPU, 2 cores (CPU only), 2026-01-02 | Baseline (resnet20\\_gn) | GN Trick |" in text
-    assert "| Throughput (samples/s) | 50.5 ± 0.7 | 40.5 ± 0.7 |" in text
-    assert "GN Trick (resnet20_gn)" in view.chart_alt
-    assert "was measured on" not in _snippet(view, "cutmix", "CutMix")
+@pytest.mark.slow
+def test_the_text_workload_scores_emas_averaged_weights(library_methods):
+    """EMA leaves training as it is (the same seed trains the same weights), so a validation loss
+    that differs from the baseline's can only come from the averaged weights put in place for
+    Trainer.eval; before, the harness scored the training weights and EMA matched bit for bit."""
+    options = _nlp_options(max_batches=4)
+    base = measure.run_job(measure.Job(measure.BASELINE, 0), options, compare.environment(), lambda line: None)
+    ema = measure.run_job(measure.Job("ema", 0, {"half_life": "2ba", "update_interval": "1ba"}), options,
+                          compare.environment(), lambda line: None)
+    assert base["status"] == ema["status"] == "ok", (base["reason"], ema["reason"])
+    assert ema["acted"] is True
+    assert ema["loss"] != base["loss"]
+    assert abs(ema["loss"] - base["loss"]) < 1.0
 
 
-# --------------------------------------------------------------------------------------------- harness (nlp)
+@pytest.mark.slow
+def test_alibis_throughput_counts_the_tokens_it_trained(library_methods):
+    """ALiBi trains on shorter windows cut from each batch: more examples of the same tokens. The
+    throughput counts tokens, so cutting windows does not multiply it."""
+    hparams = measure.domain_methods("nlp", library_methods)["alibi"]
+    options = _nlp_options(max_batches=2)
+    run = measure.run_job(measure.Job("alibi", 0, hparams), options, compare.environment(), lambda line: None)
+    assert run["status"] == "ok", run["reason"]
+    assert run["tokens"] == 2 * 4 * 16  # two batches of four 16-token windows, whatever ALiBi cut them into
+    assert run["throughput"] == pytest.approx(run["tokens"] / run["wall_s"])
+    base = measure.run_job(measure.Job(measure.BASELINE, 0), options, compare.environment(), lambda line: None)
+    assert base["tokens"] == run["tokens"] and base["samples"] == 8
 
+
+# --------------------------------------------------------------------------------------------- the check
+
+def test_the_check_names_each_way_a_file_would_mislead_a_reader(tmp_path):
+    from methods_tools import evidence
+
+    document = _measure(tmp_path / "v.json", FakeRunner(idle={"cutout"}))
+    assert evidence.document_problems(document, "v.json") == []
+    broken = json.loads(json.dumps(document))
+    rows = {e["method"]: (i, e) for i, e in enumerate(broken["summary"])}
+    i, cutmix = rows["cutmix"]
+    cutmix["quality"]["verdict"] = "no detectable difference"  # its interval lies below zero
+    cutmix["commands"] = ["python tools/measure_methods.py --only something-else"]
+    j, cutout = rows["cutout"]
+    cutout.update(status="measured", reason=None, quality=cutmix["quality"], throughput=cutmix["throughput"])
+    broken["settings"]["throughput_unit"] = "tokens"
+    broken["runs"][0]["throughput"] *= 4  # samples counted four times over
+    problems = evidence.document_problems(broken, "v.json")
+    expected = [
+        "v.json: /settings/throughput_unit: 'tokens' for a image workload",
+        "v.json: /runs/0/throughput: not the images trained per second",
+        f"v.json: /summary/{i}/commands: ['python tools/measure_methods.py --only something-else'] — not the commands",
+        f"v.json: /summary/{i}/quality/verdict: 'no detectable difference', but its interval",
+        f"v.json: /summary/{j}: cutout is shown as an effect, but none of its runs recorded any activity",
+    ]
+    for start in expected:
+        assert sum(p.startswith(start) for p in problems) == 1, (start, problems)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(broken))
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "check_effects.py"), str(path)],
+                            capture_output=True, text=True, cwd=REPO_ROOT)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == len(problems)
+
+
+@pytest.mark.slow
 def test_the_worker_trains_the_language_model_on_dict_batches_and_reports_its_validation_loss():
     options = compare.CompareOptions(model="transformer_tiny", data="stdlib_text", epochs=1, batch_size=4,
                                      configs=(compare.Config("fp32", "single"),), nproc=1, max_batches=2,
@@ -453,6 +533,16 @@ def test_the_worker_trains_the_language_model_on_dict_batches_and_reports_its_va
     assert command[command.index("--seq-len") + 1] == "16" and command[command.index("--optimizer") + 1] == "adamw"
     run = measure.run_job(measure.Job(measure.BASELINE, 0), _nlp_options(), compare.environment(), lambda line: None)
     assert run["status"] == "ok", run["reason"]
-    assert run["samples"] == 8 and run["accuracy"] is None and run["model"] is None
+    assert run["samples"] == 8 and run["tokens"] == 8 * 16 and run["accuracy"] is None and run["model"] is None
     assert 4.0 < run["loss"] < 6.0  # two steps from ln(256) = 5.55 nats per byte
-    assert run["throughput"] == pytest.approx(8 * 16 / run["wall_s"], rel=0.05)
+    assert run["throughput"] == pytest.approx(8 * 16 / run["wall_s"])
+    assert run["activity"] is None and run["acted"] is None  # a baseline runs no method
+
+
+def test_an_effects_file_of_an_older_version_is_one_line_saying_to_measure_again(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schema_version": 2, "runs": []}))
+    with pytest.raises(Exception) as caught:
+        load_effects(path)
+    assert str(caught.value) == (f"{path}: /schema_version: 2 is no longer read (no intervals, verdicts or record "
+                                 "of what the methods did) — measure again with tools/measure_methods.py")

@@ -6,13 +6,17 @@ writes ``rank<r>.json`` into ``--out-dir``; the parent merges them. An exception
 that file (status ``failed``) rather than lost, and the exit status is 1.
 
 ``--algorithm KEY`` adds one method of the library (its metadata's class, built with the JSON
-object of ``--hparams``) to the run: how :mod:`methods_tools.measure` measures each method.
+object of ``--hparams``) to the run: how :mod:`methods_tools.measure` measures each method. The
+record then holds what the method reported doing (``activity``, from ``Trainer.method_log``) and
+whether that shows it acted.
 
 A text data set (its metadata's ``input_shape`` is one sequence length, as ``stdlib_text``'s)
 makes the run a language model's: dict batches ``{"input_ids", "labels"}`` of ``--seq-len``
 tokens (default: the model's positions), :func:`algorithms.models.lm_loss`, and no accuracy:
 the loss is the mean next-token cross entropy on the held-out split, or on ``--eval-examples``
-of its windows spread evenly over it.
+of its windows spread evenly over it, computed by ``Trainer.eval`` as every workload's figures
+are (so the weights EMA or SWA put in place for evaluation are the ones scored). ``tokens``
+counts the tokens trained: every batch's input as the methods left it, at ``BEFORE_FORWARD``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.core.distributed import destroy_process_group, is_distributed, rank_and_world_size
 from algorithms.core.options import model_input_sizes
-from algorithms.core.precision import autocast
 from algorithms.data import get_dataset
 from algorithms.metadata import load_all_datasets
 from algorithms.models import get_model, lm_loss
@@ -81,6 +84,26 @@ class EpochTimer(Algorithm):
         if state.rank == 0:
             print(f"progress: {self.label} epoch {len(self.epoch_s)}/{self.epochs} "
                   f"{self.epoch_s[-1]:.1f} s", file=sys.stderr, flush=True)
+
+
+class TokenCounter(Algorithm):
+    """Counts the tokens each training batch feeds the model, after the methods changed it (at
+    ``BEFORE_FORWARD``): a method that shortens sequences trains fewer tokens, one that cuts them
+    into more, shorter windows the same tokens in more examples."""
+
+    activity = {"tokens": "tokens trained"}
+
+    def __init__(self, input_key: int | str):
+        self.input_key = input_key
+        self.tokens = 0
+
+    def match(self, event: Event, state: Any) -> bool:
+        return event is Event.BEFORE_FORWARD
+
+    def apply(self, event: Event, state: Any, logger: Any = None) -> None:
+        tokens = int(state.batch[self.input_key].numel())
+        self.tokens += tokens
+        self.report(logger, "tokens", tokens)
 
 
 class _UtilizationSampler:
@@ -132,13 +155,17 @@ def _local_bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
-def method_algorithm(key: str, hparams: dict[str, Any]) -> Algorithm:
-    """The Algorithm of the library's method ``key`` (its metadata's ``class_name``), built with ``hparams``."""
+def method_algorithm(key: str, hparams: dict[str, Any], plumbing: dict[str, Any] | None = None) -> Algorithm:
+    """The Algorithm of the library's method ``key`` (its metadata's ``class_name``), built with
+    ``hparams`` and, of ``plumbing`` (e.g. a text workload's ``input_key`` and ``target_key``), the
+    arguments its metadata lists as plumbing."""
     import algorithms
     from algorithms.metadata import PACKAGE_ROOT, load_metadata
 
     record = load_metadata(PACKAGE_ROOT / key / "metadata.json")  # this method's file alone
-    return getattr(algorithms, record.class_name)(**hparams)
+    wanted = set(record.raw.get("plumbing", ()))
+    extra = {name: value for name, value in (plumbing or {}).items() if name in wanted and name not in hparams}
+    return getattr(algorithms, record.class_name)(**hparams, **extra)
 
 
 def is_text_data(name: str) -> bool:
@@ -154,30 +181,24 @@ def evenly_spaced(dataset: Any, count: int | None) -> Any:
     return Subset(dataset, [i * n // count for i in range(count)])
 
 
-@torch.no_grad()
-def lm_validation_loss(model: torch.nn.Module, loader: Any, state: Any) -> float:
-    """Mean next-token cross entropy over every labelled token the loader yields (eval mode)."""
-    model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=state.device)
-    tokens = 0
-    for batch in loader:
-        ids, labels = batch["input_ids"].to(state.device), batch["labels"].to(state.device)
-        with autocast(state.precision, state.device):
-            logits = model(ids)
-        counted = int((labels != -100).sum())
-        total += lm_loss(logits.float(), labels).double() * counted
-        tokens += counted
-    return float(total) / tokens
-
-
 def _optimizer(args: argparse.Namespace) -> Any:
     if args.optimizer == "adamw":
         return lambda params: torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
     return lambda params: torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=5e-4)
 
 
+def _schedulers(args: argparse.Namespace, steps: int) -> Any:
+    """``onecycle``: a warm-up over the first 15 % of the steps to ``lr``, then cosine annealing."""
+    if args.schedule == "constant":
+        return lambda optimizer: []
+    return lambda optimizer: [torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps,
+                                                                  pct_start=0.15)]
+
+
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
     """Train one configuration in this process and return its measurements."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
     parallel, precision = args.parallel, args.precision
     label = f"{precision}:{parallel}" + (f" + {args.algorithm}" if args.algorithm else "")
     size = model_input_sizes()[args.model]
@@ -185,7 +206,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     if text:
         splits = get_dataset(args.data, root=args.data_root, seq_len=args.seq_len or size)
     else:
-        splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or size)
+        splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or size,
+                             test_fraction=args.test_fraction)
     rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
     train_sampler, test_set = None, evenly_spaced(splits.test, args.eval_examples)
     if is_distributed(parallel):
@@ -202,12 +224,20 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(args.seed)  # the same initial weights on every rank and in every configuration
     model = get_model(args.model, splits.num_classes)
     timer = EpochTimer(label, args.epochs)
-    extra = [method_algorithm(args.algorithm, json.loads(args.hparams))] if args.algorithm else []
-    lm = {"loss_fn": lm_loss, "input_key": "input_ids", "target_key": "labels"} if text else {}
+    keys = {"input_key": "input_ids", "target_key": "labels"} if text else {}
+    extra = [method_algorithm(args.algorithm, json.loads(args.hparams), keys)] if args.algorithm else []
+    counter = TokenCounter(keys["input_key"]) if text else None
+    loader = _CappedLoader(train, args.max_batches)
+    steps = args.epochs * len(loader)
+    schedulers = _schedulers(args, steps)
+    optimizer = _optimizer(args)
+    if args.schedule != "constant":  # a scheduler needs the optimizer: build it here (not for fsdp)
+        optimizer = optimizer(model.parameters())
     trainer = Trainer(
-        model, _CappedLoader(train, args.max_batches), f"{args.epochs}ep", optimizer=_optimizer(args),
-        algorithms=[*extra, timer], precision=precision, parallel=parallel, zero_stage=args.zero_stage or 2,
-        seed=args.seed, **lm,
+        model, loader, f"{args.epochs}ep", optimizer=optimizer,
+        algorithms=[*extra, timer, *([counter] if counter else [])], precision=precision, parallel=parallel,
+        zero_stage=args.zero_stage or 2, seed=args.seed, schedulers=schedulers(optimizer) if args.schedule != "constant"
+        else (), **({"loss_fn": lm_loss, **keys} if text else {}),
     )
     with trainer:  # closed before the process group goes (DeepSpeed releases its hooks)
         state = trainer.state
@@ -225,10 +255,17 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         samples = state.timestamp.sample * (world_size if is_distributed(parallel) else 1)
 
         metrics = {"accuracy": None, "loss": None}
-        if text:  # a language model has no accuracy: its figure is the validation loss
-            metrics["loss"] = lm_validation_loss(state.model, test, state)
-        elif splits.has_accuracy:
-            metrics = trainer.eval(test)
+        eval_start = time.perf_counter()
+        if text or splits.has_accuracy:
+            metrics = dict(trainer.eval(test))
+        if text:  # a language model's figure is its validation loss, not next-byte accuracy
+            metrics["accuracy"] = None
+        eval_s = time.perf_counter() - eval_start if text or splits.has_accuracy else None
+        activity = acted = None
+        if args.algorithm:  # the method is the first algorithm: its label is its class name
+            label = type(extra[0]).__name__
+            activity = dict(trainer.method_log.records[label]["activity"])
+            acted = trainer.method_log.acted(label)
 
     if device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
@@ -245,7 +282,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "rank": rank,
         "world_size": world_size if is_distributed(parallel) else dp_devices,
         "status": "ok", "reason": None, "note": note,
-        "wall_s": wall_s, "epoch_s": timer.epoch_s, "samples": samples,
+        "wall_s": wall_s, "epoch_s": timer.epoch_s, "samples": samples, "eval_s": eval_s,
+        "tokens": counter.tokens * (world_size if is_distributed(parallel) else 1) if counter else None,
+        "activity": activity, "acted": acted,
         "peak_memory_bytes": int(peak), "memory_kind": kind, "cuda_max_reserved_bytes": reserved,
         "model_memory_bytes": int(model_bytes),
         "gpu_utilization": utilization.mean(), "gpu_utilization_reason": utilization.reason,
@@ -261,6 +300,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", type=int)
     p.add_argument("--seq-len", type=int, help="text data: tokens per example (default: the model's positions)")
     p.add_argument("--eval-examples", type=int, help="evaluate on this many held-out examples, evenly spaced")
+    p.add_argument("--test-fraction", type=float, help="digits: the held-out share of the images (default 0.2)")
+    p.add_argument("--threads", type=int, help="torch's intra-op threads (default: torch's choice)")
+    p.add_argument("--schedule", choices=("constant", "onecycle"), default="constant",
+                   help="learning rate: constant, or one cycle (15 %% warm-up to --lr, then cosine annealing)")
     p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
                    help="sgd: momentum 0.9, weight decay 5e-4; adamw: weight decay 0.01")
     p.add_argument("--epochs", type=int, required=True)

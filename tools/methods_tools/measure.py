@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import compare
+from . import compare, evidence
 from .files import write_atomic
-from .results import EFFECTS_DIR, V1_SETTINGS, ResultsError, effects_problems, load_effects
+from .results import EFFECTS_DIR, ResultsError, effects_problems, load_effects
 
 __all__ = ["BASELINE", "WORKLOADS", "Job", "MeasureError", "MeasureOptions", "Workload", "domain_methods",
-           "merge_documents", "method_models", "plan_jobs", "run_measurement", "select_jobs", "summarize"]
+           "merge_documents", "method_workloads", "plan_jobs", "run_measurement", "select_jobs", "summarize"]
 
 BASELINE = "baseline"
 Progress = Callable[[str], None]
@@ -63,22 +65,27 @@ class Workload:
     optimizer: str = "sgd"
     eval_examples: int | None = None
     metric: str = "accuracy"
+    test_fraction: float | None = None
+    schedule: str = "constant"
 
 
-# The vision workload's defaults keep the whole sweep (a baseline and four methods, three seeds:
-# 15 runs) near 10 minutes on two CPU cores: at 16 px a ResNet-20 epoch over the 1,438 training
-# digits takes about 7 s there (32 px: about 24 s), and four epochs put the baseline far above
-# the 10 % of chance (tools/measure_methods.py says more).
-# The nlp workload: 150 AdamW steps of 32 windows of 128 bytes (614,400 tokens, about a sixth of
-# an epoch of the 3.9 M training bytes), then the validation loss on 256 held-out windows. Measured
-# on two CPU cores shared with other jobs: 100 steps trained in 12 s at load 3.1 (0.12 s a step),
-# 200 steps in 68 s at load 3.4 to 4.2 (0.34 s a step), so a run of 150 takes 18 to 50 s plus about
-# 4 s to start its process and read the corpus. The baseline's validation loss falls from ln 256
-# = 5.55 nats per byte (chance) to 2.86 after 100 steps and 2.59 after 200.
+# The vision workload: ResNet-20 on the digits at their native 8 px, trained on a fifth of them
+# (359 images) for 12 epochs with a one-cycle schedule, tested on the other 1,438. Why: on all the
+# training digits the baseline reaches about 98 % (no room left for an effect to show), and at 4
+# epochs of a constant rate its accuracy swung by 2.3 points between seeds, so a paired change
+# had a spread of 3 to 5 points. With a fifth of the images the baseline sits near 95 %, the
+# larger test split and the annealed rate bring the paired spread to about one point (measured:
+# 6 seeds, baseline 95.1 % +- 0.9, label smoothing's paired change +1.3 +- 1.0 points), and a run
+# trains in about 2 s on two CPU cores, so 10 seeds give intervals of about +-1 point.
+# The nlp workload: 100 AdamW steps of 32 windows of 128 bytes (409,600 tokens), then the
+# validation loss on 256 held-out windows through Trainer.eval. A run trains in 12 to 35 s on two
+# CPU cores, plus about 4 s to start its process and read the corpus. The baseline's validation
+# loss falls from ln 256 = 5.55 nats per byte (chance) to about 2.9.
 WORKLOADS: Mapping[str, Workload] = {
-    "vision": Workload(model="resnet20", data="digits", image_size=16, epochs=4, batch_size=64),
+    "vision": Workload(model="resnet20", data="digits", image_size=8, epochs=12, batch_size=64, lr=0.1,
+                       test_fraction=0.8, schedule="onecycle"),
     "nlp": Workload(model="transformer_tiny", data="stdlib_text", image_size=None, seq_len=128, epochs=1,
-                    max_batches=150, batch_size=32, lr=3e-3, optimizer="adamw", eval_examples=256, metric="loss"),
+                    max_batches=100, batch_size=32, lr=3e-3, optimizer="adamw", eval_examples=256, metric="loss"),
 }
 
 
@@ -100,6 +107,9 @@ class MeasureOptions:
     optimizer: str = "sgd"
     eval_examples: int | None = None
     metric: str = "accuracy"
+    test_fraction: float | None = None
+    schedule: str = "constant"
+    threads: int = 1  # one intra-op thread a run: on shared cores, oversubscribed threads make timings erratic
 
     def settings(self) -> dict[str, Any]:
         """What every run trains: two files merge, or a file is resumed, only when these are equal."""
@@ -111,7 +121,8 @@ class MeasureOptions:
                 "seq_len": self.seq_len, "epochs": self.epochs, "batch_size": self.batch_size,
                 "max_batches": self.max_batches, "lr": self.lr, "optimizer": self.optimizer, "precision": "fp32",
                 "eval_examples": self.eval_examples, "metric": self.metric,
-                "throughput_unit": "samples" if self.seq_len is None else "tokens", "chance_accuracy": chance}
+                "throughput_unit": "images" if self.seq_len is None else "tokens", "chance_accuracy": chance,
+                "test_fraction": self.test_fraction, "schedule": self.schedule, "threads": self.threads}
 
 
 @dataclass(frozen=True)
@@ -120,10 +131,12 @@ class Job:
     seed: int
     hparams: Mapping[str, Any] = field(default_factory=dict)
     model: str | None = None  # a reference model other than the workload's (a method's workload.model)
+    precision: str | None = None  # a precision other than the workload's (a method's workload.precision)
 
     @property
     def label(self) -> str:
-        return f"{self.method}{f' ({self.model})' if self.model else ''} seed {self.seed}"
+        where = ", ".join(filter(None, (self.model, self.precision)))
+        return f"{self.method}{f' ({where})' if where else ''} seed {self.seed}"
 
 
 def domain_methods(domain: str, records: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
@@ -136,134 +149,186 @@ def domain_methods(domain: str, records: Mapping[str, Any] | None = None) -> dic
             for key, record in sorted(records.items()) if record.kind == "method" and domain in record.domains}
 
 
-def method_models(domain: str, records: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """The methods of ``domain`` whose metadata names a reference model to measure them on
-    (``workload: {"model": ...}``), by key."""
+def method_workloads(domain: str, records: Mapping[str, Any] | None = None) -> dict[str, tuple[str | None, str | None]]:
+    """The methods of ``domain`` whose metadata names where they apply (``workload: {"model": ...,
+    "precision": ...}``), by key: (model or None, precision or None)."""
     if records is None:
         from algorithms.metadata import load_all_metadata
 
         records = load_all_metadata()
-    return {key: record.raw["workload"]["model"] for key, record in sorted(records.items())
+    return {key: (record.raw["workload"].get("model"), record.raw["workload"].get("precision"))
+            for key, record in sorted(records.items())
             if record.kind == "method" and domain in record.domains and record.raw.get("workload")}
 
 
 def plan_jobs(methods: Mapping[str, Mapping[str, Any]], seeds: Sequence[int],
-              models: Mapping[str, str] = {}) -> list[Job]:
-    """Every job of a full sweep, in a fixed order: per seed, the baseline (then one of each other
-    model in ``models``, a method key -> the model it is measured on), then each method, so a
-    change in the machine's load over the sweep falls on the baselines and the methods alike."""
-    others = sorted(set(models.values()))
+              workloads: Mapping[str, tuple[str | None, str | None]] = {}) -> list[Job]:
+    """Every job of a full sweep, interleaved: per seed, the baseline (then one of each other model
+    and precision in ``workloads``, a method key -> where it is measured), then each method, so
+    the baselines and the methods take turns and a change in the machine's load over the sweep
+    falls on them alike."""
+    others = sorted(set(workloads.values()) - {(None, None)}, key=lambda w: (w[0] or "", w[1] or ""))
     return [job for s in seeds
-            for job in (Job(BASELINE, s), *(Job(BASELINE, s, model=m) for m in others),
-                        *(Job(key, s, dict(h), models.get(key)) for key, h in methods.items()))]
+            for job in (Job(BASELINE, s), *(Job(BASELINE, s, model=m, precision=p) for m, p in others),
+                        *(Job(key, s, dict(h), *workloads.get(key, (None, None))) for key, h in methods.items()))]
 
 
 def _hparams_key(hparams: Mapping[str, Any]) -> str:
     return json.dumps(hparams, sort_keys=True)
 
 
-def _job_key(method: str, model: str | None, seed: int, hparams: Mapping[str, Any]) -> tuple[Any, ...]:
-    return method, model, seed, _hparams_key(hparams)
+def _job_key(method: str, model: str | None, precision: str | None, seed: int,
+             hparams: Mapping[str, Any]) -> tuple[Any, ...]:
+    return method, model, precision, seed, _hparams_key(hparams)
 
 
 def select_jobs(jobs: Sequence[Job], existing: Iterable[Mapping[str, Any]], *, only: Iterable[str] = (),
                 shard: tuple[int, int] | None = None) -> list[Job]:
     """The jobs still to run: this shard's (jobs K, K+N, ... of the full list), of the ``only``
-    methods when given (redone even when measured; the baseline only where a seed has none),
-    else those without a successful run of the same method, model, seed and hyperparameters. With
-    ``only``, a baseline is of the model the named methods are measured on."""
+    methods when given (redone even when measured, and so are the baselines they are compared
+    with, so that each pair is measured side by side, under the same load), else those without a
+    successful run of the same method, model, precision, seed and hyperparameters. With ``only``,
+    a baseline is of the model and precision the named methods are measured in."""
     only = set(only)
-    only_models = {job.model for job in jobs if job.method in only}
+    only_models = {(job.model, job.precision) for job in jobs if job.method in only}
     if shard is not None:
         k, n = shard
         jobs = jobs[k::n]
-    done = {_job_key(r["method"], r.get("model"), r["seed"], r["hparams"]) for r in existing if r["status"] == "ok"}
+    done = {_job_key(r["method"], r["model"], r["precision"], r["seed"], r["hparams"])
+            for r in existing if r["status"] == "ok"}
     selected = []
     for job in jobs:
         if only and job.method != BASELINE and job.method not in only:
             continue
-        if only and job.method == BASELINE and job.model not in only_models:
+        if only and job.method == BASELINE and (job.model, job.precision) not in only_models:
             continue
-        if job.method in only or _job_key(job.method, job.model, job.seed, job.hparams) not in done:
+        if only or _job_key(job.method, job.model, job.precision, job.seed, job.hparams) not in done:
             selected.append(job)
     return selected
 
 
 # --------------------------------------------------------------------------------------------- runs
 
-def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress: Progress) -> dict[str, Any]:
-    """One (method, seed) run in the comparison's harness, as an effects run entry."""
+def worker_command(job: Job, options: MeasureOptions, out_dir: Path) -> list[str]:
+    """The comparison's worker command line for one job, with the effects workload's own options."""
     compare_options = compare.CompareOptions(
         model=job.model or options.model, data=options.data, epochs=options.epochs, batch_size=options.batch_size,
-        configs=(compare.Config("fp32", "single"),), nproc=1, max_batches=options.max_batches,
+        configs=(compare.Config(job.precision or "fp32", "single"),), nproc=1, max_batches=options.max_batches,
         data_root=options.data_root, image_size=options.image_size, seed=job.seed, lr=options.lr,
         timeout_s=options.timeout_s, algorithm=None if job.method == BASELINE else job.method,
         hparams=json.dumps(dict(job.hparams)), seq_len=options.seq_len, eval_examples=options.eval_examples,
         optimizer=options.optimizer)
+    command = compare.worker_command(compare_options.configs[0], compare_options, out_dir, 1)
+    if options.test_fraction is not None:
+        command += ["--test-fraction", str(options.test_fraction)]
+    return [*command, "--schedule", options.schedule, "--threads", str(options.threads)]
+
+
+def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress: Progress) -> dict[str, Any]:
+    """One (method, seed) run in its own worker process (the training comparison's worker), as an
+    effects run entry; a failure is recorded with its reason."""
+    import tempfile
+    import time
+
     start = compare.environment()
-    run = compare.run_config(compare_options.configs[0], compare_options, dict(env), progress)
-    throughput = run["throughput"]
-    if throughput is not None and options.seq_len is not None:
-        throughput *= options.seq_len  # every example is a full window: tokens per second
-    return {
-        "method": job.method, "model": job.model, "seed": job.seed, "hparams": dict(job.hparams),
-        "status": "ok" if run["status"] == "ok" else "failed", "reason": run["reason"],
-        "date": start["date"], "load_average": start["load_average"], "throughput": throughput,
-        **{k: run[k] for k in ("wall_s", "samples", "peak_memory_bytes", "memory_kind", "accuracy", "loss")},
-    }
+    run: dict[str, Any] = {
+        "method": job.method, "model": job.model, "precision": job.precision, "seed": job.seed,
+        "hparams": dict(job.hparams), "status": "failed", "reason": None, "date": start["date"],
+        "load_average": start["load_average"], "command": options.command, "wall_s": None, "eval_s": None,
+        "job_s": None, "samples": None, "tokens": None, "throughput": None, "peak_memory_bytes": None,
+        "memory_kind": None, "accuracy": None, "loss": None, "activity": None, "acted": None}
+    with tempfile.TemporaryDirectory(prefix="measure-") as tmp:
+        env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
+        began = time.perf_counter()
+        returncode, tail = compare.run_with_progress(worker_command(job, options, Path(tmp)), env_vars,
+                                                     options.timeout_s, progress)
+        run["job_s"] = time.perf_counter() - began
+        record_path = Path(tmp) / "rank0.json"
+        record = json.loads(record_path.read_text()) if record_path.exists() else None
+    if returncode is None:
+        return {**run, "reason": f"timed out after {options.timeout_s:.0f} s"}
+    if record is None or record["status"] != "ok":
+        return {**run, "reason": record["reason"] if record else f"exit status {returncode}: "
+                f"{compare.failure_line(tail)}"}
+    trained = record["tokens"] if options.seq_len is not None else record["samples"]
+    run.update({k: record[k] for k in ("wall_s", "eval_s", "samples", "tokens", "peak_memory_bytes", "memory_kind",
+                                       "accuracy", "loss", "activity", "acted")})
+    run.update(status="ok", throughput=trained / record["wall_s"] if record["wall_s"] > 0 else 0.0)
+    return run
 
 
-def _spread(values: Sequence[float]) -> dict[str, Any] | None:
-    """Mean and sample standard deviation (None with one value); None with none."""
-    if not values:
-        return None
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else None
-    return {"mean": mean, "std": std}
-
-
-def _method_order(method: str, model: str | None = None) -> tuple[int, str, str]:
+def _method_order(method: str, model: str | None = None, precision: str | None = None) -> tuple[int, str, str, str]:
     """The baseline of the workload's model, the baselines of other models, then the methods."""
     if method == BASELINE:
-        return (0, "", "") if model is None else (1, model, "")
-    return 2, method, model or ""
+        return (0, "", "", "") if model is None and precision is None else (1, model or "", precision or "", "")
+    return 2, method, model or "", precision or ""
 
 
-def _per_seed(paired: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], name: str,
-              op: Callable[[float, float], float]) -> dict[str, Any] | None:
-    """The spread of ``op(run, baseline)`` over the seeds where both have ``name``."""
-    return _spread([op(r[name], b[name]) for r, b in paired
-                    if r[name] is not None and b[name] is not None and (op is _change or b[name] > 0)])
+def _activity_phrase(activity: Mapping[str, float]) -> str:
+    return ", ".join(f"{name.replace('_', ' ')} {value:g}" for name, value in activity.items()) or "no counter"
 
 
-def _ratio(a: float, b: float) -> float:
-    return a / b
+def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per baseline, then per method, on its model and precision: the evidence over the seeds where
+    both it and its baseline ran (:mod:`methods_tools.evidence`), or why it has none.
 
-
-def _change(a: float, b: float) -> float:
-    return a - b
-
-
-def summarize(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per method (baselines first) and model, over its successful seeds: mean and spread of each
-    figure, and the per-seed ratios and changes against the baseline's run of the same model and
-    seed."""
+    A method whose every run recorded no activity *did not act*; a method whose runs all failed
+    (or were not applicable) is shown so, with the first reason."""
+    higher = settings["metric"] == "accuracy"
+    metric = settings["metric"]
+    keys = sorted({(r["method"], r["model"], r["precision"]) for r in runs}, key=lambda k: _method_order(*k))
     ok = [r for r in runs if r["status"] == "ok"]
-    baseline = {(r["model"], r["seed"]): r for r in ok if r["method"] == BASELINE}
+    baseline = {(r["model"], r["precision"], r["seed"]): r for r in ok if r["method"] == BASELINE}
     summary = []
-    for method, model in sorted({(r["method"], r["model"]) for r in ok}, key=lambda k: _method_order(*k)):
-        mine = sorted((r for r in ok if r["method"] == method and r["model"] == model), key=lambda r: r["seed"])
-        paired = [(r, baseline[(model, r["seed"])]) for r in mine
-                  if (model, r["seed"]) in baseline and method != BASELINE]
-        summary.append({
-            "method": method, "model": model, "hparams": mine[-1]["hparams"], "seeds": [r["seed"] for r in mine],
-            **{name: _spread([r[name] for r in mine if r[name] is not None])
-               for name in ("throughput", "peak_memory_bytes", "wall_s", "accuracy", "loss")},
-            "throughput_ratio": _per_seed(paired, "throughput", _ratio),
-            "memory_ratio": _per_seed(paired, "peak_memory_bytes", _ratio),
-            "accuracy_change": _per_seed(paired, "accuracy", _change),
-            "loss_change": _per_seed(paired, "loss", _change),
-        })
+    for method, model, precision in keys:
+        mine = sorted((r for r in runs if (r["method"], r["model"], r["precision"]) == (method, model, precision)),
+                      key=lambda r: r["seed"])
+        good = [r for r in mine if r["status"] == "ok"]
+        entry: dict[str, Any] = {
+            "method": method, "model": model, "precision": precision, "hparams": mine[-1]["hparams"],
+            "seeds": [], "status": "measured", "reason": None,
+            "commands": list(dict.fromkeys(r["command"] for r in mine if r["command"])),
+            "activity": None, "quality": None, "throughput": None, "memory": None, "baseline": None}
+        if not good:
+            status = "not_applicable" if all(r["status"] == "not_applicable" for r in mine) else "failed"
+            summary.append({**entry, "status": status, "reason": next(r["reason"] for r in mine if r["reason"])})
+            continue
+        if method == BASELINE:
+            values = [r[metric] for r in good]
+            mean = sum(values) / len(values)
+            half = (evidence.t_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+                    if len(values) > 1 else 0.0)
+            speeds = [r["throughput"] for r in good]
+            summary.append({**entry, "status": "baseline", "seeds": [r["seed"] for r in good], "baseline": {
+                "metric": metric, "mean": mean, "low": mean - half, "high": mean + half,
+                "throughput_median": statistics.median(speeds), "throughput_min": min(speeds),
+                "throughput_max": max(speeds)}})
+            continue
+        paired = [(r, baseline[(model, precision, r["seed"])]) for r in good
+                  if (model, precision, r["seed"]) in baseline]
+        counters = sorted({name for r in good for name in (r["activity"] or {})})
+        entry["activity"] = {name: sum((r["activity"] or {}).get(name, 0) for r in good) / len(good)
+                             for name in counters}
+        entry["seeds"] = [r["seed"] for r, _ in paired]
+        if not any(r["acted"] for r in good):
+            summary.append({**entry, "status": "did_not_act", "reason": (
+                f"its recorded activity shows it did not act in any of its {len(good)} runs "
+                f"({_activity_phrase(entry['activity'])} per run)")})
+            continue
+        quality = evidence.paired_change([r[metric] for r, _ in paired], [b[metric] for _, b in paired],
+                                         higher_is_better=higher)
+        speed = evidence.ratio_of_medians([r["throughput"] for r, _ in paired], [b["throughput"] for _, b in paired],
+                                          higher_is_better=True)
+        memory = evidence.ratio_of_medians([r["peak_memory_bytes"] for r, _ in paired],
+                                           [b["peak_memory_bytes"] for _, b in paired], higher_is_better=False)
+        if quality is None or speed is None:
+            summary.append({**entry, "status": "failed", "reason": (
+                f"fewer than two seeds with both a run of the method and of its baseline ({len(paired)})")})
+            continue
+        baseline_mean = sum(b[metric] for _, b in paired) / len(paired)
+        summary.append({**entry, "quality": {"metric": metric, "baseline": baseline_mean, **quality},
+                        "throughput": speed, "memory": memory})
     return summary
 
 
@@ -271,17 +336,18 @@ def build_document(env: Mapping[str, Any], settings: Mapping[str, Any], commands
                    runs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The validated effects document of ``runs`` (one per method, model and seed: a later one wins).
 
-    Settings a caller leaves out are those of the first (vision) workload's files, and a run
-    without a ``model`` is of the workload's model (:func:`methods_tools.results.upgrade_effects`)."""
-    settings = {**V1_SETTINGS, **settings}
-    by_job: dict[tuple[str, str | None, int], Mapping[str, Any]] = {}
-    for run in ({"model": None, **r} for r in runs):
-        by_job[(run["method"], run["model"], run["seed"])] = run
-    ordered = [by_job[k] for k in sorted(by_job, key=lambda k: (_method_order(k[0], k[1]), k[2]))]
+    Runs are kept in the order they ran (interleaved by seed); a job run again replaces its
+    earlier run and moves to when it ran."""
+    by_job: dict[tuple[str, str | None, str | None, int], Mapping[str, Any]] = {}
+    for run in runs:
+        key = (run["method"], run["model"], run["precision"], run["seed"])
+        by_job.pop(key, None)  # a rerun moves to when it ran
+        by_job[key] = run
+    ordered = list(by_job.values())
     document = {
-        "$schema": "../../algorithms/effects.schema.json", "schema_version": 2,
+        "$schema": "../../algorithms/effects.schema.json", "schema_version": 3,
         "environment": dict(env), "settings": dict(settings), "commands": list(commands),
-        "runs": ordered, "summary": summarize(ordered),
+        "runs": ordered, "summary": summarize(ordered, settings),
     }
     problems = effects_problems(document)
     if problems:  # a bug in this tool, not a user mistake: never write an invalid file
@@ -359,7 +425,7 @@ def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] =
     old_runs = list(existing["runs"]) if existing else []
     commands = [*(existing["commands"] if existing else []), options.command]
     plan = plan_jobs(domain_methods(options.workload, records), options.seeds,
-                     method_models(options.workload, records))
+                     method_workloads(options.workload, records))
     jobs = select_jobs(plan, old_runs, only=only, shard=shard)
     runs = old_runs
     document = None
@@ -368,7 +434,8 @@ def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] =
         progress(f"{prefix} {job.label}: starting")
         run = runner(job, options, env, lambda line, prefix=prefix: progress(f"{prefix} {line}"))
         detail = (run["reason"] if run["status"] != "ok"
-                  else f"{run['wall_s']:.1f} s, {options.metric} {run[options.metric]}")
+                  else f"trained {run['wall_s']:.1f} s of {run['job_s']:.1f} s, {options.metric} "
+                       f"{run[options.metric]:.4f}" + ("" if run["acted"] is not False else ", did not act"))
         progress(f"{prefix} {job.label}: {run['status']} ({detail})")
         runs = [*runs, run]
         document = build_document(env, settings, commands, runs)
@@ -397,13 +464,14 @@ def _parser(doc: str) -> Any:
     p.add_argument("--workload", default="vision", help=f"one of {', '.join(WORKLOADS)}")
     p.add_argument("--data", help="the workload's data set (vision: digits, or cifar10 with --data-root)")
     p.add_argument("--data-root", help="cifar10: the extracted cifar-10-batches-py directory")
-    p.add_argument("--image-size", type=int, help="vision: input size in pixels (default: 16)")
+    p.add_argument("--image-size", type=int, help="vision: input size in pixels (default: 8, the digits' own)")
     p.add_argument("--seq-len", type=int, help="nlp: tokens per example (default: 128)")
-    p.add_argument("--epochs", type=int, help="epochs per run (vision default: 4, nlp: 1)")
+    p.add_argument("--epochs", type=int, help="epochs per run (vision default: 12, nlp: 1)")
     p.add_argument("--batch-size", type=int, help="(vision default: 64, nlp: 32)")
-    p.add_argument("--max-batches", type=int, help="cap on batches per epoch (nlp default: 150), e.g. for smoke runs")
-    p.add_argument("--lr", type=float, help="learning rate (vision: SGD, 0.05; nlp: AdamW, 0.003)")
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per method (default 3)")
+    p.add_argument("--max-batches", type=int, help="cap on batches per epoch (nlp default: 100), e.g. for smoke runs")
+    p.add_argument("--lr", type=float, help="learning rate (vision: SGD, one cycle to 0.1; nlp: AdamW, 0.003)")
+    p.add_argument("--test-fraction", type=float, help="digits: the held-out share of the images (vision default: 0.8)")
+    p.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 per method (default 10)")
     p.add_argument("--only", help="comma-separated method keys: re-measure them (and a missing baseline)")
     p.add_argument("--shard", help="K/N: run jobs K, K+N, K+2N, ... of the sweep (needs --out)")
     p.add_argument("--merge", nargs="+", type=Path, metavar="FILE", help="merge effects files into --out; runs nothing")
@@ -443,13 +511,18 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
         lr=args.lr if args.lr is not None else default.lr,
         max_batches=args.max_batches if args.max_batches is not None else default.max_batches,
         data_root=args.data_root, timeout_s=args.timeout, optimizer=default.optimizer,
-        eval_examples=default.eval_examples, metric=default.metric)
+        eval_examples=default.eval_examples, metric=default.metric,
+        test_fraction=None if text else args.test_fraction if args.test_fraction is not None else default.test_fraction,
+        schedule=default.schedule)
     problems += compare.check_options(options.model, options.data, options.data_root, options.epochs,
                                       options.batch_size, options.max_batches, 1)
     for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
                         ("--image-size", args.image_size), ("--seq-len", args.seq_len)):
         if value is not None and value < 1 and f"{flag}: {value} — must be at least 1" not in problems:
             problems.append(f"{flag}: {value} — must be at least 1")
+    if args.test_fraction is not None and (text or not 0 < args.test_fraction < 1):
+        problems.append(f"--test-fraction: {args.test_fraction} — "
+                        + ("not for text data" if text else "must be between 0 and 1 (the held-out share)"))
     if args.seeds < 2:
         problems.append(f"--seeds: {args.seeds} — must be at least 2: the spread over seeds needs two")
     if args.lr is not None and not args.lr > 0:
@@ -458,8 +531,8 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
         problems.append(f"--timeout: {args.timeout} — must be positive")
     methods = domain_methods(args.workload)
     known_models = set(compare.model_names())
-    for key, model in method_models(args.workload).items():
-        if model not in known_models:
+    for key, (model, _) in method_workloads(args.workload).items():
+        if model is not None and model not in known_models:
             problems.append(f"algorithms/{key}/metadata.json: workload: model {model!r} is not a reference model "
                             f"— use one of {', '.join(sorted(known_models))}")
     for key in _only(args):

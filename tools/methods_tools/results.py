@@ -25,7 +25,7 @@ __all__ = ["BENCH_DIR", "BENCH_SCHEMA_PATH", "COMPOSABILITY_DIR", "COMPOSABILITY
            "EFFECTS_SCHEMA_PATH", "RESULTS_DIR", "RESULTS_SCHEMA_PATH", "ResultsError", "bench_problems",
            "composability_problems", "load_bench", "discover_composability",
            "discover_effects", "discover_results", "effects_problems", "load_composability", "load_effects",
-           "load_results", "results_problems", "upgrade_effects", "V1_SETTINGS"]
+           "load_results", "results_problems"]
 
 RESULTS_SCHEMA_PATH = PACKAGE_ROOT / "results.schema.json"
 EFFECTS_SCHEMA_PATH = PACKAGE_ROOT / "effects.schema.json"
@@ -51,41 +51,33 @@ def _problems(data: Any, schema: Path, where: str) -> list[str]:
 
 
 def results_problems(data: Any, where: str = "<results>") -> list[str]:
-    """One line per way ``data`` breaks the results schema (empty when it is valid)."""
+    """One line per way ``data`` breaks the results schema (empty when it is valid).
+
+    A file of schema version 1 (one run per configuration, no summary) is one line that says to
+    regenerate it: its single runs cannot give the medians and ranges version 2 reports.
+    """
+    if isinstance(data, dict) and data.get("schema_version") == 1:
+        return [f"{where}: /schema_version: 1 is no longer read (one run per configuration, no median or range) "
+                "— regenerate the file with tools/compare_training.py (--repeats 3, --force)"]
     return _problems(data, RESULTS_SCHEMA_PATH, where)
 
 
 def effects_problems(data: Any, where: str = "<effects>") -> list[str]:
-    """One line per way ``data`` breaks the effects schema (empty when it is valid)."""
+    """One line per way ``data`` breaks the effects schema (empty when it is valid).
+
+    A file of an older schema version is one line that says to measure again: its runs were not
+    paired with intervals, checked for activity, or scored through ``Trainer.eval``.
+    """
+    if isinstance(data, dict) and data.get("schema_version") in (1, 2):
+        return [f"{where}: /schema_version: {data['schema_version']} is no longer read (no intervals, verdicts or "
+                "record of what the methods did) — measure again with tools/measure_methods.py"]
     return _problems(data, EFFECTS_SCHEMA_PATH, where)
 
 
-# What version 1 of the effects files (vision only, one model per file) measured, in the fields
-# version 2 added: images, SGD, the whole test split, accuracy, samples per second.
-V1_SETTINGS = {"seq_len": None, "optimizer": "sgd", "eval_examples": None, "metric": "accuracy",
-                        "throughput_unit": "samples"}
-
-
-def upgrade_effects(data: Any) -> Any:
-    """An effects document of an older schema version as the current one (a copy; anything else as
-    it is): version 1's settings get the fields version 2 added at what version 1 measured, and its
-    runs and summary entries the workload's own model (``model: null``)."""
-    if not isinstance(data, dict) or data.get("schema_version") != 1:
-        return data
-    upgraded = {**data, "schema_version": 2}
-    if isinstance(data.get("settings"), dict):
-        upgraded["settings"] = {**data["settings"], **V1_SETTINGS}
-    for part in ("runs", "summary"):
-        if isinstance(data.get(part), list):
-            upgraded[part] = [{"method": e.get("method"), "model": None, **e} if isinstance(e, dict) else e
-                              for e in data[part]]
-    return upgraded
-
-
-def _load(path: str | Path, problems: Any, tool: str, upgrade: Any = lambda data: data) -> dict[str, Any]:
+def _load(path: str | Path, problems: Any, tool: str) -> dict[str, Any]:
     path = Path(path)
     try:
-        data = upgrade(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} — fix the file or regenerate it "
                            f"with {tool}") from None
@@ -101,9 +93,8 @@ def load_results(path: str | Path) -> dict[str, Any]:
 
 
 def load_effects(path: str | Path) -> dict[str, Any]:
-    """The validated content of one effects file, upgraded to the current schema version
-    (:func:`upgrade_effects`); :class:`ResultsError` lists every problem."""
-    return _load(path, effects_problems, "tools/measure_methods.py", upgrade_effects)
+    """The validated content of one effects file; :class:`ResultsError` lists every problem."""
+    return _load(path, effects_problems, "tools/measure_methods.py")
 
 
 def discover_results(root: str | Path | None = None) -> list[Path]:
