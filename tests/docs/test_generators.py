@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import re
 import shutil
 import subprocess
@@ -176,91 +175,3 @@ def test_the_command_line_runs_from_a_checkout():
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "--check" in result.stdout and "--out" in result.stdout
-
-
-def _effects_document(methods: dict[str, dict]) -> dict:
-    """A valid effects document: a baseline and ``methods`` (key -> figures per seed), seeds 0-2."""
-    from methods_tools import measure
-
-    env = {"hardware": "Test CPU, 2 cores (CPU only)", "device_type": "cpu", "device_name": "Test CPU",
-           "device_count": 1, "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.0.0", "cuda": None,
-           "python": "3.11.0", "platform": "Linux", "date": "2026-01-02T03:04:05Z", "load_average": [4.0, 1, 1]}
-    settings = {"workload": "vision", "model": "resnet20", "data": "digits", "image_size": 16, "epochs": 4,
-                "batch_size": 64, "max_batches": None, "lr": 0.05, "precision": "fp32", "chance_accuracy": 0.1}
-    runs = []
-    for key, figures in {"baseline": {"throughput": 100.0, "accuracy": 0.9}, **methods}.items():
-        for seed in range(3):
-            runs.append({"method": key, "seed": seed, "hparams": figures.get("hparams", {}), "status": "ok",
-                         "reason": None, "date": env["date"], "load_average": [4.0, 1.0, 1.0], "wall_s": 10.0,
-                         "samples": 1000, "throughput": figures["throughput"] * (1 + seed / 100),
-                         "peak_memory_bytes": 2**30, "memory_kind": "cpu_peak_rss",
-                         "accuracy": figures["accuracy"] + seed / 100, "loss": 0.5})
-    return measure.build_document(env, settings, ["python tools/measure_methods.py"], runs)
-
-
-def test_effects_snippets_and_overview_render_the_measured_figures(synthetic_metadata, tmp_path):
-    """A measured method's card shows its ratios and changes with their spread, the seeds, the
-    machine and the file; an unmeasured one says so; the overview charts and tabulates them, each
-    row linked to its card."""
-    results = tmp_path / "results"
-    (results / "effects").mkdir(parents=True)
-    document = _effects_document({"alpha_trick": {"throughput": 50.0, "accuracy": 0.87, "hparams": {"p": 0.5}}})
-    (results / "effects" / "vision-test.json").write_text(json.dumps(document), encoding="utf-8")
-    out = render(synthetic_metadata, tmp_path, pages.methods_overview, render_effects, results=results)
-
-    snippet = out[Path("tables/effects/alpha_trick.md.inc")]
-    assert "Test CPU, 2 cores (CPU only), 2026-01-02" in snippet and "`results/effects/vision-test.json`" in snippet
-    assert "| Throughput (samples/s) | 101.0 ± 1.0 | 50.5 ± 0.5 | 0.50x ± 0.00 |" in snippet
-    assert "| Test accuracy | 91.0 % ± 1.0 | 88.0 % ± 1.0 | -3.0 points ± 0.0 |" in snippet
-    assert "| Seeds | 3 | 3 | |" in snippet
-    assert "The baseline reached 91.0 % ± 1.0 test accuracy, against 10 % by chance." in snippet
-    assert "`Thing(p=0.5)`" in snippet
-    assert "load average reached 4.0 on 2 cores" in snippet and "no measured difference" in snippet
-    assert "has not measured Zeta yet." in out[Path("tables/effects/zeta_method.md.inc")]
-    assert not any(p.name == "bf16.md.inc" for p in out)  # a best practice's rows come from the comparison
-
-    overview = out[Path("method_cards/methods_overview.md")]
-    assert "| [Alpha Trick](alpha_trick.md) | 0.50x ± 0.00 | 1.00x ± 0.00 | -3.0 points ± 0.0 | +0.000 ± 0.000 | 3 |" \
-        in overview
-    assert "```{image} ../tables/effects/vision-test.svg" in overview
-    assert re.search(r":alt: Speed-up .* for 1 methods measured on Test CPU.*: Alpha Trick 0\.50x ± 0\.00 speed-up, "
-                     r"-3\.0 points ± 0\.0", overview)
-    chart = out[Path("tables/effects/vision-test.svg")]
-    assert "<dc:identifier>sha256:" in chart and ">Alpha Trick<" in chart  # text kept as text
-
-
-def test_effects_chart_is_reused_while_its_inputs_are_unchanged(synthetic_metadata, tmp_path):
-    results = tmp_path / "results"
-    (results / "effects").mkdir(parents=True)
-    document = _effects_document({"alpha_trick": {"throughput": 50.0, "accuracy": 0.87}})
-    (results / "effects" / "v.json").write_text(json.dumps(document), encoding="utf-8")
-    chart = Path("tables/effects/v.svg")
-    first = render(synthetic_metadata, tmp_path, pages.methods_overview, results=results)[chart]
-    (tmp_path / chart).parent.mkdir(parents=True)
-    (tmp_path / chart).write_text(first.replace("</svg>", "<!-- kept --></svg>"), encoding="utf-8")
-    assert "<!-- kept -->" in render(synthetic_metadata, tmp_path, pages.methods_overview, results=results)[chart]
-
-
-def test_a_bad_effects_file_is_a_problem_line_and_nothing_renders(synthetic_metadata, tmp_path):
-    (tmp_path / "results" / "effects").mkdir(parents=True)
-    (tmp_path / "results" / "effects" / "bad.json").write_text('{"schema_version": 1}', encoding="utf-8")
-    generated = pages.generate(tmp_path, metadata_root=synthetic_metadata, results_root=tmp_path / "results")
-    assert generated.outputs == {}
-    assert any("bad.json: /: 'environment' is a required property — see algorithms/effects.schema.json" in p
-               for p in generated.problems), generated.problems
-
-
-def test_a_chart_that_cannot_be_drawn_is_a_problem_naming_the_file(synthetic_metadata, tmp_path, monkeypatch):
-    from methods_tools import effects_pages
-
-    results = tmp_path / "results"
-    (results / "effects").mkdir(parents=True)
-    document = _effects_document({"alpha_trick": {"throughput": 50.0, "accuracy": 0.87}})
-    (results / "effects" / "v.json").write_text(json.dumps(document), encoding="utf-8")
-
-    def broken(view, key):
-        raise OverflowError("no room")
-
-    monkeypatch.setattr(effects_pages, "_draw_chart", broken)
-    generated = pages.generate(tmp_path, metadata_root=synthetic_metadata, results_root=results)
-    assert generated.problems == ["results/effects/v.json: the effects chart cannot be drawn: OverflowError: no room"]

@@ -1,24 +1,32 @@
-"""The "Example Effects" of every method card and the overview's chart of them, from the committed
-measurements (``results/effects/*.json``, written by ``tools/measure_methods.py``).
+"""The "Example Effects" of every method card and the overview's charts of them, from the committed
+measurements (``results/effects/*.json``, schema version 3, written by ``tools/measure_methods.py``).
+
+Every figure is shown as evidence: the change or ratio with its 95 % interval and its verdict
+(better, worse, or no detectable difference, which reads so first, never as a bare number), the
+number of seed pairs and which interval. A row without an effect (the method did not act, does not
+apply here, or failed) shows its reason, never a number.
 
 - ``tables/effects/<key>.md.inc`` (``effects_snippet.md.inc.j2``), for every method (not best
   practices, whose measured rows come from the training comparison), which its card pulls in
-  with ``{include}``: per effects file that measured it, the baseline's and the method's figures
-  with their ratios and changes and the spread over seeds; else that it is not measured yet.
-- ``tables/effects/<stem>.svg``: per effects file, speed-up against the change in quality
-  (accuracy, or a language model's validation loss) of every measured method with error bars,
-  drawn like the training charts (matplotlib, text kept as text, reused while a hash of its
-  inputs is unchanged); the overview shows it beside a sortable table of the same figures
-  (:func:`overview_effects`).
+  with ``{include}``: per effects file that has a row of it, the row (its evidence or its reason,
+  the command that measured it), the small scale it was measured at, and the figure at scale its
+  metadata quotes (``at_scale``); else that it is not measured yet.
+- ``tables/effects/<stem>.svg``: per effects file with a measured row, a forest plot: one row per
+  measured method, sorted by its change in quality, with two panels sharing the method axis: the
+  change in quality with its interval (a zero line) and the throughput ratio on a log axis with
+  its interval (a 1x line); the methods without an effect are listed under it, not plotted. Drawn
+  like the training charts (matplotlib, text kept as text, reused while a hash of its inputs is
+  unchanged); the overview shows it above a sortable table of the same figures
+  (:func:`overview_effects`), and the landing page shows it too.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,45 +36,135 @@ from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 from .markup import literal
 from .training_pages import ChartError
 
-__all__ = ["EFFECTS", "EffectsFile", "MethodEffect", "effects_views", "overview_effects", "render_effects"]
+__all__ = ["AT_SCALE_FIELDS", "EFFECTS", "BaselineView", "EffectRow", "EffectsFile", "at_scale_of", "effects_file",
+           "effects_views", "overview_effects", "render_effects"]
 
 EFFECTS = Path("tables") / "effects"
-MIB = 2**20
 BASELINE = "baseline"
+MINUS = "\u2212"  # the typographic minus sign (the sortable table reads it as "-")
+
+#: How a row without an effect is named, by its status.
+STATUS_LABELS = {"measured": "measured", "did_not_act": "did not act", "not_applicable": "not applicable here",
+                 "failed": "failed"}
+#: What a ratio's verdict means, for throughput and for memory.
+RATIO_VERDICTS = {"throughput": {"better": "faster", "worse": "slower"},
+                  "memory": {"better": "less memory", "worse": "more memory"}}
+NO_DIFFERENCE = "no detectable difference"
+
+
+# --------------------------------------------------------------------------------------------- numbers
+
+def _signed(value: float, decimals: int) -> str:
+    """``+1.2`` / ``−0.4`` (a typographic minus), ``0.0`` for zero."""
+    text = f"{value:+.{decimals}f}"
+    if float(text) == 0:
+        return f"{0:.{decimals}f}"
+    return text.replace("-", MINUS)
+
+
+def _plain(value: float, decimals: int) -> str:
+    return f"{value:.{decimals}f}".replace("-", MINUS)
+
+
+def _decimals(low: float, high: float, minimum: int, maximum: int) -> int:
+    """Enough decimals (``minimum`` to ``maximum``) that an interval spans at least five steps of
+    the last one shown, so that its ends differ and its width reads."""
+    decimals = minimum
+    while decimals < maximum and abs(high - low) * 10**decimals < 5:
+        decimals += 1
+    return decimals
+
+
+def quality_unit(metric: str) -> tuple[float, str, int]:
+    """How a change in ``metric`` is shown: its scale, its unit and the fewest decimals."""
+    return (100.0, "points", 1) if metric == "accuracy" else (1.0, "nats", 2)
+
+
+def quality_text(quality: Mapping[str, Any]) -> str:
+    """``+1.2 points (+0.4 to +2.0): better``, or ``no detectable difference (−0.6 to +0.9 points)``."""
+    scale, unit, minimum = quality_unit(quality["metric"])
+    low, high, change = (quality[k] * scale for k in ("low", "high", "change"))
+    decimals = _decimals(low, high, minimum, 4)
+    interval = f"{_signed(low, decimals)} to {_signed(high, decimals)}"
+    if quality["verdict"] == NO_DIFFERENCE:
+        return f"{NO_DIFFERENCE} ({interval} {unit})"
+    return f"{_signed(change, decimals)} {unit} ({interval}): {quality['verdict']}"
+
+
+def ratio_text(ratio: Mapping[str, Any] | None, what: str) -> str:
+    """``0.87x (0.83–0.93): slower``, or ``no detectable difference (0.90–1.10x)``; ``not measured``."""
+    if ratio is None:
+        return "not measured"
+    decimals = _decimals(ratio["low"], ratio["high"], 2, 3)
+    interval = f"{ratio['low']:.{decimals}f}\u2013{ratio['high']:.{decimals}f}"
+    if ratio["verdict"] == NO_DIFFERENCE:
+        return f"{NO_DIFFERENCE} ({interval}x)"
+    return f"{ratio['ratio']:.{decimals}f}x ({interval}): {RATIO_VERDICTS[what][ratio['verdict']]}"
+
+
+def _count(value: float) -> str:
+    """``2,076``: a throughput, to the unit."""
+    return f"{value:,.0f}"
+
+
+def _activity(activity: Mapping[str, float] | None) -> str:
+    """``batches mixed 10, modules replaced 3``: the mean per run of each counter."""
+    return ", ".join(f"{name.replace('_', ' ')} {value:g}" for name, value in (activity or {}).items())
 
 
 # --------------------------------------------------------------------------------------------- view
 
-def _pm(spread: Mapping[str, Any] | None, fmt: str, scale: float = 1.0, suffix: str = "") -> str:
-    """``mean ± std`` (``mean`` alone with one seed), or ``—``."""
-    if spread is None:
-        return "—"
-    text = format(spread["mean"] * scale, fmt) + suffix
-    return text if spread["std"] is None else f"{text} ± {format(spread['std'] * scale, fmt.lstrip('+'))}"
+@dataclass(frozen=True)
+class BaselineView:
+    """A baseline row: its own quality with its t interval, its throughput with its range."""
+
+    model: str | None
+    precision: str | None
+    seeds: int
+    quality: str  # "27.2 % test accuracy (95 % t interval ...)"
+    throughput: str  # "median 2,076 images/s (range 1,655–2,497 over 2 seeds)"
+    commands: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class MethodEffect:
-    """One method's figures from one effects file, formatted; ``number`` keeps the raw ones."""
+class EffectRow:
+    """One summary entry of a method (on one model and precision), formatted; ``number`` keeps it raw."""
 
     key: str
     name: str
-    seeds: int
-    throughput: str
-    memory: str
-    accuracy: str
-    loss: str
-    throughput_ratio: str
-    memory_ratio: str
-    accuracy_change: str
-    loss_change: str
-    number: Mapping[str, Any]  # the summary entry: the chart and the sortable table's data-* values
-    model: str | None = None  # the reference model it was measured on when not the workload's
+    model: str | None  # the reference model when not the workload's
+    precision: str | None  # the precision when not the workload's
+    status: str  # measured | did_not_act | not_applicable | failed
+    reason: str | None
+    commands: tuple[str, ...]  # the command lines that measured this row
+    hparams: Mapping[str, Any]
+    activity: str  # the mean per run of each counter it recorded, in words ("" when none)
+    pairs: int  # the seed pairs behind its intervals (0 without an effect)
+    quality: str | None  # None without an effect
+    throughput: str | None
+    memory: str | None
+    quality_interval: str | None  # "paired t, 95 %"
+    ratio_interval: str | None  # "bootstrap over seed pairs, 95 %"
+    at_scale: Mapping[str, Any] | None  # the method's metadata "at_scale", when it quotes one
+    number: Mapping[str, Any]  # the summary entry
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "measured"
+
+    @property
+    def status_label(self) -> str:
+        return STATUS_LABELS[self.status]
+
+    @property
+    def variant(self) -> str:
+        """``resnet20_gn, amp_bf16``: what it ran as when not the workload's own ("" when it is)."""
+        return ", ".join(v for v in (self.model, self.precision) if v is not None)
 
     @property
     def label(self) -> str:
-        """Its name, with the model it was measured on when that is not the workload's."""
-        return self.name if self.model is None else f"{self.name} ({self.model})"
+        """Its name, with the model and precision it was measured in when not the workload's."""
+        return f"{self.name} ({self.variant})" if self.variant else self.name
 
 
 @dataclass(frozen=True)
@@ -75,24 +173,19 @@ class EffectsFile:
 
     file: str  # results/effects/<name>.json
     hardware: str
+    device_type: str  # cpu | cuda
+    device_count: int
     date: str  # YYYY-MM-DD
     torch: str
+    python: str
     settings: Mapping[str, Any]
-    command: str
     seeds: tuple[int, ...]
     max_load: float | None  # the highest 1-minute load average of its runs when above the core count
     cpu_count: int
     memory_label: str
-    baseline: MethodEffect | None  # the baseline of the workload's model
-    methods: Mapping[str, MethodEffect]  # by key, in display-name order
-    failures: Mapping[str, tuple[str, ...]]  # key -> the reasons its failed runs give
-    chart: str | None  # the chart's path in the docs source; None when no method was measured
-    baselines: Mapping[str | None, MethodEffect] = dataclasses.field(default_factory=dict)  # by model
-    python: str = ""  # the interpreter's version: the standard-library corpus differs between them
-
-    @property
-    def title(self) -> str:
-        return f"{self.hardware}, {self.date}"
+    rows: tuple[EffectRow, ...]  # every method row, in display-name order
+    baselines: Mapping[tuple[str | None, str | None], BaselineView]  # by (model, precision)
+    chart: str | None  # the chart's path in the docs source; None when no row was measured
 
     @property
     def is_loss(self) -> bool:
@@ -100,72 +193,158 @@ class EffectsFile:
         return self.settings["metric"] == "loss"
 
     @property
-    def throughput_label(self) -> str:
-        return f"Throughput ({self.settings['throughput_unit']}/s)"
+    def unit(self) -> str:
+        """``images/s`` or ``tokens/s``: what its throughput counts."""
+        return f"{self.settings['throughput_unit']}/s"
 
     @property
-    def quality_change_label(self) -> str:
-        return "the change in validation loss" if self.is_loss else "the change in test accuracy"
+    def workload_label(self) -> str:
+        """``Vision`` / ``Text``: its workload, by what it trains on."""
+        return "Text" if self.settings["seq_len"] is not None else "Vision"
 
-    def quality_change(self, effect: MethodEffect) -> str:
-        return effect.loss_change if self.is_loss else effect.accuracy_change
+    @property
+    def shape(self) -> str:
+        """``8 px images`` or ``windows of 128 tokens``."""
+        if self.settings["seq_len"] is not None:
+            return f"windows of {self.settings['seq_len']} tokens"
+        return f"{self.settings['image_size']} px images"
 
-    def baseline_of(self, effect: MethodEffect) -> MethodEffect | None:
-        """The baseline ``effect`` is compared with: of the model it was measured on."""
-        return self.baselines.get(effect.model)
+    @property
+    def title(self) -> str:
+        settings = self.settings
+        return f"{self.workload_label}: {settings['model']} on {settings['data']}, {self.hardware}, {self.date}"
+
+    @property
+    def device(self) -> str:
+        """``a CPU`` / ``a GPU`` / ``4 GPUs``."""
+        if self.device_type == "cpu":
+            return "a CPU"
+        return "a GPU" if self.device_count == 1 else f"{self.device_count} GPUs"
+
+    @property
+    def quality_label(self) -> str:
+        return "Validation loss (lower is better), change" if self.is_loss else "Test accuracy, change"
+
+    @property
+    def measured(self) -> tuple[EffectRow, ...]:
+        return tuple(r for r in self.rows if r.measured)
+
+    @property
+    def unmeasured(self) -> tuple[EffectRow, ...]:
+        return tuple(r for r in self.rows if not r.measured)
+
+    @property
+    def chart_rows(self) -> tuple[EffectRow, ...]:
+        """The measured rows as the chart plots them: the best change in quality first."""
+        sign = -1.0 if self.is_loss else 1.0
+        return tuple(sorted(self.measured, key=lambda r: (-sign * r.number["quality"]["change"], r.label)))
+
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """Every command that measured a row of it, once, in the order the rows name them."""
+        return tuple(dict.fromkeys(c for r in (*self.baselines.values(), *self.rows) for c in r.commands))
+
+    def rows_of(self, key: str) -> tuple[EffectRow, ...]:
+        return tuple(r for r in self.rows if r.key == key)
+
+    def baseline_of(self, row: EffectRow) -> BaselineView | None:
+        """The baseline ``row`` is compared with: of the model and precision it was measured in."""
+        return self.baselines.get((row.model, row.precision))
+
+    @property
+    def chart_caption(self) -> str:
+        """What the chart shows, in one sentence (its figure caption)."""
+        quality = "validation loss (lower is better)" if self.is_loss else "test accuracy"
+        return (f"{self.workload_label} workload ({self.settings['model']} on {self.settings['data']}, {self.shape}), "
+                f"measured at small scale on {self.device}: each measured method's change in {quality} against "
+                f"the baseline of the same seeds and its throughput ratio ({self.unit}, log scale), both with "
+                "their 95 % intervals; methods without an effect are listed under the chart, not plotted.")
 
     @property
     def chart_alt(self) -> str:
-        """What the chart shows, in words, with every point's figures."""
-        points = "; ".join(f"{m.label} {m.throughput_ratio} speed-up, {self.quality_change(m)}"
-                           for m in self.methods.values())
-        return (f"Speed-up (throughput over the baseline's) against {self.quality_change_label}, with the "
-                f"spread over seeds as error bars, for {len(self.methods)} methods measured on {self.title}: "
-                f"{points}")
+        """What the chart shows, in words, with every row's figures."""
+        points = "; ".join(f"{r.label}: quality {r.quality}, throughput {r.throughput}" for r in self.chart_rows)
+        others = "; ".join(f"{r.label}: {r.status_label}" for r in self.unmeasured)
+        return (f"Forest plot of {len(self.measured)} methods measured on {self.hardware}, {self.date}, with 95 % "
+                f"intervals: {points}." + (f" Not plotted: {others}." if others else ""))
 
 
-def _effect(entry: Mapping[str, Any], name: str) -> MethodEffect:
-    return MethodEffect(
-        key=entry["method"], name=name, seeds=len(entry["seeds"]),
-        throughput=_pm(entry["throughput"], ".1f"), memory=_pm(entry["peak_memory_bytes"], ".0f", 1 / MIB),
-        accuracy=_pm(entry["accuracy"], ".1f", 100, " %"), loss=_pm(entry["loss"], ".3f"),
-        throughput_ratio=_pm(entry["throughput_ratio"], ".2f", suffix="x"),
-        memory_ratio=_pm(entry["memory_ratio"], ".2f", suffix="x"),
-        accuracy_change=_pm(entry["accuracy_change"], "+.1f", 100, " points"),
-        loss_change=_pm(entry["loss_change"], "+.3f"), number=entry, model=entry["model"],
-    )
+def _baseline_quality(metric: str, value: float, low: float, high: float, chance: float | None) -> str:
+    """``27.2 % test accuracy (95 % t interval 20.1 to 34.3 %; chance 10 %)``, or the validation loss."""
+    if metric == "accuracy":
+        odds = f"; chance {100 * chance:.0f} %" if chance is not None else ""
+        return (f"{_plain(100 * value, 1)} % test accuracy (95 % t interval {_plain(100 * low, 1)} to "
+                f"{_plain(100 * high, 1)} %{odds})")
+    return f"validation loss {_plain(value, 3)} nats (95 % t interval {_plain(low, 3)} to {_plain(high, 3)})"
 
 
-def effects_file(path: Path, document: Mapping[str, Any], names: Mapping[str, str]) -> EffectsFile:
-    """The view of one validated effects document; ``names`` maps method keys to display names
-    (in display order); a key it lacks (a method since removed) is left out."""
-    env = document["environment"]
-    summary = {entry["method"]: entry for entry in document["summary"] if entry["method"] != BASELINE}
-    baselines = {entry["model"]: _effect(entry, "Baseline") for entry in document["summary"]
-                 if entry["method"] == BASELINE}
+def _baseline(entry: Mapping[str, Any], settings: Mapping[str, Any]) -> BaselineView:
+    b = entry["baseline"]
+    seeds = len(entry["seeds"])
+    unit = f"{settings['throughput_unit']}/s"
+    return BaselineView(
+        model=entry["model"], precision=entry["precision"], seeds=seeds,
+        quality=_baseline_quality(b["metric"], b["mean"], b["low"], b["high"], settings["chance_accuracy"]),
+        throughput=(f"median {_count(b['throughput_median'])} {unit} (range {_count(b['throughput_min'])}\u2013"
+                    f"{_count(b['throughput_max'])} over {seeds} seed{'s' if seeds != 1 else ''})"),
+        commands=tuple(entry["commands"]))
+
+
+AT_SCALE_FIELDS = ("figure", "setting", "hardware", "source", "url")
+
+
+def at_scale_of(record: Any) -> dict[str, Any] | None:
+    """The figure at scale a method's metadata quotes (``at_scale``), every field present (None
+    where it names none); None when it quotes none."""
+    raw = getattr(record, "raw", None)
+    quoted = raw.get("at_scale") if isinstance(raw, Mapping) else None
+    if not isinstance(quoted, Mapping) or not quoted.get("figure"):
+        return None
+    return {name: quoted.get(name) or None for name in AT_SCALE_FIELDS}
+
+
+def _row(entry: Mapping[str, Any], record: Any) -> EffectRow:
+    measured = entry["status"] == "measured"
+    quality, throughput, memory = entry["quality"], entry["throughput"], entry["memory"]
+    return EffectRow(
+        key=entry["method"], name=record.name, model=entry["model"], precision=entry["precision"],
+        status=entry["status"], reason=entry["reason"], commands=tuple(entry["commands"]), hparams=entry["hparams"],
+        activity=_activity(entry["activity"]), pairs=quality["pairs"] if measured else 0,
+        quality=quality_text(quality) if measured else None,
+        throughput=ratio_text(throughput, "throughput") if measured else None,
+        memory=ratio_text(memory, "memory") if measured else None,
+        quality_interval=quality["interval"] if measured else None,
+        ratio_interval=throughput["interval"] if measured else None,
+        at_scale=at_scale_of(record), number=entry)
+
+
+def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, Any]) -> EffectsFile:
+    """The view of one validated effects document; ``records`` maps method keys to their metadata
+    records (in display order; a key it lacks, a method since removed, is left out)."""
+    env, settings = document["environment"], document["settings"]
+    order = {key: i for i, key in enumerate(records)}
+    entries = sorted((e for e in document["summary"] if e["method"] != BASELINE and e["method"] in records),
+                     key=lambda e: (order[e["method"]], e["model"] or "", e["precision"] or ""))
+    rows = tuple(_row(e, records[e["method"]]) for e in entries)
+    baselines = {(e["model"], e["precision"]): _baseline(e, settings) for e in document["summary"]
+                 if e["status"] == "baseline"}
     loads = [r["load_average"][0] for r in document["runs"] if r["load_average"]]
     kinds = {r["memory_kind"] for r in document["runs"] if r["memory_kind"]}
-    methods = {key: _effect(summary[key], name) for key, name in names.items() if key in summary}
-    failures: dict[str, list[str]] = {}
-    for run in document["runs"]:
-        if run["status"] != "ok":
-            failures.setdefault(run["method"], []).append(f"seed {run['seed']}: {run['reason']}")
     return EffectsFile(
-        file=f"results/effects/{path.name}", hardware=env["hardware"], date=env["date"][:10], torch=env["torch"],
-        settings=document["settings"], command=document["commands"][-1] if document["commands"] else "",
-        seeds=tuple(sorted({r["seed"] for r in document["runs"]})),
+        file=f"results/effects/{path.name}", hardware=env["hardware"], device_type=env["device_type"],
+        device_count=env["device_count"], date=env["date"][:10], torch=env["torch"], python=env["python"],
+        settings=settings, seeds=tuple(sorted({r["seed"] for r in document["runs"]})),
         max_load=max(loads) if loads and max(loads) > env["cpu_count"] else None, cpu_count=env["cpu_count"],
-        memory_label="Peak GPU memory allocated (MiB)" if kinds == {"cuda_max_allocated"}
-        else "Peak memory of the process (MiB, resident set)",
-        baseline=baselines.get(None), methods=methods, failures={k: tuple(v) for k, v in failures.items()},
-        chart=(EFFECTS / f"{path.stem}.svg").as_posix() if methods else None, baselines=baselines,
-        python=env["python"],
+        memory_label="Peak GPU memory allocated" if kinds == {"cuda_max_allocated"}
+        else "Peak memory of the process (resident set)",
+        rows=rows, baselines=baselines,
+        chart=(EFFECTS / f"{path.stem}.svg").as_posix() if any(r.measured for r in rows) else None,
     )
 
 
-def _files(site: Site) -> list[tuple[EffectsFile, Mapping[str, Any]]]:
-    names = {r.key: r.name for r in site.methods if r.kind == "method"}
-    return [(effects_file(path, document, names), document) for path, document in site.effects]
+def _files(site: Site) -> list[EffectsFile]:
+    records = {r.key: r for r in site.methods if r.kind == "method"}
+    return [effects_file(path, document, records) for path, document in site.effects]
 
 
 # --------------------------------------------------------------------------------------------- chart
@@ -176,8 +355,8 @@ def _chart_key(view: EffectsFile) -> str:
         version = importlib.metadata.version("matplotlib")
     except importlib.metadata.PackageNotFoundError:
         version = None
-    points = [(m.label, dict(m.number)) for m in view.methods.values()]
-    inputs = {"points": points, "title": view.title, "metric": view.settings["metric"], "matplotlib": version,
+    rows = [(r.label, r.status, dict(r.number)) for r in view.rows]
+    inputs = {"rows": rows, "title": view.title, "settings": dict(view.settings), "matplotlib": version,
               "code": _DRAWING_CODE}
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
@@ -197,56 +376,156 @@ def _draw_or_fail(view: EffectsFile, key: str) -> str:
         raise ChartError(f"{view.file}: the effects chart cannot be drawn: {type(exc).__name__}: {exc}") from None
 
 
+# Ticks a log axis of ratios may get: those within its limits, spread out from 1x.
+_RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0,
+                50.0, 100.0)
+_COLOURS = {"better": "#1a7f37", "worse": "#c0392b", NO_DIFFERENCE: "#57606a"}
+_MARKERS = {"better": "o", "worse": "s", NO_DIFFERENCE: "o"}
+
+
+def _ratio_ticks(low: float, high: float, most: int = 4) -> list[float]:
+    """Ticks for a log axis from ``low`` to ``high``: 1x, then outwards the candidates at least a
+    ``most``-th of the axis (in log) from the last one taken, so that their labels never touch."""
+    step = (math.log(high) - math.log(low)) / most
+    ticks = [1.0]
+    for side in (sorted((t for t in _RATIO_TICKS if low <= t < 1.0), reverse=True),
+                 sorted(t for t in _RATIO_TICKS if 1.0 < t <= high)):
+        last = 1.0
+        for tick in side:
+            if abs(math.log(tick) - math.log(last)) >= step:
+                ticks.append(tick)
+                last = tick
+    return sorted(ticks)
+
+
+def _wrap(text: str, width: float, measure: Any) -> list[str]:
+    """``text`` in lines no wider than ``width`` inches as ``measure`` (a line -> inches) finds them
+    (a word wider than the width keeps a line of its own)."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            trial = f"{line} {word}" if line else word
+            if line and measure(trial) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = trial
+        lines.append(line)
+    return lines
+
+
 def _draw_chart(view: EffectsFile, key: str) -> str:
-    """Speed-up (throughput ratio) against the change in quality (accuracy in points, or a language
-    model's validation loss), one labelled point per method with its spread over seeds as error
-    bars; identical bytes for identical input."""
+    """A forest plot of ``view``'s measured rows (the best change in quality at the top): the change
+    in quality with its 95 % interval (a zero line) beside the throughput ratio on a log axis with
+    its 95 % interval (a 1x line), the rows sharing the method axis, each point coloured and shaped
+    by its verdict (hollow: no detectable difference); the rows without an effect are listed under
+    it, not plotted. Every text is measured and wrapped, and the layout is set in inches from those
+    measures, so that nothing is cut off or overlaps; 4.6 inches wide, so that its 10 pt text still
+    reads at about 8 pt on a phone. Identical bytes for identical input."""
     plt = pyplot("the effects chart needs it", ChartError)
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
 
-    def mean_std(entry: Mapping[str, Any] | None, scale: float = 1.0) -> tuple[float, float]:
-        return (0.0, 0.0) if entry is None else (entry["mean"] * scale, (entry["std"] or 0.0) * scale)
+    rows = view.chart_rows
+    scale, unit, _ = quality_unit(view.settings["metric"])
+    size, line = 10, 10 / 72 * 1.25  # the font size (pt) and the height of a line of it (inches)
+    width, margin, gap = 4.6, 0.08, 0.16
 
-    with plt.rc_context(SVG_STYLE):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        ax.axhline(1.0, color="#888888", linewidth=0.8, linestyle="--")
-        ax.axvline(0.0, color="#888888", linewidth=0.8, linestyle="--")
-        change, scale = ("loss_change", 1.0) if view.is_loss else ("accuracy_change", 100.0)
-        points = [(m.label, *mean_std(m.number[change], scale), *mean_std(m.number["throughput_ratio"]))
-                  for m in view.methods.values()]
-        xspan = (max(p[1] for p in points) - min(p[1] for p in points)) or 1.0
-        yspan = (max(p[3] for p in points) - min(p[3] for p in points)) or 1.0
-        placed: list[tuple[float, float]] = []
-        for name, x, xerr, y, yerr in points:
-            ax.errorbar([x], [y], xerr=[xerr], yerr=[yerr], fmt="o", color="#4c72b0", ecolor="#4c72b0",
-                        elinewidth=1, capsize=3)
-            # Points that (nearly) coincide get their labels stacked, one line lower each.
-            near = sum(1 for px, py in placed if abs(px - x) < 0.05 * xspan and abs(py - y) < 0.05 * yspan)
-            ax.annotate(name, (x, y), xytext=(6, 6 - 11 * near), textcoords="offset points")
-            placed.append((x, y))
-        ax.set_xlabel("validation loss change vs the baseline (lower is better)" if view.is_loss
-                      else "test accuracy change vs the baseline (points)")
-        ax.set_ylabel("speed-up: throughput / baseline's")
-        ax.grid(alpha=0.3)
-        ax.set_title(f"{view.settings['model']} on {view.settings['data']}: {view.title}")
-        fig.tight_layout()
+    with plt.rc_context({**SVG_STYLE, "font.size": size}):
+        fig = plt.figure(figsize=(width, 4.0))
+        renderer = fig.canvas.get_renderer()
+
+        def measure(text: str, weight: str = "normal") -> float:
+            probe = fig.text(0, 0, text, fontsize=size, fontweight=weight)
+            inches = probe.get_window_extent(renderer).width / fig.dpi
+            probe.remove()
+            return inches
+
+        labels = ["\n".join(_wrap(r.label, 1.45, measure)) for r in rows]
+        left = margin + max(measure(part) for label in labels for part in label.split("\n")) + 0.1
+        panel_w = (width - left - gap - margin - 0.12) / 2
+        title = _wrap(f"{view.workload_label}: {view.settings['model']} on {view.settings['data']} ({view.shape})\n"
+                      f"{view.hardware}, {view.date}", width - 2 * margin, lambda t: measure(t, "bold"))
+        panels = (_wrap(f"Change in {'validation loss' if view.is_loss else 'test accuracy'}, {unit}"
+                        f"{' (lower is better)' if view.is_loss else ''}", panel_w, measure),
+                  _wrap(f"Throughput ratio, {view.unit} (log scale)", panel_w, measure))
+        others = _wrap("Not plotted, no effect: " + "; ".join(f"{r.label}: {r.status_label}" for r in view.unmeasured),
+                       width - 2 * margin, measure) if view.unmeasured else []
+
+        row_h = max(0.3, line * max(label.count("\n") + 1 for label in labels) + 0.08)
+        plot_h = row_h * len(rows) + 0.1
+        top = margin + len(title) * line + 0.14 + max(map(len, panels)) * line + 0.08
+        legend_h = line + 0.1
+        bottom = margin + len(others) * line + (0.08 if others else 0) + legend_h + 0.12 + line + 0.06
+        height = top + plot_h + bottom
+        fig.set_size_inches(width, height)
+
+        ax_q = fig.add_axes((left / width, bottom / height, panel_w / width, plot_h / height))
+        ax_t = fig.add_axes(((left + panel_w + gap) / width, bottom / height, panel_w / width, plot_h / height),
+                            sharey=ax_q)
+        ys = list(range(len(rows)))
+        for y, row in zip(ys, rows, strict=True):
+            for ax, part, factor in ((ax_q, row.number["quality"], scale), (ax_t, row.number["throughput"], 1.0)):
+                colour, verdict = _COLOURS[part["verdict"]], part["verdict"]
+                value = part["change"] * factor if "change" in part else part["ratio"]
+                ax.plot([part["low"] * factor, part["high"] * factor], [y, y], color=colour, linewidth=1.8,
+                        solid_capstyle="butt")
+                ax.plot([value], [y], marker=_MARKERS[verdict], markersize=6, color=colour,
+                        markerfacecolor="white" if verdict == NO_DIFFERENCE else colour)
+        ax_q.axvline(0.0, color="#444444", linewidth=0.8, linestyle="--")
+        ax_t.axvline(1.0, color="#444444", linewidth=0.8, linestyle="--")
+
+        lows = [r.number["quality"]["low"] * scale for r in rows] + [0.0]
+        highs = [r.number["quality"]["high"] * scale for r in rows] + [0.0]
+        pad = (max(highs) - min(lows)) * 0.08 or 1.0
+        ax_q.set_xlim(min(lows) - pad, max(highs) + pad)
+        ax_q.xaxis.set_major_locator(MaxNLocator(3))
+        ax_q.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+g}".replace("-", MINUS) if v else "0"))
+
+        ratios = [v for r in rows for v in (r.number["throughput"]["low"], r.number["throughput"]["high"])] + [1.0]
+        low, high = min(ratios) / 1.15, max(ratios) * 1.15
+        ax_t.set_xscale("log")
+        ax_t.set_xlim(low, high)
+        ax_t.xaxis.set_major_locator(FixedLocator(_ratio_ticks(low, high)))
+        ax_t.xaxis.set_minor_locator(NullLocator())
+        ax_t.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+
+        ax_q.set_yticks(ys, labels)
+        ax_q.set_ylim(len(rows) - 0.5, -0.5)  # the first row at the top
+        ax_t.tick_params(axis="y", left=False, labelleft=False)
+        for ax, text in ((ax_q, panels[0]), (ax_t, panels[1])):
+            ax.set_title("\n".join(text), fontsize=size, loc="left", pad=6)
+            ax.grid(axis="x", alpha=0.3)
+        fig.text(margin / width, 1 - margin / height, "\n".join(title), ha="left", va="top", fontweight="bold")
+        handles = [Line2D([], [], color=_COLOURS[v], marker=_MARKERS[v], linewidth=1.8, label=v,
+                          markerfacecolor="white" if v == NO_DIFFERENCE else _COLOURS[v])
+                   for v in ("better", "worse", NO_DIFFERENCE)]
+        legend_y = margin + len(others) * line + (0.08 if others else 0)
+        fig.legend(handles=handles, loc="lower left", ncol=3, frameon=False, handlelength=1.5, columnspacing=1.0,
+                   handletextpad=0.4, borderaxespad=0, borderpad=0,
+                   bbox_to_anchor=(margin / width, legend_y / height))
+        if others:
+            fig.text(margin / width, margin / height, "\n".join(others), ha="left", va="bottom", color="#444444")
         return svg_text(plt, fig, key)
 
 
-_DRAWING_CODE = inspect.getsource(_draw_chart)  # a change to the drawing redraws every chart
+# a change to the drawing redraws every chart
+_DRAWING_CODE = "".join(inspect.getsource(f) for f in (_ratio_ticks, _wrap, _draw_chart))
 
 
 # --------------------------------------------------------------------------------------------- render
 
 def effects_views(site: Site) -> list[EffectsFile]:
     """Every committed effects file as the pages show it (no chart is drawn)."""
-    return [view for view, _ in _files(site)]
+    return _files(site)
 
 
 def overview_effects(site: Site) -> tuple[list[EffectsFile], dict[Path, Content]]:
     """The effects files the overview shows (each with its table rows) and their charts."""
     files = _files(site)
-    charts = {Path(view.chart): _chart(view, site.out_dir / view.chart) for view, _ in files if view.chart}
-    return [view for view, _ in files], charts
+    charts = {Path(view.chart): _chart(view, site.out_dir / view.chart) for view in files if view.chart}
+    return files, charts
 
 
 def _call(class_name: str | None, hparams: Mapping[str, Any]) -> str:
@@ -255,16 +534,16 @@ def _call(class_name: str | None, hparams: Mapping[str, Any]) -> str:
 
 
 def render_effects(site: Site) -> dict[Path, Content]:
-    """One snippet per method: its measured effects in every effects file, or that it has none."""
-    files = [view for view, _ in _files(site)]
+    """One snippet per method: its rows in every effects file (evidence, or why there is none), or
+    that it has none."""
+    files = _files(site)
     outputs: dict[Path, Content] = {}
     for record in site.methods:
         if record.kind == "method":
-            measured: Sequence[tuple[EffectsFile, MethodEffect, str]] = [
-                (f, f.methods[record.key], _call(record.class_name, f.methods[record.key].number["hparams"]))
-                for f in files if record.key in f.methods]
-            failed = [(f, f.failures[record.key]) for f in files
-                      if record.key in f.failures and record.key not in f.methods]
+            shown: Sequence[tuple[EffectsFile, Sequence[tuple[EffectRow, str]]]] = [
+                (f, [(row, _call(record.class_name, row.hparams)) for row in f.rows_of(record.key)])
+                for f in files if f.rows_of(record.key)]
             outputs[EFFECTS / f"{record.key}.md.inc"] = site.render(
-                "effects_snippet.md.inc.j2", record=record, measured=measured, failed=failed)
+                "effects_snippet.md.inc.j2", record=record, shown=shown, at_scale=at_scale_of(record))
     return outputs
+

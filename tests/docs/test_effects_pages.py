@@ -1,0 +1,420 @@
+"""The measured effects as the site shows them (``methods_tools.effects_pages``): every card's
+snippet and the overview's tables and charts, from effects files of schema version 3.
+
+Every figure reads as evidence: a change or ratio with its 95 % interval and verdict, "no
+detectable difference" first where there is none; a row without an effect shows its reason and no
+number; each row names the command that measured it; every table says it was measured at small
+scale and quotes the figure at scale, escaped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+from docs_support import HOSTILE
+from methods_tools import effects_pages, pages
+from methods_tools.docsgen import Site, jinja_environment, sorted_methods
+from methods_tools.effects_pages import render_effects
+from methods_tools.markup import md_code, md_text
+from methods_tools.results import effects_problems, load_effects
+
+from algorithms.metadata import discover_metadata_files, validate_files
+
+CMD_A = "python tools/measure_methods.py --only alpha_trick --seeds 3"
+CMD_B = "python tools/measure_methods.py --only hostile,zeta_method --seeds 3 --resume"
+
+ENV = {"hardware": "Test CPU, 2 cores (CPU only)", "device_type": "cpu", "device_name": "Test CPU",
+       "device_count": 1, "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.0.0", "cuda": None,
+       "python": "3.11.0", "platform": "Linux", "date": "2026-01-02T03:04:05Z", "load_average": [0.5, 0.5, 0.5]}
+VISION = {"workload": "vision", "model": "resnet20", "data": "digits", "image_size": 16, "seq_len": None,
+          "epochs": 4, "batch_size": 64, "max_batches": None, "lr": 0.05, "optimizer": "sgd", "precision": "fp32",
+          "eval_examples": None, "metric": "accuracy", "throughput_unit": "images", "chance_accuracy": 0.1,
+          "test_fraction": 0.8, "schedule": "onecycle", "threads": 1}
+NLP = {**VISION, "workload": "nlp", "model": "transformer_tiny", "data": "stdlib_text", "image_size": None,
+       "seq_len": 64, "epochs": 1, "max_batches": 20, "lr": 0.003, "optimizer": "adamw", "eval_examples": 256,
+       "metric": "loss", "throughput_unit": "tokens", "chance_accuracy": None, "test_fraction": None,
+       "schedule": "constant"}
+SEEDS = [0, 1, 2]
+T_INTERVAL, BOOTSTRAP = "paired t, 95 %", "bootstrap over seed pairs, 95 %"
+
+
+def change(metric: str, change: float, low: float, high: float, verdict: str) -> dict:
+    return {"metric": metric, "baseline": 0.9 if metric == "accuracy" else 2.0, "change": change, "low": low,
+            "high": high, "pairs": 3, "interval": T_INTERVAL, "verdict": verdict}
+
+
+def ratio(value: float, low: float, high: float, verdict: str) -> dict:
+    return {"ratio": value, "low": low, "high": high, "pairs": 3, "interval": BOOTSTRAP, "verdict": verdict}
+
+
+def entry(method: str, status: str, command: str, *, model=None, precision=None, reason=None, quality=None,
+          throughput=None, memory=None, activity=None, hparams=None, baseline=None) -> dict:
+    return {"method": method, "model": model, "precision": precision, "hparams": hparams or {},
+            "seeds": SEEDS if status in ("measured", "baseline", "did_not_act") else [], "status": status,
+            "reason": reason, "commands": [command], "activity": activity, "quality": quality,
+            "throughput": throughput, "memory": memory, "baseline": baseline}
+
+
+def baseline(command: str, metric: str = "accuracy", **kw) -> dict:
+    mean, low, high = (0.91, 0.89, 0.93) if metric == "accuracy" else (2.05, 2.0, 2.1)
+    return entry("baseline", "baseline", command, baseline={
+        "metric": metric, "mean": mean, "low": low, "high": high, "throughput_median": 2075.7,
+        "throughput_min": 1654.9, "throughput_max": 2496.6}, **kw)
+
+
+def document(settings: dict, summary: list[dict], commands=(CMD_A, CMD_B)) -> dict:
+    """A valid effects document of ``summary``, with a run per seed of each of its rows."""
+    runs = []
+    for e in summary:
+        for seed in SEEDS:
+            ok = e["status"] in ("measured", "baseline", "did_not_act")
+            runs.append({
+                "method": e["method"], "model": e["model"], "precision": e["precision"], "seed": seed,
+                "hparams": e["hparams"], "status": "ok" if ok else e["status"], "reason": None if ok else e["reason"],
+                "date": ENV["date"], "load_average": [0.5, 0.5, 0.5], "wall_s": 10.0 if ok else None,
+                "samples": 640 if ok else None, "throughput": 2000.0 if ok else None,
+                "peak_memory_bytes": 2**30 if ok else None, "memory_kind": "cpu_peak_rss" if ok else None,
+                "accuracy": (0.9 if settings["metric"] == "accuracy" else None) if ok else None,
+                "loss": 2.0 if ok else None, "command": e["commands"][0], "eval_s": 1.0 if ok else None,
+                "job_s": 12.0 if ok else None, "tokens": (40960 if settings["seq_len"] else None) if ok else None,
+                "activity": None if e["method"] == "baseline" or not ok else {k: int(v) for k, v in
+                                                                             (e["activity"] or {}).items()},
+                "acted": None if e["method"] == "baseline" or not ok else e["status"] == "measured"})
+    doc = {"$schema": "../../algorithms/effects.schema.json", "schema_version": 3, "environment": ENV,
+           "settings": settings, "commands": list(commands), "runs": runs, "summary": summary}
+    assert effects_problems(doc) == []
+    return doc
+
+
+def vision_document() -> dict:
+    """Alpha Trick measured (by CMD_A), the hostile method did not act, Zeta failed and is not
+    applicable in amp_fp16 (by CMD_B, the file's last command)."""
+    return document(VISION, [
+        baseline(CMD_A),
+        entry("alpha_trick", "measured", CMD_A, hparams={"p": 0.5}, activity={"batches_mixed": 10.0},
+              quality=change("accuracy", 0.012, 0.004, 0.020, "better"),
+              throughput=ratio(0.87, 0.83, 0.93, "worse"), memory=ratio(1.0, 0.98, 1.03, "no detectable difference")),
+        entry("hostile", "did_not_act", CMD_B, activity={"layers_frozen": 0.0},
+              reason="its recorded activity was zero in all 8 runs (layers frozen 0)"),
+        entry("zeta_method", "failed", CMD_B, reason="KeyError: 'weight' <b>bold</b> *star*"),
+        entry("zeta_method", "not_applicable", CMD_B, precision="amp_fp16",
+              reason="amp_fp16 needs a GPU: this machine has none"),
+    ])
+
+
+def nlp_document() -> dict:
+    """Zeta measured in amp_bf16 (a lower loss), Alpha Trick with no detectable difference."""
+    return document(NLP, [
+        baseline(CMD_A, "loss"), baseline(CMD_A, "loss", precision="amp_bf16"),
+        entry("alpha_trick", "measured", CMD_A,
+              quality=change("loss", 0.002, -0.006, 0.009, "no detectable difference"),
+              throughput=ratio(1.01, 0.9, 1.1, "no detectable difference"), memory=None),
+        entry("zeta_method", "measured", CMD_A, precision="amp_bf16",
+              quality=change("loss", -0.05, -0.08, -0.02, "better"), throughput=ratio(1.42, 1.3, 1.55, "better"),
+              memory=ratio(0.8, 0.75, 0.85, "better")),
+    ], commands=(CMD_A,))
+
+
+AT_SCALE = {"figure": "+1.4 points top-1", "setting": "ResNet-50 on ImageNet, 90 epochs",
+            "hardware": "8 V100 GPUs", "source": "Yun et al., 2019", "url": "https://arxiv.org/abs/1905.04899"}
+
+
+def site(metadata: Path, root: Path, documents: dict[str, dict], at_scale: dict[str, dict] | None = None) -> Site:
+    """The site of ``metadata`` (whose records get ``at_scale``'s figures) and ``documents``
+    (name -> effects document), written under ``root/results/effects`` and loaded as the build does."""
+    effects_dir = root / "results" / "effects"
+    effects_dir.mkdir(parents=True, exist_ok=True)
+    effects = []
+    for name, doc in sorted(documents.items()):
+        path = effects_dir / name
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        effects.append((path, load_effects(path)))
+    records, problems = validate_files(discover_metadata_files(metadata))
+    assert problems == []
+    records = {k: dataclasses.replace(r, raw={**r.raw, "at_scale": at_scale[k]}) if k in (at_scale or {}) else r
+               for k, r in records.items()}
+    return Site(source_dir=root, out_dir=root, env=jinja_environment(pages.TEMPLATE_DIR),
+                methods=sorted_methods(records), results=[], effects=effects)
+
+
+def rendered(metadata: Path, root: Path, documents: dict[str, dict], at_scale=None) -> dict[Path, str]:
+    s = site(metadata, root, documents, at_scale)
+    for generator in (pages.methods_overview, render_effects, pages.landing):
+        s.rendered.update(generator(s))
+    return dict(s.rendered)
+
+
+def card(out: dict[Path, str], key: str) -> str:
+    return out[Path(f"tables/effects/{key}.md.inc")]
+
+
+def overview(out: dict[Path, str]) -> str:
+    return out[Path("method_cards/methods_overview.md")]
+
+
+def table_rows(text: str, key: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| [") and f"]({key}.md)" in line]
+
+
+# --------------------------------------------------------------------------------------------- measured rows
+
+def test_a_measured_row_shows_each_change_with_its_interval_and_verdict(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()})
+    text = card(out, "alpha_trick")
+    assert "| Test accuracy, change | +1.2 points (+0.4 to +2.0): better |" in text
+    assert "| Throughput (images/s), ratio | 0.87x (0.83–0.93): slower |" in text
+    assert "| Peak memory of the process (resident set), ratio | no detectable difference (0.98–1.03x) |" in text
+    assert ("| Baseline | 91.0 % test accuracy (95 % t interval 89.0 to 93.0 %; chance 10 %); median 2,076 images/s "
+            "(range 1,655–2,497 over 3 seeds) |") in text
+    assert f"| Seed pairs | 3 (change in quality: {T_INTERVAL}; ratios: {BOOTSTRAP}) |" in text
+    assert "| What it did (mean per run) | batches mixed 10 |" in text
+    assert "`Thing(p=0.5)`" in text and "`results/effects/vision-test.json`" in text
+
+    row, = table_rows(overview(out), "alpha_trick")
+    assert row == ("| [Alpha Trick](alpha_trick.md) | +1.2 points (+0.4 to +2.0): better | 0.87x (0.83–0.93): slower | "
+                   "no detectable difference (0.98–1.03x) | 3 | none quoted |")
+    assert "| Method | Test accuracy, change (95 % interval) | Throughput (images/s), ratio (95 % interval) |" \
+        in overview(out)
+
+
+def test_a_language_models_row_is_a_loss_in_nats_and_tokens_per_second(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"nlp-test.json": nlp_document()})
+    text = card(out, "zeta_method")
+    assert "| Validation loss (lower is better), change | −0.05 nats (−0.08 to −0.02): better |" in text
+    assert "| Throughput (tokens/s), ratio | 1.42x (1.30–1.55): faster |" in text
+    assert "0.80x (0.75–0.85): less memory" in text
+    assert "accuracy" not in text.lower()
+    # measured in another precision: said so, against the baseline of that precision
+    assert "Zeta was measured in `amp_bf16` instead of `fp32` (its metadata's workload), against a baseline of " \
+           "the same model and precision" in text
+    assert "| Baseline (amp\\_bf16) | validation loss 2.050 nats (95 % t interval 2.000 to 2.100); median 2,076 " \
+           "tokens/s" in text
+    assert "transformer\\_tiny on stdlib\\_text (windows of 64 tokens)" in text
+    assert "| Throughput (tokens/s), ratio | not measured |" not in text
+    assert "| Peak memory of the process (resident set), ratio | not measured |" in card(out, "alpha_trick")
+
+
+# --------------------------------------------------------------------------------------------- (b) no difference
+
+def test_no_detectable_difference_reads_first_with_its_interval_not_as_a_number(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"nlp-test.json": nlp_document()})
+    text = card(out, "alpha_trick")
+    assert "| Validation loss (lower is better), change | no detectable difference (−0.006 to +0.009 nats) |" in text
+    assert "| Throughput (tokens/s), ratio | no detectable difference (0.90–1.10x) |" in text
+    assert "+0.002" not in text and "1.01x" not in text  # the point estimates are not offered as effects
+    row, = table_rows(overview(out), "alpha_trick")
+    cells = [c.strip() for c in row.split(" | ")]
+    assert cells[1].startswith("no detectable difference (") and cells[2].startswith("no detectable difference (")
+
+
+@pytest.mark.parametrize(("quality", "expected"), [
+    (change("accuracy", 0.002, -0.006, 0.009, "no detectable difference"),
+     "no detectable difference (−0.6 to +0.9 points)"),
+    (change("accuracy", -0.031, -0.05, -0.012, "worse"), "−3.1 points (−5.0 to −1.2): worse"),
+    (change("loss", 0.0004, -0.0003, 0.0011, "no detectable difference"),
+     "no detectable difference (−0.0003 to +0.0011 nats)"),
+])
+def test_a_quality_change_is_formatted_with_its_interval(quality, expected):
+    assert effects_pages.quality_text(quality) == expected
+
+
+@pytest.mark.parametrize(("what", "value", "expected"), [
+    ("throughput", ratio(1.2, 1.1, 1.3, "better"), "1.20x (1.10–1.30): faster"),
+    ("memory", ratio(1.0141, 1.0134, 1.0148, "worse"), "1.014x (1.013–1.015): more memory"),
+    ("memory", None, "not measured"),
+])
+def test_a_ratio_is_formatted_with_its_interval(what, value, expected):
+    assert effects_pages.ratio_text(value, what) == expected
+
+
+# --------------------------------------------------------------------------------------------- (a) no effect
+
+NUMBERS = re.compile(r"\d\.\d+x|points|nats|[+−-]\d+\.\d|better|worse|no detectable difference")
+
+
+def test_a_row_without_an_effect_shows_its_reason_and_no_number(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()})
+    hostile = card(out, "hostile")
+    assert "No effect is reported — did not act: its recorded activity was zero in all 8 runs (layers frozen 0)." \
+        in hostile
+    zeta = card(out, "zeta_method")
+    assert "No effect is reported — failed: KeyError: 'weight' \\<b\\>bold\\</b\\> \\*star\\*." in zeta
+    assert "No effect is reported — not applicable here: amp\\_fp16 needs a GPU: this machine has none." in zeta
+    for text in (hostile, zeta):
+        assert "|---|" not in text and "+0.000" not in text
+        body = text.split("Measured at small scale")[1]
+        assert not NUMBERS.search(body.replace("Baseline", "")), NUMBERS.search(body)
+
+    page = overview(out)
+    assert table_rows(page.split("Without an effect")[0], "hostile") == []  # not in the table of effects
+    assert "| [Zeta](zeta_method.md) | failed: KeyError: 'weight' \\<b\\>bold\\</b\\> \\*star\\* |" in page
+    assert "| [Zeta (amp\\_fp16)](zeta_method.md) | not applicable here: amp\\_fp16 needs a GPU" in page
+    assert "did not act: its recorded activity was zero in all 8 runs (layers frozen 0) |" in page
+    chart = out[Path("tables/effects/vision-test.svg")]
+    assert "Not plotted, no effect:" in chart and "did not act" in chart
+    assert re.search(r":alt: Forest plot of 1 methods .* Not plotted: .*Zeta: failed; Zeta \(amp_fp16\): not "
+                     r"applicable here\.", page)
+
+
+def test_a_file_without_a_measured_row_has_no_chart_and_lists_its_rows(synthetic_metadata, tmp_path):
+    doc = vision_document()
+    doc = document(VISION, [e for e in doc["summary"] if e["status"] != "measured"])
+    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": doc})
+    assert not any(p.suffix == ".svg" for p in out)
+    page = overview(out)
+    assert "No method of this file has a measured effect yet." in page and "ml-effects-table" not in page
+    assert "did not act: its recorded activity" in page
+    assert ".. figure::" not in out[Path("tables/landing.rst.inc")]
+    assert "has not measured Alpha Trick yet." in card(out, "alpha_trick")
+
+
+# --------------------------------------------------------------------------------------------- (c) commands
+
+def test_the_command_shown_for_a_row_is_the_command_that_measured_it(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()})
+    alpha, zeta = card(out, "alpha_trick"), card(out, "zeta_method")
+    assert f"Command that measured this row: {md_code(CMD_A)}." in alpha
+    assert CMD_B not in alpha  # the file's last command did not measure this row
+    assert zeta.count(f"Command that measured this row: {md_code(CMD_B)}.") == 2 and CMD_A not in zeta
+    page = overview(out)
+    assert f"Measured by:\n- {md_code(CMD_A)}\n- {md_code(CMD_B)}\n" in page
+
+
+# --------------------------------------------------------------------------------------------- (d) scale
+
+def test_every_table_says_it_is_small_scale_and_quotes_the_figure_at_scale(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document(),
+                                                  "nlp-test.json": nlp_document()},
+                   at_scale={"alpha_trick": AT_SCALE})
+    alpha = card(out, "alpha_trick")
+    quoted = ("At scale: +1.4 points top-1 (ResNet-50 on ImageNet, 90 epochs; hardware: 8 V100 GPUs), as quoted by "
+              "[Yun et al., 2019](https://arxiv.org/abs/1905.04899).")
+    for part in alpha.split("**")[2::2]:  # each file's part of the card: caveat, table, figure at scale
+        assert part.index("Measured at small scale on a CPU") < part.index("|---|") < part.index(quoted)
+    assert alpha.count(quoted) == 2
+    assert ("Measured at small scale on a CPU with `tools/measure_methods.py`: Test CPU, 2 cores (CPU only), "
+            "2026-01-02 (torch 2.0.0, Python 3.11.0); resnet20 on digits (16 px images), 4 epoch(s) of batch 64, "
+            "sgd (learning rate 0.05, onecycle schedule), fp32, one process of 1 thread, seeds 0, 1, 2.") in alpha
+    assert "not what it does at scale" in alpha
+    assert "At scale: no figure at scale is quoted." in card(out, "zeta_method")
+    page = overview(out)
+    row, = table_rows(page.split("### Vision")[1], "alpha_trick")
+    assert row.endswith("| +1.4 points top-1 ([Yun et al., 2019](https://arxiv.org/abs/1905.04899)) |")
+    assert page.count("Measured at small scale on a CPU") == 2
+
+
+def test_a_method_that_is_not_measured_still_quotes_its_figure_at_scale(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {}, at_scale={"alpha_trick": {**AT_SCALE, "url": None}})
+    text = card(out, "alpha_trick")
+    assert "has not measured Alpha Trick yet." in text
+    assert "At scale: +1.4 points top-1 (ResNet-50 on ImageNet, 90 epochs; hardware: 8 V100 GPUs), as quoted by " \
+           "Yun et al., 2019." in text
+
+
+# --------------------------------------------------------------------------------------------- (e) escaping
+
+def test_metadata_and_results_text_is_escaped(synthetic_metadata, tmp_path):
+    hostile_scale = {"figure": HOSTILE, "setting": "<i>x</i> `y`", "hardware": "[z](javascript:alert(1))",
+                     "source": "**Mallory** ](javascript:alert(1))", "url": "https://example.invalid/a b)(c<d>"}
+    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()},
+                   at_scale={"hostile": hostile_scale, "alpha_trick": hostile_scale})
+    for text in (card(out, "hostile"), card(out, "alpha_trick"), overview(out)):
+        assert "<script>" not in text and "<i>x</i>" not in text
+        assert not re.search(r"(?<!\\)\]\(javascript", text)  # no link to javascript: (an escaped "]" opens none)
+        assert md_text(HOSTILE) in text
+        assert "(https://example.invalid/a%20b%29%28c%3Cd%3E)" in text
+    name = md_text('Evil *Name* <b>x</b> `code` {eval-rst}')
+    assert f"| [{name}](hostile.md) | did not act:" in overview(out)
+    bad = {**AT_SCALE, "url": "javascript:alert(1)"}
+    with pytest.raises(ValueError, match="only https:// links are allowed"):
+        rendered(synthetic_metadata, tmp_path / "bad", {"vision-test.json": vision_document()},
+                 at_scale={"alpha_trick": bad})
+
+
+# --------------------------------------------------------------------------------------------- charts
+
+def test_the_chart_is_a_forest_plot_with_its_text_kept_as_text(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"nlp-test.json": nlp_document(),
+                                                  "vision-test.json": vision_document()})
+    chart = out[Path("tables/effects/nlp-test.svg")]
+    assert "<dc:identifier>sha256:" in chart
+    for text in (">Alpha Trick<", ">Zeta (amp_bf16)<", "(log scale)", ">1x<",
+                 "Text: transformer_tiny on stdlib_text", ">no detectable difference<"):
+        assert text in chart, text
+    page = overview(out)
+    assert "```{figure} ../tables/effects/nlp-test.svg" in page and ":class: ml-effects-chart" in page
+    assert ("Text workload (transformer\\_tiny on stdlib\\_text, windows of 64 tokens), measured at small scale on a "
+            "CPU: each measured method's change in validation loss") in page
+    assert "Vision workload (resnet20 on digits, 16 px images)" in page
+    # the best change in quality first: a lower loss for Zeta
+    view = effects_pages.effects_file(Path("nlp-test.json"), nlp_document(),
+                                      {r.key: r for r in sorted_methods(validate_files(
+                                          discover_metadata_files(synthetic_metadata))[0])})
+    assert [r.key for r in view.chart_rows] == ["zeta_method", "alpha_trick"]
+    landing = out[Path("tables/landing.rst.inc")]
+    assert ".. figure:: tables/effects/nlp-test.svg" in landing and "Text workload, measured at small scale" in landing
+    assert ".. figure:: tables/effects/vision-test.svg" in landing and "Vision workload" in landing
+
+
+def test_ratio_ticks_are_spread_out_from_one():
+    ticks = effects_pages._ratio_ticks(0.015, 1.25)
+    assert 1.0 in ticks and len(ticks) <= 5
+    gaps = [b / a for a, b in zip(ticks, ticks[1:], strict=False)]
+    assert min(gaps) >= (1.25 / 0.015) ** (1 / 4) * 0.999
+    assert effects_pages._ratio_ticks(0.8, 1.2) == [0.8, 0.9, 1.0]
+
+
+def test_the_chart_is_reused_while_its_inputs_are_unchanged(synthetic_metadata, tmp_path):
+    chart = Path("tables/effects/v.svg")
+    first = rendered(synthetic_metadata, tmp_path, {"v.json": vision_document()})[chart]
+    (tmp_path / chart).parent.mkdir(parents=True)
+    (tmp_path / chart).write_text(first.replace("</svg>", "<!-- kept --></svg>"), encoding="utf-8")
+    assert "<!-- kept -->" in rendered(synthetic_metadata, tmp_path, {"v.json": vision_document()})[chart]
+    changed = vision_document()
+    changed["summary"][1]["throughput"]["ratio"] = 0.88
+    assert "<!-- kept -->" not in rendered(synthetic_metadata, tmp_path, {"v.json": changed})[chart]
+
+
+# --------------------------------------------------------------------------------------------- the build
+
+def test_the_build_renders_the_effects_files_it_finds(synthetic_metadata, tmp_path):
+    """Through pages.generate, as the docs build: a snippet for every method (not a best practice),
+    the charts, and an unmeasured method says so."""
+    results = tmp_path / "results"
+    (results / "effects").mkdir(parents=True)
+    (results / "effects" / "vision-test.json").write_text(json.dumps(vision_document()), encoding="utf-8")
+    generated = pages.generate(tmp_path, metadata_root=synthetic_metadata, results_root=results,
+                               generators=(pages.methods_overview, render_effects))
+    assert generated.problems == []
+    out = generated.outputs
+    assert {p.name for p in out if p.parent == Path("tables/effects")} == {
+        "alpha_trick.md.inc", "hostile.md.inc", "zeta_method.md.inc", "vision-test.svg"}
+    assert "+1.2 points (+0.4 to +2.0): better" in out[Path("tables/effects/alpha_trick.md.inc")]
+
+
+def test_a_bad_effects_file_is_a_problem_line_and_nothing_renders(synthetic_metadata, tmp_path):
+    (tmp_path / "results" / "effects").mkdir(parents=True)
+    old = vision_document()
+    old["schema_version"] = 2  # no upgrade: an old file is regenerated
+    (tmp_path / "results" / "effects" / "bad.json").write_text(json.dumps(old), encoding="utf-8")
+    generated = pages.generate(tmp_path, metadata_root=synthetic_metadata, results_root=tmp_path / "results")
+    assert generated.outputs == {}
+    assert any("bad.json: /schema_version: 2 is no longer read" in p and "measure again" in p
+               for p in generated.problems), generated.problems
+
+
+def test_a_chart_that_cannot_be_drawn_is_a_problem_naming_the_file(synthetic_metadata, tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    (results / "effects").mkdir(parents=True)
+    (results / "effects" / "v.json").write_text(json.dumps(vision_document()), encoding="utf-8")
+
+    def broken(view, key):
+        raise OverflowError("no room")
+
+    monkeypatch.setattr(effects_pages, "_draw_chart", broken)
+    generated = pages.generate(tmp_path, metadata_root=synthetic_metadata, results_root=results,
+                               generators=(pages.methods_overview,))
+    assert generated.problems == ["results/effects/v.json: the effects chart cannot be drawn: OverflowError: no room"]
