@@ -232,6 +232,9 @@ def test_the_readme_names_the_session_of_each_results_file(peers_section, tmp_pa
     readme.write_text("<!-- generated: performance -->\n<!-- end generated: performance -->\n")
     assert bench_run.update_readme(readme, [plain, peers])
     text = readme.read_text()
-    assert "Measured by `nox -s bench` on" in text and "[`results/bench/cpu-test.json`]" in text
-    assert "Measured by `nox -s bench_peers` on" in text and "[`results/bench/peers/cpu-test.json`]" in text
+    # each table names the command that measured it, and the session that runs the whole suite
+    command = json.loads(plain.read_text())["command"].replace("_", "\\_")
+    assert f"Measured by `{command}` (`nox -s bench` runs the whole suite) on" in text
+    assert "[`results/bench/cpu-test.json`]" in text
+    assert "(`nox -s bench_peers` runs the whole suite) on" in text and "[`results/bench/peers/cpu-test.json`]" in text
     assert "| ours / peer | 0.50x | 0.50x to 0.50x | < 1.00x | met |" in text
