@@ -359,6 +359,27 @@ def test_the_chart_is_a_forest_plot_with_its_text_kept_as_text(synthetic_metadat
     assert ".. figure:: tables/effects/vision-test.svg" in landing and "Vision workload" in landing
 
 
+def test_a_method_that_wrecks_quality_does_not_squeeze_the_others_onto_zero(synthetic_metadata, tmp_path):
+    """One row tens of points down is drawn to the axis's edge with an arrow and its value; the axis
+    spans the other rows' intervals, so a change of about a point still reads as one."""
+    lows = [-75.3, -18.7, -2.0, -1.1, -0.9, -0.6, 0.3, 0.6, 0.9]
+    highs = [-65.7, -13.8, -0.02, 0.2, 0.4, 0.8, 1.6, 1.9, 2.2]
+    low, high = effects_pages._quality_limits(lows, highs)
+    assert -30 < low < -2.0 and 2.2 < high < 5  # the -70 point row is beyond the axis, the rest within
+    assert effects_pages._quality_limits([-0.5], [0.5]) == pytest.approx((-0.58, 0.58))  # one row: all of it
+    wrecked = vision_document()
+    wrecked["summary"][2] = entry("hostile", "measured", CMD_A, activity={"layers_frozen": 3.0},
+                                  quality=change("accuracy", -0.705, -0.753, -0.657, "worse"),
+                                  throughput=ratio(1.1, 0.9, 1.3, "no detectable difference"), memory=None)
+    for i, precision in enumerate(("bf16", "fp16", "amp_bf16")):  # more rows about a point from zero
+        wrecked["summary"].append(entry("alpha_trick", "measured", CMD_A, precision=precision,
+                                        quality=change("accuracy", 0.002 * i, -0.008, 0.01 + 0.002 * i,
+                                                       "no detectable difference"),
+                                        throughput=ratio(1.0, 0.9, 1.1, "no detectable difference"), memory=None))
+    chart = rendered(synthetic_metadata, tmp_path, {"w.json": wrecked})[Path("tables/effects/w.svg")]
+    assert "\u221270.5" in chart  # the value written at the edge, as text
+
+
 def test_ratio_ticks_are_spread_out_from_one():
     ticks = effects_pages._ratio_ticks(0.015, 1.25)
     assert 1.0 in ticks and len(ticks) <= 5

@@ -415,6 +415,17 @@ def _wrap(text: str, width: float, measure: Any) -> list[str]:
     return lines
 
 
+def _quality_limits(lows: Sequence[float], highs: Sequence[float]) -> tuple[float, float]:
+    """The quality axis of a chart: zero and most rows' intervals (all ends but the farthest 15 %
+    from zero, with a quarter more room), padded; a row beyond it is drawn at its edge."""
+    lows, highs = [*lows, 0.0], [*highs, 0.0]
+    ends = sorted(abs(v) for v in lows + highs)
+    bound = max(ends[int(0.85 * (len(ends) - 1))] * 1.25, 1e-9)
+    low, high = max(min(lows), -bound), min(max(highs), bound)
+    pad = (high - low) * 0.08 or 1.0
+    return low - pad, high + pad
+
+
 def _draw_chart(view: EffectsFile, key: str) -> str:
     """A forest plot of ``view``'s measured rows (the best change in quality at the top): the change
     in quality with its 95 % interval (a zero line) beside the throughput ratio on a log axis with
@@ -464,22 +475,32 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         ax_q = fig.add_axes((left / width, bottom / height, panel_w / width, plot_h / height))
         ax_t = fig.add_axes(((left + panel_w + gap) / width, bottom / height, panel_w / width, plot_h / height),
                             sharey=ax_q)
+        # The quality axis spans most rows' intervals, not one outlier's: a method that wrecks
+        # accuracy (tens of points) would squeeze every other row onto the zero line. A row beyond
+        # the axis is drawn to its edge, with an arrow and its value there.
+        q_limits = _quality_limits([r.number["quality"]["low"] * scale for r in rows],
+                                   [r.number["quality"]["high"] * scale for r in rows])
         ys = list(range(len(rows)))
         for y, row in zip(ys, rows, strict=True):
             for ax, part, factor in ((ax_q, row.number["quality"], scale), (ax_t, row.number["throughput"], 1.0)):
                 colour, verdict = _COLOURS[part["verdict"]], part["verdict"]
                 value = part["change"] * factor if "change" in part else part["ratio"]
-                ax.plot([part["low"] * factor, part["high"] * factor], [y, y], color=colour, linewidth=1.8,
-                        solid_capstyle="butt")
+                low, high = part["low"] * factor, part["high"] * factor
+                if ax is ax_q and not q_limits[0] <= value <= q_limits[1]:
+                    edge = q_limits[0] if value < q_limits[0] else q_limits[1]
+                    ax.plot([max(low, q_limits[0]), min(high, q_limits[1])], [y, y], color=colour, linewidth=1.8,
+                            solid_capstyle="butt")
+                    ax.plot([edge], [y], marker="<" if value < edge else ">", markersize=7, color=colour)
+                    ax.annotate(f"{value:+.3g}".replace("-", MINUS), (edge, y), xytext=(6 if value < edge else -6, 0),
+                                textcoords="offset points", va="center", ha="left" if value < edge else "right",
+                                color=colour, fontsize=size - 1)
+                    continue
+                ax.plot([low, high], [y, y], color=colour, linewidth=1.8, solid_capstyle="butt")
                 ax.plot([value], [y], marker=_MARKERS[verdict], markersize=6, color=colour,
                         markerfacecolor="white" if verdict == NO_DIFFERENCE else colour)
         ax_q.axvline(0.0, color="#444444", linewidth=0.8, linestyle="--")
         ax_t.axvline(1.0, color="#444444", linewidth=0.8, linestyle="--")
-
-        lows = [r.number["quality"]["low"] * scale for r in rows] + [0.0]
-        highs = [r.number["quality"]["high"] * scale for r in rows] + [0.0]
-        pad = (max(highs) - min(lows)) * 0.08 or 1.0
-        ax_q.set_xlim(min(lows) - pad, max(highs) + pad)
+        ax_q.set_xlim(*q_limits)
         ax_q.xaxis.set_major_locator(MaxNLocator(3))
         ax_q.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+g}".replace("-", MINUS) if v else "0"))
 
@@ -511,7 +532,7 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
 
 
 # a change to the drawing redraws every chart
-_DRAWING_CODE = "".join(inspect.getsource(f) for f in (_ratio_ticks, _wrap, _draw_chart))
+_DRAWING_CODE = "".join(inspect.getsource(f) for f in (_ratio_ticks, _wrap, _quality_limits, _draw_chart))
 
 
 # --------------------------------------------------------------------------------------------- render
