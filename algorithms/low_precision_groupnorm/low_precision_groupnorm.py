@@ -8,23 +8,20 @@ Composer's ``LowPrecisionGroupNorm`` is the model for this method.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.algorithm import Algorithm, warn_from_callers_line
-from ..core.event import Event
+from .._low_precision import AUTOCAST_PRECISIONS, LowPrecisionNorm
+from ..core.algorithm import warn_from_callers_line
 from ..core.options import PRECISIONS
-from ..core.state import State
-from ..surgery import NoModulesReplacedWarning, recording_replacements, replace_module_classes
+from ..surgery import NoModulesReplacedWarning, replace_module_classes
 
 __all__ = ["LPGroupNorm", "LowPrecisionGroupNorm", "apply_low_precision_groupnorm", "groupnorm_error"]
 
-#: The Trainer precisions under which the replacement acts: the autocast ones.
-AUTOCAST_PRECISIONS = ("amp_fp16", "amp_bf16")
 
 
 def apply_low_precision_groupnorm(model: nn.Module, precision: str | None = None,
@@ -124,7 +121,7 @@ def groupnorm_error(channels: int = 32, group_counts: tuple[int, ...] | list[int
             "xlabel": "num_groups", "ylabel": "largest absolute difference"}
 
 
-class LowPrecisionGroupNorm(Algorithm):
+class LowPrecisionGroupNorm(LowPrecisionNorm):
     """Low Precision GroupNorm as a training-loop algorithm: at ``Event.INIT``,
     :func:`apply_low_precision_groupnorm` replaces the model's group norms when the Trainer's
     precision is ``amp_fp16`` or ``amp_bf16`` (and warns, changing nothing, otherwise).
@@ -148,19 +145,4 @@ class LowPrecisionGroupNorm(Algorithm):
     activity = {"modules_replaced": "group norms replaced by low precision ones",
                 "batches_in_low_precision": "training batches run under a 16-bit autocast with them"}
 
-    _replaced = 0  # the group norms replaced at INIT
-
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.INIT or (event is Event.AFTER_FORWARD and self._replaced > 0)
-
-    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        if event is Event.INIT:
-            with recording_replacements() as replaced:
-                apply_low_precision_groupnorm(state.model, precision=state.precision, optimizers=state.optimizers)
-            self._replaced = len(replaced)
-            self.report(logger, "modules_replaced", self._replaced)
-        elif state.precision in AUTOCAST_PRECISIONS:  # the Trainer ran this forward under autocast
-            self.report(logger, "batches_in_low_precision")
-
-    def acted(self, activity: Mapping[str, int]) -> bool:
-        return activity.get("modules_replaced", 0) > 0 and activity.get("batches_in_low_precision", 0) > 0
+    replace = staticmethod(apply_low_precision_groupnorm)

@@ -9,23 +9,20 @@ Composer's ``LowPrecisionLayerNorm`` is the model for this method.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core.algorithm import Algorithm, warn_from_callers_line
-from ..core.event import Event
+from .._low_precision import AUTOCAST_PRECISIONS, LowPrecisionNorm
+from ..core.algorithm import warn_from_callers_line
 from ..core.options import PRECISIONS
-from ..core.state import State
-from ..surgery import NoModulesReplacedWarning, recording_replacements, replace_module_classes
+from ..surgery import NoModulesReplacedWarning, replace_module_classes
 
 __all__ = ["LPLayerNorm", "LowPrecisionLayerNorm", "apply_low_precision_layernorm", "layernorm_error"]
 
-#: The Trainer precisions under which the replacement acts: the autocast ones.
-AUTOCAST_PRECISIONS = ("amp_fp16", "amp_bf16")
 
 
 def apply_low_precision_layernorm(model: nn.Module, precision: str | None = None,
@@ -130,7 +127,7 @@ def layernorm_error(width: int = 64, offsets: tuple[float, ...] | list[float] = 
             "xlabel": "mean of the input (its standard deviation is 1)", "ylabel": "largest absolute difference"}
 
 
-class LowPrecisionLayerNorm(Algorithm):
+class LowPrecisionLayerNorm(LowPrecisionNorm):
     """Low Precision LayerNorm as a training-loop algorithm: at ``Event.INIT``,
     :func:`apply_low_precision_layernorm` replaces the model's layer norms when the Trainer's
     precision is ``amp_fp16`` or ``amp_bf16`` (and warns, changing nothing, otherwise).
@@ -155,19 +152,4 @@ class LowPrecisionLayerNorm(Algorithm):
     activity = {"modules_replaced": "layer norms replaced by low precision ones",
                 "batches_in_low_precision": "training batches run under a 16-bit autocast with them"}
 
-    _replaced = 0  # the layer norms replaced at INIT
-
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.INIT or (event is Event.AFTER_FORWARD and self._replaced > 0)
-
-    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        if event is Event.INIT:
-            with recording_replacements() as replaced:
-                apply_low_precision_layernorm(state.model, precision=state.precision, optimizers=state.optimizers)
-            self._replaced = len(replaced)
-            self.report(logger, "modules_replaced", self._replaced)
-        elif state.precision in AUTOCAST_PRECISIONS:  # the Trainer ran this forward under autocast
-            self.report(logger, "batches_in_low_precision")
-
-    def acted(self, activity: Mapping[str, int]) -> bool:
-        return activity.get("modules_replaced", 0) > 0 and activity.get("batches_in_low_precision", 0) > 0
+    replace = staticmethod(apply_low_precision_layernorm)
