@@ -67,12 +67,9 @@ def run(quick: bool = False, *, seeds: int | None = None, log: Any = lambda line
 
     records = load_all_metadata()
     seeds = seeds or (QUICK_SEEDS if quick else SEEDS)
-    vision = measure.WORKLOADS["vision"]
-    options = measure.MeasureOptions(
-        workload="vision", model=vision.model, data=vision.data, image_size=vision.image_size,
-        epochs=1 if quick else vision.epochs, batch_size=vision.batch_size, seeds=tuple(range(seeds)),
-        lr=vision.lr, test_fraction=vision.test_fraction, schedule=vision.schedule,
-        max_batches=1 if quick else None, command="python benchmarks/effects_sweep.py")
+    quick_sizes = {"epochs": 1, "max_batches": 1} if quick else {}
+    options = measure.WORKLOADS["vision"].options("vision", range(seeds), command="python benchmarks/effects_sweep.py",
+                                                  **quick_sizes)
     methods = {k: v for k, v in measure.domain_methods("vision", records).items() if k in SLICE}
     sliced = {k: records[k] for k in methods}
     with tempfile.TemporaryDirectory(prefix="effects-sweep-") as tmp:

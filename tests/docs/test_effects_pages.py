@@ -134,8 +134,8 @@ def site(metadata: Path, root: Path, documents: dict[str, dict], at_scale: dict[
         effects.append((path, load_effects(path)))
     records, problems = validate_files(discover_metadata_files(metadata))
     assert problems == []
-    records = {k: dataclasses.replace(r, raw={**r.raw, "at_scale": at_scale[k]}) if k in (at_scale or {}) else r
-               for k, r in records.items()}
+    records = {k: dataclasses.replace(r, at_scale=at_scale[k], raw={**r.raw, "at_scale": at_scale[k]})
+               if k in (at_scale or {}) else r for k, r in records.items()}
     return Site(source_dir=root, out_dir=root, env=jinja_environment(pages.TEMPLATE_DIR),
                 methods=sorted_methods(records), results=[], effects=effects)
 

@@ -41,7 +41,7 @@ from algorithms.core.options import DISTRIBUTED, PARALLELS, PRECISIONS, dataset_
 from .results import RESULTS_DIR, results_problems
 
 __all__ = ["Config", "CompareOptions", "SCHEMA_VERSION", "environment", "parse_configs", "run_comparison", "run_config",
-           "default_output_path", "spread", "steady_state", "summarize"]
+           "default_output_path", "run_worker", "spread", "steady_state", "summarize", "worker_failure"]
 
 SCHEMA_VERSION = 2  # algorithms/results.schema.json
 
@@ -82,6 +82,9 @@ class CompareOptions:
     eval_examples: int | None = None  # evaluate on this many held-out examples (default: all)
     optimizer: str = "sgd"  # or "adamw" (the language-model workload's)
     repeats: int = 1  # runs of each configuration, in interleaved rounds (tools/compare_training.py: 3)
+    test_fraction: float | None = None  # digits: the held-out share (default: the data set's 0.2)
+    schedule: str = "constant"  # or "onecycle" (the effects' vision workload)
+    threads: int | None = None  # torch's intra-op threads per process (default: torch's choice)
 
 
 def parse_configs(text: str) -> tuple[Config, ...]:
@@ -190,11 +193,12 @@ def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc
             "--epochs", str(options.epochs), "--batch-size", str(options.batch_size),
             "--precision", config.precision, "--parallel", config.parallel, "--seed", str(options.seed),
             "--lr", str(options.lr), "--workers", str(options.workers), "--optimizer", options.optimizer,
-            "--out-dir", str(out_dir)]
+            "--schedule", options.schedule, "--out-dir", str(out_dir)]
     for flag, value in (("--max-batches", options.max_batches), ("--data-root", options.data_root),
                         ("--image-size", options.image_size), ("--seq-len", options.seq_len),
                         ("--eval-examples", options.eval_examples), ("--zero-stage", config.zero_stage),
-                        ("--algorithm", options.algorithm)):
+                        ("--algorithm", options.algorithm), ("--test-fraction", options.test_fraction),
+                        ("--threads", options.threads)):
         if value is not None:
             args += [flag, str(value)]
     if options.algorithm is not None:
@@ -294,18 +298,37 @@ def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
     reason = _skipped_reason(config, options, env)
     if reason:
         return _empty_run(config, nproc, "skipped", reason)
+    returncode, tail, ranks = run_worker(lambda out_dir: worker_command(config, options, out_dir, nproc),
+                                         options.timeout_s, progress)
+    failure = worker_failure(returncode, tail, ranks, options.timeout_s)
+    if failure:
+        return _empty_run(config, nproc, "failed", failure)
+    return _merge(config, ranks, nproc)
+
+
+def run_worker(command_for: Callable[[Path], list[str]], timeout_s: float, progress: Progress = lambda line: None
+               ) -> tuple[int | None, list[str], list[dict[str, Any]]]:
+    """Run a worker's command line (``command_for`` the folder its processes write ``rank<r>.json``
+    into) to its end, with this checkout importable: ``(exit status, or None when it ran past
+    timeout_s, the tail of its stderr, the records its processes wrote)``."""
     with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
         out_dir = Path(tmp)
-        command = worker_command(config, options, out_dir, nproc)
         env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(
             filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))}
-        returncode, tail = run_with_progress(command, env_vars, options.timeout_s, progress)
-        if returncode is None:
-            return _empty_run(config, nproc, "failed", f"timed out after {options.timeout_s:.0f} s")
+        returncode, tail = run_with_progress(command_for(out_dir), env_vars, timeout_s, progress)
         ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
-        if not ranks or (returncode != 0 and all(r["status"] == "ok" for r in ranks)):
-            return _empty_run(config, nproc, "failed", f"exit status {returncode}: {failure_line(tail)}")
-        return _merge(config, ranks, nproc)
+    return returncode, tail, ranks
+
+
+def worker_failure(returncode: int | None, tail: Sequence[str], ranks: Sequence[Mapping[str, Any]],
+                   timeout_s: float) -> str | None:
+    """Why a worker's run gave no records to read (it timed out, or it ended in an error that no
+    process recorded), or None: a process's own failure is in its record."""
+    if returncode is None:
+        return f"timed out after {timeout_s:.0f} s"
+    if not ranks or (returncode != 0 and all(r["status"] == "ok" for r in ranks)):
+        return f"exit status {returncode}: {failure_line(tail)}"
+    return None
 
 
 def run_comparison(options: CompareOptions, progress: Progress = lambda line: None) -> dict[str, Any]:

@@ -89,21 +89,19 @@ class EpochTimer(Algorithm):
 class TokenCounter(Algorithm):
     """Counts the tokens each training batch feeds the model, after the methods changed it (at
     ``BEFORE_FORWARD``): a method that shortens sequences trains fewer tokens, one that cuts them
-    into more, shorter windows the same tokens in more examples."""
+    into more, shorter windows the same tokens in more examples. The count is its activity in the
+    Trainer's ``method_log``."""
 
     activity = {"tokens": "tokens trained"}
 
     def __init__(self, input_key: int | str):
         self.input_key = input_key
-        self.tokens = 0
 
     def match(self, event: Event, state: Any) -> bool:
         return event is Event.BEFORE_FORWARD
 
     def apply(self, event: Event, state: Any, logger: Any = None) -> None:
-        tokens = int(state.batch[self.input_key].numel())
-        self.tokens += tokens
-        self.report(logger, "tokens", tokens)
+        self.report(logger, "tokens", int(state.batch[self.input_key].numel()))
 
 
 class _UtilizationSampler:
@@ -163,8 +161,8 @@ def method_algorithm(key: str, hparams: dict[str, Any], plumbing: dict[str, Any]
     from algorithms.metadata import PACKAGE_ROOT, load_metadata
 
     record = load_metadata(PACKAGE_ROOT / key / "metadata.json")  # this method's file alone
-    wanted = set(record.raw.get("plumbing", ()))
-    extra = {name: value for name, value in (plumbing or {}).items() if name in wanted and name not in hparams}
+    extra = {name: value for name, value in (plumbing or {}).items()
+             if name in record.plumbing and name not in hparams}
     return getattr(algorithms, record.class_name)(**hparams, **extra)
 
 
@@ -185,14 +183,6 @@ def _optimizer(args: argparse.Namespace) -> Any:
     if args.optimizer == "adamw":
         return lambda params: torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
     return lambda params: torch.optim.SGD(params, lr=args.lr, momentum=0.9, weight_decay=5e-4)
-
-
-def _schedulers(args: argparse.Namespace, steps: int) -> Any:
-    """``onecycle``: a warm-up over the first 15 % of the steps to ``lr``, then cosine annealing."""
-    if args.schedule == "constant":
-        return lambda optimizer: []
-    return lambda optimizer: [torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps,
-                                                                  pct_start=0.15)]
 
 
 def run_one(args: argparse.Namespace) -> dict[str, Any]:
@@ -228,16 +218,15 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     extra = [method_algorithm(args.algorithm, json.loads(args.hparams), keys)] if args.algorithm else []
     counter = TokenCounter(keys["input_key"]) if text else None
     loader = _CappedLoader(train, args.max_batches)
-    steps = args.epochs * len(loader)
-    schedulers = _schedulers(args, steps)
-    optimizer = _optimizer(args)
-    if args.schedule != "constant":  # a scheduler needs the optimizer: build it here (not for fsdp)
-        optimizer = optimizer(model.parameters())
+    optimizer, schedulers = _optimizer(args), ()
+    if args.schedule == "onecycle":  # a warm-up over the first 15 % of the steps to lr, then cosine annealing
+        optimizer = optimizer(model.parameters())  # the scheduler needs it built (so not for fsdp)
+        schedulers = (torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, pct_start=0.15,
+                                                          total_steps=args.epochs * len(loader)),)
     trainer = Trainer(
-        model, loader, f"{args.epochs}ep", optimizer=optimizer,
+        model, loader, f"{args.epochs}ep", optimizer=optimizer, schedulers=schedulers,
         algorithms=[*extra, timer, *([counter] if counter else [])], precision=precision, parallel=parallel,
-        zero_stage=args.zero_stage or 2, seed=args.seed, schedulers=schedulers(optimizer) if args.schedule != "constant"
-        else (), **({"loss_fn": lm_loss, **keys} if text else {}),
+        zero_stage=args.zero_stage or 2, seed=args.seed, **({"loss_fn": lm_loss, **keys} if text else {}),
     )
     with trainer:  # closed before the process group goes (DeepSpeed releases its hooks)
         state = trainer.state
@@ -254,13 +243,14 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
             wall_s = time.perf_counter() - start
         samples = state.timestamp.sample * (world_size if is_distributed(parallel) else 1)
 
-        metrics = {"accuracy": None, "loss": None}
-        eval_start = time.perf_counter()
+        metrics, eval_s = {"accuracy": None, "loss": None}, None
         if text or splits.has_accuracy:
+            eval_start = time.perf_counter()
             metrics = dict(trainer.eval(test))
+            eval_s = time.perf_counter() - eval_start
         if text:  # a language model's figure is its validation loss, not next-byte accuracy
             metrics["accuracy"] = None
-        eval_s = time.perf_counter() - eval_start if text or splits.has_accuracy else None
+        tokens = trainer.method_log.records["TokenCounter"]["activity"]["tokens"] if counter else None
         activity = acted = None
         if args.algorithm:  # the method is the first algorithm: its label is its class name
             label = type(extra[0]).__name__
@@ -283,7 +273,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "world_size": world_size if is_distributed(parallel) else dp_devices,
         "status": "ok", "reason": None, "note": note,
         "wall_s": wall_s, "epoch_s": timer.epoch_s, "samples": samples, "eval_s": eval_s,
-        "tokens": counter.tokens * (world_size if is_distributed(parallel) else 1) if counter else None,
+        "tokens": tokens * (world_size if is_distributed(parallel) else 1) if counter else None,
         "activity": activity, "acted": acted,
         "peak_memory_bytes": int(peak), "memory_kind": kind, "cuda_max_reserved_bytes": reserved,
         "model_memory_bytes": int(model_bytes),

@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
+from .evidence import NO_DIFFERENCE, activity_text
 from .markup import literal
 from .training_pages import ChartError
 
-__all__ = ["AT_SCALE_FIELDS", "EFFECTS", "BaselineView", "EffectRow", "EffectsFile", "at_scale_of", "effects_file",
+__all__ = ["EFFECTS", "BaselineView", "EffectRow", "EffectsFile", "at_scale_of", "effects_file",
            "effects_views", "overview_effects", "render_effects"]
 
 EFFECTS = Path("tables") / "effects"
@@ -49,7 +50,6 @@ STATUS_LABELS = {"measured": "measured", "did_not_act": "did not act", "not_appl
 #: What a ratio's verdict means, for throughput and for memory.
 RATIO_VERDICTS = {"throughput": {"better": "faster", "worse": "slower"},
                   "memory": {"better": "less memory", "worse": "more memory"}}
-NO_DIFFERENCE = "no detectable difference"
 
 
 # --------------------------------------------------------------------------------------------- numbers
@@ -105,11 +105,6 @@ def ratio_text(ratio: Mapping[str, Any] | None, what: str) -> str:
 def _count(value: float) -> str:
     """``2,076``: a throughput, to the unit."""
     return f"{value:,.0f}"
-
-
-def _activity(activity: Mapping[str, float] | None) -> str:
-    """``batches mixed 10, modules replaced 3``: the mean per run of each counter."""
-    return ", ".join(f"{name.replace('_', ' ')} {value:g}" for name, value in (activity or {}).items())
 
 
 # --------------------------------------------------------------------------------------------- view
@@ -290,17 +285,10 @@ def _baseline(entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Baseline
         commands=tuple(entry["commands"]))
 
 
-AT_SCALE_FIELDS = ("figure", "setting", "hardware", "source", "url")
-
-
 def at_scale_of(record: Any) -> dict[str, Any] | None:
-    """The figure at scale a method's metadata quotes (``at_scale``), every field present (None
-    where it names none); None when it quotes none."""
-    raw = getattr(record, "raw", None)
-    quoted = raw.get("at_scale") if isinstance(raw, Mapping) else None
-    if not isinstance(quoted, Mapping) or not quoted.get("figure"):
-        return None
-    return {name: quoted.get(name) or None for name in AT_SCALE_FIELDS}
+    """The figure at scale a method's metadata quotes (``at_scale``: figure, setting, source,
+    hardware and url, each required by the schema); None when it quotes none."""
+    return dict(record.at_scale) if record.at_scale else None
 
 
 def _row(entry: Mapping[str, Any], record: Any) -> EffectRow:
@@ -309,7 +297,7 @@ def _row(entry: Mapping[str, Any], record: Any) -> EffectRow:
     return EffectRow(
         key=entry["method"], name=record.name, model=entry["model"], precision=entry["precision"],
         status=entry["status"], reason=entry["reason"], commands=tuple(entry["commands"]), hparams=entry["hparams"],
-        activity=_activity(entry["activity"]), pairs=quality["pairs"] if measured else 0,
+        activity=activity_text(entry["activity"]), pairs=quality["pairs"] if measured else 0,
         quality=quality_text(quality) if measured else None,
         throughput=ratio_text(throughput, "throughput") if measured else None,
         memory=ratio_text(memory, "memory") if measured else None,

@@ -18,17 +18,23 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["BETTER", "CONFIDENCE", "NO_DIFFERENCE", "WORSE", "BOOTSTRAP_RESAMPLES", "check_effects_main",
-           "document_problems", "paired_change", "ratio_of_medians", "t_quantile", "verdict"]
+__all__ = ["BETTER", "CONFIDENCE", "NO_DIFFERENCE", "WORSE", "BOOTSTRAP_RESAMPLES", "activity_text",
+           "check_effects_main", "document_problems", "mean_interval", "paired_change", "ratio_of_medians",
+           "t_quantile", "verdict"]
 
 CONFIDENCE = 0.95
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no detectable difference"
 BOOTSTRAP_RESAMPLES = 4000
 T_INTERVAL = "paired t, 95 %"
 BOOTSTRAP_INTERVAL = "bootstrap over seed pairs, 95 %"
+
+
+def activity_text(activity: Mapping[str, float] | None) -> str:
+    """``batches mixed 10, modules replaced 3``: each counter a method recorded, with its value."""
+    return ", ".join(f"{name.replace('_', ' ')} {value:g}" for name, value in (activity or {}).items())
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -48,20 +54,25 @@ def verdict(low: float, high: float, *, null: float, higher_is_better: bool) -> 
     return NO_DIFFERENCE
 
 
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of ``values`` with its 95 % Student t interval (the mean
+    itself at both ends with a single value, where there is no spread to go by)."""
+    mean = statistics.fmean(values)
+    n = len(values)
+    half = t_quantile(0.5 + CONFIDENCE / 2, n - 1) * statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
+    return mean, mean - half, mean + half
+
+
 def paired_change(method: Sequence[float], baseline: Sequence[float], *,
                   higher_is_better: bool) -> dict[str, Any] | None:
     """Mean of ``method[i] - baseline[i]`` with a paired t interval and its verdict; None with
     fewer than two pairs (no interval can be given)."""
     if len(method) != len(baseline):
         raise ValueError(f"paired_change: {len(method)} method values against {len(baseline)} baseline values")
-    diffs = [m - b for m, b in zip(method, baseline, strict=True)]
-    n = len(diffs)
-    if n < 2:
+    if len(method) < 2:
         return None
-    mean = statistics.fmean(diffs)
-    half = t_quantile(0.5 + CONFIDENCE / 2, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
-    low, high = mean - half, mean + half
-    return {"change": mean, "low": low, "high": high, "pairs": n, "interval": T_INTERVAL,
+    mean, low, high = mean_interval([m - b for m, b in zip(method, baseline, strict=True)])
+    return {"change": mean, "low": low, "high": high, "pairs": len(method), "interval": T_INTERVAL,
             "verdict": verdict(low, high, null=0.0, higher_is_better=higher_is_better)}
 
 

@@ -22,11 +22,8 @@ Nothing here imports torch until a job runs.
 from __future__ import annotations
 
 import json
-import math
-import os
-import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +64,10 @@ class Workload:
     metric: str = "accuracy"
     test_fraction: float | None = None
     schedule: str = "constant"
+
+    def options(self, workload: str, seeds: Iterable[int], **changes: Any) -> MeasureOptions:
+        """The options of a sweep of this workload (named ``workload``) over ``seeds``, with ``changes``."""
+        return MeasureOptions(workload=workload, seeds=tuple(seeds), **{**asdict(self), **changes})
 
 
 # The vision workload: ResNet-20 on the digits at their native 8 px, trained on a fifth of them
@@ -209,25 +210,21 @@ def select_jobs(jobs: Sequence[Job], existing: Iterable[Mapping[str, Any]], *, o
 
 # --------------------------------------------------------------------------------------------- runs
 
-def worker_command(job: Job, options: MeasureOptions, out_dir: Path) -> list[str]:
-    """The comparison's worker command line for one job, with the effects workload's own options."""
-    compare_options = compare.CompareOptions(
+def compare_options(job: Job, options: MeasureOptions) -> compare.CompareOptions:
+    """The training comparison's options for one job: its worker runs the job."""
+    return compare.CompareOptions(
         model=job.model or options.model, data=options.data, epochs=options.epochs, batch_size=options.batch_size,
         configs=(compare.Config(job.precision or "fp32", "single"),), nproc=1, max_batches=options.max_batches,
         data_root=options.data_root, image_size=options.image_size, seed=job.seed, lr=options.lr,
         timeout_s=options.timeout_s, algorithm=None if job.method == BASELINE else job.method,
         hparams=json.dumps(dict(job.hparams)), seq_len=options.seq_len, eval_examples=options.eval_examples,
-        optimizer=options.optimizer)
-    command = compare.worker_command(compare_options.configs[0], compare_options, out_dir, 1)
-    if options.test_fraction is not None:
-        command += ["--test-fraction", str(options.test_fraction)]
-    return [*command, "--schedule", options.schedule, "--threads", str(options.threads)]
+        optimizer=options.optimizer, test_fraction=options.test_fraction, schedule=options.schedule,
+        threads=options.threads)
 
 
 def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress: Progress) -> dict[str, Any]:
     """One (method, seed) run in its own worker process (the training comparison's worker), as an
     effects run entry; a failure is recorded with its reason."""
-    import tempfile
     import time
 
     start = compare.environment()
@@ -237,20 +234,15 @@ def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress:
         "load_average": start["load_average"], "command": options.command, "wall_s": None, "eval_s": None,
         "job_s": None, "samples": None, "tokens": None, "throughput": None, "peak_memory_bytes": None,
         "memory_kind": None, "accuracy": None, "loss": None, "activity": None, "acted": None}
-    with tempfile.TemporaryDirectory(prefix="measure-") as tmp:
-        env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
-        began = time.perf_counter()
-        returncode, tail = compare.run_with_progress(worker_command(job, options, Path(tmp)), env_vars,
-                                                     options.timeout_s, progress)
-        run["job_s"] = time.perf_counter() - began
-        record_path = Path(tmp) / "rank0.json"
-        record = json.loads(record_path.read_text()) if record_path.exists() else None
-    if returncode is None:
-        return {**run, "reason": f"timed out after {options.timeout_s:.0f} s"}
-    if record is None or record["status"] != "ok":
-        return {**run, "reason": record["reason"] if record else f"exit status {returncode}: "
-                f"{compare.failure_line(tail)}"}
+    settings = compare_options(job, options)
+    began = time.perf_counter()
+    returncode, tail, ranks = compare.run_worker(
+        lambda out_dir: compare.worker_command(settings.configs[0], settings, out_dir, 1), options.timeout_s, progress)
+    run["job_s"] = time.perf_counter() - began
+    failure = compare.worker_failure(returncode, tail, ranks, options.timeout_s)
+    if failure or ranks[0]["status"] != "ok":
+        return {**run, "reason": failure or ranks[0]["reason"]}
+    record = ranks[0]
     trained = record["tokens"] if options.seq_len is not None else record["samples"]
     run.update({k: record[k] for k in ("wall_s", "eval_s", "samples", "tokens", "peak_memory_bytes", "memory_kind",
                                        "accuracy", "loss", "activity", "acted")})
@@ -263,10 +255,6 @@ def _method_order(method: str, model: str | None = None, precision: str | None =
     if method == BASELINE:
         return (0, "", "", "") if model is None and precision is None else (1, model or "", precision or "", "")
     return 2, method, model or "", precision or ""
-
-
-def _activity_phrase(activity: Mapping[str, float]) -> str:
-    return ", ".join(f"{name.replace('_', ' ')} {value:g}" for name, value in activity.items()) or "no counter"
 
 
 def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -295,15 +283,11 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
             summary.append({**entry, "status": status, "reason": next(r["reason"] for r in mine if r["reason"])})
             continue
         if method == BASELINE:
-            values = [r[metric] for r in good]
-            mean = sum(values) / len(values)
-            half = (evidence.t_quantile(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-                    if len(values) > 1 else 0.0)
-            speeds = [r["throughput"] for r in good]
+            mean, low, high = evidence.mean_interval([r[metric] for r in good])
+            speeds = compare.spread([r["throughput"] for r in good])
             summary.append({**entry, "status": "baseline", "seeds": [r["seed"] for r in good], "baseline": {
-                "metric": metric, "mean": mean, "low": mean - half, "high": mean + half,
-                "throughput_median": statistics.median(speeds), "throughput_min": min(speeds),
-                "throughput_max": max(speeds)}})
+                "metric": metric, "mean": mean, "low": low, "high": high,
+                **{f"throughput_{name}": value for name, value in speeds.items()}}})
             continue
         paired = [(r, baseline[(model, precision, r["seed"])]) for r in good
                   if (model, precision, r["seed"]) in baseline]
@@ -314,7 +298,7 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
         if not any(r["acted"] for r in good):
             summary.append({**entry, "status": "did_not_act", "reason": (
                 f"its recorded activity shows it did not act in any of its {len(good)} runs "
-                f"({_activity_phrase(entry['activity'])} per run)")})
+                f"({evidence.activity_text(entry['activity']) or 'no counter'} per run)")})
             continue
         quality = evidence.paired_change([r[metric] for r, _ in paired], [b[metric] for _, b in paired],
                                          higher_is_better=higher)
@@ -503,17 +487,14 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
         if value is not None and wrong:
             problems.append(f"{flag}: not for the {args.workload} workload, whose data are "
                             f"{'text: give --seq-len' if text else 'images: give --image-size'}")
-    options = MeasureOptions(
-        workload=args.workload, model=default.model, data=args.data or default.data,
+    options = default.options(
+        args.workload, range(max(args.seeds, 0)), data=args.data or default.data,
         image_size=None if text else args.image_size or default.image_size,
         seq_len=args.seq_len or default.seq_len if text else None, epochs=args.epochs or default.epochs,
-        batch_size=args.batch_size or default.batch_size, seeds=tuple(range(max(args.seeds, 0))),
-        lr=args.lr if args.lr is not None else default.lr,
+        batch_size=args.batch_size or default.batch_size, lr=args.lr if args.lr is not None else default.lr,
         max_batches=args.max_batches if args.max_batches is not None else default.max_batches,
-        data_root=args.data_root, timeout_s=args.timeout, optimizer=default.optimizer,
-        eval_examples=default.eval_examples, metric=default.metric,
-        test_fraction=None if text else args.test_fraction if args.test_fraction is not None else default.test_fraction,
-        schedule=default.schedule)
+        data_root=args.data_root, timeout_s=args.timeout,
+        test_fraction=None if text else args.test_fraction if args.test_fraction is not None else default.test_fraction)
     problems += compare.check_options(options.model, options.data, options.data_root, options.epochs,
                                       options.batch_size, options.max_batches, 1)
     for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
