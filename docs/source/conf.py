@@ -32,6 +32,7 @@ extensions = [
     "sphinx_design",
     "sphinxcontrib.katex",
     "methods_library",
+    "methods_choosing",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -62,7 +63,7 @@ katex_prerender = False
 html_theme = "furo"
 html_title = "Methods Library"
 html_static_path = ["_static"]
-html_css_files = ["methods_overview.css"]
+html_css_files = ["methods_overview.css", "methods_choosing.css"]
 html_js_files = ["methods_overview.js", "methods_landmarks.js", "methods_sortable.js"]
 html_copy_source = False
 html_show_sourcelink = False

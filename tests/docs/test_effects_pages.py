@@ -18,7 +18,8 @@ from docs_support import HOSTILE
 from methods_tools import effects_pages, pages
 from methods_tools.docsgen import Site, jinja_environment, sorted_methods
 from methods_tools.effects_pages import render_effects
-from methods_tools.markup import md_code, md_text
+from methods_tools.markup import md_code, md_text, rst_text
+from methods_tools.measurements_page import render_measurements
 from methods_tools.results import effects_problems, load_effects
 
 from algorithms.metadata import discover_metadata_files, validate_files
@@ -245,7 +246,7 @@ def test_a_row_without_an_effect_shows_its_reason_and_no_number(synthetic_metada
     assert "No effect is reported — not applicable here: amp\\_fp16 needs a GPU: this machine has none." in zeta
     for text in (hostile, zeta):
         assert "|---|" not in text and "+0.000" not in text
-        body = text.split("Measured at small scale")[1]
+        body = text.split("workload, small scale:**")[1]
         assert not NUMBERS.search(body.replace("Baseline", "")), NUMBERS.search(body)
 
     page = overview(out)
@@ -292,18 +293,48 @@ def test_every_table_says_it_is_small_scale_and_quotes_the_figure_at_scale(synth
     alpha = card(out, "alpha_trick")
     quoted = ("At scale: +1.4 points top-1 (ResNet-50 on ImageNet, 90 epochs; hardware: 8 V100 GPUs), as quoted by "
               "[Yun et al., 2019](https://arxiv.org/abs/1905.04899).")
-    for part in alpha.split("**")[2::2]:  # each file's part of the card: caveat, table, figure at scale
-        assert part.index("Measured at small scale on a CPU") < part.index("|---|") < part.index(quoted)
+    # each file's part of the card: one line (workload, hardware, date, file, the shared page), table, figure at scale
+    parts = alpha.split("**")[1:]
+    assert [title for title in parts[::2]] == ["Text workload, small scale:", "Vision workload, small scale:"]
+    for part in parts[1::2]:
+        assert part.index("Test CPU, 2 cores (CPU only), 2026-01-02") < part.index("|---|") < part.index(quoted)
+        assert "not what the method does at scale: {ref}`how the effects are measured <measurements-effects>`" \
+            in part
     assert alpha.count(quoted) == 2
-    assert ("Measured at small scale on a CPU with `tools/measure_methods.py`: Test CPU, 2 cores (CPU only), "
-            "2026-01-02 (torch 2.0.0, Python 3.11.0); resnet20 on digits (16 px images), 4 epoch(s) of batch 64, "
-            "sgd (learning rate 0.05, onecycle schedule), fp32, one process of 1 thread, seeds 0, 1, 2.") in alpha
-    assert "not what it does at scale" in alpha
+    assert (" resnet20 on digits (16 px images), Test CPU, 2 cores (CPU only), 2026-01-02; results file "
+            "`results/effects/vision-test.json`.") in alpha
+    # the workload's settings, versions and seeds are on the shared page, not on every card
+    assert "seeds 0, 1, 2" not in alpha and "torch 2.0.0" not in alpha
     assert "At scale: no figure at scale is quoted." in card(out, "zeta_method")
     page = overview(out)
     row, = table_rows(page.split("### Vision")[1], "alpha_trick")
     assert row.endswith("| +1.4 points top-1 ([Yun et al., 2019](https://arxiv.org/abs/1905.04899)) |")
     assert page.count("Measured at small scale on a CPU") == 2
+
+
+def test_the_shared_page_gives_each_files_workload_seeds_versions_and_load(synthetic_metadata, tmp_path):
+    """What every card would repeat is on "How the cards' evidence is measured", once per file."""
+    doc = vision_document()
+    for run in doc["runs"]:
+        run["load_average"] = [3.5, 3.0, 2.5]  # above the 2 cores: a shared machine
+    s = site(synthetic_metadata, tmp_path, {"vision-test.json": doc, "nlp-test.json": nlp_document()})
+    page = render_measurements(s, matrices=[])[Path("tables/measurements/effects.md.inc")]
+    assert [line for line in page.splitlines() if line.startswith("### ")] == [
+        "### Text: transformer\\_tiny on stdlib\\_text, Test CPU, 2 cores (CPU only), 2026-01-02",
+        "### Vision: resnet20 on digits, Test CPU, 2 cores (CPU only), 2026-01-02"]
+    assert ("Measured at small scale on a CPU with `tools/measure_methods.py`: Test CPU, 2 cores (CPU only), "
+            "2026-01-02 (torch 2.0.0, Python 3.11.0); resnet20 on digits (16 px images), 4 epoch(s) of batch 64, "
+            "sgd (learning rate 0.05, onecycle schedule), fp32, one process of 1 thread, seeds 0, 1, 2.") in page
+    assert page.count("not what it does at scale") == 2
+    assert page.count("The machine was shared") == 1 and "reached 3.5 on 2 cores" in page
+    assert f"Commands that measured it: {md_code(CMD_A)}; {md_code(CMD_B)}." in page
+    assert f"Command that measured it: {md_code(CMD_A)}." in page
+    # a card names its file's load in a few words
+    assert "a shared machine (load average up to 3.5 on 2 cores)" in card(rendered(
+        synthetic_metadata, tmp_path, {"vision-test.json": doc}), "alpha_trick")
+
+    empty = render_measurements(site(synthetic_metadata, tmp_path / "none", {}), matrices=[])
+    assert "No effects file is committed yet" in empty[Path("tables/measurements/effects.md.inc")]
 
 
 def test_a_method_that_is_not_measured_still_quotes_its_figure_at_scale(synthetic_metadata, tmp_path):
@@ -355,8 +386,18 @@ def test_the_chart_is_a_forest_plot_with_its_text_kept_as_text(synthetic_metadat
                                           discover_metadata_files(synthetic_metadata))[0])})
     assert [r.key for r in view.chart_rows] == ["zeta_method", "alpha_trick"]
     landing = out[Path("tables/landing.rst.inc")]
-    assert ".. figure:: tables/effects/nlp-test.svg" in landing and "Text workload, measured at small scale" in landing
-    assert ".. figure:: tables/effects/vision-test.svg" in landing and "Vision workload" in landing
+    for chart in ("nlp-test", "vision-test"):
+        assert f".. figure:: tables/effects/{chart}.svg" in landing
+    # each landing chart's caption says what that chart found (by verdict, beyond its 95 % interval),
+    # not the overview's description of how it is drawn
+    captions = [" ".join(c.split()) for c in re.findall(r"\n\n   (Text workload.*?|Vision workload.*?)\n\n", landing,
+                                                         flags=re.S)]
+    assert len(captions) == 2 and captions[0] != captions[1]
+    assert captions[0].startswith(rst_text("Text workload, transformer_tiny on stdlib_text: of 2 methods measured, "
+                                           "Zeta (amp_bf16) lowered the validation loss; Zeta (amp_bf16) (1.42x) "
+                                           "ran faster."))
+    assert captions[1].startswith(rst_text("Vision workload, resnet20 on digits: of "))
+    assert not any("each measured method's change" in c for c in captions)
 
 
 def test_a_method_that_wrecks_quality_does_not_squeeze_the_others_onto_zero(synthetic_metadata, tmp_path):

@@ -16,7 +16,8 @@ from methods_tools import pages
 from methods_tools.composability_pages import render_composability
 from methods_tools.effects_pages import render_effects
 from methods_tools.figures import render_figures
-from methods_tools.markup import md_code, md_text, md_url
+from methods_tools.markup import md_text
+from methods_tools.measurements_page import render_measurements
 from methods_tools.training_pages import render_training_results
 
 from algorithms.metadata import load_all_metadata
@@ -43,8 +44,8 @@ def test_the_generators_are_listed_once_in_order():
     """The navigation lists pages other generators write, so it comes after them; no generator is
     found by file name (no script per page is left to find)."""
     assert pages.GENERATORS == (pages.algorithms_table, pages.methods_overview, render_figures,
-                                render_training_results, render_effects, render_composability, pages.landing,
-                                pages.navigation)
+                                render_training_results, render_effects, render_composability, render_measurements,
+                                pages.verdict_boxes, pages.landing, pages.navigation)
     assert list((DOCS_SOURCE / "tables").glob("*.py")) == []
 
 
@@ -55,14 +56,30 @@ def test_table_has_one_row_per_method_in_name_order(synthetic_metadata, tmp_path
     for key, row in zip(by_name(SYNTHETIC), rows, strict=True):
         entry = SYNTHETIC[key]
         cells = re.split(r"(?<!\\)\|", row)[1:-1]
-        assert len(cells) == 7, row
-        option = f"cf.{entry['functional']}" if entry["functional"] else 'precision="amp_bf16"'
-        assert cells[1].strip() == md_code(option)
-        assert cells[2].strip() == f"[{md_text(entry['attribution'])}]({md_url(entry['link'])})"
+        # name, kind, domains, TL;DR: four columns that fit a desktop; the card has the rest
+        assert len(cells) == 4, row
+        assert cells[0].strip() == f"[{md_text(entry['name'])}](../method_cards/{key}.md)"
+        kind = entry["kind"].replace("_", " ")
+        assert cells[1].strip() == (f"{kind}, math-equivalent" if entry["math_equivalent"] else kind)
+        assert cells[2].strip() == ", ".join(entry["domains"])
         assert cells[3].strip() == md_text(entry["tldr"])
-        assert cells[4].strip() == entry["kind"].replace("_", " ")
-        assert cells[5].strip() == ", ".join(entry["domains"])
-        assert cells[6].strip() == ("yes" if entry["math_equivalent"] else "no")
+
+
+def test_the_landing_counts_each_entry_once_so_its_rows_add_up(synthetic_metadata, tmp_path):
+    """Each method and best practice is on the one row of the set of domains it serves."""
+    text = render(synthetic_metadata, tmp_path, pages.landing)[Path("tables/landing.rst.inc")]
+    cells = re.findall(r"^   \* - (.+)\n     - (\d+)\n     - (\d+)$", text, flags=re.M)
+    rows = {label: (int(methods), int(best)) for label, methods, best in cells}
+    totals = rows.pop("All domains")
+    served = {}
+    for entry in SYNTHETIC.values():
+        domains = sorted(entry["domains"])
+        label = f"{domains[0]} only" if len(domains) == 1 else f"{', '.join(domains[:-1])} and {domains[-1]}"
+        served.setdefault(label, [0, 0])[entry["kind"] != "method"] += 1
+    assert rows == {label: tuple(counts) for label, counts in served.items()}
+    assert totals == (sum(e["kind"] == "method" for e in SYNTHETIC.values()),
+                      sum(e["kind"] == "best_practice" for e in SYNTHETIC.values()))
+    assert tuple(map(sum, zip(*rows.values(), strict=True))) == totals
 
 
 def test_overview_has_one_filterable_card_per_method(synthetic_metadata, tmp_path):
@@ -84,7 +101,7 @@ def test_navigation_lists_cards_by_name_and_only_pages_that_exist(synthetic_meta
     entries = re.findall(r"^   ([^:\s]\S*)$", text, flags=re.M)  # the entries, not the options
     # the sidebar lists them; the home page shows the landing page instead
     assert text.count(":hidden:") == text.count(".. toctree::")
-    assert entries == ["method_cards/methods_overview", "tables/algorithms_table",
+    assert entries == ["method_cards/methods_overview", "tables/algorithms_table", "measurements",
                        *[f"method_cards/{k}" for k in by_name(SYNTHETIC)]]
     assert ":caption: Dataset" not in text and "training_configurations" not in text
 
@@ -107,6 +124,20 @@ def test_outputs_are_the_stable_paths_the_cards_and_index_include():
             Path("tables/landing.rst.inc")} <= outputs
     assert {Path(f"tables/results/{k}.md.inc") for k in best} <= outputs
     assert all(not p.is_absolute() for p in outputs)
+
+
+def test_the_measurements_page_includes_its_generated_parts_and_has_every_label_the_cards_link_to():
+    """The cards' snippets link to "How the cards' evidence is measured", which holds what they no
+    longer repeat: a part it does not include, or a section a snippet links to that it lacks, is lost."""
+    page = (DOCS_SOURCE / "measurements.md").read_text(encoding="utf-8")
+    parts = {p.as_posix() for p in pages.generate().outputs if p.parent == Path("tables/measurements")}
+    assert parts == set(re.findall(r"^```\{include\} (tables/measurements/\S+)$", page, flags=re.M))
+    assert len(parts) == 3
+    linked = {label for template in (DOCS_SOURCE / "tables").glob("*_snippet.md.inc.j2")
+              for label in re.findall(r"<(measurements-[a-z-]+)>`", template.read_text(encoding="utf-8"))}
+    assert linked == {"measurements-effects", "measurements-composability", "measurements-training"}
+    for label in linked:
+        assert f"\n({label})=\n## " in page, label
 
 
 def test_no_generated_page_is_committed_and_git_ignores_every_one():

@@ -8,7 +8,7 @@ import jinja2
 import pytest
 from methods_tools import markup
 from methods_tools.docsgen import FILTERS, jinja_environment
-from methods_tools.markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line
+from methods_tools.markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line, rst_text
 
 HOSTILE_TEXTS = [
     '<script>alert("x")</script>', "```{eval-rst}\n.. raw:: html\n```", "{role}`x`", "{math}`x`", "$x$",
@@ -32,6 +32,17 @@ def test_md_text_renders_as_the_same_plain_text(text):
     """The definition of escaping: inside a line (where md_text goes), CommonMark renders md_text(x)
     as exactly the text x."""
     assert _commonmark(f"Before {md_text(text)} after") == f"<p>Before {_html_escape(one_line(text))} after</p>\n"
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_rst_text_renders_as_the_same_plain_text(text):
+    """Inside a line of reStructuredText (the landing page's captions), docutils reads rst_text(x)
+    as exactly the text x: one paragraph, no markup."""
+    core = pytest.importorskip("docutils.core", reason="docutils comes with the [docs] extra (Sphinx needs it)")
+    doctree = core.publish_doctree(f"Before {rst_text(text)} after", settings_overrides={"report_level": 5})
+    assert [node.tagname for node in doctree.children] == ["paragraph"]
+    assert [node.tagname for node in doctree.children[0].children] == ["#text"]
+    assert doctree.astext() == f"Before {one_line(text)} after"
 
 
 def test_md_text_leaves_inert_punctuation_readable():
@@ -88,7 +99,7 @@ def test_md_code_and_md_url():
 
 def test_one_environment_holds_every_filter(tmp_path):
     assert set(FILTERS) == {"md_text", "md_paragraph", "md_code", "md_url", "one_line", "token", "kind_label",
-                            "css", "literal", "json"}
+                            "css", "literal", "json", "rst_text"}
     (tmp_path / "t.md.j2").write_text(
         "{{ tldr | md_paragraph }}\n{{ key | token }} {{ kind | kind_label }} {{ tag | css('tag') }}\n"
         "{{ option | literal | md_code }} {{ option | json }}\n")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from methods_tools import compare, pages, training_pages
+from methods_tools.measurements_page import render_measurements
 from methods_tools.results import ResultsError, discover_results, load_results, results_problems
 
 from algorithms.metadata import load_all_metadata
@@ -145,11 +146,26 @@ def _rows(text):
     return [line for line in text.splitlines() if line.startswith("| `")]
 
 
+def _page_rows(page):
+    """A configuration's row of each of the page's two tables (time and throughput; processes,
+    runs, status, memory and quality), joined into one row in the columns' reading order:
+    configuration, processes, runs, status, time, first epoch, steady epoch, throughput, speed-up,
+    memory, model memory, [GPU utilisation,] accuracy, loss."""
+    rows = _rows(page)
+    half = len(rows) // 2
+    joined = []
+    for speed, rest in zip(rows[:half], rows[half:], strict=True):
+        speed_cells, rest_cells = speed.removesuffix(" |").split(" | "), rest.removesuffix(" |").split(" | ")
+        assert speed_cells[0] == rest_cells[0], (speed, rest)  # the same configuration
+        joined.append(" | ".join([*rest_cells[:4], *speed_cells[1:], *rest_cells[4:]]) + " |")
+    return joined
+
+
 def test_page_rows_are_medians_and_ranges_and_escape_text(rendered):
     page = _page(rendered)
     assert "Test CPU \\*bold\\*" in page and "results/cpu-test.json" in page
     assert "<script>" not in page and "```{eval-rst}" not in page
-    rows = _rows(page)
+    rows = _page_rows(page)
     assert [r.split(" | ")[0] for r in rows] == ["| `fp32:single`", "| `amp_bf16:single`", "| `fp32:ddp`",
                                                  "| `fp32:deepspeed:2`"]
     # Processes, runs (the re-measurement included), status, total time, first epoch, steady
@@ -166,7 +182,7 @@ def test_page_rows_are_medians_and_ranges_and_escape_text(rendered):
 
 def test_a_flagged_speedup_shows_its_figures_and_a_note_but_no_speedup(rendered):
     page = _page(rendered)
-    ddp = _rows(page)[2]
+    ddp = _page_rows(page)[2]
     assert ddp == "| `fp32:ddp` | 2 | 3 | ok | 5.0 | 3.0 | 2.00 | 320.0 | flagged | 300 | 1.00 | 50.0 % | 1.200 |"
     note = next(line for line in page.splitlines() if line.startswith("- `fp32:ddp`:"))
     assert note.startswith("- `fp32:ddp`: **flagged: super-linear speed-up on 2 processes, not published as a "
@@ -186,7 +202,7 @@ def test_a_remeasured_speedup_that_came_down_is_published_with_its_history(tmp_p
     document = _document(runs, [_run("fp32:single", round_=3, epoch_s=(4.0, 4.0)),
                                 _run("fp32:ddp", round_=3, epoch_s=(3.0, 8.0))])
     page = _page(_render_document(tmp_path, document))
-    ddp = _rows(page)[2]
+    ddp = _page_rows(page)[2]
     assert "| 1.00x (1.00x–4.00x) |" in ddp and "flagged" not in ddp
     note = next(line for line in page.splitlines() if line.startswith("- `fp32:ddp`:"))
     assert "re-measured once" in note and "no more than 2x" in note and "not published" not in note
@@ -202,8 +218,9 @@ def _render_document(tmp_path, document):
     return generated.outputs
 
 
-def test_the_page_states_the_cores_and_what_this_scale_cannot_show(rendered):
-    for text in (_page(rendered), rendered[Path("tables/results/ddp.md.inc")]):
+def test_the_page_states_the_cores_and_what_this_scale_cannot_show(rendered, tmp_path):
+    shared = pages.generate(tmp_path / "src", results_root=tmp_path / "results", generators=(render_measurements,))
+    for text in (_page(rendered), shared.outputs[Path("tables/measurements/training.md.inc")]):
         prose = " ".join(text.split())
         assert "The machine: 2 CPU cores (Test CPU)." in prose
         assert ("A parallel speed-up cannot show here. A single process runs torch on 2 threads over the machine's 2 "
@@ -214,6 +231,21 @@ def test_the_page_states_the_cores_and_what_this_scale_cannot_show(rendered):
         assert "steady state is the second epoch" in prose
         assert "Each configuration ran 2 times, interleaved" in prose and "range (min–max)" in prose
         assert "The machine was shared" not in prose
+
+
+def test_a_card_names_its_files_hardware_and_scale_in_one_line_and_links_to_the_caveats(rendered):
+    """The caveats every card would repeat are on the shared page; a card keeps the few that its
+    own figures need: the runs a cell is the median of, the steps behind its accuracy, and, for a
+    parallel mode, that more processes bring no more hardware here."""
+    ddp, amp = (rendered[Path(f"tables/results/{k}.md.inc")] for k in ("ddp", "mixed_precision"))
+    for snippet in (ddp, amp):
+        assert ("**Training configurations, small scale:** resnet20 on digits, Test CPU \\*bold\\*, 2 cores, "
+                "2026-12-02; each cell the median (range) of 2 interleaved runs, accuracy after 20 optimizer steps "
+                "per process; results file `results/cpu-test.json`.") in snippet
+        assert "{ref}`What these figures can and cannot show <measurements-training>`" in snippet
+        assert "The machine: 2 CPU cores" not in snippet and "Warm-up and steady state" not in snippet
+    assert "A parallel speed-up cannot show here: the 2 processes share the same CPU cores." in ddp
+    assert "A parallel speed-up cannot show here" not in amp
 
 
 @pytest.mark.parametrize(("change", "present", "absent"), [
@@ -255,8 +287,8 @@ def test_with_one_epoch_the_page_says_steady_state_cannot_be_separated(tmp_path)
     prose = " ".join(page.split())
     assert "With one epoch per run, steady state cannot be separated from the warm-up" in prose
     assert "| Throughput, warm-up included (samples/s) |" in page
-    assert _rows(page)[0].split(" | ")[6] == "—"  # no steady epoch
-    assert _rows(page)[2].split(" | ")[8] == "2.00x"  # 256/s against 128/s: the whole run's throughput
+    assert _page_rows(page)[0].split(" | ")[6] == "—"  # no steady epoch
+    assert _page_rows(page)[2].split(" | ")[8] == "2.00x"  # 256/s against 128/s: the whole run's throughput
 
 
 def test_the_reference_experiment_gives_every_figure_its_source_gives(rendered):
@@ -296,7 +328,6 @@ def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, conf
     assert [r[5] for r in rows] == speedups  # steady-state throughput over fp32:single's
     if configs:
         assert "Test CPU" in snippet and "results/cpu-test.json" in snippet
-        assert "A parallel speed-up cannot show here" in " ".join(snippet.split())
     else:
         assert "No committed results file measures `parallel='fsdp'` yet." in snippet
     assert snippet.rstrip().endswith("All configurations: [Training configurations](../training_configurations.md).")

@@ -13,7 +13,11 @@ matrix (``results/composability/*.json``, written by ``tools/composability_matri
   domains, the row lists only the others whose cells do not simply run.
 
 Each cell shows its outcome as a word with a symbol (never colour alone) and, where the cell has
-a note (the metadata's ``interactions``), an error detail or effects not seen, a note number.
+a note (the metadata's ``interactions``), an error detail or effects not seen, a note number. The
+page's tables are HTML, each cell coloured by its outcome (``_static/methods_overview.css``), in a
+frame that scrolls with its header row and method column in view; the pairs' matrices show the
+symbol alone (the word is there for screen readers, and in the legend), so that 22 columns fit a
+desktop's column.
 The expected cells of a registry (:func:`expected_cells`) are also what ``check_cards`` holds the
 committed matrix to.
 """
@@ -109,10 +113,22 @@ def composability_files(root: Path | None = None) -> list[tuple[Path, Mapping[st
 
 @dataclass(frozen=True)
 class Shown:
-    """One cell as a table shows it: the outcome's label and its note number (None: no note)."""
+    """One cell as a table shows it: the outcome's label, its note number (None: no note) and its
+    outcome (a key of :data:`OUTCOMES`, or ``not_run``), by which the page colours it."""
 
     label: str
     number: int | None = None
+    outcome: str = "not_run"
+
+    @property
+    def symbol(self) -> str:
+        """``✓``: the label's symbol, which a cell of the page's matrices shows alone."""
+        return self.label.split(" ", 1)[0]
+
+    @property
+    def word(self) -> str:
+        """``runs``: the label without its symbol."""
+        return self.label.split(" ", 1)[1]
 
 
 @dataclass(frozen=True)
@@ -140,7 +156,7 @@ class _Numbering:
             return Shown(NOT_RUN)
         text = (cell["note"] or None, cell["detail"] or None, tuple(cell["missing"]))
         if text == (None, None, ()):
-            return Shown(OUTCOMES[cell["outcome"]])
+            return Shown(OUTCOMES[cell["outcome"]], outcome=cell["outcome"])
         label = cell_label(key, self.names)
         if text in self._by_text:
             number = self._by_text[text]
@@ -151,7 +167,7 @@ class _Numbering:
             number = len(self.footnotes) + 1
             self._by_text[text] = number
             self.footnotes.append(Footnote(number, (label,), *text))
-        return Shown(OUTCOMES[cell["outcome"]], number)
+        return Shown(OUTCOMES[cell["outcome"]], number, cell["outcome"])
 
 
 @dataclass(frozen=True)
@@ -175,6 +191,15 @@ class Matrix:
     @property
     def title(self) -> str:
         return f"{self.hardware}, {self.date}"
+
+    @property
+    def examples(self) -> str:
+        """What a batch holds, by workload: a cell trains on the first workload its methods share
+        (:func:`.matrix._workload_domain`), vision's images or the language model's token sequences."""
+        from .matrix import NLP_LENGTH, NLP_VOCAB
+
+        return (f"images of {self.settings['image_size']} px where the methods share the vision domain, else "
+                f"the language model's sequences of {NLP_LENGTH} tokens from a vocabulary of {NLP_VOCAB}")
 
 
 def matrix_view(path: Path, document: Mapping[str, Any], records: Sequence[MethodRecord]) -> Matrix:

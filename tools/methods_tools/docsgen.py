@@ -18,7 +18,7 @@ import jinja2
 from algorithms.metadata import MethodRecord
 
 from .files import Content
-from .markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line, safe_token
+from .markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line, rst_text, safe_token
 
 __all__ = ["FILTERS", "KIND_LABELS", "Content", "Site", "css_class_value", "jinja_environment", "kind_label",
            "method_option", "sorted_methods"]
@@ -43,6 +43,7 @@ FILTERS: Mapping[str, Callable[..., str]] = {
     "md_paragraph": md_paragraph,  # text that starts a line of its own
     "md_code": md_code,  # an inline code span, verbatim
     "md_url": md_url,  # an https:// link destination
+    "rst_text": rst_text,  # inline text in reStructuredText (the landing page)
     "one_line": one_line,  # whitespace folded, nothing escaped (directive options: Sphinx escapes them)
     "token": safe_token,  # a closed-vocabulary value (key, domain, tag, kind), refused otherwise
     "kind_label": kind_label,

@@ -8,9 +8,11 @@ apply here, or failed) shows its reason, never a number.
 
 - ``tables/effects/<key>.md.inc`` (``effects_snippet.md.inc.j2``), for every method (not best
   practices, whose measured rows come from the training comparison), which its card pulls in
-  with ``{include}``: per effects file that has a row of it, the row (its evidence or its reason,
-  the command that measured it), the small scale it was measured at, and the figure at scale its
-  metadata quotes (``at_scale``); else that it is not measured yet.
+  with ``{include}``: per effects file that has a row of it, one line naming the workload, the
+  hardware, the date and the file, linked to "How the cards' evidence is measured" (the workload's
+  settings, the seeds and the caveats: :mod:`.measurements_page`), then the row (its evidence or
+  its reason, the command that measured it) and the figure at scale its metadata quotes
+  (``at_scale``); else that it is not measured yet.
 - ``tables/effects/<stem>.svg``: per effects file with a measured row, a forest plot: one row per
   measured method, sorted by its change in quality, with two panels sharing the method axis: the
   change in quality with its interval (a zero line) and the throughput ratio on a log axis with
@@ -256,12 +258,37 @@ class EffectsFile:
                 "their 95 % intervals; methods without an effect are listed under the chart, not plotted.")
 
     @property
+    def chart_summary(self) -> str:
+        """What the chart found, in one or two sentences: which methods changed quality and
+        throughput (better or worse, beyond their 95 % intervals), by name."""
+        rows = self.chart_rows
+        moved = "validation loss" if self.is_loss else "test accuracy"
+        up, down = ("lowered", "raised") if self.is_loss else ("raised", "lowered")
+        quality, speed = [], []
+        for verdict, phrase, word in (("better", f"{up} the {moved}", "faster"), ("worse", f"{down} it", "slower")):
+            changed = [r.label for r in rows if r.number["quality"]["verdict"] == verdict]
+            if changed:
+                quality.append(f"{_names(changed)} {phrase}")
+            ratios = [f"{r.label} ({r.number['throughput']['ratio']:.2f}x)" for r in rows
+                      if r.number["throughput"]["verdict"] == verdict]
+            if ratios:
+                speed.append(f"{_names(ratios)} ran {word}")
+        return (f"{self.workload_label} workload, {self.settings['model']} on {self.settings['data']}: of "
+                f"{len(rows)} methods measured, {'; '.join(quality) or f'none changed the {moved} detectably'}; "
+                f"{', '.join(speed) or 'none changed the throughput detectably'}.")
+
+    @property
     def chart_alt(self) -> str:
         """What the chart shows, in words, with every row's figures."""
         points = "; ".join(f"{r.label}: quality {r.quality}, throughput {r.throughput}" for r in self.chart_rows)
         others = "; ".join(f"{r.label}: {r.status_label}" for r in self.unmeasured)
         return (f"Forest plot of {len(self.measured)} methods measured on {self.hardware}, {self.date}, with 95 % "
                 f"intervals: {points}." + (f" Not plotted: {others}." if others else ""))
+
+
+def _names(names: Sequence[str]) -> str:
+    """``A``, ``A and B``, ``A, B and C``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _baseline_quality(metric: str, value: float, low: float, high: float, chance: float | None) -> str:
@@ -420,8 +447,9 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
     its 95 % interval (a 1x line), the rows sharing the method axis, each point coloured and shaped
     by its verdict (hollow: no detectable difference); the rows without an effect are listed under
     it, not plotted. Every text is measured and wrapped, and the layout is set in inches from those
-    measures, so that nothing is cut off or overlaps; 4.6 inches wide, so that its 10 pt text still
-    reads at about 8 pt on a phone. Identical bytes for identical input."""
+    measures, so that nothing is cut off or overlaps; each row is as tall as its label, and a tall
+    chart repeats its axes' ticks above the first row. 4.3 inches wide, so that its 10 pt text still
+    reads at about 9 pt in a phone's 358 px column. Identical bytes for identical input."""
     plt = pyplot("the effects chart needs it", ChartError)
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
@@ -429,7 +457,7 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
     rows = view.chart_rows
     scale, unit, _ = quality_unit(view.settings["metric"])
     size, line = 10, 10 / 72 * 1.25  # the font size (pt) and the height of a line of it (inches)
-    width, margin, gap = 4.6, 0.08, 0.16
+    width, margin, gap = 4.3, 0.08, 0.16
 
     with plt.rc_context({**SVG_STYLE, "font.size": size}):
         fig = plt.figure(figsize=(width, 4.0))
@@ -441,20 +469,24 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
             probe.remove()
             return inches
 
-        labels = ["\n".join(_wrap(r.label, 1.45, measure)) for r in rows]
+        labels = ["\n".join(_wrap(r.label, 1.4, measure)) for r in rows]
         left = margin + max(measure(part) for label in labels for part in label.split("\n")) + 0.1
         panel_w = (width - left - gap - margin - 0.12) / 2
         title = _wrap(f"{view.workload_label}: {view.settings['model']} on {view.settings['data']} ({view.shape})\n"
                       f"{view.hardware}, {view.date}", width - 2 * margin, lambda t: measure(t, "bold"))
         panels = (_wrap(f"Change in {'validation loss' if view.is_loss else 'test accuracy'}, {unit}"
                         f"{' (lower is better)' if view.is_loss else ''}", panel_w, measure),
-                  _wrap(f"Throughput ratio, {view.unit} (log scale)", panel_w, measure))
+                  _wrap(f"Throughput ratio, {view.unit}\n(log scale)", panel_w, measure))
         others = _wrap("Not plotted, no effect: " + "; ".join(f"{r.label}: {r.status_label}" for r in view.unmeasured),
                        width - 2 * margin, measure) if view.unmeasured else []
 
-        row_h = max(0.3, line * max(label.count("\n") + 1 for label in labels) + 0.08)
-        plot_h = row_h * len(rows) + 0.1
-        top = margin + len(title) * line + 0.14 + max(map(len, panels)) * line + 0.08
+        # each row as tall as its label, so that one long label does not make every row tall
+        heights = [max(0.26, line * (label.count("\n") + 1) + 0.1) for label in labels]
+        ys = [sum(heights[:i]) + h / 2 for i, h in enumerate(heights)]  # in inches from the top
+        plot_h = sum(heights)
+        # a tall chart repeats the axes' ticks above its first row, where a phone's screen shows them
+        ticks_above = len(rows) > 8
+        top = margin + len(title) * line + 0.14 + max(map(len, panels)) * line + 0.08 + (line + 0.08) * ticks_above
         legend_h = line + 0.1
         bottom = margin + len(others) * line + (0.08 if others else 0) + legend_h + 0.12 + line + 0.06
         height = top + plot_h + bottom
@@ -468,7 +500,6 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         # the axis is drawn to its edge, with an arrow and its value there.
         q_limits = _quality_limits([r.number["quality"]["low"] * scale for r in rows],
                                    [r.number["quality"]["high"] * scale for r in rows])
-        ys = list(range(len(rows)))
         for y, row in zip(ys, rows, strict=True):
             for ax, part, factor in ((ax_q, row.number["quality"], scale), (ax_t, row.number["throughput"], 1.0)):
                 colour, verdict = _COLOURS[part["verdict"]], part["verdict"]
@@ -501,9 +532,11 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         ax_t.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
 
         ax_q.set_yticks(ys, labels)
-        ax_q.set_ylim(len(rows) - 0.5, -0.5)  # the first row at the top
+        ax_q.set_ylim(plot_h, 0)  # the first row at the top
+        ax_q.tick_params(axis="y", length=0)
         ax_t.tick_params(axis="y", left=False, labelleft=False)
         for ax, text in ((ax_q, panels[0]), (ax_t, panels[1])):
+            ax.tick_params(axis="x", top=ticks_above, labeltop=ticks_above)
             ax.set_title("\n".join(text), fontsize=size, loc="left", pad=6)
             ax.grid(axis="x", alpha=0.3)
         fig.text(margin / width, 1 - margin / height, "\n".join(title), ha="left", va="top", fontweight="bold")

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["json_literal", "literal", "md_code", "md_paragraph", "md_text", "md_url", "one_line", "safe_token"]
+__all__ = ["json_literal", "literal", "md_code", "md_paragraph", "md_text", "md_url", "one_line", "rst_text",
+           "safe_token"]
 
 # Punctuation that is inert inside a line of MyST: only its place at a line's start could make it
 # markup (md_paragraph's rule), or it never is (",", ";", "?", "'", '"', "/", "@", "^").
@@ -43,6 +44,12 @@ def md_text(text: str) -> str:
     """Plain text inside a MyST line: a paragraph's middle, a table cell, a heading or a directive
     argument (text that starts a line goes through :func:`md_paragraph`)."""
     return "".join("\\" + ch if ch in _PUNCTUATION else ch for ch in one_line(text))
+
+
+def rst_text(text: str) -> str:
+    """Plain text inside a line of reStructuredText (a paragraph's middle, a caption): every ASCII
+    punctuation character backslash-escaped, which reStructuredText reads as the character itself."""
+    return "".join("\\" + ch if ch in string.punctuation else ch for ch in one_line(text))
 
 
 def md_paragraph(text: str) -> str:

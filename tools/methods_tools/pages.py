@@ -34,7 +34,9 @@ from .effects_pages import effects_views, overview_effects, render_effects
 from .figures import render_figures
 from .files import write_if_changed
 from .markup import safe_token
+from .measurements_page import render_measurements
 from .results import ResultsError, discover_effects, discover_results, load_effects, load_results
+from .summaries import verdict_boxes
 from .training_pages import PAGE as TRAINING_PAGE
 from .training_pages import render_training_results
 
@@ -58,9 +60,9 @@ Generator = Callable[[Site], Mapping[Path, Content]]
 
 
 def algorithms_table(site: Site) -> dict[Path, Content]:
-    """One row per method and best practice."""
-    methods = [(record, method_option(record)) for record in site.methods]
-    return {ALGORITHMS_TABLE: site.render("algorithms_table.md.j2", methods=methods)}
+    """One row per method and best practice: its name (linked to its card), kind, domains and
+    TL;DR; the card holds the rest, so that the table reads on a desktop without scrolling."""
+    return {ALGORITHMS_TABLE: site.render("algorithms_table.md.j2", methods=site.methods)}
 
 
 def methods_overview(site: Site) -> dict[Path, Content]:
@@ -104,11 +106,15 @@ def navigation(site: Site) -> dict[Path, Content]:
 
 
 def landing(site: Site) -> dict[Path, Content]:
-    """What the home page shows of the library: how many methods and best practices each domain
-    has, and a link per goal into the overview, filtered (``?tag=...``) to the entries that serve it."""
+    """What the home page shows of the library: how many methods and best practices serve each
+    domain alone and each set of domains together (each counted once, so the rows add up to the
+    total), and a link per goal into the overview, filtered (``?tag=...``) to the entries that serve it."""
     kinds = ("method", "best_practice")
-    domains = sorted({d for r in site.methods for d in r.domains})
-    rows = [(d, *(sum(1 for r in site.methods if d in r.domains and r.kind == k) for k in kinds)) for d in domains]
+    served = {r.key: tuple(sorted(r.domains)) for r in site.methods}
+    # one domain first, then the sets of several, each in name order
+    groups = sorted(set(served.values()), key=lambda g: (len(g) > 1, len(g), g))
+    rows = [(group, *(sum(1 for r in site.methods if served[r.key] == group and r.kind == k) for k in kinds))
+            for group in groups]
     totals = tuple(sum(1 for r in site.methods if r.kind == k) for k in kinds)
     goals = [(label, tag, sum(1 for r in site.methods if tag in r.tags)) for label, tag in GOALS]
     # the overview's charts of measured effects (already drawn: the overview renders before this page)
@@ -121,7 +127,8 @@ OVERVIEW_HTML = METHODS_OVERVIEW.with_suffix(".html").as_posix()
 
 # In order: the navigation lists pages the generators before it write.
 GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_figures, render_training_results,
-                                     render_effects, render_composability, landing, navigation)
+                                     render_effects, render_composability, render_measurements, verdict_boxes, landing,
+                                     navigation)
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ Reads every validated ``results/*.json`` (written by ``tools/compare_training.py
   code) as its ``dc:identifier``; a chart already in the output folder with the same hash is
   reused rather than drawn again;
 - ``tables/results/<key>.md.inc`` (``results_snippet.md.inc.j2``): for each best practice, the
-  measured rows of its Trainer option beside the ``fp32:single`` baseline, with the same caveats
-  and flags, which its card pulls in with ``{include}`` (the ``.inc`` suffix keeps Sphinx from
-  reading the snippet as a page).
+  measured rows of its Trainer option beside the ``fp32:single`` baseline, with their flags and
+  one line naming the file's hardware and scale (the caveats in full are on "How the cards'
+  evidence is measured", :mod:`.measurements_page`), which its card pulls in with ``{include}``
+  (the ``.inc`` suffix keeps Sphinx from reading the snippet as a page).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Any
 
 from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 
-__all__ = ["PAGE", "REFERENCE_EXPERIMENT", "REFERENCE_SOURCE", "SNIPPETS", "ReferenceRow", "render_training_results"]
+__all__ = ["PAGE", "REFERENCE_EXPERIMENT", "REFERENCE_SOURCE", "SNIPPETS", "ReferenceRow", "render_training_results",
+           "results_views"]
 
 PAGE = Path("training_configurations.md")
 SNIPPETS = Path("tables") / "results"
@@ -308,6 +310,11 @@ _DRAWING_CODE = inspect.getsource(_draw_chart)  # a change to the drawing redraw
 
 
 # --------------------------------------------------------------------------------------------- render
+
+def results_views(site: Site) -> list[ResultsFile]:
+    """Every committed results file as the pages show it (no chart is drawn)."""
+    return [_results_file(path, document) for path, document in site.results]
+
 
 def render_training_results(site: Site) -> dict[Path, Content]:
     """The page, one chart per results file with a successful run, one snippet per best practice."""
