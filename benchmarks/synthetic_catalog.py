@@ -215,6 +215,9 @@ def fill_prompts(text: str, i: int) -> str:
     return _PROMPT.sub(lambda m: prose(i, next(count)), text)
 
 
+CHOOSING_PAGE = "choosing_methods.md"  # hand-written scenarios of the real methods
+
+
 def copy_checkout(root: Path, *, methods: bool = True) -> Path:
     """Copy this checkout's package, tools, docs source and results to ``root`` (which must not
     exist), without the pages a docs build generates; ``methods=False`` leaves out the method
@@ -236,6 +239,9 @@ def copy_checkout(root: Path, *, methods: bool = True) -> Path:
     for path in DOCS_SOURCE.iterdir():
         if path.is_file() and path.name not in GENERATED_TOP:
             shutil.copy2(path, source / path.name)
+    if not methods:  # its scenarios name the real methods: one page, with none
+        (source / CHOOSING_PAGE).write_text("# Choosing methods\n\nThis catalog's methods are synthetic.\n",
+                                            encoding="utf-8")
     for folder in ("_ext", "_static", "templates", "dataset_cards", "model_cards"):
         shutil.copytree(DOCS_SOURCE / folder, source / folder, ignore=cache)
     (source / "tables").mkdir()
@@ -276,13 +282,13 @@ from algorithms.core.options import DISTRIBUTED
 from algorithms.metadata import load_all_metadata
 from methods_tools.files import write_atomic
 from methods_tools.matrix import cell_note, plan_cells
-from methods_tools.scaffold import render_card
+from methods_tools.scaffold import card_source
 
 root, fill = Path(sys.argv[1]), __import__("synthetic_catalog").fill_prompts
 records = load_all_metadata(root / "algorithms")
 for key, record in records.items():
     if key.startswith("synthetic_"):
-        card = render_card("method", key, repo_root=root, package_root=root / "algorithms", record=record)
+        card = card_source("method", key, repo_root=root, package_root=root / "algorithms", record=record)
         write_atomic(root / "docs/source/method_cards" / f"{key}.md", fill(card, int(key.split("_")[1])))
 cells = []
 for cell in plan_cells(records, parallels=DISTRIBUTED):

@@ -84,8 +84,11 @@ def write_source_tree(src: Path, keys) -> Path:
     (src / "method_cards").mkdir(parents=True, exist_ok=True)
     for key in keys:
         (src / "method_cards" / f"{key}.md").write_text(f"# Card {key}\n\nText with $x^2$ math.\n", encoding="utf-8")
-    for name in ("index.rst", "writing_cards.md"):
+    for name in ("index.rst", "writing_cards.md", "measurements.md"):
         shutil.copy(DOCS_SOURCE / name, src / name)
+    # the index links it; its scenarios name the real methods, which these keys are not
+    (src / "choosing_methods.md").write_text("# Choosing methods\n\nNo scenarios for these methods.\n",
+                                             encoding="utf-8")
     shutil.copytree(DOCS_SOURCE / "templates", src / "templates")
     return src
 

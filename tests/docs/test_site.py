@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from docs_support import HOSTILE, SYNTHETIC, sphinx_build, write_source_tree
-from methods_tools.markup import md_url, one_line
+from methods_tools.markup import one_line
 
 bs4 = pytest.importorskip("bs4", reason="BeautifulSoup comes with the [docs] extra (furo needs it)")
 
@@ -36,12 +36,10 @@ def test_table_shows_metadata_text_verbatim(hostile_site):
     rows = {tr.find("a")["href"]: tr.find_all("td") for tr in page.select("table tbody tr")}
     assert set(rows) == {f"../method_cards/{key}.html" for key in SYNTHETIC}
     for key, entry in SYNTHETIC.items():
-        name, _, attribution, tldr, *_ = rows[f"../method_cards/{key}.html"]
+        name, _, _, tldr = rows[f"../method_cards/{key}.html"]  # name, kind, domains, TL;DR
         assert name.get_text() == one_line(entry["name"])
-        assert attribution.get_text() == one_line(entry["attribution"])
-        assert attribution.find("a")["href"] == md_url(entry["link"])
         assert tldr.get_text() == one_line(entry["tldr"])
-        for cell in (name, attribution, tldr):  # text only: no element but the row's own link
+        for cell in (name, tldr):  # text only: no element but the row's own link
             assert {tag.name for tag in cell.find_all(True)} <= {"p", "a", "span"}
             assert len(cell.find_all("a")) == (0 if cell is tldr else 1)
 
@@ -100,6 +98,62 @@ def test_real_site_lists_every_method(real_site):
         assert (real_site / "method_cards" / f"{key}.html").exists()
 
 
+# Markup that shows as text when a directive or a role was not parsed: the line starts as reST or MyST
+# source does, or holds a role or directive name with its delimiters.
+RAW_MARKUP = re.compile(r"^(\.\. |:param\b|:returns?:|:raises?\b|:func:|:class:|```|:::)|:(func|class|meth|mod|doc):`"
+                        r"|```\{|\{(eval-rst|autoclass|autofunction|card-facts|include|figure)\}")
+
+
+def raw_markup(page: bs4.BeautifulSoup) -> list[str]:
+    """The lines of a page's text (outside code, scripts and the search box) that read as raw markup."""
+    main = page.select_one("article") or page.body or page
+    for tag in main.select("pre, code, script, style, .highlight, form"):
+        tag.decompose()
+    return [line.strip() for line in main.get_text("\n").splitlines() if RAW_MARKUP.search(line.strip())]
+
+
+@pytest.mark.parametrize("html", [
+    "<article><p>.. py:class:: CutMix(alpha=1.0)</p></article>",
+    "<article><p>:param alpha: the concentration</p></article>",
+    "<article><p>See :func:`cutmix_batch`.</p></article>",
+    "<article><p>```{autoclass} algorithms.CutMix</p></article>",
+    "<article><p>:::{dropdown} Details</p></article>",
+])
+def test_raw_markup_is_found_in_a_page(html):
+    assert raw_markup(bs4.BeautifulSoup(html, "html.parser"))
+
+
+def test_markup_inside_code_is_not_raw_markup():
+    html = "<article><pre>.. autoclass:: x</pre><p>Write <code>```{card-facts} tldr</code> in a card.</p></article>"
+    assert raw_markup(bs4.BeautifulSoup(html, "html.parser")) == []
+
+
+def test_no_page_shows_raw_markup(real_site):
+    offenders = {}
+    for path in sorted(real_site.rglob("*.html")):
+        if "_static" in path.parts or path.name in ("search.html", "genindex.html"):
+            continue
+        found = raw_markup(soup(path))
+        if found:
+            offenders[str(path.relative_to(real_site))] = found[:3]
+    assert offenders == {}
+
+
+def test_every_cards_api_reference_renders_as_documentation(real_site):
+    from algorithms.metadata import load_all_metadata
+
+    for key, record in load_all_metadata().items():
+        page = soup(real_site / "method_cards" / f"{key}.html")
+        section = page.select_one("section#api-reference")
+        assert section is not None, key
+        documented = {dl.select_one("dt")["id"] for dl in section.select("dl.py") if dl.select_one("dt[id]")}
+        if record.kind == "method":
+            assert {f"algorithms.{record.class_name}", f"algorithms.functional.{record.functional}"} <= documented, key
+        else:
+            assert section.select("dl.py.class"), key
+        assert section.select("dl.field-list, dd p"), key  # parameters and descriptions, not raw text
+
+
 def test_card_templates_are_not_pages(real_site):
     """A card kind's sections exist once, in its Jinja template, which is no page of the site."""
     assert not (real_site / "templates").exists()
@@ -117,10 +171,11 @@ def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     for key in SYNTHETIC:
         page = soup(tmp_path / "html" / "method_cards" / f"{key}.html")
-        methods_section = page.select(".sidebar-tree ul")[0]  # the "Methods Library" caption's list
+        caption = next(c for c in page.select(".sidebar-tree p.caption") if c.get_text() == "Methods Library")
+        methods_section = caption.find_next_sibling("ul")  # the "Methods Library" caption's list
         links = [a["href"] for a in methods_section.select("a")]
         assert links == ["methods_overview.html", "../tables/algorithms_table.html", "../tables/composability.html",
-                         "#"]
+                         "../measurements.html", "#"]
         assert methods_section.select_one("li.current a").get_text() == f"Card {key}"
     # past the limit a card is reached from the home page through the overview and the table, which list them all
     index = soup(tmp_path / "html" / "index.html")

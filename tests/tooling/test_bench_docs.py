@@ -46,7 +46,7 @@ def test_the_synthetic_checkout_has_code_metadata_a_figure_and_a_card_per_method
         entry = json.loads((folder / "metadata.json").read_text())[key]
         kinds.add(entry["figure"]["kind"])
         card = catalog.card(key).read_text()
-        assert "<!-- generated: figure -->" in card and f"tables/figures/{key}.svg" in card
+        assert "```{card-facts} figure\n```" in card and "<!-- generated:" not in card  # rendered at build
         assert "TODO(new_card)" not in card and "$$" in card  # the prompts are prose, with display math
     assert kinds == {"batch", "plot"}
     assert "interactions" in json.loads((catalog.package / "synthetic_0008" / "metadata.json").read_text())[
@@ -112,8 +112,8 @@ def test_the_pages_are_read_from_a_build_where_ci_asks_for_colour(tmp_path, monk
     assert docs_scale.sphinx_build(tmp_path, tmp_path / "out", fresh=False).read == ("page",)
 
 
-def test_the_prose_edit_leaves_every_generated_region_as_it_was(catalog, tmp_path):
-    from methods_tools import cards
+def test_the_prose_edit_leaves_every_facts_directive_as_it_was(catalog, tmp_path):
+    from methods_tools.facts import directives
 
     card = tmp_path / "card.md"
     text = catalog.card("synthetic_0002").read_text()
@@ -121,7 +121,8 @@ def test_the_prose_edit_leaves_every_generated_region_as_it_was(catalog, tmp_pat
     docs_scale.edit_card_prose(card)
     edited = card.read_text()
     assert docs_scale.ADDED_PROSE in edited and edited != text
-    assert {n: r.body for n, r in cards.regions(edited).items()} == {n: r.body for n, r in cards.regions(text).items()}
+    assert [name for _, name in directives(edited)] == [name for _, name in directives(text)]
+    assert len(edited.splitlines()) == len(text.splitlines()) + 2  # the sentence and a blank line, nothing else
 
 
 def _well_formed(rows: list[dict]) -> None:
@@ -244,5 +245,5 @@ def test_the_prose_check_finds_the_names_a_search_of_every_term_finds(tmp_path):
     assert found == checks.check_composability_prose(card, text, records["synthetic_0000"], records,
                                                      checks.MethodTerms(records))
     keys = {r.name: k for k, r in records.items()}
-    assert {(p.line, keys[p.message.split("names ")[1].split(" outside")[0]]) for p in found} == _naive_prose_lines(
+    assert {(p.line, keys[p.message.split("names ")[1].split(" in the card")[0]]) for p in found} == _naive_prose_lines(
         text, "synthetic_0000", records) == {(5, "synthetic_0005"), (6, "synthetic_0010"), (6, "synthetic_0011")}

@@ -52,15 +52,15 @@ def test_the_scratch_copy_passes(carded):
     assert problems(*carded) == []
 
 
-def test_a_card_naming_another_method_outside_the_region_is_one_line_per_mention(carded):
+def test_a_card_naming_another_method_in_its_prose_is_one_line_per_mention(carded):
     repo, package, results = carded
     card = repo / "docs" / "source" / "method_cards" / "cutout.md"
     text = card.read_text(encoding="utf-8")
     prose = ("- Works well with CutMix, and with `LabelSmoothing()` or label\n  smoothing too; cutmix again.\n"
              "<!-- an HTML comment may name MixUp -->\n")
-    text = text.replace("<!-- end generated: composability -->\n", "<!-- end generated: composability -->\n" + prose)
-    # inside the generated region, and outside the section, a name is not a statement of the prose
-    text = text.replace("<!-- generated: composability -->\n", "<!-- generated: composability -->\nMixUp\n")
+    directive = "```{card-facts} composability\n```\n"
+    assert directive in text
+    text = text.replace(directive, directive + prose)
     card.write_text(text, encoding="utf-8")
     line = text.splitlines().index("- Works well with CutMix, and with `LabelSmoothing()` or label") + 1
     found = problems(repo, package, results)
@@ -68,11 +68,11 @@ def test_a_card_naming_another_method_outside_the_region_is_one_line_per_mention
     metadata = package / "cutout" / "metadata.json"
     where = str(metadata.relative_to(Path.cwd())) if metadata.is_relative_to(Path.cwd()) else str(metadata)
     assert found == [
-        f"{card_path}:{line}: Composability: names CutMix outside the generated composability region — move the "
+        f"{card_path}:{line}: Composability: names CutMix in the card's prose — move the "
         f"statement into {where} interactions[\"cutmix\"], shown beside the matrix's outcome",
-        f"{card_path}:{line}: Composability: names Label Smoothing outside the generated composability region — "
+        f"{card_path}:{line}: Composability: names Label Smoothing in the card's prose — "
         f"move the statement into {where} interactions[\"label_smoothing\"], shown beside the matrix's outcome",
-        f"{card_path}:{line + 1}: Composability: names CutMix outside the generated composability region — move "
+        f"{card_path}:{line + 1}: Composability: names CutMix in the card's prose — move "
         f"the statement into {where} interactions[\"cutmix\"], shown beside the matrix's outcome",
     ]
 

@@ -1,5 +1,6 @@
-"""tools/new_card.py: scaffolds pass every check but their prompts, run as written, --update keeps the
-prose, and nothing is overwritten silently."""
+"""tools/new_card.py: scaffolds pass every check but their prompts, run as written, hold directives
+for their facts (so a metadata change needs no card change), --update turns an old card's regions
+into directives and keeps the prose, and nothing is overwritten silently."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from card_support import run_card_code
 from methods_tools import cards
 from methods_tools.checks import check_cards
 from methods_tools.commands import new_card_main
+from methods_tools.facts import CardFacts, directives
 from methods_tools.scaffold import card_path, render_card
 
-from algorithms.metadata import PACKAGE_ROOT, load_all_datasets, load_all_metadata, load_all_model_families
+from algorithms.metadata import PACKAGE_ROOT, Kind, load_all_datasets, load_all_metadata, load_all_model_families
 
 REPO_ROOT = PACKAGE_ROOT.parent
 
@@ -80,24 +82,59 @@ def test_scaffold_table_comes_from_code_and_metadata(scratch):
     assert "Beta concentration" in rows["alpha"][4]  # the docstring's Args description
 
 
-def test_update_rewrites_the_regions_and_keeps_the_prose(scratch, capsys):
+def test_a_card_holds_directives_so_a_metadata_change_needs_no_card_change(scratch):
+    """The facts render when the site builds: the scaffold writes directives, not text, and after an
+    edit of the metadata the card is still correct and renders the new text."""
     repo, package = scratch
     _scaffold_everything(repo, package)
     path = card_path("method", "mixup", repo)
-    prose = path.read_text().replace("## Considerations\n", "## Considerations\n\nThe author's words `alpha=0.2`.\n")
-    path.write_text(prose)
+    card = path.read_text()
+    assert "<!-- generated:" not in card and "Trains on convex" not in card  # no fact is committed
+    assert [name for _, name in directives(card)] == list(cards.regions(render_card("method", "mixup", repo_root=repo,
+                                                                                   package_root=package)))
     metadata = package / "mixup" / "metadata.json"
     metadata.write_text(metadata.read_text().replace('"tldr": "Trains', '"tldr": "Now trains'))
-    assert any("tldr: stale" in p for p in _problems(repo, package))
+    assert not any("mixup.md" in p and "TODO" not in p for p in _problems(repo, package))
+    assert path.read_text() == card
+    tldr = CardFacts(repo_root=repo, package_root=package).body(Kind.METHOD, "mixup", "tldr")
+    assert tldr.strip().startswith("Now trains on convex")
+
+
+def test_update_turns_an_old_cards_regions_into_directives_and_keeps_the_prose(scratch, capsys):
+    repo, package = scratch
+    _scaffold_everything(repo, package)
+    path = card_path("method", "mixup", repo)
+    old = render_card("method", "mixup", repo_root=repo, package_root=package)  # facts committed as text
+    old = old.replace("## Considerations\n", "## Considerations\n\nThe author's words `alpha=0.2`.\n")
+    path.write_text(old)
+    problems = [p for p in _problems(repo, package) if "mixup.md" in p and "TODO" not in p]
+    assert len(problems) == 1 and "generated text committed in the card" in problems[0]
+    assert "new_card.py mixup --update" in problems[0]
     capsys.readouterr()
     assert new_card_main(["mixup", "--update"], repo_root=repo, package_root=package) == 0
     assert capsys.readouterr().out.startswith("updated:")
     updated = path.read_text()
-    assert updated == prose.replace("Trains on convex", "Now trains on convex", 1)  # only the region changed
+    assert "<!-- generated:" not in updated and "The author's words `alpha=0.2`." in updated
+    # every line outside the regions is kept, in order
+    kept = [line for line in updated.splitlines() if not line.startswith(("```{card-facts}", "```"))]
+    region_lines = {n for r in cards.regions(old).values() for n in range(r.line, r.end + 1)}
+    assert kept == [line for n, line in enumerate(old.splitlines(), 1)
+                    if n not in region_lines and not line.startswith("```")]
     assert not any("mixup.md" in p and "TODO" not in p for p in _problems(repo, package))
     assert new_card_main(["mixup", "--update"], repo_root=repo, package_root=package) == 0
     assert capsys.readouterr().out.startswith("up to date:")
     assert path.read_text() == updated
+
+
+def test_a_facts_directive_the_template_lacks_or_misses_is_named(scratch):
+    repo, package = scratch
+    _scaffold_everything(repo, package)
+    path = card_path("method", "mixup", repo)
+    text = path.read_text()
+    path.write_text(text.replace("```{card-facts} hyperparameters\n```", "```{card-facts} hyperparams\n```"))
+    problems = [p for p in _problems(repo, package) if "mixup.md" in p and "TODO" not in p]
+    assert any("card-facts 'hyperparams': this card kind has no such fact" in p for p in problems), problems
+    assert any("no card-facts directive for 'hyperparameters'" in p for p in problems), problems
 
 
 def test_existing_card_is_left_byte_for_byte(scratch, capsys):
@@ -107,7 +144,7 @@ def test_existing_card_is_left_byte_for_byte(scratch, capsys):
     path.write_bytes(b"hand-written \xe2\x9c\x93\n")
     assert new_card_main(["cutmix"], repo_root=repo, package_root=package) == 1
     (line,) = capsys.readouterr().err.splitlines()
-    assert "cutmix.md: exists" in line and "--force" in line and "--update" in line
+    assert "cutmix.md: exists" in line and "--force" in line
     assert path.read_bytes() == b"hand-written \xe2\x9c\x93\n"
     assert sorted(p.name for p in path.parent.iterdir()) == ["cutmix.md"]  # no temporary file left
     assert new_card_main(["cutmix", "--force"], repo_root=repo, package_root=package) == 0
@@ -233,7 +270,7 @@ def test_cli_script_runs_from_the_checkout():
     out = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "new_card.py"), "label_smoothing", "--dry-run"],
                          capture_output=True, text=True, cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("# Label Smoothing\n") and "| `smoothing` | `0.1` | `0.1` |" in out.stdout
+    assert out.stdout.startswith("# Label Smoothing\n") and "```{card-facts} hyperparameters\n```" in out.stdout
 
 
 @pytest.mark.parametrize("option", [{"precision": "amp_bf16"}, {"precision": "bf16"}, {"parallel": "ddp"},

@@ -118,7 +118,7 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
         assert prompts and any(where in line for line in prompts), (tool, out.stderr)
         assert "Traceback" not in out.stderr
 
-    # The author writes the method, its metadata and its test, then updates the card's regions.
+    # The author writes the method, its metadata and its test; the card's facts need no update.
     folder = root / "algorithms" / KEY
     (folder / f"{KEY}.py").write_text(CODE)
     (folder / "__init__.py").write_text(f"from .{KEY} import DemoScale, demo_scale_batch\n\n"
@@ -133,7 +133,7 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
     (folder / "metadata.json").write_text(json.dumps(metadata, indent=2))
     (root / "tests" / "methods" / f"test_{KEY}.py").write_text(TEST)
     out = run("tools/new_card.py", KEY, "--update")
-    assert out.returncode == 0 and out.stdout.startswith("updated:"), out.stderr
+    assert out.returncode == 0 and out.stdout.startswith("up to date:"), out.stderr
     card = root / "docs" / "source" / "method_cards" / f"{KEY}.md"
     card.write_text("\n".join(line for line in card.read_text().splitlines()
                                if "TODO(new_card)" not in line and "TODO(new\\_card)" not in line))
@@ -148,7 +148,12 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
     assert out.returncode == 1 and len(problems) == 1, out.stderr
     assert problems[0].startswith("results/composability/") and "DemoScale alone" in problems[0] \
         and "nox -s matrix" in problems[0]
-    assert "| `factor` | `0.5` | `0.5` | `[0, inf)` |" in card.read_text()
+    assert "```{card-facts} hyperparameters\n```" in card.read_text()
+    # ...which the docs build renders from the code and metadata just written
+    out = run("-c", "import sys; sys.path[:0] = ['.', 'tools']\nfrom methods_tools.facts import CardFacts\n"
+                    "from algorithms.metadata import Kind\n"
+                    f"print(CardFacts().body(Kind.METHOD, {KEY!r}, 'hyperparameters'))")
+    assert "| `factor` | `0.5` | `0.5` | `[0, inf)` |" in out.stdout, out.stderr
     out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/methods/test_{KEY}.py")
     assert out.returncode == 0, out.stdout[-3000:]
     out = run("-c", "from algorithms import DemoScale; import algorithms.functional as cf; "

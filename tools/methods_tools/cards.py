@@ -1,9 +1,10 @@
-"""Read MyST cards: sections, code blocks, generated regions, inline ``name=value``.
+"""Read MyST cards: sections, code blocks, fences, regions, inline ``name=value``.
 
 A card is parsed with markdown-it (the parser MyST itself uses), so headings, fences, HTML
 comments and code spans mean here what they mean on the site. No torch, no Sphinx.
 
-Generated regions: the parts of a card that its metadata and code own sit between markers::
+Regions: the facts of a card (its TL;DR, its hyperparameter table, its API reference) are
+marked in its kind's template::
 
     <!-- generated: tldr -->
 
@@ -11,9 +12,9 @@ Generated regions: the parts of a card that its metadata and code own sit betwee
 
     <!-- end generated: tldr -->
 
-``python tools/new_card.py <key> --update`` rewrites every region from today's metadata and
-code and leaves the prose alone; ``check_cards`` fails on a region that differs from what
-``--update`` would write.
+A card's source holds, in place of each region, a ``card-facts`` directive that the docs build
+renders from the template (:mod:`.facts`); :func:`regions` reads a rendered template, and an old
+card written with markers (``new_card.py NAME --update`` turns them into directives).
 
 Hidden set-up blocks: code the test suite runs before a card's examples but the site does not
 show, written as an HTML comment whose first line is ``<!-- card-setup``::
@@ -50,6 +51,7 @@ __all__ = [
     "RegionError",
     "Section",
     "code_blocks",
+    "fences",
     "inline_assignments",
     "read_card",
     "regions",
@@ -157,6 +159,12 @@ def code_blocks(text: str) -> list[CodeBlock]:
             code = "\n".join(lines[start:])
             blocks.append(CodeBlock(tok.map[0] + 2 + start, _language(tok.info.strip()), code + "\n"))
     return blocks
+
+
+def fences(text: str) -> list[tuple[int, str]]:
+    """``(line of the opening fence, info string)`` of every fenced block, in order."""
+    return [(tok.map[0] + 1, tok.info.strip()) for tok in _tokens(text, inline=False)
+            if tok.type == "fence" and tok.map]
 
 
 def _language(info: str) -> str:

@@ -49,7 +49,7 @@ __all__ = [
     "check_interaction_keys",
     "check_card_sections",
     "check_builders",
-    "check_card_regions",
+    "check_card_facts",
     "check_functional",
     "check_method_placeholders",
     "valid_records",
@@ -275,7 +275,7 @@ def check_builders(package_root: Path | None = None) -> list[Problem]:
 
 
 # ---------------------------------------------------------------------------------------------
-# check_cards: every card against a fresh render (sections, generated regions), and its prose
+# check_cards: every card against its template (sections, facts directives), and its prose
 
 
 def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
@@ -283,8 +283,9 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
     """Check every method, best-practice, dataset and model-family card; a record without a card is a
     problem.
 
-    Each card has the sections of its kind's template in order, and each generated region equals
-    what ``new_card.py --update`` would write. Inline ``name=value`` names a real parameter, and one
+    Each card has the sections of its kind's template in order and a ``card-facts`` directive for
+    each of the template's facts (the build renders them, so they cannot go stale).
+    Inline ``name=value`` names a real parameter, and one
     that says it is the default states the code's default. ``TODO(new_card)`` prompts are reported.
     The cards' composability statements and the committed matrix (``results_root``, default the
     checkout's ``results/``) are checked by :func:`check_composability`.
@@ -336,7 +337,7 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
             inline = _check_inline(path, text, own, signatures)
         fresh = render_card(kind, record.key, repo_root=repo_root, package_root=package_root, record=record)
         problems += check_card_sections(path, text, cards.sections(fresh)[1:])
-        problems += check_card_regions(path, text, fresh, record.key, kind)
+        problems += check_card_facts(path, text, fresh, record.key, kind)
         problems += inline
         if record.kind == "method":
             prose[record.key] = check_composability_prose(path, text, record, records, terms)
@@ -420,9 +421,10 @@ class MethodTerms:
 
 def check_composability_prose(path: Path, text: str, record: MethodRecord,
                               records: Mapping[str, MethodRecord], terms: MethodTerms | None = None) -> list[Problem]:
-    """In the card's Composability section, text outside generated regions (and HTML comments)
+    """In the card's Composability section, its prose (not its facts directive, not HTML comments)
     names no other ``kind: method`` of the registry: a statement about a combination belongs in
-    the metadata's ``interactions``, which the generated region shows beside the matrix's outcome.
+    the metadata's ``interactions``, which the card's composability facts show beside the matrix's
+    outcome.
     ``terms``: :class:`MethodTerms` of ``records``, when the caller checks many cards."""
     from . import cards
 
@@ -434,10 +436,9 @@ def check_composability_prose(path: Path, text: str, record: MethodRecord,
     end = next((s.line for s in found[starts[0] + 1:] if s.level <= start.level), None)
     lines = text.splitlines()
     first, last = start.line, (end - 1 if end else len(lines))  # the lines after the heading, 1-based
-    try:
-        hidden = {n for r in cards.regions(text).values() for n in range(r.line, r.end + 1)}
-    except cards.RegionError:
-        return []  # check_card_regions reports it
+    from .facts import directives
+
+    hidden = {n for line, _ in directives(text) for n in (line, line + 1)}
     shown = "\n".join("" if n in hidden else lines[n - 1] for n in range(first + 1, last + 1))
     shown = re.sub(r"<!--.*?-->", lambda m: "\n" * m.group().count("\n"), shown, flags=re.DOTALL)
     own = {t.casefold() for t in _method_terms(record)}
@@ -450,8 +451,8 @@ def check_composability_prose(path: Path, text: str, record: MethodRecord,
             if (line, other.key) in reported:
                 continue
             reported.add((line, other.key))
-            problems.append(Problem(path, COMPOSABILITY_SECTION, f"names {other.name} outside the generated "
-                                    f"composability region — move the statement into "
+            problems.append(Problem(path, COMPOSABILITY_SECTION, f"names {other.name} in the card's prose "
+                                    f"— move the statement into "
                                     f"{display_path(record.path)} interactions[\"{other.key}\"], shown beside "
                                     "the matrix's outcome", line))
     return sorted(problems, key=lambda p: (p.line or 0, p.message))
@@ -567,39 +568,40 @@ def check_card_sections(path: Path, text: str, expected: list[Any]) -> list[Prob
     return problems
 
 
-def check_card_regions(path: Path, text: str, fresh: str, key: str, kind: str) -> list[Problem]:
-    """Each generated region of ``fresh`` is in the card with the same body, and the card has no
-    region ``fresh`` does not."""
+def check_card_facts(path: Path, text: str, fresh: str, key: str, kind: str) -> list[Problem]:
+    """The card holds a ``card-facts`` directive for each region of ``fresh`` (its template
+    rendered), once, and none its kind does not have; a card still written with generated regions
+    is told how to convert it."""
     from . import cards
+    from .facts import DIRECTIVE, directive_fence, directives
 
     update = f"python tools/new_card.py {key}{'' if kind in METHOD_KINDS else f' --kind {kind}'} --update"
     try:
-        have = cards.regions(text)
+        old = cards.regions(text)
     except cards.RegionError as exc:
         return [Problem(path, "regions", f"{exc}", exc.line)]
-    want = cards.regions(fresh)
+    if old:
+        first = min(old.values(), key=lambda r: r.line)
+        return [Problem(path, first.name, f"generated text committed in the card ({len(old)} region(s)): "
+                        f"facts render when the site builds — run: {update}", first.line)]
+    want = list(cards.regions(fresh))
+    have = directives(text)
     problems = []
-    for name, region in want.items():
-        if name not in have:
-            problems.append(Problem(path, name, f"no generated region {name!r} — add its markers where the template "
-                                    f"has them (python tools/new_card.py {key} --dry-run shows where), then run: "
-                                    f"{update}"))
-        elif have[name].body != region.body:
-            first = _first_difference(have[name].body, region.body)
-            problems.append(Problem(path, name, f"stale: the metadata and code say otherwise (first difference: "
-                                    f"{first}) — run: {update}", have[name].line))
-    for name, region in have.items():
+    seen: dict[str, int] = {}
+    for line, name in have:
         if name not in want:
-            problems.append(Problem(path, name, f"a generated region {name!r} that this card kind does not have — "
-                                    "remove its markers", region.line))
+            problems.append(Problem(path, name, f"{DIRECTIVE} {name!r}: this card kind has no such fact — use one "
+                                    f"of: {', '.join(want)}", line))
+        elif name in seen:
+            problems.append(Problem(path, name, f"{DIRECTIVE} {name!r} a second time (the first is at line "
+                                    f"{seen[name]}) — keep one", line))
+        seen.setdefault(name, line)
+    for name in want:
+        if name not in seen:
+            problems.append(Problem(path, name, f"no {DIRECTIVE} directive for {name!r} — add "
+                                    f"{directive_fence(name)!r} where the template has it (python "
+                                    f"tools/new_card.py {key} --dry-run shows where)"))
     return problems
-
-
-def _first_difference(have: str, want: str) -> str:
-    for a, b in zip(have.splitlines(), want.splitlines(), strict=False):
-        if a != b:
-            return f"card {a.strip()[:50]!r}, fresh {b.strip()[:50]!r}"
-    return "the number of lines"
 
 
 def placeholder_problems(paths: Iterable[Path]) -> list[Problem]:

@@ -64,9 +64,10 @@ def check_cards_main(argv: Sequence[str] | None = None, *, repo_root: Path | Non
     from .checks import check_cards
 
     argparse.ArgumentParser(
-        prog="check_cards", description="Check every card against a fresh render from the metadata and code: "
-        "its sections, its generated regions (new_card.py NAME --update rewrites them), inline name=value, and "
-        "TODO(new_card) prompts left.").parse_args(argv)
+        prog="check_cards", description="Check every card against its template and the code: its sections "
+        "in order, a card-facts directive for each fact (the docs build renders them), inline name=value naming "
+        "real parameters and the code's defaults, method names in Composability prose, and TODO(new_card) "
+        "prompts left.").parse_args(argv)
     try:
         problems = check_cards(repo_root, package_root)
     except MetadataError as exc:
@@ -82,20 +83,21 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
 
     from .cards import RegionError
     from .codeinfo import CodeLookupError
-    from .scaffold import KINDS, UnknownName, card_path, render_card, update_card
+    from .scaffold import KINDS, UnknownName, card_path, card_source, update_card
 
     parser = argparse.ArgumentParser(
-        prog="new_card", description="Write a card from metadata and code (docs/source/method_cards/<name>.md, "
-        "or dataset_cards/, model_cards/ with --kind), rewrite its generated regions (--update), or scaffold "
-        "a whole new method (--new).")
+        prog="new_card", description="Write a card for a method (docs/source/method_cards/<name>.md, or "
+        "dataset_cards/, model_cards/ with --kind): its sections with prompts for the prose and a card-facts "
+        "directive for each fact, which the docs build renders from metadata and code; turn an old card's "
+        "generated regions into directives (--update); or scaffold a whole new method (--new).")
     parser.add_argument("name", help="the method's folder name (or data set / model family key)")
     parser.add_argument("--kind", choices=KINDS, default="method",
                         help="what NAME is (default: method; best practices are found as methods too)")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--new", action="store_true", help="scaffold a new method: algorithms/NAME/ (code and "
                         "metadata.json), tests/methods/test_NAME.py and its card")
-    action.add_argument("--update", action="store_true", help="rewrite the card's generated regions from "
-                        "today's metadata and code, keeping the prose")
+    action.add_argument("--update", action="store_true", help="turn the card's generated regions (text "
+                        "between <!-- generated --> markers) into card-facts directives, keeping the prose")
     parser.add_argument("--class-name", help="with --new: the Algorithm class (default: NAME in CamelCase)")
     parser.add_argument("--functional", help="with --new: the functional form (default: NAME_batch)")
     parser.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -109,20 +111,13 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
             parser.error("--new scaffolds methods only")
         return _new_method(args, repo_root)
     try:
-        content = render_card(args.kind, args.name, repo_root=repo_root, package_root=package_root)
+        content = card_source(args.kind, args.name, repo_root=repo_root, package_root=package_root)
         if args.update:
             if not path.exists():
                 print(f"{display_path(path)}: no card to update — write it with: python tools/new_card.py "
                       f"{args.name}{_kind_flag(args.kind)}", file=sys.stderr)
                 return 1
-            content, missing = update_card(path.read_text(encoding="utf-8"), content)
-            if missing:
-                for name in missing:
-                    print(f"{display_path(path)}: region {name!r} is missing — add '<!-- generated: {name} -->' "
-                          f"and '<!-- end generated: {name} -->' where the template has it "
-                          f"(python tools/new_card.py {args.name}{_kind_flag(args.kind)} --dry-run shows where)",
-                          file=sys.stderr)
-                return 1
+            content, converted = update_card(path.read_text(encoding="utf-8"))
     except (UnknownName, MetadataError, CodeLookupError) as exc:
         print(exc.args[0] if isinstance(exc, UnknownName) else exc, file=sys.stderr)
         return 1
@@ -134,11 +129,12 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
         return 0
     if args.update:
         changed = write_if_changed(path, content)
-        print(f"{'updated' if changed else 'up to date'}: {display_path(path)}")
+        print(f"updated: {display_path(path)} ({len(converted)} generated region(s) now card-facts directives)"
+              if changed else f"up to date: {display_path(path)} (its facts render when the site builds)")
         return 0
     if path.exists() and not args.force:
-        print(f"{display_path(path)}: exists — left unchanged; pass --update to rewrite its generated regions, "
-              "--force to overwrite it, or --dry-run to print a fresh one", file=sys.stderr)
+        print(f"{display_path(path)}: exists — left unchanged; its facts render when the site builds, so it "
+              "needs no update; pass --force to overwrite it, or --dry-run to print a fresh one", file=sys.stderr)
         return 1
     write_atomic(path, content, force=args.force)
     print(f"wrote {display_path(path)} — replace each TODO(new_card) prompt, then run nox -s check")
@@ -157,7 +153,7 @@ def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
     import algorithms.functional
 
     from .codeinfo import CodeLookupError
-    from .scaffold import card_path, draft_record, render_card, scaffold_method
+    from .scaffold import card_path, card_source, draft_record, scaffold_method
 
     try:
         files = scaffold_method(args.name, class_name=args.class_name, functional=args.functional,
@@ -181,13 +177,13 @@ def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
         for p, content in files.items():
             write_atomic(p, content, force=args.force)
             written.append(p)
-        # The card is rendered from the code just written, as every later --update renders it.
+        # The card is rendered from the code just written (its facts render at every docs build).
         importlib.invalidate_caches()
         for module in (algorithms, algorithms.functional):
             module._exports.cache_clear()
         metadata = next(p for p in files if p.name == "metadata.json")
         record = draft_record(args.name, files[metadata], metadata)
-        write_atomic(card, render_card("method", args.name, repo_root=repo_root, record=record), force=args.force)
+        write_atomic(card, card_source("method", args.name, repo_root=repo_root, record=record), force=args.force)
         written.append(card)
     except (OSError, CodeLookupError, ImportError, ValueError) as exc:
         for p in written:
@@ -196,7 +192,6 @@ def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
         return 1
     for p in written:
         print(f"wrote {display_path(p)}")
-    print(f"next: replace each TODO(new_card) prompt; `nox -s check` lists the ones left, one line each, "
-          f"and `python tools/new_card.py {args.name} --update` rewrites the card's generated regions "
-          "once metadata.json is filled in")
+    print("next: replace each TODO(new_card) prompt; `nox -s check` lists the ones left, one line each; the "
+          "card's facts (TL;DR, hyperparameters, API) render from metadata.json and the code at every docs build")
     return 0

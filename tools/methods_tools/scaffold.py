@@ -4,8 +4,10 @@ A card kind is a Jinja template plus a metadata record (as in huggingface_hub's 
 method and best-practice cards come from ``algo_card.md.jinja`` and a
 :class:`~algorithms.metadata.MethodRecord` plus the code read by :mod:`.codeinfo`; dataset/task
 and model-family cards from their own templates and a :class:`~algorithms.metadata.SubjectRecord`.
-The template is the one list of its kind's sections, and it marks the regions that metadata and
-code own (see :mod:`.cards`): :func:`update_card` rewrites them in place and keeps the prose.
+The template is the one list of its kind's sections, in reading order, and it marks the regions
+that metadata and code own (see :mod:`.cards`). A card's source holds a ``card-facts`` directive
+in place of each (:func:`card_source`), which the docs build renders from the same template
+(:mod:`.facts`); :func:`update_card` turns a card written with regions into one with directives.
 
 :func:`scaffold_method` writes what ``new_card.py NAME --new`` creates: the method folder (code
 whose bodies say what to write, ``metadata.json``), its test file and its card. Every part left
@@ -40,7 +42,7 @@ from algorithms.metadata import (
 )
 
 from . import REPO_ROOT
-from .cards import HYPERPARAMETER_SECTION, Region, regions, replace_regions
+from .cards import HYPERPARAMETER_SECTION, regions
 from .docsgen import jinja_environment, method_option
 from .markup import literal, md_text
 from .prompts import PLACEHOLDER
@@ -52,6 +54,7 @@ __all__ = [
     "TEMPLATES",
     "UnknownName",
     "card_path",
+    "card_source",
     "closest_first",
     "range_literal",
     "render_card",
@@ -201,14 +204,23 @@ _OPTIONAL = {
 }
 
 
-def update_card(text: str, fresh: str) -> tuple[str, list[str]]:
-    """``(text with its generated regions taken from fresh, [names of regions fresh has but text lacks])``.
+def card_source(kind: str, name: str, **kwargs: Any) -> str:
+    """The card ``name`` of ``kind`` as ``new_card.py`` writes it: the template's sections and prompts,
+    with a ``card-facts`` directive for each fact (arguments as :func:`render_card`)."""
+    from .facts import to_source
+
+    return to_source(render_card(kind, name, **kwargs))
+
+
+def update_card(text: str) -> tuple[str, list[str]]:
+    """``(text with each generated region replaced by its card-facts directive, [the regions' names])``;
+    the prose is kept byte for byte.
 
     Raises :class:`~methods_tools.cards.RegionError` for markers that do not pair up.
     """
-    wanted: dict[str, Region] = regions(fresh)
-    have = regions(text)
-    return replace_regions(text, wanted), [name for name in wanted if name not in have]
+    from .facts import to_source
+
+    return to_source(text), list(regions(text))
 
 
 def _method_context(record: Any) -> dict[str, Any]:

@@ -11,6 +11,10 @@
   cards against 3 s for 30). Here a toctree section with more than ``methods_nav_card_limit``
   entries shows only its pages that are not cards plus the current page; the overview and the
   table lead to the rest. ``benchmarks/docs_scale.py`` measures both.
+* The ``card-facts`` directive: a card's facts (its TL;DR, hyperparameter table, effects, API
+  reference...) rendered from today's metadata, code and results when the page is read
+  (:mod:`methods_tools.facts`). Each card notes its metadata and code files as dependencies, so
+  an edit to one card's prose or one method's metadata rebuilds that one card.
 * An HTML translator that makes the pages usable with a keyboard and a screen reader (WCAG 2.1
   AA, as axe-core checks it in the browser test): a toctree caption is a heading with a level,
   and a code block, wide table or display formula that may scroll sideways is a named region
@@ -24,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from docutils import nodes
-from methods_tools import pages
+from methods_tools import facts, pages
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
 from sphinx.writers.html5 import HTML5Translator
 
 logger = logging.getLogger(__name__)
@@ -50,6 +55,50 @@ def generate_pages(app: Sphinx) -> None:
         return
     for path in pages.write_outputs(generated.outputs, Path(app.srcdir)):
         logger.info("methods_library: wrote %s", path)
+
+
+# --- a card's facts --------------------------------------------------------------------------
+
+
+def reset_card_facts(app: Sphinx) -> None:
+    """Each build renders each card's template once, from the metadata and code as they are now."""
+    root = app.config.methods_metadata_root
+    app._methods_card_facts = facts.CardFacts(package_root=Path(root) if root else None)
+
+
+class CardFactsDirective(SphinxDirective):
+    """```` ```{card-facts} NAME ```` : the region NAME of this card's template, rendered now.
+
+    A problem (no metadata for the card, a region its kind does not have, metadata the code
+    contradicts) is one error line at the directive, and the fact is left out.
+    """
+
+    required_arguments = 1
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from methods_tools.codeinfo import CodeLookupError
+
+        from algorithms.metadata import MetadataError
+
+        found = facts.subject(self.env.docname)
+        if found is None:
+            logger.error("%s: only a card (in %s) has facts — remove this directive", facts.DIRECTIVE,
+                         ", ".join(facts.FOLDERS), location=self.get_location())
+            return []
+        kind, key = found
+        if not hasattr(self.env.app, "_methods_card_facts"):
+            reset_card_facts(self.env.app)
+        card_facts = self.env.app._methods_card_facts
+        try:
+            for path in card_facts.dependencies(kind, key):
+                self.env.note_dependency(str(path))
+            body = card_facts.body(kind, key, self.arguments[0])
+        except (facts.FactsError, MetadataError, CodeLookupError) as exc:
+            for line in str(exc).splitlines():
+                logger.error("%s", line, location=self.get_location())
+            return []
+        return self.parse_text_to_nodes(body) if body.strip() else []
 
 
 # --- the bounded sidebar ---------------------------------------------------------------------
@@ -173,6 +222,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_config_value("methods_generate_pages", True, "env", bool)
     app.add_config_value("methods_nav_card_limit", 30, "html", int)
     app.connect("builder-inited", generate_pages)
+    app.connect("builder-inited", reset_card_facts)
+    app.add_directive(facts.DIRECTIVE, CardFactsDirective)
     app.connect("html-page-context", bounded_toctree, priority=400)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
 
