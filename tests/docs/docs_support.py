@@ -7,6 +7,7 @@ A plain module (imported as ``docs_support``), not a conftest, so its name canno
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,12 @@ SYNTHETIC = {
                             attribution="Mallory ](javascript:alert(1)) <i>et al</i>",
                             link="https://example.invalid/a b)(c<d>"),
 }
+
+
+# Markup that shows as text when a directive or a role was not parsed: the line starts as reST or MyST
+# source does, or holds a role or directive name with its delimiters.
+RAW_MARKUP = re.compile(r"^(\.\. |:param\b|:returns?:|:raises?\b|:func:|:class:|```|:::)|:(func|class|meth|mod|doc):`"
+                        r"|```\{|\{(eval-rst|autoclass|autofunction|card-facts|include|figure)\}")
 
 
 def copy_docs_source(dst: Path) -> Path:

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from docs_support import RAW_MARKUP
 
 from algorithms.metadata import load_all_datasets, load_all_metadata, load_all_model_families
 
@@ -181,6 +182,8 @@ def page_kinds() -> dict[str, str]:
         "dataset card": f"dataset_cards/{next(iter(load_all_datasets()))}.html",
         "model card": f"model_cards/{next(iter(load_all_model_families()))}.html",
         "training configurations": "training_configurations.html",
+        "choosing methods": "choosing_methods.html",
+        "measurements": "measurements.html",
         "writing a method": "writing_cards.html",
     }
 
@@ -212,6 +215,62 @@ def test_no_serious_or_critical_accessibility_violation(browser, site_url, real_
     finally:
         context.close()
     assert not found, "\n".join(found)
+
+
+# What a reader sees of a page: the article's text outside code, scripts and the search form.
+ARTICLE_TEXT = """() => {
+    const article = (document.querySelector('article') || document.body).cloneNode(true);
+    article.querySelectorAll('pre, code, script, style, .highlight, form').forEach(e => e.remove());
+    return article.innerText;
+}"""
+SCREEN_WIDTHS = (1400, 390)
+# The pages a screenshot is kept of, at each width and theme.
+SCREENSHOTS = ("home", "overview", "method card", "composability", "training configurations", "choosing methods")
+
+
+@pytest.mark.parametrize("width", SCREEN_WIDTHS)
+def test_every_page_kind_fits_the_screen_and_shows_no_raw_markup(browser, site_url, real_site, width, tmp_path):
+    """At a desktop's and a phone's width, in light and dark: no page body scrolls sideways (a wide
+    table or chart scrolls inside its own frame), and no reST or MyST shows as text. Screenshots of
+    the main pages go to $METHODS_SCREENSHOT_DIR (else the test's temporary directory)."""
+    out = Path(os.environ.get("METHODS_SCREENSHOT_DIR") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    problems = []
+    for theme in ("light", "dark"):
+        context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=theme)
+        context.add_init_script(f"localStorage.setItem('theme', '{theme}')")
+        page = context.new_page()
+        try:
+            for kind, path in page_kinds().items():
+                page.goto(site_url + path)
+                page.wait_for_load_state("load")
+                body_width = page.evaluate("document.documentElement.scrollWidth")
+                if body_width > width:
+                    problems.append(f"{theme} {width}px {kind} ({path}): the page is {body_width}px wide")
+                raw = [line.strip() for line in page.evaluate(ARTICLE_TEXT).splitlines()
+                       if RAW_MARKUP.search(line.strip())]
+                problems += [f"{theme} {width}px {kind} ({path}): raw markup {line!r}" for line in raw[:3]]
+                if kind in SCREENSHOTS:
+                    page.screenshot(path=str(out / f"{kind.replace(' ', '-')}-{width}-{theme}.png"))
+        finally:
+            context.close()
+    assert problems == []
+    assert len(list(out.glob(f"*-{width}-*.png"))) == 2 * len(SCREENSHOTS)
+
+
+def test_the_card_puts_the_answer_before_the_implementer_notes(page, site_url):
+    """A reader's order: the TL;DR and the Should-I-use-it box first; the attribution, the
+    differences from Composer (collapsed) and the API reference last."""
+    page.set_viewport_size({"width": 390, "height": 900})
+    page.goto(site_url + "method_cards/cutmix.html")
+    headings = page.eval_on_selector_all("article section > h2", "hs => hs.map(h => h.firstChild.textContent)")
+    assert headings[0] == "TL;DR" and headings[-3:] == ["Attribution", "Differences from Composer", "API Reference"]
+    box = page.locator("article .ml-verdict")
+    assert box.count() == 1 and box.bounding_box()["y"] < 900 * 1.5  # within the first screen and a half
+    differences = page.locator("section#differences-from-composer details")
+    assert differences.count() == 1 and differences.get_attribute("open") is None  # collapsed
+    differences.locator("summary").click()
+    assert differences.get_attribute("open") is not None
 
 
 # --- the landing page and filtered overview URLs --------------------------------------------------

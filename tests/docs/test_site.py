@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from docs_support import HOSTILE, SYNTHETIC, sphinx_build, write_source_tree
+from docs_support import HOSTILE, RAW_MARKUP, SYNTHETIC, sphinx_build, write_source_tree
 from methods_tools.markup import one_line
 
 bs4 = pytest.importorskip("bs4", reason="BeautifulSoup comes with the [docs] extra (furo needs it)")
@@ -96,12 +96,6 @@ def test_real_site_lists_every_method(real_site):
     assert {a["href"] for a in overview.select(".ml-overview-item a.sd-stretched-link")} == {f"{k}.html" for k in keys}
     for key in keys:
         assert (real_site / "method_cards" / f"{key}.html").exists()
-
-
-# Markup that shows as text when a directive or a role was not parsed: the line starts as reST or MyST
-# source does, or holds a role or directive name with its delimiters.
-RAW_MARKUP = re.compile(r"^(\.\. |:param\b|:returns?:|:raises?\b|:func:|:class:|```|:::)|:(func|class|meth|mod|doc):`"
-                        r"|```\{|\{(eval-rst|autoclass|autofunction|card-facts|include|figure)\}")
 
 
 def raw_markup(page: bs4.BeautifulSoup) -> list[str]:
