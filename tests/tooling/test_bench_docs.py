@@ -195,7 +195,7 @@ def _records(tmp_path: Path, n: int):
     return load_all_metadata(package)
 
 
-def test_a_card_lists_only_the_pairs_that_do_not_simply_run_past_the_limit(tmp_path):
+def test_a_card_lists_only_the_pairs_that_do_not_simply_run_and_names_the_rest_within_the_limit(tmp_path):
     n = (CARD_PAIRS_LIMIT + 2) * len(synthetic_catalog.DOMAINS)  # one domain has more than the limit
     records = _records(tmp_path, n)
     methods = composability_pages.matrix_methods(records.values())
@@ -213,11 +213,13 @@ def test_a_card_lists_only_the_pairs_that_do_not_simply_run_past_the_limit(tmp_p
     assert [name for name, *_ in row.others] == [records[other].name]
     assert row.others[0][2].label == OUTCOMES["refused"]
     assert row.others_running == n // len(synthetic_catalog.DOMAINS) - 2  # all but itself and the one listed
-    # within the limit every other method of the domain is listed, as before
+    assert row.running == ()  # past the limit they are counted, not named
+    # within the limit the ones that simply run are named in a sentence, not listed
     small = _records(tmp_path / "small", 2 * len(synthetic_catalog.DOMAINS))
     small_methods = composability_pages.matrix_methods(small.values())
     row = method_row(matrix, small[first], small_methods)
-    assert [name for name, *_ in row.others] == [small[other].name] and row.others_running == 0
+    assert [name for name, *_ in row.others] == [small[other].name]
+    assert row.others_running == len(row.running) == 0  # its domain has no third method
 
 
 def _naive_prose_lines(text: str, own: str, records) -> set[tuple[int, str]]:

@@ -268,14 +268,16 @@ class MethodRow:
     parallels: tuple[Shown, ...]
     footnotes: tuple[Footnote, ...]
     #: How many other methods of its domains were left out of ``others`` because both their cells
-    #: simply run (see :data:`CARD_PAIRS_LIMIT`); 0 when ``others`` lists them all.
+    #: simply run; 0 when ``others`` lists them all.
     others_running: int = 0
+    #: Their names, while there are at most :data:`CARD_PAIRS_LIMIT` of them (else the count alone).
+    running: tuple[str, ...] = ()
 
 
-#: A card lists every other method of its domains while there are at most this many; beyond, only
-#: those with a cell that does not simply run (a note, another outcome, not run), after a sentence
-#: that the rest run in either order. A card's size then stays bounded as the catalog grows
-#: (``benchmarks/docs_scale.py``), while the Composability page keeps every cell.
+#: A card's table lists the other methods of its domains with a cell that does not simply run (a
+#: note, another outcome, not run); a sentence names the rest, which run in either order, while
+#: they are at most this many, and counts them beyond. A card's size then stays bounded as the
+#: catalog grows (``benchmarks/docs_scale.py``), while the Composability page keeps every cell.
 CARD_PAIRS_LIMIT = 30
 
 
@@ -293,12 +295,12 @@ def method_row(matrix: Matrix, record: MethodRecord, methods: Sequence[MethodRec
     alone = shown(("solo", (key,), None))
     others = tuple((other.name, shown(("pair", (key, other.key), None)), shown(("pair", (other.key, key), None)))
                    for other in methods if other.key != key and set(other.domains) & set(record.domains))
-    listed = others if len(others) <= CARD_PAIRS_LIMIT else tuple(
-        o for o in others if not (_runs_plainly(o[1]) and _runs_plainly(o[2])))
+    listed = tuple(o for o in others if not (_runs_plainly(o[1]) and _runs_plainly(o[2])))
+    running = tuple(o[0] for o in others if o not in listed)
     precisions = tuple(shown(("precision", (key,), m)) for m in matrix.precisions)
     parallels = tuple(shown(("parallel", (key,), m)) for m in matrix.parallels)
     return MethodRow(matrix, alone, listed, precisions, parallels, tuple(numbering.footnotes),
-                     others_running=len(others) - len(listed))
+                     others_running=len(running), running=running if len(running) <= CARD_PAIRS_LIMIT else ())
 
 
 # --------------------------------------------------------------------------------------------- render
