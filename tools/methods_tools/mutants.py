@@ -1,42 +1,29 @@
-"""Check a mutmut run against the mutants listed as equivalent.
+"""Report a mutmut run: the mutation score, by module and overall, and each surviving mutant.
 
 Usage, in the folder where mutmut ran (``nox -s mutants`` does this at the end of its run)::
 
-    python tools/check_mutants.py tests/mutation_equivalents.md
+    python tools/mutation_score.py
 
-Every mutant that survived its tests, that no test reaches, or whose run was not conclusive must
-be listed in the equivalents file as ``- `NAME`: `LINE` becomes `MUTATED LINE`.``, with the change
-``mutmut show NAME`` gives today. An entry whose recorded change differs from the mutant's (an
-edit of the function renumbered its mutants, so the name now means another change) explains
-nothing and is reported. Mutants that were not run in this session (``not checked``) are not
-judged.
-
-Prints one line per unexplained mutant, followed by the entry it would need once triaged, and
-exits with status 1 if there is any; otherwise prints how many survivors the file explains. A
-listed mutant that a test kills now, or that no longer exists, is named too (its entry is stale),
-without failing.
+A score to read and report, not a gate: it always exits 0 once it can read the run. A mutant that
+survived (or that no test reaches, or whose run was not conclusive) is printed with the change it
+makes, ``mutmut show NAME``'s diff in one line, so it can be killed with a test against the
+definition or judged equivalent; nothing is kept entry by entry (mutmut numbers a function's
+mutants afresh on every edit, so a ledger of them never stays current). Mutants that were not run
+in this session (``not checked``) are left out.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 # Statuses of `mutmut results` that no test explains: the mutant ran and every test passed, or no
 # test reaches it, or its run was not conclusive.
 UNEXPLAINED = frozenset({"survived", "no tests", "suspicious", "segfault"})
-
-# A Markdown code span: a run of backticks, the code, the same run again (longer runs let the code hold
-# backticks, as in ``message=r"`lr_scheduler`"``).
-# A side with no code (a line removed) is written "(nothing)".
-_SPAN = r"(?:(?P<{0}>`+)(?!`).*?(?<!`)(?P={0})(?!`)|\(nothing\))"
-# An entry: its name, then the change (`line` becomes `mutated line`), then, optionally, why.
-ENTRY = re.compile(r"^- `(?P<name>[\w.ǁ]+__mutmut_\d+)`: (?P<change>" + _SPAN.format("a") + " becomes "
-                   + _SPAN.format("b") + ")")
+MUTMUT_FOLDER = "mutants"  # where mutmut 3 writes its mutated copy and each mutant's status
 
 
 def code_span(code: str) -> str:
@@ -45,11 +32,6 @@ def code_span(code: str) -> str:
         return f"`{code}`" if code else "(nothing)"
     fence = "`" * (max(len(run) for run in re.findall(r"`+", code)) + 1)
     return f"{fence} {code} {fence}"
-
-
-def listed_changes(text: str) -> dict[str, str]:
-    """Each listed mutant's recorded change, by name."""
-    return {m["name"]: m["change"] for line in text.splitlines() if (m := ENTRY.match(line))}
 
 
 def change_of(diff: str) -> str:
@@ -64,21 +46,6 @@ def change_of(diff: str) -> str:
         elif line.startswith("+"):
             added.append(line[1:].strip())
     return f"{code_span(' '.join(removed))} becomes {code_span(' '.join(added))}"
-
-
-def unexplained(statuses: Iterable[tuple[str, str]], listed: dict[str, str],
-                change: Callable[[str], str]) -> Iterator[tuple[str, str, str]]:
-    """``(name, status, why)`` for each judged mutant the listing does not explain; ``change(name)``
-    gives a mutant's change as :func:`change_of` writes it."""
-    for name, status in statuses:
-        if status not in UNEXPLAINED:
-            continue
-        if name not in listed:
-            yield name, status, "not listed"
-            continue
-        now = change(name)
-        if listed[name] != now:
-            yield name, status, f"listed as {listed[name]}, but the mutant now makes {now}"
 
 
 def module_of(name: str) -> str:
@@ -120,37 +87,30 @@ def mutmut_change(name: str) -> str:
         return f"(no diff: {type(error).__name__}: {error})"
 
 
+def score(statuses: Iterable[tuple[str, str]]) -> tuple[int, int]:
+    """``(killed, judged)``: the mutants a test killed (or that timed out, an endless loop a test
+    caught), of those run."""
+    counts = Counter(status for _, status in statuses if status != "not checked")
+    return counts["killed"] + counts["timeout"], counts.total()
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("equivalents", type=Path, help="the file that lists the equivalent mutants")
-    args = parser.parse_args(argv)
-    try:
-        listed = listed_changes(args.equivalents.read_text(encoding="utf-8"))
-    except OSError as error:
-        print(f"{args.equivalents}: cannot read the equivalents file ({error.strerror}); pass its path",
-              file=sys.stderr)
-        return 1
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    if not Path(MUTMUT_FOLDER).is_dir():
+        print(f"no mutant was run in this folder (no {MUTMUT_FOLDER}/): run mutmut first (nox -s mutants)")
+        return 0
     statuses = list(mutmut_statuses())
-    judged = sum(status != "not checked" for _, status in statuses)
-    survivors = sum(status in UNEXPLAINED for _, status in statuses)
-    problems = list(unexplained(statuses, listed, mutmut_change))
-    names = {name for name, _ in statuses}
-    for name, status in statuses:
-        if status == "killed" and name in listed:
-            print(f"note: {name} is listed in {args.equivalents} but a test kills it now: remove its entry")
-    for name in sorted(set(listed) - names):
-        print(f"note: {name} is listed in {args.equivalents} but there is no such mutant: remove its entry")
-    for module, counts in tally(statuses).items():
-        print(f"{module}: {counts.total()} run, " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
-    for name, status, why in problems:
-        print(f"{name}: {status}, {why}")
-        if why == "not listed":
-            print(f"    - `{name}`: {mutmut_change(name)}.")
-    if problems:
-        print(f"{len(problems)} of {survivors} surviving mutants (of {judged} run) are not explained by "
-              f"{args.equivalents}: kill each with a test, or list it there, with the change above, in the "
-              "section that says why it is equivalent", file=sys.stderr)
-        return 1
-    print(f"all {survivors} surviving mutants (of {judged} run) are listed in {args.equivalents} with the change "
-          "they make")
+    for module, counts in sorted(tally(statuses).items()):
+        killed, judged = score((module, status) for status, n in counts.items() for _ in range(n))
+        print(f"{module}: {killed / judged:.1%} killed ({judged} run: "
+              + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + ")")
+    survivors = [(name, status) for name, status in statuses if status in UNEXPLAINED]
+    for name, status in survivors:
+        print(f"{name}: {status}: {mutmut_change(name)}")
+    killed, judged = score(statuses)
+    if not judged:
+        print("no mutant was run in this folder: run mutmut first (nox -s mutants)")
+        return 0
+    print(f"mutation score: {killed / judged:.1%} ({killed} of {judged} mutants killed; {len(survivors)} survived "
+          "or are not reached, listed above)")
     return 0

@@ -1,5 +1,5 @@
-"""Check a mutmut run against the listed equivalent mutants (run where mutmut ran; nox -s mutants does):
-python tools/check_mutants.py tests/mutation_equivalents.md."""
+"""The mutation score of a mutmut run, by module and overall, and each surviving mutant with its change
+(run where mutmut ran; nox -s mutants does): python tools/mutation_score.py."""
 
 import sys
 from pathlib import Path
