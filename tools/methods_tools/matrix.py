@@ -45,7 +45,7 @@ from .results import COMPOSABILITY_DIR, composability_problems
 
 __all__ = ["EFFECTS", "KINDS", "OBSERVABLES", "WORKLOADS", "Batch", "Cell", "CellRun", "MatrixError", "Settings",
            "Workload", "cell_note", "decide", "default_output_path", "effects_seen", "matrix_environment",
-           "model_signature", "plan_cells", "run_cell", "run_matrix", "vision_model"]
+           "model_signature", "plan_cells", "run_cell", "run_matrix", "sample_cells", "vision_model"]
 
 Progress = Callable[[str], None]
 
@@ -138,6 +138,27 @@ def plan_cells(records: Mapping[str, Any] | None = None, kinds: Iterable[str] = 
     if "parallel" in kinds:
         cells += [Cell("parallel", (key,), parallel=mode) for mode in parallels for key in methods]
     return cells
+
+
+#: How many pairs without a note of their own :func:`sample_cells` keeps.
+SAMPLED_PAIRS = 12
+
+
+def sample_cells(cells: Sequence[Cell], records: Mapping[str, Any] | None = None,
+                 pairs: int = SAMPLED_PAIRS) -> list[Cell]:
+    """What the test suite reruns of the matrix: every cell of one method (alone, in each precision,
+    in each parallel mode: they grow with the catalog, not its square), every pair that a method's
+    ``interactions`` names (what the cards state must keep holding), and ``pairs`` of the other
+    pairs, evenly spaced in plan order, so the same ones every run. ``nox -s matrix`` runs them all."""
+    records = _method_records(records)
+    def named(a: str, b: str) -> bool:
+        return b in records[a].interactions or a in records[b].interactions
+
+    noted = [c for c in cells if c.kind == "pair" and named(*c.methods)]
+    others = [c for c in cells if c.kind == "pair" and c not in noted]
+    stride = max(1, -(-len(others) // pairs)) if pairs > 0 else len(others) + 1
+    kept = set(noted) | set(others[::stride][:pairs])
+    return [c for c in cells if c.kind != "pair" or c in kept]
 
 
 def cell_note(cell: Cell, records: Mapping[str, Any]) -> str | None:
