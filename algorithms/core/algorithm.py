@@ -86,9 +86,12 @@ class Algorithm(ABC):
     def generator(self, state: State) -> torch.Generator:
         """This algorithm's CPU random generator, created on first use.
 
-        With ``state.seed`` set it is seeded from the seed, the rank and the class name, so runs
-        repeat and each rank of a distributed run draws different numbers; without a seed it
-        draws fresh entropy.
+        With ``state.seed`` set it is seeded from the seed, the rank, the class name and which
+        instance of its class this is in the Trainer's list (the first, the second...), so runs
+        repeat, each rank of a distributed run draws different numbers, and two instances of one
+        class draw independently; without a seed it draws fresh entropy. The first instance of a
+        class draws what it always did, and adding another method to the list changes no other
+        method's draws.
         """
         gen = getattr(self, "_generator", None)
         if gen is None:
@@ -96,7 +99,8 @@ class Algorithm(ABC):
             if state.seed is None:
                 gen.seed()
             else:
-                salt = zlib.crc32(self.name.encode())
+                instance = getattr(self, "_instance", 0)
+                salt = zlib.crc32(self.name.encode() if instance == 0 else f"{self.name}#{instance}".encode())
                 gen.manual_seed((state.seed * 1_000_003 + state.rank * 7919 + salt) % 2**63)
             self._generator = gen
         return gen

@@ -56,6 +56,10 @@ class Engine:
     @algorithms.setter
     def algorithms(self, algorithms: Sequence[Algorithm]) -> None:
         self._scoped = tuple((algo, self.method_log.scope(algo)) for algo in algorithms)
+        seen: dict[str, int] = {}
+        for algo in algorithms:  # which instance of its class each is: its generator's seed depends on it
+            algo._instance = seen.get(algo.name, 0)
+            seen[algo.name] = algo._instance + 1
 
     @property
     def trace(self) -> list[Trace]:
