@@ -52,8 +52,7 @@ def tests(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the Methods Library site into docs/build/html; any warning fails the build."""
     install_project(session, "docs")
-    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs/source", "docs/build/html",
-                *session.posargs)
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs/source", "docs/build/html", *session.posargs)
     session.log(f"The site is at {Path('docs/build/html/index.html').resolve()}")
 
 
@@ -88,20 +87,57 @@ def gpu(session: nox.Session) -> None:
     tools/compare_training.py (e.g. --out).
     """
     install_project(session, "dev")
-    session.run("python", "-c", "import torch, sys; sys.exit(0 if torch.cuda.is_available() else "
-                "'nox -s gpu needs CUDA: torch.cuda.is_available() is False (set METHODS_TORCH_SPEC "
-                "to a CUDA build of torch)')")
+    session.run(
+        "python",
+        "-c",
+        "import torch, sys; sys.exit(0 if torch.cuda.is_available() else "
+        "'nox -s gpu needs CUDA: torch.cuda.is_available() is False (set METHODS_TORCH_SPEC "
+        "to a CUDA build of torch)')",
+    )
     session.run("pytest", "-q", "-m", "cuda", "tests")
     nproc = session.run("python", "-c", "import torch; print(torch.cuda.device_count())", silent=True).strip()
-    session.run("python", "tools/compare_training.py", "--model", "resnet50", "--data", "synthetic",
-                "--epochs", "2", "--batch-size", "64", "--max-batches", "50", "--workers", "4", "--repeats", "3",
-                "--nproc", nproc, "--timeout", "300", "--force",
-                "--configs", "fp32:single,fp16:single,bf16:single,amp_fp16:single,amp_bf16:single,"
-                             "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2",
-                *session.posargs)
+    session.run(
+        "python",
+        "tools/compare_training.py",
+        "--model",
+        "resnet50",
+        "--data",
+        "synthetic",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--max-batches",
+        "50",
+        "--workers",
+        "4",
+        "--repeats",
+        "3",
+        "--nproc",
+        nproc,
+        "--timeout",
+        "300",
+        "--force",
+        "--configs",
+        "fp32:single,fp16:single,bf16:single,amp_fp16:single,amp_bf16:single,"
+        "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2",
+        *session.posargs,
+    )
     session.run("python", "tools/measure_methods.py", "--image-size", "32", "--seeds", "5", "--timeout", "300")
-    session.run("python", "tools/measure_methods.py", "--workload", "nlp", "--seq-len", "256", "--max-batches", "400",
-                "--seeds", "5", "--timeout", "300")
+    session.run(
+        "python",
+        "tools/measure_methods.py",
+        "--workload",
+        "nlp",
+        "--seq-len",
+        "256",
+        "--max-batches",
+        "400",
+        "--seeds",
+        "5",
+        "--timeout",
+        "300",
+    )
 
 
 @nox.session(python=PYTHON)
@@ -166,11 +202,16 @@ def minimums(session: nox.Session) -> None:
     others = [p for p in runtime if not p.startswith("torch==")]
     session.install(torch_floor, *others, *tools)
     session.install("--no-deps", "-e", ".")
-    session.run("python", "-c", "import importlib.metadata as m; print('testing with', ', '.join("
-                "f'{n} {m.version(n)}' for n in ('torch', 'jsonschema', 'jinja2', 'pytest', 'hypothesis', 'numpy')))")
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m; print('testing with', ', '.join("
+        "f'{n} {m.version(n)}' for n in ('torch', 'jsonschema', 'jinja2', 'pytest', 'hypothesis', 'numpy')))",
+    )
     # and the two-process parity tests: FSDP's sharded step is what sets the torch floor on the CPU
-    session.run("pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS[:-1], "tests/core/test_distributed.py",
-                *session.posargs)
+    session.run(
+        "pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS[:-1], "tests/core/test_distributed.py", *session.posargs
+    )
 
 
 @nox.session(python=PYTHON)
@@ -217,9 +258,22 @@ def mutants(session: nox.Session) -> None:
 # release pins an older torch, installed without its pins together with what composer.functional imports.
 PEERS_TORCH_SPEC = os.environ.get("METHODS_PEERS_TORCH_SPEC", "torch==2.14.1 torchvision==0.29.1")
 COMPOSER_SPEC = os.environ.get("METHODS_PEERS_COMPOSER_SPEC", "mosaicml==0.32.1")
-COMPOSER_IMPORTS = ("pyyaml", "tqdm", "torchmetrics>=1.0,<1.7.5", "torch_optimizer", "requests", "numpy", "psutil",
-                    "coolname", "tabulate", "py-cpuinfo", "packaging", "importlib-metadata", "pillow",
-                    "mosaicml-cli>=0.5.25,<0.8")
+COMPOSER_IMPORTS = (
+    "pyyaml",
+    "tqdm",
+    "torchmetrics>=1.0,<1.7.5",
+    "torch_optimizer",
+    "requests",
+    "numpy",
+    "psutil",
+    "coolname",
+    "tabulate",
+    "py-cpuinfo",
+    "packaging",
+    "importlib-metadata",
+    "pillow",
+    "mosaicml-cli>=0.5.25,<0.8",
+)
 
 
 @nox.session(python=PYTHON)
@@ -234,8 +288,9 @@ def bench_peers(session: nox.Session) -> None:
     results/bench/peers/<cpu|gpu>-<hardware>.json (commit it; the README's table shows it too).
     Extra arguments go to benchmarks/run.py (e.g. ``--output -``).
     """
-    inputs = "\n".join([Path("pyproject.toml").read_text(encoding="utf-8"), PEERS_TORCH_SPEC, COMPOSER_SPEC,
-                        *COMPOSER_IMPORTS])
+    inputs = "\n".join(
+        [Path("pyproject.toml").read_text(encoding="utf-8"), PEERS_TORCH_SPEC, COMPOSER_SPEC, *COMPOSER_IMPORTS]
+    )
     stamp = Path(session.virtualenv.location) / ".methods-peers-stamp"
     digest = hashlib.sha256(inputs.encode()).hexdigest()
     if stamp.exists() and stamp.read_text() == digest:

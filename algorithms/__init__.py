@@ -30,8 +30,9 @@ def _exports() -> dict[str, str]:
     return {r.class_name: r.key for r in records.values() if r.class_name}
 
 
-def lazy_module(name: str, exports: Callable[[], dict[str, str]]
-                ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_module(
+    name: str, exports: Callable[[], dict[str, str]]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for module ``name``, whose public names are ``exports()``: name ->
     the module under ``algorithms`` that defines it, imported on first use."""
     module = sys.modules[name]

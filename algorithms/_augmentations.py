@@ -26,17 +26,52 @@ from .core.algorithm import Algorithm
 from .core.event import Event
 from .core.state import State
 
-__all__ = ["AUGMENTATION_SETS", "OPERATIONS", "ImageAugmentation", "apply_operation", "check_severity",
-           "from_unit_range", "random_operations", "resolve_augmentation_set", "to_unit_range", "working_copy",
-           "restored"]
+__all__ = [
+    "AUGMENTATION_SETS",
+    "OPERATIONS",
+    "ImageAugmentation",
+    "apply_operation",
+    "check_severity",
+    "from_unit_range",
+    "random_operations",
+    "resolve_augmentation_set",
+    "to_unit_range",
+    "working_copy",
+    "restored",
+]
 
 #: Every operation name, in Composer's order; the ``*_original`` ones differ only in how their
 #: enhancement factor is drawn from the severity.
-OPERATIONS = ("autocontrast", "equalize", "posterize", "rotate", "solarize", "shear_x", "shear_y", "translate_x",
-              "translate_y", "color", "contrast", "brightness", "sharpness", "color_original", "contrast_original",
-              "brightness_original", "sharpness_original")
-_GEOMETRIC = ("autocontrast", "equalize", "posterize", "rotate", "solarize", "shear_x", "shear_y", "translate_x",
-              "translate_y")
+OPERATIONS = (
+    "autocontrast",
+    "equalize",
+    "posterize",
+    "rotate",
+    "solarize",
+    "shear_x",
+    "shear_y",
+    "translate_x",
+    "translate_y",
+    "color",
+    "contrast",
+    "brightness",
+    "sharpness",
+    "color_original",
+    "contrast_original",
+    "brightness_original",
+    "sharpness_original",
+)
+_GEOMETRIC = (
+    "autocontrast",
+    "equalize",
+    "posterize",
+    "rotate",
+    "solarize",
+    "shear_x",
+    "shear_y",
+    "translate_x",
+    "translate_y",
+)
 #: Composer's sets: ``safe`` leaves out the operations that resemble the corruptions of
 #: ImageNet-C and CIFAR-10-C (color, contrast, brightness, sharpness); ``original`` draws their
 #: factors as AugMix's reference code does.
@@ -50,17 +85,24 @@ _AFFINE = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
 
 # -- argument checks ---------------------------------------------------------------------------
 
+
 def check_severity(severity: float) -> float:
-    if isinstance(severity, bool) or not isinstance(severity, (int, float)) or not math.isfinite(severity) \
-            or not 0 <= severity <= 10:
+    if (
+        isinstance(severity, bool)
+        or not isinstance(severity, (int, float))
+        or not math.isfinite(severity)
+        or not 0 <= severity <= 10
+    ):
         raise ValueError(f"severity={severity!r}: must be a number in [0, 10] (10 is the strongest)")
     return float(severity)
 
 
 def resolve_augmentation_set(augmentation_set: str | Sequence[str]) -> tuple[str, ...]:
     """The operation names a set name or a sequence of names stands for."""
-    allowed = (f"a set name ({', '.join(repr(k) for k in AUGMENTATION_SETS)}) or a non-empty sequence of "
-               f"operation names from {', '.join(OPERATIONS)}")
+    allowed = (
+        f"a set name ({', '.join(repr(k) for k in AUGMENTATION_SETS)}) or a non-empty sequence of "
+        f"operation names from {', '.join(OPERATIONS)}"
+    )
     if isinstance(augmentation_set, str):
         if augmentation_set not in AUGMENTATION_SETS:
             raise ValueError(f"augmentation_set={augmentation_set!r}: must be {allowed}")
@@ -69,8 +111,9 @@ def resolve_augmentation_set(augmentation_set: str | Sequence[str]) -> tuple[str
         raise ValueError(f"augmentation_set={augmentation_set!r}: must be {allowed}")
     unknown = [name for name in augmentation_set if name not in OPERATIONS]
     if unknown:
-        raise ValueError(f"augmentation_set={augmentation_set!r}: {unknown[0]!r} is not an operation; must be "
-                         f"{allowed}")
+        raise ValueError(
+            f"augmentation_set={augmentation_set!r}: {unknown[0]!r} is not an operation; must be {allowed}"
+        )
     return tuple(augmentation_set)
 
 
@@ -83,6 +126,7 @@ def _check_images(img: torch.Tensor) -> None:
 
 
 # -- the working copy: float, batched, with the input's scale ---------------------------------
+
 
 class _Work:
     """A batch as the operations see it: float ``values`` on the input's scale ``peak`` (255 for
@@ -118,6 +162,7 @@ def restored(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 # -- the operations, on a working batch and per-image magnitudes ------------------------------
+
 
 def _per_image(magnitude: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return magnitude.to(x.device, x.dtype, non_blocking=True).view(-1, 1, 1, 1)
@@ -252,8 +297,14 @@ def _warp(w: _Work, x: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
 
 
 _PIXELWISE: dict[str, Callable[[_Work, torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "autocontrast": _autocontrast, "equalize": _equalize, "posterize": _posterize, "solarize": _solarize,
-    "color": _color, "contrast": _contrast, "brightness": _brightness, "sharpness": _sharpness,
+    "autocontrast": _autocontrast,
+    "equalize": _equalize,
+    "posterize": _posterize,
+    "solarize": _solarize,
+    "color": _color,
+    "contrast": _contrast,
+    "brightness": _brightness,
+    "sharpness": _sharpness,
 }
 _PRIMITIVE = {name: name.removesuffix("_original") for name in OPERATIONS}
 
@@ -279,6 +330,7 @@ def apply_operation(img: torch.Tensor, name: str, magnitude: float | torch.Tenso
 
 
 # -- Composer's severity -> magnitude mapping ---------------------------------------------------
+
 
 def _magnitudes(name: str, severity: float, u: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """Each image's magnitude, from its three uniform draws ``u = (level, sign, branch)``:
@@ -309,8 +361,14 @@ def _magnitudes(name: str, severity: float, u: torch.Tensor, height: int, width:
     return torch.zeros_like(level)  # autocontrast, equalize
 
 
-def random_operations(w: _Work, x: torch.Tensor, names: tuple[str, ...], severity: float,
-                      generator: torch.Generator | None, active: torch.Tensor | None = None) -> torch.Tensor:
+def random_operations(
+    w: _Work,
+    x: torch.Tensor,
+    names: tuple[str, ...],
+    severity: float,
+    generator: torch.Generator | None,
+    active: torch.Tensor | None = None,
+) -> torch.Tensor:
     """One random operation per image of ``x``, each with its own magnitude.
 
     Drawn on the host from ``generator``, in this order: the operation of each image
@@ -356,19 +414,26 @@ def _put(out: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) -> torch.T
 
 # -- the classes: data of any range, mapped to the operations' range and back ------------------
 
+
 def check_value_range(value_range: Any) -> tuple[float, float] | None:
     if value_range is None:
         return None
-    ok = isinstance(value_range, (tuple, list)) and len(value_range) == 2 and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value_range)
+    ok = (
+        isinstance(value_range, (tuple, list))
+        and len(value_range) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value_range)
+    )
     if not ok or not value_range[0] < value_range[1]:
-        raise ValueError(f"value_range={value_range!r}: must be None (each image's own min..max) or a pair "
-                         "(low, high) of finite numbers with low < high")
+        raise ValueError(
+            f"value_range={value_range!r}: must be None (each image's own min..max) or a pair "
+            "(low, high) of finite numbers with low < high"
+        )
     return (float(value_range[0]), float(value_range[1]))
 
 
-def to_unit_range(images: torch.Tensor, value_range: tuple[float, float] | None
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def to_unit_range(
+    images: torch.Tensor, value_range: tuple[float, float] | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Floating point images mapped to ``[0, 1]``: from ``value_range`` (values outside it are
     clipped), or with None from each image's own minimum and maximum (a constant image maps to
     0). Returns ``(unit, low, span)`` for :func:`from_unit_range`; tensor ops only, no sync."""

@@ -53,10 +53,13 @@ def _build() -> tuple[Any | None, str]:
     try:
         from torch.utils import cpp_extension
 
-        _log.info("building the CPU kernels of CutMix, MixUp, CutOut and label smoothing from %s (once; a few "
-                  "seconds)", SOURCE)
-        cpp_extension.load(name=build_name(), sources=[str(SOURCE)], extra_cflags=["-O3"], is_python_module=False,
-                           verbose=False)
+        _log.info(
+            "building the CPU kernels of CutMix, MixUp, CutOut and label smoothing from %s (once; a few seconds)",
+            SOURCE,
+        )
+        cpp_extension.load(
+            name=build_name(), sources=[str(SOURCE)], extra_cflags=["-O3"], is_python_module=False, verbose=False
+        )
     except Exception as exc:  # no compiler, no ninja, no headers: torch's ops do the work
         return None, build_failure(exc)
     library = torch.ops.methods_library
@@ -72,8 +75,11 @@ def build_failure(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     head = lines[0].split(": [")[0]  # torch puts ninja's first command line after the extension's name
-    reasons = [line for line in lines[1:] if "-DTORCH_EXTENSION_NAME" not in line
-               and ("error" in line.lower() or "not found" in line.lower())]
+    reasons = [
+        line
+        for line in lines[1:]
+        if "-DTORCH_EXTENSION_NAME" not in line and ("error" in line.lower() or "not found" in line.lower())
+    ]
     return (f"{head}: {reasons[0]}" if reasons else head)[:300]
 
 
@@ -102,6 +108,9 @@ def cpu_kernels() -> Any | None:
 
 @functools.cache
 def _warn_once(why: str) -> None:
-    warn_from_callers_line(f"the CPU kernels for CutMix, MixUp, CutOut and label smoothing did not build ({why}); the "
-                           f"methods use torch's ops instead, with the same values, more slowly. Set {DISABLE}=0 "
-                           "to skip the build.", RuntimeWarning)
+    warn_from_callers_line(
+        f"the CPU kernels for CutMix, MixUp, CutOut and label smoothing did not build ({why}); the "
+        f"methods use torch's ops instead, with the same values, more slowly. Set {DISABLE}=0 "
+        "to skip the build.",
+        RuntimeWarning,
+    )

@@ -22,8 +22,10 @@ class LowPrecisionNorm(Algorithm):
     under a 16-bit autocast. It acted only where both happened: outside autocast a low precision
     norm computes what the norm it replaced does."""
 
-    activity = {"modules_replaced": "norms replaced by low precision ones",
-                "batches_in_low_precision": "training batches run under a 16-bit autocast with them"}
+    activity = {
+        "modules_replaced": "norms replaced by low precision ones",
+        "batches_in_low_precision": "training batches run under a 16-bit autocast with them",
+    }
     replace: Callable[..., Any]
     _replaced = 0  # the norms replaced at INIT
 

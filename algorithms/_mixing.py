@@ -19,29 +19,42 @@ from .core.event import Event
 from .core.state import State
 from .targets import interpolate_targets, target_dtype
 
-__all__ = ["MixingAlgorithm", "ROW_BY_ROW_BYTES", "check_alpha", "check_batch_sizes", "check_indices",
-           "host_partners", "permutation_cycles", "randint", "randints", "sample_beta", "sample_permutation"]
+__all__ = [
+    "MixingAlgorithm",
+    "ROW_BY_ROW_BYTES",
+    "check_alpha",
+    "check_batch_sizes",
+    "check_indices",
+    "host_partners",
+    "permutation_cycles",
+    "randint",
+    "randints",
+    "sample_beta",
+    "sample_permutation",
+]
 
 
 def check_alpha(alpha: float) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) \
-            or alpha < 0:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
         raise ValueError(f"alpha={alpha!r}: must be a finite number >= 0")
     return float(alpha)
 
 
 def check_batch_sizes(input: torch.Tensor, target: torch.Tensor) -> None:
     if input.ndim == 0 or target.ndim == 0 or input.shape[0] != target.shape[0]:
-        raise ValueError(f"input and target must have the same batch size: input shape "
-                         f"{tuple(input.shape)}, target shape {tuple(target.shape)}")
+        raise ValueError(
+            f"input and target must have the same batch size: input shape "
+            f"{tuple(input.shape)}, target shape {tuple(target.shape)}"
+        )
 
 
 def check_indices(indices: torch.Tensor, n: int) -> None:
     if not isinstance(indices, torch.Tensor):
         raise ValueError(f"indices must be an integer tensor of shape ({n},), got {type(indices).__name__}")
     if indices.shape != (n,) or indices.is_floating_point():
-        raise ValueError(f"indices must be an integer tensor of shape ({n},), got "
-                         f"{indices.dtype} of shape {tuple(indices.shape)}")
+        raise ValueError(
+            f"indices must be an integer tensor of shape ({n},), got {indices.dtype} of shape {tuple(indices.shape)}"
+        )
 
 
 def sample_beta(alpha: float, generator: torch.Generator | None = None) -> float:
@@ -85,8 +98,13 @@ def host_partners(input: torch.Tensor, indices: torch.Tensor, permutation: bool 
     least ``ROW_BY_ROW_BYTES`` in ``input`` (the batch, or the part of it that is written) on the
     CPU (reading CPU indices makes no device sync). With ``permutation``, only when the indices
     are one; otherwise ``None``."""
-    if input.device.type != "cpu" or indices.device.type != "cpu" or input.ndim < 2 or input.shape[0] == 0 \
-            or input[0].numel() * input.element_size() < ROW_BY_ROW_BYTES:
+    if (
+        input.device.type != "cpu"
+        or indices.device.type != "cpu"
+        or input.ndim < 2
+        or input.shape[0] == 0
+        or input[0].numel() * input.element_size() < ROW_BY_ROW_BYTES
+    ):
         return None
     partners = indices.tolist()
     if permutation and sorted(partners) != list(range(len(partners))):
@@ -130,8 +148,7 @@ class MixingAlgorithm(Algorithm):
 
     activity = {"batches_mixed": "batches mixed"}
 
-    def __init__(self, interpolate_loss: bool = False, input_key: int | str = 0,
-                 target_key: int | str = 1):
+    def __init__(self, interpolate_loss: bool = False, input_key: int | str = 0, target_key: int | str = 1):
         self.interpolate_loss = bool(interpolate_loss)
         self.input_key = input_key
         self.target_key = target_key
@@ -139,8 +156,7 @@ class MixingAlgorithm(Algorithm):
         self._weight_perm = 0.0
 
     @abstractmethod
-    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
-            ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, float]:
         """Return ``(mixed_input, indices of the partners, weight of the mixed-in examples)``."""
 
     def match(self, event: Event, state: State) -> bool:
@@ -153,10 +169,12 @@ class MixingAlgorithm(Algorithm):
     def _partners(self, target: torch.Tensor, where: str) -> torch.Tensor:
         indices = self._indices
         if indices is None or target.ndim == 0 or target.shape[0] != indices.shape[0]:
-            raise ValueError(f"{self.name}: the batch has {target.shape[0] if target.ndim else 0} targets {where} "
-                             f"but {0 if indices is None else indices.shape[0]} examples were mixed after the data "
-                             f"loader: a method listed after {self.name} changed the batch size (list it before "
-                             f"{self.name})")
+            raise ValueError(
+                f"{self.name}: the batch has {target.shape[0] if target.ndim else 0} targets {where} "
+                f"but {0 if indices is None else indices.shape[0]} examples were mixed after the data "
+                f"loader: a method listed after {self.name} changed the batch size (list it before "
+                f"{self.name})"
+            )
         return target[indices]
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
@@ -170,10 +188,19 @@ class MixingAlgorithm(Algorithm):
             return
         if event is Event.BEFORE_LOSS and not self.interpolate_loss:
             outputs, target = state.outputs, state.batch_get_item(self.target_key)
-            state.batch_set_item(self.target_key, interpolate_targets(
-                target, self._partners(target, "before the loss"), self._weight_perm,
-                dtype=target_dtype(outputs.dtype), logits_shape=outputs.shape))
+            state.batch_set_item(
+                self.target_key,
+                interpolate_targets(
+                    target,
+                    self._partners(target, "before the loss"),
+                    self._weight_perm,
+                    dtype=target_dtype(outputs.dtype),
+                    logits_shape=outputs.shape,
+                ),
+            )
         elif event is Event.AFTER_LOSS and self.interpolate_loss:
             outputs, target = state.outputs.float(), state.loss_target
-            state.loss = (state.loss_fn(outputs, target) * (1.0 - self._weight_perm)
-                          + state.loss_fn(outputs, self._partners(target, "at the loss")) * self._weight_perm)
+            state.loss = (
+                state.loss_fn(outputs, target) * (1.0 - self._weight_perm)
+                + state.loss_fn(outputs, self._partners(target, "at the loss")) * self._weight_perm
+            )

@@ -176,8 +176,7 @@ def discover_metadata_files(root: Path | None = None) -> list[Path]:
     """Every method (``<root>/<folder>/metadata.json``) and best practice
     (``<root>/core/<key>.metadata.json``), sorted by key."""
     root = Path(root) if root is not None else PACKAGE_ROOT
-    return sorted([*root.glob("*/metadata.json"), *(root / BEST_PRACTICE_FOLDER).glob("*" + SUFFIX)],
-                  key=metadata_key)
+    return sorted([*root.glob("*/metadata.json"), *(root / BEST_PRACTICE_FOLDER).glob("*" + SUFFIX)], key=metadata_key)
 
 
 def metadata_key(path: Path) -> str:
@@ -195,8 +194,10 @@ def expected_kind(path: Path) -> Kind | None:
     if path.name == "metadata.json":
         return Kind.METHOD
     if path.name.endswith(SUFFIX):
-        return {BEST_PRACTICE_FOLDER: Kind.BEST_PRACTICE, **{folder: kind for kind, (folder, _) in
-                                                            SUBJECT_KINDS.items()}}.get(path.parent.name)
+        return {
+            BEST_PRACTICE_FOLDER: Kind.BEST_PRACTICE,
+            **{folder: kind for kind, (folder, _) in SUBJECT_KINDS.items()},
+        }.get(path.parent.name)
     return None
 
 
@@ -223,16 +224,25 @@ def validate_files(paths: Iterable[Path]) -> tuple[dict[str, MethodRecord], list
         if record is None:
             continue
         if record.key in records:
-            problems.append(Problem(record.path, f"/{record.key}",
-                                    f"duplicate method key, also in {display_path(records[record.key].path)}"
-                                    " — rename one folder"))
+            problems.append(
+                Problem(
+                    record.path,
+                    f"/{record.key}",
+                    f"duplicate method key, also in {display_path(records[record.key].path)} — rename one folder",
+                )
+            )
             continue
         folded = record.name.casefold()
         if folded in names:
-            problems.append(Problem(record.path, f"/{record.key}/name",
-                                    f"duplicate method name {record.name!r}, also in "
-                                    f"{display_path(names[folded])} — give each method its own name",
-                                    _locate(record.path, [record.key, "name"])))
+            problems.append(
+                Problem(
+                    record.path,
+                    f"/{record.key}/name",
+                    f"duplicate method name {record.name!r}, also in "
+                    f"{display_path(names[folded])} — give each method its own name",
+                    _locate(record.path, [record.key, "name"]),
+                )
+            )
             continue
         names[folded] = record.path
         records[record.key] = record
@@ -257,10 +267,12 @@ def load_all_metadata(root: Path | None = None) -> dict[str, MethodRecord]:
 
 SUBJECT_SUFFIX = SUFFIX
 # kind -> (folder under the package root, schema)
-SUBJECT_KINDS: Mapping[Kind, tuple[str, Path]] = MappingProxyType({
-    Kind.DATASET: ("data", DATASET_SCHEMA_PATH),
-    Kind.MODEL_FAMILY: ("models", MODEL_FAMILY_SCHEMA_PATH),
-})
+SUBJECT_KINDS: Mapping[Kind, tuple[str, Path]] = MappingProxyType(
+    {
+        Kind.DATASET: ("data", DATASET_SCHEMA_PATH),
+        Kind.MODEL_FAMILY: ("models", MODEL_FAMILY_SCHEMA_PATH),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -306,9 +318,14 @@ def validate_subject_files(paths: Iterable[Path], kind: str) -> tuple[dict[str, 
             continue
         folded = record.name.casefold()
         if folded in names:
-            problems.append(Problem(record.path, f"/{record.key}/name",
-                                    f"duplicate name {record.name!r}, also in {display_path(names[folded])}"
-                                    " — give each its own name", _locate(record.path, [record.key, "name"])))
+            problems.append(
+                Problem(
+                    record.path,
+                    f"/{record.key}/name",
+                    f"duplicate name {record.name!r}, also in {display_path(names[folded])} — give each its own name",
+                    _locate(record.path, [record.key, "name"]),
+                )
+            )
             continue
         names[folded] = record.path
         records[record.key] = record
@@ -341,8 +358,7 @@ def _check_subject_file(path: Path, kind: str) -> tuple[SubjectRecord | None, li
     if data is None:
         return None, problems
     entry = data[key]
-    return SubjectRecord(key=key, path=path, kind=kind, name=entry["name"], tldr=entry["tldr"],
-                         raw=_freeze(entry)), []
+    return SubjectRecord(key=key, path=path, kind=kind, name=entry["name"], tldr=entry["tldr"], raw=_freeze(entry)), []
 
 
 def _read_json(path: Path) -> tuple[Any, str, list[Problem]]:
@@ -356,11 +372,27 @@ def _read_json(path: Path) -> tuple[Any, str, list[Problem]]:
     try:
         data = json.loads(text, object_pairs_hook=_KeyedObject.from_pairs)
     except json.JSONDecodeError as exc:
-        return None, "", [Problem(path, "", f"invalid JSON at line {exc.lineno} column {exc.colno}: "
-                                            f"{exc.msg} — fix the syntax", exc.lineno)]
-    duplicates = [Problem(path, _pointer(where), f"duplicate key {key!r}: JSON keeps only the last value "
-                                                 "— remove one of them", _locate_repeat(text, where, key))
-                  for where, key in _duplicate_keys(data)]
+        return (
+            None,
+            "",
+            [
+                Problem(
+                    path,
+                    "",
+                    f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg} — fix the syntax",
+                    exc.lineno,
+                )
+            ],
+        )
+    duplicates = [
+        Problem(
+            path,
+            _pointer(where),
+            f"duplicate key {key!r}: JSON keeps only the last value — remove one of them",
+            _locate_repeat(text, where, key),
+        )
+        for where, key in _duplicate_keys(data)
+    ]
     return (None, "", duplicates) if duplicates else (_plain_json(data), text, [])
 
 
@@ -411,8 +443,10 @@ def schema_validator(schema_path: Path) -> jsonschema.protocols.Validator:
     if Path(schema_path).name == SCHEMA_PATH.name:
         enum_values = schema["$defs"]["method"]["properties"]["kind"]["enum"]
         if enum_values != [k.value for k in METHOD_KINDS]:
-            raise RuntimeError(f"{schema_path}: the kind enum {enum_values} differs from algorithms.metadata.Kind "
-                               f"({[k.value for k in METHOD_KINDS]}) — make them the same")
+            raise RuntimeError(
+                f"{schema_path}: the kind enum {enum_values} differs from algorithms.metadata.Kind "
+                f"({[k.value for k in METHOD_KINDS]}) — make them the same"
+            )
     return cls(schema)
 
 
@@ -446,14 +480,30 @@ def _check_new_file(path: Path) -> tuple[MethodRecord | None, list[Problem]]:
         return None, problems
     kind = data[key]["kind"]
     if place in METHOD_KINDS and kind != place.value:
-        where = ("algorithms/<key>/metadata.json" if kind == Kind.METHOD
-                 else f"algorithms/{BEST_PRACTICE_FOLDER}/<key>{SUFFIX}, beside the Trainer option it documents")
-        return None, [Problem(path, f"/{key}/kind", f"a {kind} lives in {where} — move the file or fix the kind",
-                              _locate_text(path.read_text(encoding="utf-8"), [key, "kind"]))]
+        where = (
+            "algorithms/<key>/metadata.json"
+            if kind == Kind.METHOD
+            else f"algorithms/{BEST_PRACTICE_FOLDER}/<key>{SUFFIX}, beside the Trainer option it documents"
+        )
+        return None, [
+            Problem(
+                path,
+                f"/{key}/kind",
+                f"a {kind} lives in {where} — move the file or fix the kind",
+                _locate_text(path.read_text(encoding="utf-8"), [key, "kind"]),
+            )
+        ]
     record = _record(key, path, data[key])
-    problems = [Problem(path, f"/{key}/hyperparameters/{name}/suggested", message,
-                        _locate(path, [key, "hyperparameters", name, "suggested"]))
-                for name, spec in record.hyperparameters.items() if (message := _outside_range(spec))]
+    problems = [
+        Problem(
+            path,
+            f"/{key}/hyperparameters/{name}/suggested",
+            message,
+            _locate(path, [key, "hyperparameters", name, "suggested"]),
+        )
+        for name, spec in record.hyperparameters.items()
+        if (message := _outside_range(spec))
+    ]
     return (None, problems) if problems else (record, [])
 
 
@@ -471,8 +521,7 @@ def _outside_range(spec: Hyperparameter) -> str | None:
     return None
 
 
-def _check_document(path: Path, schema_path: Path, key: str, holds: str
-                    ) -> tuple[dict[str, Any] | None, list[Problem]]:
+def _check_document(path: Path, schema_path: Path, key: str, holds: str) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Read ``path``, validate it against ``schema_path`` and require the single key ``key``.
 
     Returns the data when it passed, else ``None`` and every problem found.
@@ -482,16 +531,22 @@ def _check_document(path: Path, schema_path: Path, key: str, holds: str
         return None, problems
     problems = [
         Problem(path, _pointer(err.absolute_path), _explain(err), _locate_text(text, list(err.absolute_path)))
-        for err in sorted(schema_validator(schema_path).iter_errors(data),
-                          key=lambda e: list(map(str, e.absolute_path)))
+        for err in sorted(
+            schema_validator(schema_path).iter_errors(data), key=lambda e: list(map(str, e.absolute_path))
+        )
     ]
     if isinstance(data, dict):
         keys = [k for k in data if k != "$schema"]
         if keys != [key]:
             found = ", ".join(repr(k) for k in keys) or "none"
-            problems.append(Problem(path, "", f"the file must hold exactly {holds} {key!r}, found {found}"
-                                              f" — rename the key to {key!r}",
-                                    _locate_text(text, keys[:1]) if keys else None))
+            problems.append(
+                Problem(
+                    path,
+                    "",
+                    f"the file must hold exactly {holds} {key!r}, found {found} — rename the key to {key!r}",
+                    _locate_text(text, keys[:1]) if keys else None,
+                )
+            )
     return (None, problems) if problems else (data, [])
 
 
@@ -571,8 +626,10 @@ def _explain(err: jsonschema.ValidationError) -> str:
     if v == "additionalProperties":
         extra = re.findall(r"'([^']+)'", err.message)
         if err.path == [] or len(err.absolute_path) == 0:
-            return (f"unexpected top-level key(s) {', '.join(extra)} — the file holds one method "
-                    "keyed by its folder name (lower case, digits, underscores)")
+            return (
+                f"unexpected top-level key(s) {', '.join(extra)} — the file holds one method "
+                "keyed by its folder name (lower case, digits, underscores)"
+            )
         return f"unknown field(s) {', '.join(repr(e) for e in extra)} — remove or fix the spelling"
     if v in ("minLength", "pattern") and isinstance(inst, str):
         if v == "minLength" or err.validator_value == "\\S":
@@ -590,8 +647,15 @@ def _explain(err: jsonschema.ValidationError) -> str:
 
 
 def _json_type(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean",
-            int: "integer", float: "number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def _locate_repeat(text: str, where: tuple[Any, ...], key: str) -> int | None:
@@ -599,7 +663,7 @@ def _locate_repeat(text: str, where: tuple[Any, ...], key: str) -> int | None:
     first = _locate_text(text, [*where, key])
     if first is None:
         return None
-    start = sum(len(line) + 1 for line in text.splitlines()[:first - 1])
+    start = sum(len(line) + 1 for line in text.splitlines()[: first - 1])
     pattern = re.compile(r'"' + re.escape(key) + r'"\s*:')
     match = pattern.search(text, start)
     again = pattern.search(text, match.end()) if match else None

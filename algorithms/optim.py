@@ -44,8 +44,13 @@ _HIGH_DECAY = 1e-3
 
 def _check(name: str, value: Any, low: float = 0.0, high: float | None = None) -> None:
     """``value`` is a finite real number ``>= low``, and ``< high`` where ``high`` is given."""
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and value >= low and (high is None or value < high))
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value >= low
+        and (high is None or value < high)
+    )
     if not ok:
         where = f">= {low}" if high is None else f"in [{low}, {high})"
         raise ValueError(f"{name}={value!r}: must be a real number {where}")
@@ -53,9 +58,14 @@ def _check(name: str, value: Any, low: float = 0.0, high: float | None = None) -
 
 def _warn_high_decay(cls: str, weight_decay: float) -> None:
     if weight_decay >= _HIGH_DECAY:
-        log.warning("%s(weight_decay=%s): decoupled decay is not scaled by lr, so every step multiplies the "
-                    "weights by %s at the initial learning rate; a value meant for torch.optim is usually "
-                    "lr times too large", cls, weight_decay, 1.0 - weight_decay)
+        log.warning(
+            "%s(weight_decay=%s): decoupled decay is not scaled by lr, so every step multiplies the "
+            "weights by %s at the initial learning rate; a value meant for torch.optim is usually "
+            "lr times too large",
+            cls,
+            weight_decay,
+            1.0 - weight_decay,
+        )
 
 
 class _DecoupledDecay:
@@ -101,7 +111,7 @@ class _DecoupledDecay:
         """The torch optimizer's own step, without the step hooks torch wraps it in (they ran once
         already, around :meth:`step`)."""
         mro = type(self).__mro__
-        cls = next(c for c in mro[mro.index(_DecoupledDecay) + 1:] if "step" in vars(c))
+        cls = next(c for c in mro[mro.index(_DecoupledDecay) + 1 :] if "step" in vars(c))
         step = vars(cls)["step"]
         while getattr(step, "hooked", False):
             step = step.__wrapped__
@@ -135,15 +145,23 @@ class DecoupledSGDW(_DecoupledDecay, SGD):
         >>> opt.step()
     """
 
-    def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float,
-                 momentum: float = 0, dampening: float = 0, weight_decay: float = 0, nesterov: bool = False):
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float,
+        momentum: float = 0,
+        dampening: float = 0,
+        weight_decay: float = 0,
+        nesterov: bool = False,
+    ):
         _check("lr", lr)
         _check("momentum", momentum)
         _check("dampening", dampening)
         _check("weight_decay", weight_decay)
         _warn_high_decay(type(self).__name__, weight_decay)
-        super().__init__(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                         nesterov=nesterov)
+        super().__init__(
+            params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=nesterov
+        )
 
 
 class DecoupledAdamW(_DecoupledDecay, AdamW):
@@ -174,9 +192,15 @@ class DecoupledAdamW(_DecoupledDecay, AdamW):
         >>> opt.step()
     """
 
-    def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8, weight_decay: float = 1e-5,
-                 amsgrad: bool = False):
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.95),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-5,
+        amsgrad: bool = False,
+    ):
         _check("lr", lr)
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
             raise ValueError(f"betas={betas!r}: must be a pair (beta1, beta2), each in [0, 1)")

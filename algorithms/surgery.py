@@ -46,8 +46,13 @@ from torch import nn
 
 from .core.algorithm import warn_from_callers_line
 
-__all__ = ["NoModulesReplacedWarning", "Policy", "count_module_instances", "recording_replacements",
-           "replace_module_classes"]
+__all__ = [
+    "NoModulesReplacedWarning",
+    "Policy",
+    "count_module_instances",
+    "recording_replacements",
+    "replace_module_classes",
+]
 
 #: A replacement: ``(module, index among this class's matches) -> new module, or None to keep it``.
 Policy = Callable[[nn.Module, int], nn.Module | None]
@@ -104,8 +109,10 @@ def _wrapped(model: nn.Module) -> bool:
 def _place(new: nn.Module, old: nn.Module, model: nn.Module) -> nn.Module:
     """``new`` on ``old``'s device, its floating tensors in ``old``'s floating dtype; for an
     original without tensors (a pooling layer), the model's."""
-    tensors = [*old.parameters(recurse=True), *old.buffers(recurse=True)] or \
-        [*model.parameters(recurse=True), *model.buffers(recurse=True)]
+    tensors = [*old.parameters(recurse=True), *old.buffers(recurse=True)] or [
+        *model.parameters(recurse=True),
+        *model.buffers(recurse=True),
+    ]
     if not tensors:
         return new
     device = tensors[0].device
@@ -147,9 +154,13 @@ def _update_optimizers(optimizers: Sequence[torch.optim.Optimizer], old: nn.Modu
                     optimizer.state.pop(p, None)
 
 
-def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
-                           optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
-                           recurse_on_replacements: bool = False, method: str | None = None) -> dict[str, nn.Module]:
+def replace_module_classes(
+    model: nn.Module,
+    policies: Mapping[type, Policy],
+    optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+    recurse_on_replacements: bool = False,
+    method: str | None = None,
+) -> dict[str, nn.Module]:
     """Replace the modules of ``model`` that ``policies`` match, in place; see the module docstring.
 
     Args:
@@ -173,8 +184,10 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
             a module class.
     """
     if _wrapped(model):
-        raise ValueError("model: is wrapped for a parallel mode; apply surgery to the model before wrapping it "
-                         "(the Trainer does it at Event.INIT)")
+        raise ValueError(
+            "model: is wrapped for a parallel mode; apply surgery to the model before wrapping it "
+            "(the Trainer does it at Event.INIT)"
+        )
     for cls in policies:
         if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
             raise ValueError(f"policies: key {cls!r} is not a torch.nn.Module class")
@@ -198,16 +211,20 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
                 visit(child, f"{qualified}.", depth)
                 continue
             if not isinstance(new, nn.Module):
-                raise ValueError(f"policies: the replacement for {qualified} ({type(child).__name__}) returned "
-                                 f"{type(new).__name__}, not a torch.nn.Module or None")
+                raise ValueError(
+                    f"policies: the replacement for {qualified} ({type(child).__name__}) returned "
+                    f"{type(new).__name__}, not a torch.nn.Module or None"
+                )
             new = _place(new, child, model).train(child.training)
             setattr(parent, name, new)
             _update_optimizers(optimizers, child, new)
             replaced[qualified] = new
             if recurse_on_replacements:
                 if depth > 64:
-                    raise ValueError(f"policies: replacing {qualified} goes on without end (a replacement holds "
-                                     "a module of the class it replaces); use recurse_on_replacements=False")
+                    raise ValueError(
+                        f"policies: replacing {qualified} goes on without end (a replacement holds "
+                        "a module of the class it replaces); use recurse_on_replacements=False"
+                    )
                 visit(new, f"{qualified}.", depth + 1)
 
     visit(model, "", 0)
@@ -215,6 +232,8 @@ def replace_module_classes(model: nn.Module, policies: Mapping[type, Policy],
         recording.extend(replaced)
     if not replaced:
         names = ", ".join(c.__name__ for c in policies)
-        warn_from_callers_line(f"{method or 'replace_module_classes'}: no module of the model matched ({names}); "
-                               "the model is unchanged", NoModulesReplacedWarning)
+        warn_from_callers_line(
+            f"{method or 'replace_module_classes'}: no module of the model matched ({names}); the model is unchanged",
+            NoModulesReplacedWarning,
+        )
     return replaced

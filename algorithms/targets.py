@@ -26,8 +26,17 @@ import torch
 
 from ._kernels import cpu_kernels
 
-__all__ = ["check_class_range", "check_smoothing", "class_indices", "interpolate_targets",
-           "is_class_indices", "one_hot", "smooth_targets", "target_dtype", "to_distribution"]
+__all__ = [
+    "check_class_range",
+    "check_smoothing",
+    "class_indices",
+    "interpolate_targets",
+    "is_class_indices",
+    "one_hot",
+    "smooth_targets",
+    "target_dtype",
+    "to_distribution",
+]
 
 
 def is_class_indices(target: torch.Tensor, logits_shape: Sequence[int] | None = None) -> bool:
@@ -44,9 +53,11 @@ def is_class_indices(target: torch.Tensor, logits_shape: Sequence[int] | None = 
             return False
         index_shape = logits_shape[:1] + logits_shape[2:]
         if target.shape != index_shape:
-            raise ValueError(f"target: shape {tuple(target.shape)} fits logits of shape {logits_shape} "
-                             f"neither as class indices {index_shape} nor as class probabilities "
-                             f"{logits_shape}")
+            raise ValueError(
+                f"target: shape {tuple(target.shape)} fits logits of shape {logits_shape} "
+                f"neither as class indices {index_shape} nor as class probabilities "
+                f"{logits_shape}"
+            )
         indices = True
     if indices and (target.is_floating_point() or target.is_complex() or target.dtype == torch.bool):
         raise ValueError(f"target: class indices must be an integer tensor, got {target.dtype}")
@@ -59,21 +70,26 @@ def one_hot(target: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.f
     A negative index gets an all-zero vector: the position is ignored.
     """
     if target.ndim == 0:
-        raise ValueError(f"target: class indices need a batch dimension, (N, ...), got a single index "
-                         f"{target.item()!r} of shape (); pass target.reshape(1) for a batch of one")
+        raise ValueError(
+            f"target: class indices need a batch dimension, (N, ...), got a single index "
+            f"{target.item()!r} of shape (); pass target.reshape(1) for a batch of one"
+        )
     check_class_range(target, num_classes)
     classes = torch.arange(num_classes, device=target.device).view(1, -1, *([1] * (target.ndim - 1)))
     return (target.unsqueeze(1) == classes).to(dtype)
 
 
-def to_distribution(target: torch.Tensor, num_classes: int, dtype: torch.dtype,
-                    logits_shape: Sequence[int] | None = None) -> torch.Tensor:
+def to_distribution(
+    target: torch.Tensor, num_classes: int, dtype: torch.dtype, logits_shape: Sequence[int] | None = None
+) -> torch.Tensor:
     """Class indices to one-hot vectors, or class distributions passed through, in ``dtype``."""
     if is_class_indices(target, logits_shape):
         return one_hot(target, num_classes, dtype)
     if target.ndim < 2 or target.shape[1] != num_classes:
-        raise ValueError(f"target: probabilities must have {num_classes} classes on dim 1, "
-                         f"(N, {num_classes}, ...), got shape {tuple(target.shape)}")
+        raise ValueError(
+            f"target: probabilities must have {num_classes} classes on dim 1, "
+            f"(N, {num_classes}, ...), got shape {tuple(target.shape)}"
+        )
     return target.to(dtype)
 
 
@@ -87,8 +103,7 @@ def check_class_range(target: torch.Tensor, num_classes: int) -> None:
     if target.device.type == "cpu":
         if not bool(in_range.all()):
             bad = target[~in_range].unique()[:5].tolist()
-            raise ValueError(f"target: class indices must be in [0, {num_classes}) (negative: "
-                             f"ignored), found {bad}")
+            raise ValueError(f"target: class indices must be in [0, {num_classes}) (negative: ignored), found {bad}")
     else:
         torch._assert_async(in_range.all(), f"target: class indices must be below {num_classes}")
 
@@ -101,21 +116,28 @@ def class_indices(target: torch.Tensor, logits_shape: Sequence[int]) -> torch.Te
 @functools.cache
 def target_dtype(input_dtype: torch.dtype) -> torch.dtype:
     """Targets are at least float32, so mixed distributions still sum to 1 for half inputs."""
-    return torch.promote_types(input_dtype, torch.float32) if input_dtype.is_floating_point \
-        else torch.float32
+    return torch.promote_types(input_dtype, torch.float32) if input_dtype.is_floating_point else torch.float32
 
 
 def check_smoothing(smoothing: float) -> float:
     """``smoothing`` as a float in ``[0, 1]``, or ``ValueError`` naming it."""
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) \
-            or not math.isfinite(smoothing) or not 0 <= smoothing <= 1:
+    if (
+        isinstance(smoothing, bool)
+        or not isinstance(smoothing, (int, float))
+        or not math.isfinite(smoothing)
+        or not 0 <= smoothing <= 1
+    ):
         raise ValueError(f"smoothing={smoothing!r}: must be in [0, 1]")
     return float(smoothing)
 
 
-def smooth_targets(target: torch.Tensor, smoothing: float, num_classes: int,
-                   dtype: torch.dtype = torch.float32,
-                   logits_shape: Sequence[int] | None = None) -> torch.Tensor:
+def smooth_targets(
+    target: torch.Tensor,
+    smoothing: float,
+    num_classes: int,
+    dtype: torch.dtype = torch.float32,
+    logits_shape: Sequence[int] | None = None,
+) -> torch.Tensor:
     """``(1 - smoothing) * dist(target) + smoothing / num_classes``, classes on ``dim=1``.
 
     An ignored position (a negative class index) stays all zeros, so it still adds nothing to a
@@ -136,15 +158,24 @@ def smooth_targets(target: torch.Tensor, smoothing: float, num_classes: int,
 _GATHER_INDICES = frozenset({torch.int64, torch.int32})
 
 
-def lookup_smoothed(target: torch.Tensor, smoothing: float, num_classes: int, dtype: torch.dtype,
-                    logits_shape: Sequence[int] | None = None) -> torch.Tensor | None:
+def lookup_smoothed(
+    target: torch.Tensor,
+    smoothing: float,
+    num_classes: int,
+    dtype: torch.dtype,
+    logits_shape: Sequence[int] | None = None,
+) -> torch.Tensor | None:
     """:func:`smooth_targets` of class indices ``(N,)`` on the CPU as one gather of each class's
     smoothed row (:func:`smoothed_rows`), which writes the result once; ``None`` where that does
     not apply (other targets, devices or shapes, more than 1024 classes, a negative or
     out-of-range index), and the formula is to be used. ``smoothing`` must be checked already.
     """
-    if target.ndim != 1 or not target.is_cpu or target.dtype not in _GATHER_INDICES or (
-            logits_shape is not None and (len(logits_shape) != 2 or logits_shape[0] != target.shape[0])):
+    if (
+        target.ndim != 1
+        or not target.is_cpu
+        or target.dtype not in _GATHER_INDICES
+        or (logits_shape is not None and (len(logits_shape) != 2 or logits_shape[0] != target.shape[0]))
+    ):
         return None
     rows = smoothed_rows(num_classes, smoothing, dtype)
     if rows is None:
@@ -172,10 +203,14 @@ def smoothed_rows(num_classes: int, smoothing: float, dtype: torch.dtype) -> tor
     return one_hot(classes, num_classes, dtype) * (1.0 - smoothing) + (smoothing / num_classes)
 
 
-def interpolate_targets(target: torch.Tensor, target_perm: torch.Tensor, mixing: float,
-                        num_classes: int | None = None,
-                        dtype: torch.dtype = torch.float32,
-                        logits_shape: Sequence[int] | None = None) -> torch.Tensor:
+def interpolate_targets(
+    target: torch.Tensor,
+    target_perm: torch.Tensor,
+    mixing: float,
+    num_classes: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    logits_shape: Sequence[int] | None = None,
+) -> torch.Tensor:
     """``(1 - mixing) * dist(target) + mixing * dist(target_perm)``, classes on ``dim=1``.
 
     ``num_classes`` defaults to ``logits_shape[1]``, else to the classes of a distribution

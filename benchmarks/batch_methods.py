@@ -60,7 +60,7 @@ CUTMIX_ALPHA, MIXUP_ALPHA, SMOOTHING, P_DROP = 1.0, 0.2, 0.1, 0.15
 FLOORS = {
     "clone": "x.clone(): one copy of the batch",
     "colout floor": "x[..., :int(0.85 * H), :int(0.85 * W)].clone(): one copy of as many pixels as ColOut's output "
-                    "holds (p_row = p_col = 0.15)",
+    "holds (p_row = p_col = 0.15)",
     "smoothing floor": "torch.full((N, K), 0.1 / K): one write of the smoothed float32 targets",
 }
 
@@ -74,8 +74,11 @@ class Subject:
 
 
 # the peers' modules, by the label a missing one is reported under (benchmarks/run.py --peers reads it too)
-PEER_MODULES = {"torchvision": "torchvision.transforms.v2", "timm": "timm.data.mixup",
-                "composer": "composer.functional"}
+PEER_MODULES = {
+    "torchvision": "torchvision.transforms.v2",
+    "timm": "timm.data.mixup",
+    "composer": "composer.functional",
+}
 # ours: (name, floor, target ratio to the floor)
 OURS = (
     ("cutmix_batch", "clone", 2.0),
@@ -89,16 +92,28 @@ OURS = (
 )
 # peers: (name, which of ours does the same job, what the call does)
 PEERS = (
-    ("torchvision v2 CutMix", "cutmix_batch",
-     "CutMix(alpha=1.0, num_classes=K)(x, y): the mixed batch and the mixed one-hot labels (N, K)"),
-    ("torchvision v2 MixUp", "mixup_batch",
-     "MixUp(alpha=0.2, num_classes=K)(x, y): the mixed batch and the mixed one-hot labels (N, K)"),
-    ("timm Mixup (batch, CutMix, in place)", "cutmix_batch(inplace=True)",
-     "Mixup(mixup_alpha=0, cutmix_alpha=1.0, mode='batch', label_smoothing=0)(x, y): pastes x.flip(0)'s box "
-     "into x in place and returns the mixed one-hot labels (N, K)"),
-    ("timm Mixup (batch, MixUp, in place)", "mixup_batch(inplace=True)",
-     "Mixup(mixup_alpha=0.2, cutmix_alpha=0, mode='batch', label_smoothing=0)(x, y): mixes x with x.flip(0) in "
-     "place and returns the mixed one-hot labels (N, K)"),
+    (
+        "torchvision v2 CutMix",
+        "cutmix_batch",
+        "CutMix(alpha=1.0, num_classes=K)(x, y): the mixed batch and the mixed one-hot labels (N, K)",
+    ),
+    (
+        "torchvision v2 MixUp",
+        "mixup_batch",
+        "MixUp(alpha=0.2, num_classes=K)(x, y): the mixed batch and the mixed one-hot labels (N, K)",
+    ),
+    (
+        "timm Mixup (batch, CutMix, in place)",
+        "cutmix_batch(inplace=True)",
+        "Mixup(mixup_alpha=0, cutmix_alpha=1.0, mode='batch', label_smoothing=0)(x, y): pastes x.flip(0)'s box "
+        "into x in place and returns the mixed one-hot labels (N, K)",
+    ),
+    (
+        "timm Mixup (batch, MixUp, in place)",
+        "mixup_batch(inplace=True)",
+        "Mixup(mixup_alpha=0.2, cutmix_alpha=0, mode='batch', label_smoothing=0)(x, y): mixes x with x.flip(0) in "
+        "place and returns the mixed one-hot labels (N, K)",
+    ),
     ("Composer cutmix_batch", "cutmix_batch", "cutmix_batch(x, y, alpha=1.0), as ours"),
     ("Composer mixup_batch", "mixup_batch", "mixup_batch(x, y, alpha=0.2), as ours"),
     ("Composer cutout_batch", "cutout_batch", "cutout_batch(x, num_holes=1, length=0.5), as ours"),
@@ -126,14 +141,17 @@ def ours(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, generator: torc
     g = generator
     return {
         "cutmix_batch": Subject(lambda: cutmix_batch(x, y, alpha=CUTMIX_ALPHA, generator=g)),
-        "cutmix_batch(inplace=True)": Subject(lambda: cutmix_batch(work, y, alpha=CUTMIX_ALPHA, generator=g,
-                                                                   inplace=True), reset),
+        "cutmix_batch(inplace=True)": Subject(
+            lambda: cutmix_batch(work, y, alpha=CUTMIX_ALPHA, generator=g, inplace=True), reset
+        ),
         "mixup_batch": Subject(lambda: mixup_batch(x, y, alpha=MIXUP_ALPHA, generator=g)),
-        "mixup_batch(inplace=True)": Subject(lambda: mixup_batch(work, y, alpha=MIXUP_ALPHA, generator=g,
-                                                                 inplace=True), reset),
+        "mixup_batch(inplace=True)": Subject(
+            lambda: mixup_batch(work, y, alpha=MIXUP_ALPHA, generator=g, inplace=True), reset
+        ),
         "cutout_batch": Subject(lambda: cutout_batch(x, num_holes=1, length=0.5, generator=g)),
-        "cutout_batch(inplace=True)": Subject(lambda: cutout_batch(work, num_holes=1, length=0.5, generator=g,
-                                                                   inplace=True), reset),
+        "cutout_batch(inplace=True)": Subject(
+            lambda: cutout_batch(work, num_holes=1, length=0.5, generator=g, inplace=True), reset
+        ),
         "colout_batch": Subject(lambda: colout_batch(x, p_row=P_DROP, p_col=P_DROP, generator=g)),
         "smooth_labels": Subject(lambda: smooth_labels(logits, y, smoothing=SMOOTHING)),
     }
@@ -144,28 +162,44 @@ PART_MIXING = 0.1  # MixUp's weight in the timed lerp (a draw's typical size at 
 # passes ours run where the CPU kernels are not built (METHODS_CPU_KERNELS=0), and what the kernels
 # replace. (name, which of ours it is part of, the call, what it is)
 PARTS = (
-    ("box copy", "cutmix_batch", "out[:, :, box].copy_(x[:, :, box])",
-     "the box alone, at its place, no gather, into a batch made before (a centred box of 30 % of the pixels, "
-     "CutMix's mean at alpha 1.0); torch's ops copy the batch, then this"),
-    ("box gather and write-back", "cutmix_batch(inplace=True)", "box.copy_(box.index_select(0, perm))",
-     "torch's ops in place: two passes over the same box"),
-    ("gather and in-place lerp", "mixup_batch(inplace=True)",
-     "x.lerp_(torch.index_select(x, 0, perm, out=torch.empty_like(x)), 0.1)",
-     "torch's ops in place below 64 KiB an example: two passes (larger ones are mixed one at a time)"),
-    ("gather of the smoothed rows", "smooth_labels", "rows.index_select(0, y)",
-     "torch's op for the lookup, without the checks, of the (K, K) smoothed rows made before"),
+    (
+        "box copy",
+        "cutmix_batch",
+        "out[:, :, box].copy_(x[:, :, box])",
+        "the box alone, at its place, no gather, into a batch made before (a centred box of 30 % of the pixels, "
+        "CutMix's mean at alpha 1.0); torch's ops copy the batch, then this",
+    ),
+    (
+        "box gather and write-back",
+        "cutmix_batch(inplace=True)",
+        "box.copy_(box.index_select(0, perm))",
+        "torch's ops in place: two passes over the same box",
+    ),
+    (
+        "gather and in-place lerp",
+        "mixup_batch(inplace=True)",
+        "x.lerp_(torch.index_select(x, 0, perm, out=torch.empty_like(x)), 0.1)",
+        "torch's ops in place below 64 KiB an example: two passes (larger ones are mixed one at a time)",
+    ),
+    (
+        "gather of the smoothed rows",
+        "smooth_labels",
+        "rows.index_select(0, y)",
+        "torch's op for the lookup, without the checks, of the (K, K) smoothed rows made before",
+    ),
 )
 
 
 def centred_box(height: int, width: int, area: float = 0.3) -> tuple[int, int, int, int]:
     """CutMix's ``(x1, y1, x2, y2)`` of a centred box of about ``area`` of the pixels."""
-    side_h, side_w = round(height * area ** 0.5), round(width * area ** 0.5)
+    side_h, side_w = round(height * area**0.5), round(width * area**0.5)
     top, left = (height - side_h) // 2, (width - side_w) // 2
     return top, left, top + side_h, left + side_w
 
 
-def parts(x: torch.Tensor, y: torch.Tensor, num_classes: int, bbox: tuple[int, int, int, int],
-          perm: torch.Tensor) -> dict[str, Subject]:
+def parts(
+    x: torch.Tensor, y: torch.Tensor, num_classes: int, bbox: tuple[int, int, int, int], perm: torch.Tensor
+) -> dict[str, Subject]:
     """The passes of :data:`PARTS` on ``x`` (not modified), with CutMix's box ``bbox`` and the partners ``perm``;
     each call returns what it wrote (the in-place ones into a copy of ``x``, reset before each call)."""
     rows, cols = slice(bbox[0], bbox[2]), slice(bbox[1], bbox[3])
@@ -180,13 +214,15 @@ def parts(x: torch.Tensor, y: torch.Tensor, num_classes: int, bbox: tuple[int, i
         "box copy": Subject(lambda: out[:, :, rows, cols].copy_(x[:, :, rows, cols])),
         "box gather and write-back": Subject(lambda: box.copy_(box.index_select(0, perm)), reset),
         "gather and in-place lerp": Subject(
-            lambda: work.lerp_(torch.index_select(work, 0, perm, out=torch.empty_like(work)), PART_MIXING), reset),
+            lambda: work.lerp_(torch.index_select(work, 0, perm, out=torch.empty_like(work)), PART_MIXING), reset
+        ),
         "gather of the smoothed rows": Subject(lambda: smoothed.index_select(0, y)),
     }
 
 
-def peer_calls(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, wanted: bool
-               ) -> tuple[dict[str, Subject], dict[str, str]]:
+def peer_calls(
+    x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, wanted: bool
+) -> tuple[dict[str, Subject], dict[str, str]]:
     """The peers' calls that can be made here, and why each missing peer is missing."""
     calls: dict[str, Subject] = {}
     missing: dict[str, str] = {}
@@ -211,10 +247,12 @@ def peer_calls(x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor, wanted: b
         calls["torchvision v2 MixUp"] = Subject(lambda: tv_mixup(x, y))
     if timm_mixup := load(PEER_MODULES["timm"], "timm"):
         # mode="batch": one draw for the whole batch, as ours; no label smoothing. timm writes into its input.
-        cut = timm_mixup.Mixup(mixup_alpha=0.0, cutmix_alpha=CUTMIX_ALPHA, mode="batch", label_smoothing=0.0,
-                               num_classes=k)
-        mix = timm_mixup.Mixup(mixup_alpha=MIXUP_ALPHA, cutmix_alpha=0.0, mode="batch", label_smoothing=0.0,
-                               num_classes=k)
+        cut = timm_mixup.Mixup(
+            mixup_alpha=0.0, cutmix_alpha=CUTMIX_ALPHA, mode="batch", label_smoothing=0.0, num_classes=k
+        )
+        mix = timm_mixup.Mixup(
+            mixup_alpha=MIXUP_ALPHA, cutmix_alpha=0.0, mode="batch", label_smoothing=0.0, num_classes=k
+        )
         calls["timm Mixup (batch, CutMix, in place)"] = Subject(lambda: cut(work, y), reset)
         calls["timm Mixup (batch, MixUp, in place)"] = Subject(lambda: mix(work, y), reset)
     if composer := load(PEER_MODULES["composer"], "composer"):
@@ -265,8 +303,9 @@ def median_call(subject: Subject, calls: int, synchronize: Callable[[], None]) -
     return statistics.median(times)
 
 
-def time_rounds(subjects: dict[str, Subject], rounds: int, calls: int, synchronize: Callable[[], None],
-                log: Callable[[str], None]) -> dict[str, list[float]]:
+def time_rounds(
+    subjects: dict[str, Subject], rounds: int, calls: int, synchronize: Callable[[], None], log: Callable[[str], None]
+) -> dict[str, list[float]]:
     """Each subject's median call time in each round; the order alternates from round to round."""
     for subject in subjects.values():  # warm-up: first-call allocations, imports and caches
         for _ in range(2):
@@ -275,7 +314,7 @@ def time_rounds(subjects: dict[str, Subject], rounds: int, calls: int, synchroni
             subject.call()
     per_round: dict[str, list[float]] = {name: [] for name in subjects}
     for r in range(rounds):
-        for name in (list(subjects) if r % 2 == 0 else list(reversed(subjects))):
+        for name in list(subjects) if r % 2 == 0 else list(reversed(subjects)):
             per_round[name].append(median_call(subjects[name], calls, synchronize))
         log(f"  round {r + 1}/{rounds}")
     return per_round
@@ -289,12 +328,20 @@ def round_ratios(numerators: list[float], denominators: list[float]) -> dict[str
 
 def ratio_row(what: str, numerators: list[float], denominators: list[float], target: float) -> dict[str, Any]:
     measured = round_ratios(numerators, denominators)
-    return {"what": what, "value": measured["value"], "unit": "x", "spread": measured["spread"], "target": target,
-            "compare": "<", "met": measured["value"] < target}
+    return {
+        "what": what,
+        "value": measured["value"],
+        "unit": "x",
+        "spread": measured["spread"],
+        "target": target,
+        "compare": "<",
+        "met": measured["value"] < target,
+    }
 
 
-def measure(shape_name: str, peers: bool, device: str, rounds: int, calls: int,
-            log: Callable[[str], None] = lambda line: None) -> tuple[dict[str, list[float]], dict[str, str]]:
+def measure(
+    shape_name: str, peers: bool, device: str, rounds: int, calls: int, log: Callable[[str], None] = lambda line: None
+) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Each subject's median call time per round at one shape, and why each missing peer is missing."""
     dev, shape = torch.device(device), SHAPES[shape_name]
     synchronize = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -302,16 +349,21 @@ def measure(shape_name: str, peers: bool, device: str, rounds: int, calls: int,
     x = torch.rand(shape, generator=gen).to(dev)
     y = torch.randint(0, NUM_CLASSES[shape_name], (shape[0],), generator=gen).to(dev)
     logits = torch.randn(shape[0], NUM_CLASSES[shape_name], generator=gen).to(dev)
-    subjects = {**floors(x, NUM_CLASSES[shape_name]), **ours(x, y, logits, gen),
-                **parts(x, y, NUM_CLASSES[shape_name], centred_box(*shape[-2:]),
-                        torch.randperm(shape[0], generator=gen).to(dev))}
+    subjects = {
+        **floors(x, NUM_CLASSES[shape_name]),
+        **ours(x, y, logits, gen),
+        **parts(
+            x, y, NUM_CLASSES[shape_name], centred_box(*shape[-2:]), torch.randperm(shape[0], generator=gen).to(dev)
+        ),
+    }
     found, missing = peer_calls(x, y, logits, peers)
     subjects.update(found)
     return time_rounds(subjects, rounds, calls, synchronize, log), missing
 
 
-def _measure_in_this_process(shape_name: str, peers: bool, device: str, rounds: int, calls: int
-                             ) -> tuple[dict[str, list[float]], dict[str, str]]:
+def _measure_in_this_process(
+    shape_name: str, peers: bool, device: str, rounds: int, calls: int
+) -> tuple[dict[str, list[float]], dict[str, str]]:
     """:func:`measure` in a process of its own (spawned): one thread, freed memory kept, as in run()."""
     torch.set_num_threads(1)
     if torch.device(device).type == "cpu":
@@ -319,9 +371,15 @@ def _measure_in_this_process(shape_name: str, peers: bool, device: str, rounds: 
     return measure(shape_name, peers, device, rounds, calls)
 
 
-def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: int | None = None,
-        calls: int | None = None, processes: int | None = None,
-        log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+def run(
+    quick: bool = False,
+    peers: bool = True,
+    device: str = "cpu",
+    rounds: int | None = None,
+    calls: int | None = None,
+    processes: int | None = None,
+    log: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
     """Time ours, the floors and the peers on both shapes; rows of ratios beside their targets.
 
     ``quick``: two rounds of two calls, a smoke run whose numbers mean little. ``processes``: the
@@ -340,11 +398,22 @@ def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: in
     try:
         rows: list[dict[str, Any]] = []
         details: dict[str, Any] = {
-            "device": str(dev), "threads": 1, "dtype": "float32", "rounds": rounds * processes,
-            "processes": processes, "calls_per_round": calls, "allocator": allocator,
-            "cutmix_alpha": CUTMIX_ALPHA, "mixup_alpha": MIXUP_ALPHA, "smoothing": SMOOTHING, "colout_p": P_DROP,
-            "floors": FLOORS, "peer_calls": {name: call for name, _, call in PEERS}, "median_ms": {},
-            "part_calls": {name: {"call": call, "about": about} for name, _, call, about in PARTS}, "parts": {},
+            "device": str(dev),
+            "threads": 1,
+            "dtype": "float32",
+            "rounds": rounds * processes,
+            "processes": processes,
+            "calls_per_round": calls,
+            "allocator": allocator,
+            "cutmix_alpha": CUTMIX_ALPHA,
+            "mixup_alpha": MIXUP_ALPHA,
+            "smoothing": SMOOTHING,
+            "colout_p": P_DROP,
+            "floors": FLOORS,
+            "peer_calls": {name: call for name, _, call in PEERS},
+            "median_ms": {},
+            "part_calls": {name: {"call": call, "about": about} for name, _, call, about in PARTS},
+            "parts": {},
             "peers_missing": {},
             "cpu_kernels": kernel_status() if dev.type == "cpu" else f"CPU only, not used on {dev.type}",
         }
@@ -358,8 +427,9 @@ def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: in
                 else:
                     context = multiprocessing.get_context("spawn")
                     with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                        measured, missing = pool.submit(_measure_in_this_process, shape_name, peers, device,
-                                                        rounds, calls).result()
+                        measured, missing = pool.submit(
+                            _measure_in_this_process, shape_name, peers, device, rounds, calls
+                        ).result()
                     log(f"  process {process + 1}/{processes}: {rounds} rounds")
                 for name, per_round in measured.items():
                     times.setdefault(name, []).extend(per_round)
@@ -370,8 +440,13 @@ def run(quick: bool = False, peers: bool = True, device: str = "cpu", rounds: in
             floor_of = {name: floor for name, floor, _ in OURS}
             for name, mine, _, _ in PARTS:
                 details["parts"].setdefault(shape_name, []).append(
-                    {"what": name, "of": mine, "floor": floor_of[mine],
-                     **round_ratios(times[name], times[floor_of[mine]])})
+                    {
+                        "what": name,
+                        "of": mine,
+                        "floor": floor_of[mine],
+                        **round_ratios(times[name], times[floor_of[mine]]),
+                    }
+                )
             for name, mine, _ in PEERS:
                 if name in times:
                     peer_rows.append(ratio_row(f"ours {mine} / {name}, {shape_name}", times[mine], times[name], 1.0))
@@ -384,8 +459,10 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [report["title"], ""]
     for row in report["rows"]:
         lo, hi = row["spread"]
-        lines.append(f"  {row['what']:<78} {row['value']:6.2f}x  [{lo:.2f} .. {hi:.2f}]  "
-                     f"target {row['compare']} {row['target']:.1f}x: {'met' if row['met'] else 'MISSED'}")
+        lines.append(
+            f"  {row['what']:<78} {row['value']:6.2f}x  [{lo:.2f} .. {hi:.2f}]  "
+            f"target {row['compare']} {row['target']:.1f}x: {'met' if row['met'] else 'MISSED'}"
+        )
     details = report["details"]
     lines.append("")
     for shape_name, medians in details["median_ms"].items():
@@ -393,8 +470,10 @@ def format_report(report: dict[str, Any]) -> str:
     for name, definition in FLOORS.items():
         lines.append(f"  {name}: {definition}")
     for shape_name, measured in details.get("parts", {}).items():
-        lines.append(f"torch's ops for ours at {shape_name}, no sampling or checks, / their floor: " + ", ".join(
-            f"{part['what']} ({part['of']}) {part['value']:.2f}x" for part in measured))
+        lines.append(
+            f"torch's ops for ours at {shape_name}, no sampling or checks, / their floor: "
+            + ", ".join(f"{part['what']} ({part['of']}) {part['value']:.2f}x" for part in measured)
+        )
     for name, call in details.get("part_calls", {}).items():
         lines.append(f"  {name}: {call['call']}: {call['about']}")
     if "allocator" in details:
@@ -413,8 +492,12 @@ def format_report(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="rounds per process")
-    parser.add_argument("--processes", type=int, default=5,
-                        help="fresh processes the rounds run in, one after another, pooled (1: this one)")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=5,
+        help="fresh processes the rounds run in, one after another, pooled (1: this one)",
+    )
     parser.add_argument("--calls", type=int, default=21, help="calls per implementation per round")
     parser.add_argument("--quick", action="store_true", help="two rounds of two calls: checks that it runs")
     parser.add_argument("--no-peers", action="store_true", help="time ours and the floors only")
@@ -426,17 +509,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.output}: exists; pass --force to overwrite it")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error(f"--device {args.device}: torch.cuda.is_available() is False")
-    report = run(quick=args.quick, peers=not args.no_peers, device=args.device,
-                 rounds=None if args.quick else args.rounds, calls=None if args.quick else args.calls,
-                 processes=None if args.quick else args.processes,
-                 log=lambda line: print(line, file=sys.stderr, flush=True))
+    report = run(
+        quick=args.quick,
+        peers=not args.no_peers,
+        device=args.device,
+        rounds=None if args.quick else args.rounds,
+        calls=None if args.quick else args.calls,
+        processes=None if args.quick else args.processes,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     print(format_report(report))
     if args.output:
         from methods_tools.compare import environment
         from methods_tools.files import write_atomic
 
-        write_atomic(args.output, json.dumps({**report, "environment": environment()}, indent=1) + "\n",
-                     force=args.force)
+        write_atomic(
+            args.output, json.dumps({**report, "environment": environment()}, indent=1) + "\n", force=args.force
+        )
     return 0 if all(row["met"] for row in report["rows"]) else 1
 
 

@@ -56,7 +56,7 @@ COMMANDS = (
 )
 
 # Runs in the checkout (tree_python: its sys.path first); times one command after start-up.
-_TIMED = r'''
+_TIMED = r"""
 import contextlib, importlib, io, json, sys, time
 module, function, argv, preload = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "1"
 if preload:
@@ -68,7 +68,7 @@ with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     rc = main(argv)
 seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 print(json.dumps({"rc": rc, "seconds": seconds, "cpu_seconds": cpu, "stderr": err.getvalue()[-2000:]}))
-'''
+"""
 
 Log = Callable[[str], None]
 
@@ -81,8 +81,11 @@ def time_command(root: Path, command: tuple[str, str, str, list[str], bool]) -> 
     """``(wall, CPU)`` seconds of one of :data:`COMMANDS` in ``root`` after start-up; raises when
     the check fails."""
     name, module, function, argv, preload = command
-    result = json.loads(tree_python(root, _TIMED, module, function, json.dumps(argv),
-                                    "1" if preload else "0").stdout.strip().splitlines()[-1])
+    result = json.loads(
+        tree_python(root, _TIMED, module, function, json.dumps(argv), "1" if preload else "0")
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     if result["rc"] != 0:
         raise RuntimeError(f"{name} fails in {root}:\n{result['stderr']}")
     return result["seconds"], result["cpu_seconds"]
@@ -108,8 +111,9 @@ def prepare(root: Path, log: Log, warm: bool = True) -> float:
     return seconds
 
 
-def run(quick: bool = False, *, sizes: Sequence[int] | None = None, repeats: int | None = None,
-        log: Log = _stderr) -> dict[str, Any]:
+def run(
+    quick: bool = False, *, sizes: Sequence[int] | None = None, repeats: int | None = None, log: Log = _stderr
+) -> dict[str, Any]:
     """Every measurement; ``quick``: tiny sizes, one repeat, no copy of this checkout."""
     sizes = sorted(set(sizes or (QUICK_SIZES if quick else SIZES)))
     repeats = 1 if quick else repeats or REPEATS
@@ -117,8 +121,10 @@ def run(quick: bool = False, *, sizes: Sequence[int] | None = None, repeats: int
         raise ValueError("two or more sizes of at least 1, and at least one repeat")
     validate_wall()  # bytecode compiled, files in the page cache
     walls, validate_cpu = zip(*(validate_wall() for _ in range(1 if quick else VALIDATE_REPEATS)), strict=True)
-    log(f"check_speed: tools/validate_metadata.py: median {statistics.median(walls):.3f} s "
-        f"({statistics.median(validate_cpu):.3f} s of CPU)")
+    log(
+        f"check_speed: tools/validate_metadata.py: median {statistics.median(walls):.3f} s "
+        f"({statistics.median(validate_cpu):.3f} s of CPU)"
+    )
     with tempfile.TemporaryDirectory(prefix="check-speed-") as name:
         tmp = Path(name)
         trees = {str(n): make_catalog(tmp / f"catalog-{n}", n).root for n in sizes}
@@ -133,45 +139,70 @@ def run(quick: bool = False, *, sizes: Sequence[int] | None = None, repeats: int
                     wall, seconds = time_command(root, command)
                     times[label][command[0]].append(wall)
                     cpu[label][command[0]].append(seconds)
-                log(f"check_speed: repeat {rep + 1}/{repeats} {label}: "
+                log(
+                    f"check_speed: repeat {rep + 1}/{repeats} {label}: "
                     f"{sum(t[-1] for t in times[label].values()):.2f} s "
-                    f"({sum(t[-1] for t in cpu[label].values()):.2f} s of CPU)")
+                    f"({sum(t[-1] for t in cpu[label].values()):.2f} s of CPU)"
+                )
     totals = {label: [sum(per[c[0]][i] for c in COMMANDS) for i in range(repeats)] for label, per in times.items()}
     small, large = str(sizes[0]), str(sizes[-1])
     median = {label: statistics.median(values) for label, values in totals.items()}
     per_rep = [a / b for a, b in zip(totals[large], totals[small], strict=True)]
     linear = sizes[-1] / sizes[0]
     rows = [
-        {"what": "tools/validate_metadata.py wall time, all metadata", "value": round(statistics.median(walls), 3),
-         "unit": "s", "spread": [round(min(walls), 3), round(max(walls), 3)], "target": VALIDATE_TARGET,
-         "compare": "<", "met": statistics.median(walls) < VALIDATE_TARGET},
-        {"what": f"nox -s check after start-up, {small} synthetic methods", "value": round(median[small], 3),
-         "unit": "s", "spread": [round(min(totals[small]), 3), round(max(totals[small]), 3)],
-         "target": CHECK_TARGET, "compare": "<", "met": median[small] < CHECK_TARGET},
-        {"what": f"nox -s check after start-up, {large} synthetic methods / {small}",
-         "value": round(median[large] / median[small], 3), "unit": "x",
-         "spread": [round(min(per_rep), 3), round(max(per_rep), 3)], "target": linear, "compare": "<=",
-         "met": median[large] / median[small] <= linear},
+        {
+            "what": "tools/validate_metadata.py wall time, all metadata",
+            "value": round(statistics.median(walls), 3),
+            "unit": "s",
+            "spread": [round(min(walls), 3), round(max(walls), 3)],
+            "target": VALIDATE_TARGET,
+            "compare": "<",
+            "met": statistics.median(walls) < VALIDATE_TARGET,
+        },
+        {
+            "what": f"nox -s check after start-up, {small} synthetic methods",
+            "value": round(median[small], 3),
+            "unit": "s",
+            "spread": [round(min(totals[small]), 3), round(max(totals[small]), 3)],
+            "target": CHECK_TARGET,
+            "compare": "<",
+            "met": median[small] < CHECK_TARGET,
+        },
+        {
+            "what": f"nox -s check after start-up, {large} synthetic methods / {small}",
+            "value": round(median[large] / median[small], 3),
+            "unit": "x",
+            "spread": [round(min(per_rep), 3), round(max(per_rep), 3)],
+            "target": linear,
+            "compare": "<=",
+            "met": median[large] / median[small] <= linear,
+        },
     ]
     details = {
         "validate_metadata_seconds": [round(w, 3) for w in walls],
         "validate_metadata_cpu_seconds": [round(c, 3) for c in validate_cpu],
         "timing": "each command in a fresh interpreter, timed after `import torch, algorithms` (the validator: "
-                  "after start-up alone); the sum over the four commands",
+        "after start-up alone); the sum over the four commands",
         "repeats": repeats,
         "median_seconds": {label: round(value, 3) for label, value in median.items()},
-        "median_seconds_by_command": {label: {c: round(statistics.median(v), 3) for c, v in per.items()}
-                                      for label, per in times.items()},
-        "median_cpu_seconds": {label: round(statistics.median([sum(per[c[0]][i] for c in COMMANDS)
-                                                               for i in range(repeats)]), 3)
-                               for label, per in cpu.items()},
-        "median_cpu_seconds_by_command": {label: {c: round(statistics.median(v), 3) for c, v in per.items()}
-                                          for label, per in cpu.items()},
+        "median_seconds_by_command": {
+            label: {c: round(statistics.median(v), 3) for c, v in per.items()} for label, per in times.items()
+        },
+        "median_cpu_seconds": {
+            label: round(statistics.median([sum(per[c[0]][i] for c in COMMANDS) for i in range(repeats)]), 3)
+            for label, per in cpu.items()
+        },
+        "median_cpu_seconds_by_command": {
+            label: {c: round(statistics.median(v), 3) for c, v in per.items()} for label, per in cpu.items()
+        },
         "figures_and_pages_drawn_seconds": drawn,
         "quick": quick,
     }
-    return {"title": f"Checks: the metadata validator, and nox -s check at {small} and {large} methods",
-            "rows": rows, "details": details}
+    return {
+        "title": f"Checks: the metadata validator, and nox -s check at {small} and {large} methods",
+        "rows": rows,
+        "details": details,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     for row in results["rows"]:
-        print(f"{row['what']}: {row['value']:g} {row['unit']} (spread {row['spread'][0]:g}-{row['spread'][1]:g}; "
-              f"target {row['compare']} {row['target']:g}: {'met' if row['met'] else 'MISSED'})")
+        print(
+            f"{row['what']}: {row['value']:g} {row['unit']} (spread {row['spread'][0]:g}-{row['spread'][1]:g}; "
+            f"target {row['compare']} {row['target']:g}: {'met' if row['met'] else 'MISSED'})"
+        )
     text = json.dumps(results, indent=1) + "\n"
     if args.output == "-":
         sys.stdout.write(text)

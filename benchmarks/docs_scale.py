@@ -97,8 +97,19 @@ def sphinx_build(root: Path, out: Path, *options: str, fresh: bool = True) -> Bu
     error; ``fresh``: from scratch (``-E``, ``out`` emptied first), else incrementally."""
     if fresh:
         shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", *(["-E"] if fresh else []),
-           *options, str(root / "docs" / "source"), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-b",
+        "html",
+        "-W",
+        "--keep-going",
+        *(["-E"] if fresh else []),
+        *options,
+        str(root / "docs" / "source"),
+        str(out),
+    ]
     # NO_COLOR: where CI=true or FORCE_COLOR is set, Sphinx takes even a pipe for a colour terminal and
     # prints its progress on one line, each item ending in a carriage return (``--no-color`` does not
     # change that), which pages_in_output does not read.
@@ -115,17 +126,32 @@ def _ratio_row(what: str, numerators: Sequence[float], denominators: Sequence[fl
     """A row of the ratio of the medians, its spread the ratios of each repeat's pair."""
     pairs = [a / b for a, b in zip(numerators, denominators, strict=True)]
     value = statistics.median(numerators) / statistics.median(denominators)
-    return {"what": what, "value": round(value, 3), "unit": "x", "spread": [round(min(pairs), 3), round(max(pairs), 3)],
-            "target": target, "compare": "<=", "met": value <= target}
+    return {
+        "what": what,
+        "value": round(value, 3),
+        "unit": "x",
+        "spread": [round(min(pairs), 3), round(max(pairs), 3)],
+        "target": target,
+        "compare": "<=",
+        "met": value <= target,
+    }
 
 
 def _pages_row(what: str, pages: Sequence[str], target: int) -> dict:
-    return {"what": what, "value": len(pages), "unit": "pages", "spread": [len(pages), len(pages)],
-            "target": target, "compare": "<=", "met": len(pages) <= target}
+    return {
+        "what": what,
+        "value": len(pages),
+        "unit": "pages",
+        "spread": [len(pages), len(pages)],
+        "target": target,
+        "compare": "<=",
+        "met": len(pages) <= target,
+    }
 
 
-def measure_growth(tmp: Path, sizes: Sequence[int], repeats: int, variants: Sequence[str], quick: bool,
-                   log: Log) -> tuple[list[dict], dict, Path]:
+def measure_growth(
+    tmp: Path, sizes: Sequence[int], repeats: int, variants: Sequence[str], quick: bool, log: Log
+) -> tuple[list[dict], dict, Path]:
     """The growth rows and details; also the smallest checkout (already built), for reuse."""
     catalogs = {}
     for n in sizes:
@@ -135,8 +161,10 @@ def measure_growth(tmp: Path, sizes: Sequence[int], repeats: int, variants: Sequ
     first = {}
     for n in sizes:  # draws every figure; in a quick run, this is the measured build
         first[n] = sphinx_build(catalogs[n], tmp / f"out-{n}")
-        log(f"docs_scale: first build of {n} methods (figures drawn): {first[n].seconds:.1f} s, "
-            f"{len(first[n].read)} pages")
+        log(
+            f"docs_scale: first build of {n} methods (figures drawn): {first[n].seconds:.1f} s, "
+            f"{len(first[n].read)} pages"
+        )
     times: dict[str, dict[int, list[float]]] = {v: {n: [] for n in sizes} for v in variants}
     if quick:
         times = {v: {n: [first[n].seconds] for n in sizes} for v in variants[:1]}
@@ -148,8 +176,14 @@ def measure_growth(tmp: Path, sizes: Sequence[int], repeats: int, variants: Sequ
                 log(f"docs_scale: repeat {rep + 1}/{repeats} {variant} {n} methods: {build.seconds:.1f} s")
     small, large = min(sizes), max(sizes)
     main = variants[0]
-    rows = [_ratio_row(f"full docs build, {large} synthetic methods / {small}", times[main][large],
-                       times[main][small], SCALE_TARGET)]
+    rows = [
+        _ratio_row(
+            f"full docs build, {large} synthetic methods / {small}",
+            times[main][large],
+            times[main][small],
+            SCALE_TARGET,
+        )
+    ]
     details = {
         "sizes": list(sizes),
         "repeats": 1 if quick else repeats,
@@ -158,8 +192,7 @@ def measure_growth(tmp: Path, sizes: Sequence[int], repeats: int, variants: Sequ
         "first_build_ratio": round(first[large].seconds / first[small].seconds, 3),
         "seconds": {v: {str(n): [round(s, 2) for s in times[v][n]] for n in sizes} for v in times},
         "median_seconds": {v: {str(n): round(statistics.median(times[v][n]), 2) for n in sizes} for v in times},
-        "ratios": {v: round(statistics.median(times[v][large]) / statistics.median(times[v][small]), 3)
-                   for v in times},
+        "ratios": {v: round(statistics.median(times[v][large]) / statistics.median(times[v][small]), 3) for v in times},
     }
     return rows, details, catalogs[small]
 
@@ -179,10 +212,11 @@ def measure_overhead(root: Path, out: Path, repeats: int, built: bool, log: Log)
         for times, folder, options in runs if rep % 2 == 0 else reversed(runs):
             times.append(sphinx_build(root, folder, *options).seconds)
         log(f"docs_scale: repeat {rep + 1}/{repeats} full {full[-1]:.1f} s, bare {bare[-1]:.1f} s")
-    details.update(seconds={"full": [round(s, 2) for s in full], "bare": [round(s, 2) for s in bare]},
-                   median_seconds={name: round(statistics.median(times), 2)
-                                   for name, times in (("full", full), ("bare", bare))},
-                   bare_options=BARE)
+    details.update(
+        seconds={"full": [round(s, 2) for s in full], "bare": [round(s, 2) for s in bare]},
+        median_seconds={name: round(statistics.median(times), 2) for name, times in (("full", full), ("bare", bare))},
+        bare_options=BARE,
+    )
     return [_ratio_row("docs build / bare Sphinx build of the same pages", full, bare, OVERHEAD_TARGET)], details
 
 
@@ -212,8 +246,10 @@ def measure_incremental(root: Path, out: Path, card: str, full: bool, log: Log) 
     def rebuild(what: str) -> Build:
         build = sphinx_build(root, out, fresh=False)
         details[what] = {"read": list(build.read), "written": list(build.written), "seconds": round(build.seconds, 2)}
-        log(f"docs_scale: rebuild {what.replace('_', ' ')}: read {', '.join(build.read) or 'nothing'}; "
-            f"wrote {', '.join(build.written) or 'nothing'}")
+        log(
+            f"docs_scale: rebuild {what.replace('_', ' ')}: read {', '.join(build.read) or 'nothing'}; "
+            f"wrote {', '.join(build.written) or 'nothing'}"
+        )
         return build
 
     if full:
@@ -223,13 +259,21 @@ def measure_incremental(root: Path, out: Path, card: str, full: bool, log: Log) 
     if full:
         edit_metadata_tldr(root / "algorithms" / card.split("/")[-1] / "metadata.json")
         rebuild("after_a_metadata_edit")
-    rows = [_pages_row("pages read after a prose edit of one card", after.read, 1),
-            _pages_row("pages written after a prose edit of one card (and its toctree parent)", after.written, 2)]
+    rows = [
+        _pages_row("pages read after a prose edit of one card", after.read, 1),
+        _pages_row("pages written after a prose edit of one card (and its toctree parent)", after.written, 2),
+    ]
     return rows, details
 
 
-def run(quick: bool = False, *, sizes: Sequence[int] | None = None, repeats: int | None = None,
-        variants: Sequence[str] = ("bounded-nav",), log: Log = _stderr) -> dict:
+def run(
+    quick: bool = False,
+    *,
+    sizes: Sequence[int] | None = None,
+    repeats: int | None = None,
+    variants: Sequence[str] = ("bounded-nav",),
+    log: Log = _stderr,
+) -> dict:
     """Every measurement; ``quick``: tiny sizes, one repeat, the overhead and incremental builds on
     the smallest synthetic checkout instead of a copy of this one (the numbers mean nothing)."""
     sizes = sorted(set(sizes or (QUICK_SIZES if quick else SIZES)))
@@ -246,12 +290,17 @@ def run(quick: bool = False, *, sizes: Sequence[int] | None = None, repeats: int
             card = f"method_cards/{sorted(p.stem for p in (project / 'docs/source/method_cards').glob('*.md'))[0]}"
         overhead_rows, overhead = measure_overhead(project, out, repeats, built=quick, log=log)
         incremental_rows, incremental = measure_incremental(project, out, card, full=not quick, log=log)
-    return {"title": f"Docs build: {sizes[-1]} synthetic methods against {sizes[0]}, generators and figures "
-                     "against a bare Sphinx build, and an incremental rebuild",
-            "rows": rows + overhead_rows + incremental_rows,
-            "details": {"growth": growth, "overhead": {"project": "synthetic" if quick else "this checkout",
-                                                       **overhead},
-                        "incremental": incremental, "quick": quick}}
+    return {
+        "title": f"Docs build: {sizes[-1]} synthetic methods against {sizes[0]}, generators and figures "
+        "against a bare Sphinx build, and an incremental rebuild",
+        "rows": rows + overhead_rows + incremental_rows,
+        "details": {
+            "growth": growth,
+            "overhead": {"project": "synthetic" if quick else "this checkout", **overhead},
+            "incremental": incremental,
+            "quick": quick,
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,8 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", help=f"method counts to build (default {SIZES})")
     parser.add_argument("--repeats", type=int, help=f"builds of each (default {REPEATS})")
-    parser.add_argument("--variant", choices=sorted(VARIANTS), action="append",
-                        help="add a sidebar configuration to the growth measurement (repeatable)")
+    parser.add_argument(
+        "--variant",
+        choices=sorted(VARIANTS),
+        action="append",
+        help="add a sidebar configuration to the growth measurement (repeatable)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes, one repeat")
     parser.add_argument("--output", help="write the results as JSON here (- for stdout)")
     parser.add_argument("--force", action="store_true", help="overwrite --output if it exists")
@@ -270,13 +323,19 @@ def main(argv: list[str] | None = None) -> int:
     if output is not None and output.exists() and not args.force:
         parser.error(f"{output}: exists; pass --force to overwrite it")
     try:
-        results = run(args.quick, sizes=args.sizes, repeats=args.repeats,
-                      variants=["bounded-nav", *[v for v in args.variant or () if v != "bounded-nav"]])
+        results = run(
+            args.quick,
+            sizes=args.sizes,
+            repeats=args.repeats,
+            variants=["bounded-nav", *[v for v in args.variant or () if v != "bounded-nav"]],
+        )
     except ValueError as exc:
         parser.error(str(exc))
     for row in results["rows"]:
-        print(f"{row['what']}: {row['value']:g} {row['unit']} (spread {row['spread'][0]:g}-{row['spread'][1]:g}; "
-              f"target {row['compare']} {row['target']:g}: {'met' if row['met'] else 'MISSED'})")
+        print(
+            f"{row['what']}: {row['value']:g} {row['unit']} (spread {row['spread'][0]:g}-{row['spread'][1]:g}; "
+            f"target {row['compare']} {row['target']:g}: {'met' if row['met'] else 'MISSED'})"
+        )
     text = json.dumps(results, indent=1) + "\n"
     if args.output == "-":
         sys.stdout.write(text)

@@ -51,15 +51,21 @@ def committed_sweeps() -> dict[str, dict[str, Any]]:
         runs = load_effects(path)["runs"]
         jobs = [r["job_s"] for r in runs if r["job_s"] is not None]
         last = max(runs, key=lambda r: r["date"])
-        span = ((_parse_date(last["date"]) - _parse_date(min(r["date"] for r in runs))).total_seconds()
-                + (last["job_s"] or 0.0))
-        sweeps[path.name] = {"runs": len(runs), "seeds": len({r["seed"] for r in runs}),
-                             "job_seconds": round(sum(jobs), 1), "span_seconds": round(span, 1)}
+        span = (_parse_date(last["date"]) - _parse_date(min(r["date"] for r in runs))).total_seconds() + (
+            last["job_s"] or 0.0
+        )
+        sweeps[path.name] = {
+            "runs": len(runs),
+            "seeds": len({r["seed"] for r in runs}),
+            "job_seconds": round(sum(jobs), 1),
+            "span_seconds": round(span, 1),
+        }
     return sweeps
 
 
-def run(quick: bool = False, *, seeds: int | None = None, log: Any = lambda line: print(line, file=sys.stderr)
-        ) -> dict[str, Any]:
+def run(
+    quick: bool = False, *, seeds: int | None = None, log: Any = lambda line: print(line, file=sys.stderr)
+) -> dict[str, Any]:
     """The slice, then the row and its details."""
     from methods_tools import compare, measure
 
@@ -68,8 +74,9 @@ def run(quick: bool = False, *, seeds: int | None = None, log: Any = lambda line
     records = load_all_metadata()
     seeds = seeds or (QUICK_SEEDS if quick else SEEDS)
     quick_sizes = {"epochs": 1, "max_batches": 1} if quick else {}
-    options = measure.WORKLOADS["vision"].options("vision", range(seeds), command="python benchmarks/effects_sweep.py",
-                                                  **quick_sizes)
+    options = measure.WORKLOADS["vision"].options(
+        "vision", range(seeds), command="python benchmarks/effects_sweep.py", **quick_sizes
+    )
     methods = {k: v for k, v in measure.domain_methods("vision", records).items() if k in SLICE}
     sliced = {k: records[k] for k in methods}
     with tempfile.TemporaryDirectory(prefix="effects-sweep-") as tmp:
@@ -82,22 +89,34 @@ def run(quick: bool = False, *, seeds: int | None = None, log: Any = lambda line
     job = statistics.median(r["job_s"] for r in runs)
     full = {}
     for workload, default_seeds in (("vision", 10), ("nlp", 5)):
-        plan = measure.plan_jobs(measure.domain_methods(workload, records), tuple(range(default_seeds)),
-                                 measure.method_workloads(workload, records))
+        plan = measure.plan_jobs(
+            measure.domain_methods(workload, records),
+            tuple(range(default_seeds)),
+            measure.method_workloads(workload, records),
+        )
         full[workload] = {"seeds": default_seeds, "jobs": len(plan)}
     full["vision"]["estimated_seconds"] = round(full["vision"]["jobs"] * job, 1)
     env = compare.environment()
     return {
         "title": "Effects sweep: time a run spends outside training (process start, imports, data loading)",
-        "rows": [{"what": f"outside training and evaluation, per run ({len(runs)} runs of the vision sweep)",
-                  "value": statistics.median(outside), "unit": "s", "spread": [min(outside), max(outside)],
-                  "target": OUTSIDE_TARGET_S, "compare": "<"}],
+        "rows": [
+            {
+                "what": f"outside training and evaluation, per run ({len(runs)} runs of the vision sweep)",
+                "value": statistics.median(outside),
+                "unit": "s",
+                "spread": [min(outside), max(outside)],
+                "target": OUTSIDE_TARGET_S,
+                "compare": "<",
+            }
+        ],
         "details": {
             "median_job_s": round(job, 2),
             "median_training_s": round(statistics.median(r["wall_s"] for r in runs), 2),
             "median_evaluation_s": round(statistics.median(r["eval_s"] for r in runs), 2),
             "median_outside_s": round(statistics.median(outside), 2),
-            "full_sweeps": full, "committed_sweeps": committed_sweeps(), "cpu_count": env["cpu_count"],
+            "full_sweeps": full,
+            "committed_sweeps": committed_sweeps(),
+            "cpu_count": env["cpu_count"],
         },
     }
 

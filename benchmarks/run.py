@@ -55,8 +55,10 @@ def format_row(row: dict[str, Any]) -> str:
     fmt = (lambda v: f"{v:.2f}x") if unit == "x" else (lambda v: f"{v:.2f} {unit}")
     lo, hi = row["spread"]
     verdict = "met" if row["met"] else "MISSED"
-    return (f"  {row['what']:<70} {fmt(row['value']):>10}  [{fmt(lo)} .. {fmt(hi)}]  "
-            f"target {row['compare']} {fmt(row['target'])}: {verdict}")
+    return (
+        f"  {row['what']:<70} {fmt(row['value']):>10}  [{fmt(lo)} .. {fmt(hi)}]  "
+        f"target {row['compare']} {fmt(row['target'])}: {verdict}"
+    )
 
 
 def default_output(env: dict[str, Any], peers: bool = False) -> Path:
@@ -89,8 +91,14 @@ def render_performance(paths: list[Path], root: Path) -> str:
     from methods_tools.docsgen import jinja_environment
     from methods_tools.results import load_bench
 
-    documents = [{**load_bench(path), "path": path.relative_to(root).as_posix(),
-                  "session": "bench_peers" if path.parent.name == PEERS_FOLDER else "bench"} for path in paths]
+    documents = [
+        {
+            **load_bench(path),
+            "path": path.relative_to(root).as_posix(),
+            "session": "bench_peers" if path.parent.name == PEERS_FOLDER else "bench",
+        }
+        for path in paths
+    ]
     env = jinja_environment(HERE)
     env.filters["figure"] = figure
     return env.get_template("performance.md.j2").render(documents=documents).strip("\n")
@@ -106,10 +114,15 @@ def update_readme(readme: Path = README, results: list[Path] | None = None, root
     results = committed_results() if results is None else results
     text = readme.read_text(encoding="utf-8")
     if README_REGION not in regions(text):
-        raise SystemExit(f"{readme}: no '<!-- generated: {README_REGION} -->' region to rewrite — add the markers "
-                         "where the table belongs")
-    body = (render_performance(results, root or readme.parent) if results
-            else "No benchmark results are committed yet (run nox -s bench).")
+        raise SystemExit(
+            f"{readme}: no '<!-- generated: {README_REGION} -->' region to rewrite — add the markers "
+            "where the table belongs"
+        )
+    body = (
+        render_performance(results, root or readme.parent)
+        if results
+        else "No benchmark results are committed yet (run nox -s bench)."
+    )
     return write_if_changed(readme, replace_regions(text, {README_REGION: Region(README_REGION, 0, 0, body)}))
 
 
@@ -132,9 +145,15 @@ def run_suite(names: list[str], quick: bool, log=print) -> dict[str, Any]:
     end_env = environment()
     env["load_average_at_end"] = end_env["load_average"]
     rows = [row for section in sections.values() for row in section["rows"]]
-    return {"$schema": "../../algorithms/bench.schema.json", "schema_version": 1, "environment": env,
-            "quick": quick, "command": " ".join(["python", "benchmarks/run.py", *sys.argv[1:]]),
-            "targets": {"met": sum(r["met"] for r in rows), "total": len(rows)}, "sections": sections}
+    return {
+        "$schema": "../../algorithms/bench.schema.json",
+        "schema_version": 1,
+        "environment": env,
+        "quick": quick,
+        "command": " ".join(["python", "benchmarks/run.py", *sys.argv[1:]]),
+        "targets": {"met": sum(r["met"] for r in rows), "total": len(rows)},
+        "sections": sections,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,11 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes and one repeat: checks the suite runs")
     parser.add_argument("--output", help="the results file (default results/bench/<machine>.json; - for stdout)")
     parser.add_argument("--force", action="store_true", help="overwrite the results file if it exists")
-    parser.add_argument("--peers", action="store_true",
-                        help="the batch methods only, where torchvision, timm or Composer import (nox -s bench_peers), "
-                             "into results/bench/peers/<machine>.json by default")
-    parser.add_argument("--readme", action="store_true",
-                        help="only rewrite the README's Performance table from the committed results files")
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="the batch methods only, where torchvision, timm or Composer import (nox -s bench_peers), "
+        "into results/bench/peers/<machine>.json by default",
+    )
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="only rewrite the README's Performance table from the committed results files",
+    )
     args = parser.parse_args(argv)
     if args.readme:
         print(f"{README}: {'rewritten' if update_readme() else 'already current'}")
@@ -157,21 +182,29 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--peers runs the batch methods alone: leave out --only")
         modules = load_section("batch_methods").PEER_MODULES.values()
         if not any(_imports(module) for module in modules):
-            parser.error(f"--peers: none of {', '.join(modules)} imports here; run it as nox -s bench_peers, "
-                         "which installs them")
+            parser.error(
+                f"--peers: none of {', '.join(modules)} imports here; run it as nox -s bench_peers, which installs them"
+            )
         names = ["batch_methods"]
     else:
         names = list(SECTIONS) if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in SECTIONS]
     if unknown or not names:
-        parser.error(f"--only {args.only!r}: unknown section(s) {', '.join(unknown) or '(none given)'}; "
-                     f"choose from {', '.join(SECTIONS)}")
+        parser.error(
+            f"--only {args.only!r}: unknown section(s) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {', '.join(SECTIONS)}"
+        )
     from methods_tools.compare import environment
     from methods_tools.files import write_atomic
     from methods_tools.results import BENCH_SCHEMA_PATH, bench_problems
 
-    output = (None if args.output == "-" else Path(args.output) if args.output
-              else default_output(environment(), peers=args.peers))
+    output = (
+        None
+        if args.output == "-"
+        else Path(args.output)
+        if args.output
+        else default_output(environment(), peers=args.peers)
+    )
     if output is not None and output.exists() and not args.force:
         parser.error(f"{output}: exists; pass --force to overwrite it")
     document = run_suite(names, args.quick, log=lambda line: print(line, flush=True))

@@ -164,14 +164,31 @@ def method_files(i: int) -> dict[str, str]:
     key, cls, fn = method_key(i), class_name(i), functional_name(i)
     data = f"synthetic_{i:04d}_schedule"
     ramp = 10 + i % 9 * 10
-    names = {"i": i, "key": key, "cls": cls, "fn": fn, "data": data, "band": _band(i), "ramp": ramp,
-             "ramp_fraction": ramp / 100}
+    names = {
+        "i": i,
+        "key": key,
+        "cls": cls,
+        "fn": fn,
+        "data": data,
+        "band": _band(i),
+        "ramp": ramp,
+        "ramp_fraction": ramp / 100,
+    }
     if i % 3 == 0:
-        figure = {"kind": "batch", "arguments": {"strength": 0.75}, "seed": i,
-                  "alt": "Four photographs before and after, each with one band of rows darkened."}
+        figure = {
+            "kind": "batch",
+            "arguments": {"strength": 0.75},
+            "seed": i,
+            "alt": "Four photographs before and after, each with one band of rows darkened.",
+        }
     else:
-        figure = {"kind": "plot", "data": data, "arguments": {"steps": 40, "strength": 0.5}, "seed": 0,
-                  "alt": f"A line rising from 0 to 0.5 over the first {ramp} % of training, then flat."}
+        figure = {
+            "kind": "plot",
+            "data": data,
+            "arguments": {"steps": 40, "strength": 0.5},
+            "seed": 0,
+            "alt": f"A line rising from 0 to 0.5 over the first {ramp} % of training, then flat.",
+        }
     entry = {
         "name": f"Synthetic Method {i:04d}",
         "kind": "method",
@@ -195,15 +212,20 @@ def method_files(i: int) -> dict[str, str]:
     }
     if i >= len(DOMAINS) and i % 4 == 0:  # a known interaction with an earlier method of its domain
         entry["interactions"] = {method_key(i - len(DOMAINS)): "The order matters: the later one dims the band."}
-    return {"__init__.py": INIT_CODE.format(**names), f"{key}.py": METHOD_CODE.format(**names),
-            "metadata.json": json.dumps({"$schema": "../metadata.schema.json", key: entry}, indent=2) + "\n"}
+    return {
+        "__init__.py": INIT_CODE.format(**names),
+        f"{key}.py": METHOD_CODE.format(**names),
+        "metadata.json": json.dumps({"$schema": "../metadata.schema.json", key: entry}, indent=2) + "\n",
+    }
 
 
 def prose(i: int, paragraph: int) -> str:
     """A paragraph of an author's prose, with inline and display math, where the scaffold left a prompt."""
-    return (f"Paragraph {paragraph} of generated method {i}: the band's brightness is multiplied by $1 - s$ "
-            f"for a strength $s \\in [0, 1]$, and `strength=0.5` is the default.\n\n"
-            f"$$\n\\tilde{{x}}_{{c,h,w}} = x_{{c,h,w}} \\, (1 - s \\, [h_0 \\le h < h_0 + b H])\n$$")
+    return (
+        f"Paragraph {paragraph} of generated method {i}: the band's brightness is multiplied by $1 - s$ "
+        f"for a strength $s \\in [0, 1]$, and `strength=0.5` is the default.\n\n"
+        f"$$\n\\tilde{{x}}_{{c,h,w}} = x_{{c,h,w}} \\, (1 - s \\, [h_0 \\le h < h_0 + b H])\n$$"
+    )
 
 
 _PROMPT = re.compile(r"<!-- TODO\(new_card\):.*?-->", re.DOTALL)
@@ -240,8 +262,9 @@ def copy_checkout(root: Path, *, methods: bool = True) -> Path:
         if path.is_file() and path.name not in GENERATED_TOP:
             shutil.copy2(path, source / path.name)
     if not methods:  # its scenarios name the real methods: one page, with none
-        (source / CHOOSING_PAGE).write_text("# Choosing methods\n\nThis catalog's methods are synthetic.\n",
-                                            encoding="utf-8")
+        (source / CHOOSING_PAGE).write_text(
+            "# Choosing methods\n\nThis catalog's methods are synthetic.\n", encoding="utf-8"
+        )
     for folder in ("_ext", "_static", "templates", "dataset_cards", "model_cards"):
         shutil.copytree(DOCS_SOURCE / folder, source / folder, ignore=cache)
     (source / "tables").mkdir()
@@ -265,17 +288,23 @@ def copy_checkout(root: Path, *, methods: bool = True) -> Path:
 def tree_python(root: Path, code: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter whose ``sys.path`` starts with the tree and its tools
     (``sys.argv[1:]`` is ``args``); raise with its stderr when it fails."""
-    prelude = (f"import sys; sys.path[:0] = [{str(root)!r}, {str(root / 'tools')!r}]\n")
+    prelude = f"import sys; sys.path[:0] = [{str(root)!r}, {str(root / 'tools')!r}]\n"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", prelude + code, *args], cwd=root, capture_output=True, text=True,
-                         env=env, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-c", prelude + code, *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"in {root}: {out.stderr[-4000:]}")
     return out
 
 
 # Run inside the tree: every generated card from the scaffold, and a matrix whose every cell runs.
-_FINISH = r'''
+_FINISH = r"""
 import json, re, sys
 from pathlib import Path
 from algorithms.core.options import DISTRIBUTED
@@ -302,7 +331,7 @@ matrix = {"$schema": "../../algorithms/composability.schema.json", "schema_versi
           "settings": {"steps": 6, "epochs": 3, "batch_size": 8, "image_size": 16, "nproc": 2, "seed": 0},
           "commands": ["python tools/composability_matrix.py --force"], "wall_s": 0.1 * len(cells), "cells": cells}
 write_atomic(root / "results/composability/cpu-synthetic.json", json.dumps(matrix) + "\n")
-'''
+"""
 
 
 def make_catalog(root: Path, n: int) -> Catalog:

@@ -72,8 +72,9 @@ def _plain(model: torch.nn.Module, batches: list) -> Callable[[], None]:
 
 def _trainer(model: torch.nn.Module, batches: list, algorithms: int) -> Callable[[], None]:
     """A Trainer kept across rounds; each call trains ``len(batches)`` more batches (one epoch)."""
-    trainer = Trainer(model, batches, "1ep", optimizer=_sgd(model), device="cpu",
-                      algorithms=[Idle() for _ in range(algorithms)])
+    trainer = Trainer(
+        model, batches, "1ep", optimizer=_sgd(model), device="cpu", algorithms=[Idle() for _ in range(algorithms)]
+    )
 
     def loop() -> None:
         trainer.state.max_duration = Duration.parse(f"{trainer.state.timestamp.epoch + 1}ep")
@@ -93,7 +94,7 @@ def measure(model: torch.nn.Module, batches: list, rounds: int) -> dict[str, lis
         loop()
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     for r in range(rounds):
-        for name in (list(variants) if r % 2 == 0 else list(reversed(variants))):
+        for name in list(variants) if r % 2 == 0 else list(reversed(variants)):
             start = time.perf_counter()
             variants[name]()
             seconds[name].append((time.perf_counter() - start) / len(batches))
@@ -102,8 +103,9 @@ def measure(model: torch.nn.Module, batches: list, rounds: int) -> dict[str, lis
 
 def _batches(shape: tuple[int, ...], classes: int, count: int) -> list:
     g = torch.Generator().manual_seed(0)
-    return [(torch.randn(shape, generator=g), torch.randint(0, classes, (shape[0],), generator=g))
-            for _ in range(count)]
+    return [
+        (torch.randn(shape, generator=g), torch.randint(0, classes, (shape[0],), generator=g)) for _ in range(count)
+    ]
 
 
 def run(quick: bool = False, rounds: int = 9, batches: int = 4, tiny_batches: int = 200) -> dict:
@@ -116,20 +118,40 @@ def run(quick: bool = False, rounds: int = 9, batches: int = 4, tiny_batches: in
     resnet = measure(get_model("resnet20", num_classes=10), _batches((batch_size, 3, 32, 32), 10, batches), rounds)
     tiny = measure(torch.nn.Linear(8, 2), _batches((4, 8), 2, tiny_batches), rounds)
     plain_step = statistics.median(resnet["plain"])
-    rows, details = [], {"threads": 1, "rounds": rounds, "batches_per_round": batches,
-                         "model": f"resnet20, batch {batch_size}, 3x32x32, SGD with momentum, fp32",
-                         "plain_step_ms": 1e3 * plain_step, "overhead_us_per_batch": {},
-                         "tiny_model": "Linear(8, 2), batch 4", "tiny_batches_per_round": tiny_batches}
+    rows, details = (
+        [],
+        {
+            "threads": 1,
+            "rounds": rounds,
+            "batches_per_round": batches,
+            "model": f"resnet20, batch {batch_size}, 3x32x32, SGD with momentum, fp32",
+            "plain_step_ms": 1e3 * plain_step,
+            "overhead_us_per_batch": {},
+            "tiny_model": "Linear(8, 2), batch 4",
+            "tiny_batches_per_round": tiny_batches,
+        },
+    )
     for name, target in TARGETS.items():
         ratios = [t / p - 1 for t, p in zip(resnet[name], resnet["plain"], strict=True)]
         value = statistics.median(ratios)
-        rows.append({"what": f"{name} over the plain loop, ResNet-20 step at batch {batch_size}",
-                     "value": 100 * value, "unit": "%", "spread": [100 * min(ratios), 100 * max(ratios)],
-                     "target": 100 * target, "compare": "<", "met": value < target})
+        rows.append(
+            {
+                "what": f"{name} over the plain loop, ResNet-20 step at batch {batch_size}",
+                "value": 100 * value,
+                "unit": "%",
+                "spread": [100 * min(ratios), 100 * max(ratios)],
+                "target": 100 * target,
+                "compare": "<",
+                "met": value < target,
+            }
+        )
         extra = [t - p for t, p in zip(tiny[name], tiny["plain"], strict=True)]
         us = 1e6 * statistics.median(extra)
-        details["overhead_us_per_batch"][name] = {"median": us, "range": [1e6 * min(extra), 1e6 * max(extra)],
-                                                  "percent_of_plain_resnet_step": 100 * us / 1e6 / plain_step}
+        details["overhead_us_per_batch"][name] = {
+            "median": us,
+            "range": [1e6 * min(extra), 1e6 * max(extra)],
+            "percent_of_plain_resnet_step": 100 * us / 1e6 / plain_step,
+        }
     details["seconds_per_batch"] = {"resnet20": resnet, "tiny": tiny}
     return {"title": "The training loop's own cost", "rows": rows, "details": details}
 
@@ -146,11 +168,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.output}: exists; pass --force to overwrite it")
     section = run(quick=args.quick, rounds=args.rounds, batches=args.batches)
     for row in section["rows"]:
-        print(f"{row['what']}: {row['value']:.2f} % [{row['spread'][0]:.2f}, {row['spread'][1]:.2f}] "
-              f"(target < {row['target']:.0f} %: {'met' if row['met'] else 'MISSED'})")
+        print(
+            f"{row['what']}: {row['value']:.2f} % [{row['spread'][0]:.2f}, {row['spread'][1]:.2f}] "
+            f"(target < {row['target']:.0f} %: {'met' if row['met'] else 'MISSED'})"
+        )
     for name, over in section["details"]["overhead_us_per_batch"].items():
-        print(f"{name}: {over['median']:.1f} us per batch on a one-layer model "
-              f"({over['percent_of_plain_resnet_step']:.3f} % of a plain ResNet-20 step)")
+        print(
+            f"{name}: {over['median']:.1f} us per batch on a one-layer model "
+            f"({over['percent_of_plain_resnet_step']:.3f} % of a plain ResNet-20 step)"
+        )
     if args.output:
         write_atomic(args.output, json.dumps(section, indent=1) + "\n", force=args.force)
     return 0

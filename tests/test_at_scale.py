@@ -71,13 +71,16 @@ def test_at_scale_is_optional_in_the_schema(cutmix_copy: Path):
     assert load_metadata(cutmix_copy).at_scale is None
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda a, e: a.pop("hardware"), "missing required field 'hardware'"),
-    (lambda a, e: a.update(figure=""), "must not be empty"),
-    (lambda a, e: a.update(setting="   "), "must not be empty"),
-    (lambda a, e: a.update(url="http://arxiv.org/abs/1905.04899"), "does not match"),
-    (lambda a, e: a.update(year=2019), "unknown field(s) 'year'"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda a, e: a.pop("hardware"), "missing required field 'hardware'"),
+        (lambda a, e: a.update(figure=""), "must not be empty"),
+        (lambda a, e: a.update(setting="   "), "must not be empty"),
+        (lambda a, e: a.update(url="http://arxiv.org/abs/1905.04899"), "does not match"),
+        (lambda a, e: a.update(year=2019), "unknown field(s) 'year'"),
+    ],
+)
 def test_schema_refuses_an_incomplete_at_scale(cutmix_copy: Path, change, words):
     _edit(cutmix_copy, change)
     with pytest.raises(MetadataError) as info:

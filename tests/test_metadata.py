@@ -94,8 +94,11 @@ def test_bad_json_names_line_and_column(tree: Path):
         (lambda d: d.update(tags=["fast"]), "/cutmix/tags/0", "use one of"),
         (lambda d: d.update(colour="red"), "/cutmix", "unknown field"),
         (lambda d: d.update(kind="trick"), "/cutmix/kind", "use one of"),
-        (lambda d: d["hyperparameters"]["alpha"].pop("suggested"), "/cutmix/hyperparameters/alpha",
-         "missing required field 'suggested'"),
+        (
+            lambda d: d["hyperparameters"]["alpha"].pop("suggested"),
+            "/cutmix/hyperparameters/alpha",
+            "missing required field 'suggested'",
+        ),
         (lambda d: d.update(tldr="   "), "/cutmix/tldr", "must not be empty"),
         (lambda d: d.update(class_name="Not A Name"), "/cutmix/class_name", ""),
     ],
@@ -153,8 +156,10 @@ def test_method_needs_a_class(tree: Path):
 
 
 def test_discovery_sorted_by_key():
-    names = [p.parent.name if p.name == "metadata.json" else p.name.removesuffix(".metadata.json")
-             for p in discover_metadata_files()]
+    names = [
+        p.parent.name if p.name == "metadata.json" else p.name.removesuffix(".metadata.json")
+        for p in discover_metadata_files()
+    ]
     assert names == sorted(names) and "ddp" in names and "cutmix" in names
 
 

@@ -22,8 +22,10 @@ SCHEDULE = (1.0, 0.5, 0.25, 2.0, 0.1)
 
 def _params(seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(3, 4, generator=g, dtype=dtype)),
-            torch.nn.Parameter(torch.randn(5, generator=g, dtype=dtype))]
+    return [
+        torch.nn.Parameter(torch.randn(3, 4, generator=g, dtype=dtype)),
+        torch.nn.Parameter(torch.randn(5, generator=g, dtype=dtype)),
+    ]
 
 
 def _grads(params, steps, seed=1):
@@ -34,8 +36,11 @@ def _grads(params, steps, seed=1):
 def _run(optimizer, params, grads, schedule=None):
     """Step ``optimizer`` with the given gradients, a LambdaLR following ``schedule`` stepping after
     each step (as the Trainer does); returns the parameters after each step."""
-    scheduler = (torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: schedule[min(t, len(schedule) - 1)])
-                 if schedule is not None else None)
+    scheduler = (
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: schedule[min(t, len(schedule) - 1)])
+        if schedule is not None
+        else None
+    )
     after = []
     for step_grads in grads:
         for p, g in zip(params, step_grads, strict=True):
@@ -54,6 +59,7 @@ def _assert_close(got, want):
 
 
 # -- the definitions ---------------------------------------------------------------------------
+
 
 def _sgdw_by_hand(params, grads, lr, momentum, dampening, weight_decay, nesterov, schedule):
     p = [x.detach().clone() for x in params]
@@ -84,21 +90,26 @@ def _adamw_by_hand(params, grads, lr, betas, eps, weight_decay, amsgrad, schedul
             m[i] = b1 * m[i] + (1 - b1) * g
             v[i] = b2 * v[i] + (1 - b2) * g * g
             v_max[i] = torch.maximum(v_max[i], v[i])
-            m_hat = m[i] / (1 - b1 ** t)
-            v_hat = (v_max[i] if amsgrad else v[i]) / (1 - b2 ** t)
+            m_hat = m[i] / (1 - b1**t)
+            v_hat = (v_max[i] if amsgrad else v[i]) / (1 - b2**t)
             p[i] = p[i] * (1 - (lr_t / lr) * weight_decay) - lr_t * m_hat / (v_hat.sqrt() + eps)
         out.append([x.clone() for x in p])
     return out
 
 
-@pytest.mark.parametrize(("momentum", "dampening", "nesterov"), [(0.0, 0.0, False), (0.9, 0.0, False),
-                                                                 (0.9, 0.1, False), (0.9, 0.0, True)])
+@pytest.mark.parametrize(
+    ("momentum", "dampening", "nesterov"), [(0.0, 0.0, False), (0.9, 0.0, False), (0.9, 0.1, False), (0.9, 0.0, True)]
+)
 def test_sgdw_step_is_the_formula_under_a_changing_schedule(momentum, dampening, nesterov):
     params, lr, wd = _params(), 0.1, 0.01
     grads = _grads(params, len(SCHEDULE))
     want = _sgdw_by_hand(params, grads, lr, momentum, dampening, wd, nesterov, SCHEDULE)
-    got = _run(DecoupledSGDW(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=wd,
-                             nesterov=nesterov), params, grads, SCHEDULE)
+    got = _run(
+        DecoupledSGDW(params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=wd, nesterov=nesterov),
+        params,
+        grads,
+        SCHEDULE,
+    )
     _assert_close(got, want)
 
 
@@ -108,8 +119,9 @@ def test_adamw_step_is_the_formula_under_a_changing_schedule(betas, amsgrad):
     params, lr, eps, wd = _params(), 0.01, 0.1, 0.02  # an eps large enough to matter
     grads = _grads(params, len(SCHEDULE))
     want = _adamw_by_hand(params, grads, lr, betas, eps, wd, amsgrad, SCHEDULE)
-    got = _run(DecoupledAdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd, amsgrad=amsgrad),
-               params, grads, SCHEDULE)
+    got = _run(
+        DecoupledAdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd, amsgrad=amsgrad), params, grads, SCHEDULE
+    )
     _assert_close(got, want)
 
 
@@ -139,8 +151,13 @@ def test_step_hooks_run_once_per_step(cls):
     assert calls == ["pre", "post"]
 
 
-@pytest.mark.parametrize("make", [lambda p: DecoupledSGDW(p, lr=0.1, momentum=0.9, weight_decay=0.01),
-                                  lambda p: DecoupledAdamW(p, lr=0.01, weight_decay=0.01)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: DecoupledSGDW(p, lr=0.1, momentum=0.9, weight_decay=0.01),
+        lambda p: DecoupledAdamW(p, lr=0.01, weight_decay=0.01),
+    ],
+)
 def test_the_decay_is_scaled_by_lr_over_initial_lr_not_by_lr(make):
     """With zero gradients only the decay moves a weight (Adam's update of a zero moment is zero):
     each step multiplies it by 1 - (lr_t / lr_0) * weight_decay, whatever lr_0 is."""
@@ -149,7 +166,7 @@ def test_the_decay_is_scaled_by_lr_over_initial_lr_not_by_lr(make):
     grads = [[torch.zeros_like(p) for p in params] for _ in SCHEDULE]
     got = _run(make(params), params, grads, SCHEDULE)
     for t, after in enumerate(got):
-        factor = math.prod(1 - s * 0.01 for s in SCHEDULE[:t + 1])
+        factor = math.prod(1 - s * 0.01 for s in SCHEDULE[: t + 1])
         for p0, p in zip(start, after, strict=True):
             torch.testing.assert_close(p, p0 * factor, rtol=1e-12, atol=0)
 
@@ -182,6 +199,7 @@ def test_a_parameter_without_a_gradient_is_not_decayed():
 
 
 # -- equal to torch's optimizers where the math says so ---------------------------------------
+
 
 @pytest.mark.parametrize(("momentum", "nesterov"), [(0.0, False), (0.9, False), (0.9, True)])
 def test_sgdw_without_decay_is_torch_sgd_under_any_schedule(momentum, nesterov):
@@ -221,10 +239,10 @@ def test_adamw_is_torch_adamw_with_decay_over_initial_lr_under_any_schedule(amsg
     params, twin = _params(), _params()
     lr, wd, betas = 0.01, 1e-3, (0.9, 0.95)
     grads = _grads(params, len(SCHEDULE))
-    got = _run(DecoupledAdamW(params, lr=lr, betas=betas, weight_decay=wd, amsgrad=amsgrad), params, grads,
-               SCHEDULE)
-    want = _run(torch.optim.AdamW(twin, lr=lr, betas=betas, weight_decay=wd / lr, amsgrad=amsgrad), twin, grads,
-                SCHEDULE)
+    got = _run(DecoupledAdamW(params, lr=lr, betas=betas, weight_decay=wd, amsgrad=amsgrad), params, grads, SCHEDULE)
+    want = _run(
+        torch.optim.AdamW(twin, lr=lr, betas=betas, weight_decay=wd / lr, amsgrad=amsgrad), twin, grads, SCHEDULE
+    )
     _assert_close(got, want)
 
 
@@ -241,8 +259,14 @@ def test_adamw_with_torchs_own_decay_value_decays_lr_times_less():
 
 # -- state, signatures, bad input --------------------------------------------------------------
 
-@pytest.mark.parametrize("make", [lambda p: DecoupledSGDW(p, lr=0.1, momentum=0.9, weight_decay=0.01),
-                                  lambda p: DecoupledAdamW(p, lr=0.01, weight_decay=0.01, amsgrad=True)])
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: DecoupledSGDW(p, lr=0.1, momentum=0.9, weight_decay=0.01),
+        lambda p: DecoupledAdamW(p, lr=0.01, weight_decay=0.01, amsgrad=True),
+    ],
+)
 def test_state_dict_round_trip_continues_the_same_steps(make):
     """Saved after a scheduled step (lr no longer initial), loaded into a fresh optimizer: the next
     steps are the uninterrupted run's, so the moments and each group's initial_lr came along."""
@@ -283,29 +307,34 @@ def test_composer_initialization(cls, kwargs):
 PAIR = "must be a pair (beta1, beta2), each in [0, 1)"
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda p: DecoupledSGDW(p, lr=-0.1), "lr=-0.1: must be a real number >= 0.0"),
-    (lambda p: DecoupledSGDW(p, lr=0.1, weight_decay=-1e-4), "weight_decay=-0.0001: must be a real number >= 0.0"),
-    (lambda p: DecoupledSGDW(p, lr=0.1, momentum=-0.9), "momentum=-0.9: must be a real number >= 0.0"),
-    (lambda p: DecoupledSGDW(p, lr=0.1, dampening=-0.1), "dampening=-0.1: must be a real number >= 0.0"),
-    (lambda p: DecoupledAdamW(p, lr=-1e-3), "lr=-0.001: must be a real number >= 0.0"),
-    (lambda p: DecoupledAdamW(p, weight_decay=-1e-5), "weight_decay=-1e-05: must be a real number >= 0.0"),
-    (lambda p: DecoupledAdamW(p, betas=(0.9, 1.0)), "betas[1]=1.0: must be a real number in [0.0, 1.0)"),
-    (lambda p: DecoupledAdamW(p, betas=(-0.1, 0.9)), "betas[0]=-0.1: must be a real number in [0.0, 1.0)"),
-    (lambda p: DecoupledAdamW(p, betas=(0.9, 0.95, 0.99)), f"betas=(0.9, 0.95, 0.99): {PAIR}"),
-    (lambda p: DecoupledAdamW(p, betas=0.9), f"betas=0.9: {PAIR}"),
-    (lambda p: DecoupledAdamW(p, eps=-1.0), "eps=-1.0: must be a real number >= 0.0"),
-    (lambda p: DecoupledAdamW(p, lr=float("nan")), "lr=nan: must be a real number >= 0.0"),
-])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: DecoupledSGDW(p, lr=-0.1), "lr=-0.1: must be a real number >= 0.0"),
+        (lambda p: DecoupledSGDW(p, lr=0.1, weight_decay=-1e-4), "weight_decay=-0.0001: must be a real number >= 0.0"),
+        (lambda p: DecoupledSGDW(p, lr=0.1, momentum=-0.9), "momentum=-0.9: must be a real number >= 0.0"),
+        (lambda p: DecoupledSGDW(p, lr=0.1, dampening=-0.1), "dampening=-0.1: must be a real number >= 0.0"),
+        (lambda p: DecoupledAdamW(p, lr=-1e-3), "lr=-0.001: must be a real number >= 0.0"),
+        (lambda p: DecoupledAdamW(p, weight_decay=-1e-5), "weight_decay=-1e-05: must be a real number >= 0.0"),
+        (lambda p: DecoupledAdamW(p, betas=(0.9, 1.0)), "betas[1]=1.0: must be a real number in [0.0, 1.0)"),
+        (lambda p: DecoupledAdamW(p, betas=(-0.1, 0.9)), "betas[0]=-0.1: must be a real number in [0.0, 1.0)"),
+        (lambda p: DecoupledAdamW(p, betas=(0.9, 0.95, 0.99)), f"betas=(0.9, 0.95, 0.99): {PAIR}"),
+        (lambda p: DecoupledAdamW(p, betas=0.9), f"betas=0.9: {PAIR}"),
+        (lambda p: DecoupledAdamW(p, eps=-1.0), "eps=-1.0: must be a real number >= 0.0"),
+        (lambda p: DecoupledAdamW(p, lr=float("nan")), "lr=nan: must be a real number >= 0.0"),
+    ],
+)
 def test_bad_arguments_are_value_errors_naming_them(make, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         make(_params())
 
 
 def _high_decay(cls, weight_decay):
-    return (f"{cls}(weight_decay={weight_decay}): decoupled decay is not scaled by lr, so every step multiplies the "
-            f"weights by {1.0 - weight_decay} at the initial learning rate; a value meant for torch.optim is usually "
-            "lr times too large")
+    return (
+        f"{cls}(weight_decay={weight_decay}): decoupled decay is not scaled by lr, so every step multiplies the "
+        f"weights by {1.0 - weight_decay} at the initial learning rate; a value meant for torch.optim is usually "
+        "lr times too large"
+    )
 
 
 def test_a_decay_meant_for_torch_warns(caplog):
@@ -316,8 +345,10 @@ def test_a_decay_meant_for_torch_warns(caplog):
     with caplog.at_level(logging.WARNING, logger="algorithms.optim"):
         DecoupledSGDW(_params(), lr=0.1, weight_decay=1e-3)
         DecoupledAdamW(_params(), weight_decay=0.01)
-    assert [r.getMessage() for r in caplog.records] == [_high_decay("DecoupledSGDW", 1e-3),
-                                                        _high_decay("DecoupledAdamW", 0.01)]
+    assert [r.getMessage() for r in caplog.records] == [
+        _high_decay("DecoupledSGDW", 1e-3),
+        _high_decay("DecoupledAdamW", 0.01),
+    ]
     assert "multiplies the weights by 0.99 at" in caplog.records[1].getMessage()
 
 
@@ -332,14 +363,14 @@ def test_keeps_dtype_and_device(cls):
 
 # -- through the Trainer -----------------------------------------------------------------------
 
+
 def test_runs_through_the_trainer_as_the_formula_says():
     """Two batches: the Trainer steps the optimizer, then the scheduler (lr halves after step 1);
     the weights are the hand-computed SGDW steps on the same gradients."""
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 3)
     g = torch.Generator().manual_seed(0)
-    data = [(torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g))
-            for _ in range(2)]
+    data = [(torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(2)]
     reference = copy.deepcopy(model)
 
     optimizer = DecoupledSGDW(model.parameters(), lr=0.1, weight_decay=1e-4)
@@ -352,7 +383,7 @@ def test_runs_through_the_trainer_as_the_formula_says():
     for t, (x, y) in enumerate(data):
         reference.zero_grad()
         torch.nn.functional.cross_entropy(reference(x), y).backward()
-        lr_t = 0.1 * 0.5 ** t
+        lr_t = 0.1 * 0.5**t
         with torch.no_grad():
             for p in params:
                 p.mul_(1 - (lr_t / 0.1) * 1e-4).sub_(lr_t * p.grad)

@@ -50,9 +50,14 @@ def test_the_index_counts_each_classs_matches_in_walk_order_and_none_keeps_a_mod
 def test_the_count_on_a_reference_resnet_equals_its_modules_of_that_class():
     model = resnet20(10)
     convs = sum(isinstance(m, nn.Conv2d) for m in model.modules())
-    replaced = replace_module_classes(model, {nn.Conv2d: lambda m, i: nn.Conv2d(m.in_channels, m.out_channels,
-                                                                                 m.kernel_size, m.stride,
-                                                                                 m.padding, bias=False)})
+    replaced = replace_module_classes(
+        model,
+        {
+            nn.Conv2d: lambda m, i: nn.Conv2d(
+                m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, bias=False
+            )
+        },
+    )
     assert len(replaced) == convs == 21  # the stem, 18 in the blocks, 2 downsampling shortcuts
     assert model(torch.randn(2, 3, 16, 16)).shape == (2, 10)
 
@@ -92,18 +97,34 @@ class _IndexOnly(nn.Module):
 
 # Each case builds its model afresh: the surgery changes it in place, and a case may run twice in one
 # process (mutmut runs the suite again after collecting its statistics).
-@pytest.mark.parametrize(("build", "replace", "dtype"), [
-    # the original's tensors are its children's: parameters, or buffers only
-    (lambda: nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4)).double()),
-     {nn.Sequential: lambda m, i: nn.Sequential(nn.Linear(4, 4))}, torch.float64),
-    (lambda: nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.BatchNorm1d(4, affine=False)).double()),
-     {nn.Sequential: lambda m, i: nn.Sequential(nn.BatchNorm1d(4, affine=False))}, torch.float64),
-    # an original without tensors in a model whose only tensors are its children's buffers
-    (lambda: nn.Sequential(nn.Sequential(nn.BatchNorm1d(4, affine=False)).double(), nn.ReLU()),
-     {nn.ReLU: lambda m, i: nn.Sequential(nn.Linear(4, 4))}, torch.float64),
-    # an original whose only tensor is an integer buffer: no floating dtype to give
-    (lambda: nn.Sequential(nn.Linear(4, 4), _IndexOnly()), {_IndexOnly: lambda m, i: nn.Linear(4, 4)}, torch.float32),
-])
+@pytest.mark.parametrize(
+    ("build", "replace", "dtype"),
+    [
+        # the original's tensors are its children's: parameters, or buffers only
+        (
+            lambda: nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4)).double()),
+            {nn.Sequential: lambda m, i: nn.Sequential(nn.Linear(4, 4))},
+            torch.float64,
+        ),
+        (
+            lambda: nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.BatchNorm1d(4, affine=False)).double()),
+            {nn.Sequential: lambda m, i: nn.Sequential(nn.BatchNorm1d(4, affine=False))},
+            torch.float64,
+        ),
+        # an original without tensors in a model whose only tensors are its children's buffers
+        (
+            lambda: nn.Sequential(nn.Sequential(nn.BatchNorm1d(4, affine=False)).double(), nn.ReLU()),
+            {nn.ReLU: lambda m, i: nn.Sequential(nn.Linear(4, 4))},
+            torch.float64,
+        ),
+        # an original whose only tensor is an integer buffer: no floating dtype to give
+        (
+            lambda: nn.Sequential(nn.Linear(4, 4), _IndexOnly()),
+            {_IndexOnly: lambda m, i: nn.Linear(4, 4)},
+            torch.float32,
+        ),
+    ],
+)
 def test_a_replacement_takes_the_floating_dtype_of_the_tensors_below_the_original(build, replace, dtype):
     replaced = replace_module_classes(build(), replace)
     assert len(replaced) == 1
@@ -125,8 +146,9 @@ def test_an_optimizer_trains_the_replacements_and_holds_none_of_the_old_paramete
     model(torch.randn(2, 4)).sum().backward()
     opt.step()
     old = model[0].weight
-    replace_module_classes(model, {nn.Linear: lambda m, i: nn.Linear(m.in_features, m.out_features)
-                                   if i == 0 else None}, optimizers=opt)
+    replace_module_classes(
+        model, {nn.Linear: lambda m, i: nn.Linear(m.in_features, m.out_features) if i == 0 else None}, optimizers=opt
+    )
     held = [p for g in opt.param_groups for p in g["params"]]
     assert all(p is not old for p in held) and old not in opt.state
     assert sum(p is model[0].weight for p in held) == 1 and len(held) == len(list(model.parameters()))
@@ -162,8 +184,9 @@ def test_the_group_that_held_the_original_takes_the_replacement_whatever_its_pla
     model = _net()
     opt = torch.optim.SGD([{"params": model[3].parameters()}, {"params": model[0].parameters(), "lr": 0.5}], lr=0.1)
     last = [id(p) for p in model[3].parameters()]
-    replace_module_classes(model, {nn.Linear: lambda m, i: nn.Linear(m.in_features, m.out_features)
-                                   if i == 0 else None}, optimizers=[opt])
+    replace_module_classes(
+        model, {nn.Linear: lambda m, i: nn.Linear(m.in_features, m.out_features) if i == 0 else None}, optimizers=[opt]
+    )
     assert [id(p) for p in opt.param_groups[0]["params"]] == last
     assert [id(p) for p in opt.param_groups[1]["params"]] == [id(p) for p in model[0].parameters()]
 
@@ -182,6 +205,7 @@ def test_the_replacements_parameters_take_the_originals_place_in_its_group():
 
 def test_a_parameter_the_optimizer_already_trains_elsewhere_is_not_added_twice():
     """A replacement tied to another layer's weight: the optimizer holds each parameter once."""
+
     class Tied(nn.Module):
         def __init__(self, weight):
             super().__init__()
@@ -195,8 +219,7 @@ def test_a_parameter_the_optimizer_already_trains_elsewhere_is_not_added_twice()
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     old = list(model[2].parameters())
-    replace_module_classes(model, {nn.Linear: lambda m, i: Tied(model[0].weight) if i == 1 else None},
-                           optimizers=opt)
+    replace_module_classes(model, {nn.Linear: lambda m, i: Tied(model[0].weight) if i == 1 else None}, optimizers=opt)
     held = [id(p) for group in opt.param_groups for p in group["params"]]
     assert sorted(held) == sorted(id(p) for p in model.parameters())  # each once, the new bias too
     assert not {id(p) for p in old} & set(held)
@@ -209,8 +232,11 @@ def test_the_state_of_a_parameter_the_replacement_does_not_keep_is_dropped():
     model(torch.randn(2, 4)).sum().backward()
     opt.step()
     old = list(model[0].parameters())
-    replace_module_classes(model, {nn.Linear: lambda m, i: nn.Sequential(nn.Linear(m.in_features, m.out_features))
-                                   if i == 0 else None}, optimizers=opt)
+    replace_module_classes(
+        model,
+        {nn.Linear: lambda m, i: nn.Sequential(nn.Linear(m.in_features, m.out_features)) if i == 0 else None},
+        optimizers=opt,
+    )
     assert not any(p in opt.state for p in old)
     assert not any(p in opt.state for p in model[0].parameters())
     assert len(opt.state) == len(list(model.parameters())) - 2
@@ -222,8 +248,12 @@ def test_nothing_matched_warns_naming_the_method_and_changes_nothing(method, nam
     before = repr(model)
     message = f"{name}: no module of the model matched (Conv2d, BatchNorm2d); the model is unchanged"
     with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$") as record:
-        assert replace_module_classes(model, {nn.Conv2d: lambda m, i: None, nn.BatchNorm2d: lambda m, i: None},
-                                      method=method) == {}
+        assert (
+            replace_module_classes(
+                model, {nn.Conv2d: lambda m, i: None, nn.BatchNorm2d: lambda m, i: None}, method=method
+            )
+            == {}
+        )
     assert repr(model) == before
     assert len(record) == 1
 
@@ -231,8 +261,10 @@ def test_nothing_matched_warns_naming_the_method_and_changes_nothing(method, nam
 def test_the_warning_names_the_line_that_called_into_the_library():
     """Called directly, the caller's line; through a method's functional form (a BlurPool that finds
     nothing to blur), the line that called the form, not a line of the library's."""
-    for path, call in ((surgery.__file__, lambda: replace_module_classes(_net(), {nn.Conv2d: lambda m, i: None})),
-                       (blurpool.__file__, lambda: apply_blurpool(nn.Sequential(nn.Linear(2, 2))))):
+    for path, call in (
+        (surgery.__file__, lambda: replace_module_classes(_net(), {nn.Conv2d: lambda m, i: None})),
+        (blurpool.__file__, lambda: apply_blurpool(nn.Sequential(nn.Linear(2, 2)))),
+    ):
         with pytest.warns(NoModulesReplacedWarning) as record:
             caller = line_that_called_into(path, call)
         assert len(record) == 1 and (record[0].filename, record[0].lineno) == caller
@@ -245,19 +277,23 @@ def test_replacements_are_not_visited_unless_asked():
         replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU(), nn.Identity())})
     assert isinstance(model[0], nn.Sequential) and isinstance(model[0][0], nn.ReLU)
     endless = "0." * 65 + "0"  # the 66th replacement, inside the 65 before it
-    message = (f"policies: replacing {endless} goes on without end (a replacement holds a module of the class it "
-               "replaces); use recurse_on_replacements=False")
+    message = (
+        f"policies: replacing {endless} goes on without end (a replacement holds a module of the class it "
+        "replaces); use recurse_on_replacements=False"
+    )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        replace_module_classes(nn.Sequential(nn.ReLU()), {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU())},
-                               recurse_on_replacements=True)
+        replace_module_classes(
+            nn.Sequential(nn.ReLU()), {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU())}, recurse_on_replacements=True
+        )
 
 
 def test_replacements_inside_replacements_are_named_and_followed_65_deep():
     """With recurse_on_replacements=True each replacement inside a replacement is returned by its
     qualified name; a nesting that ends within 65 replacements is made in full."""
     model = nn.Sequential(nn.ReLU())
-    replaced = replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU()) if i < 65 else None},
-                                      recurse_on_replacements=True)
+    replaced = replace_module_classes(
+        model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU()) if i < 65 else None}, recurse_on_replacements=True
+    )
     assert list(replaced) == [".".join(["0"] * depth) for depth in range(1, 66)]
     innermost = replaced["0." * 64 + "0"]
     assert isinstance(innermost[0], nn.ReLU)
@@ -267,14 +303,17 @@ def test_the_limit_counts_replacements_not_the_containers_around_them():
     """The 65 replacements of the limit are nested replacements: containers the visit walks
     through on its way, here three Sequentials deep, do not count toward it."""
     model = nn.Sequential(nn.Sequential(nn.Sequential(nn.ReLU())))
-    replaced = replace_module_classes(model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU()) if i < 65 else None},
-                                      recurse_on_replacements=True)
+    replaced = replace_module_classes(
+        model, {nn.ReLU: lambda m, i: nn.Sequential(nn.ReLU()) if i < 65 else None}, recurse_on_replacements=True
+    )
     assert len(replaced) == 65 and list(replaced)[-1] == "0.0." + "0." * 64 + "0"
 
 
 def test_bad_input_is_refused_naming_the_argument():
-    message = ("model: is wrapped for a parallel mode; apply surgery to the model before wrapping it "
-               "(the Trainer does it at Event.INIT)")
+    message = (
+        "model: is wrapped for a parallel mode; apply surgery to the model before wrapping it "
+        "(the Trainer does it at Event.INIT)"
+    )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         replace_module_classes(nn.DataParallel(_net()), {nn.ReLU: lambda m, i: None})
     with pytest.raises(ValueError, match="^policies: key 'ReLU'"):

@@ -33,10 +33,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from methods_tools import compare  # noqa: E402
 from methods_tools.files import write_atomic  # noqa: E402
 
-DEFAULT_CONFIGS = ",".join([
-    "fp32:single", "fp16:single", "bf16:single", "amp_fp16:single", "amp_bf16:single",
-    "fp32:dp", "fp32:ddp", "fp32:fsdp", "fp32:deepspeed:1", "fp32:deepspeed:2",
-])
+DEFAULT_CONFIGS = ",".join(
+    [
+        "fp32:single",
+        "fp16:single",
+        "bf16:single",
+        "amp_fp16:single",
+        "amp_bf16:single",
+        "fp32:dp",
+        "fp32:ddp",
+        "fp32:fsdp",
+        "fp32:deepspeed:1",
+        "fp32:deepspeed:2",
+    ]
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,11 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32, help="per process (per device)")
     p.add_argument("--max-batches", type=int, help="cap on batches per epoch, for smoke runs")
-    p.add_argument("--configs", default=DEFAULT_CONFIGS,
-                   help="comma-separated precision:parallel[:zero_stage], e.g. fp32:single,amp_bf16:ddp")
+    p.add_argument(
+        "--configs",
+        default=DEFAULT_CONFIGS,
+        help="comma-separated precision:parallel[:zero_stage], e.g. fp32:single,amp_bf16:ddp",
+    )
     p.add_argument("--nproc", type=int, default=2, help="processes for ddp, fsdp and deepspeed")
-    p.add_argument("--repeats", type=int, default=3,
-                   help="runs of each configuration, interleaved in rounds (reported as median and range)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each configuration, interleaved in rounds (reported as median and range)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=0, help="data loader worker processes per training process")
@@ -62,8 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="overwrite an existing results file")
     args = p.parse_args(argv)
 
-    problems = compare.check_options(args.model, args.data, args.data_root, args.epochs, args.batch_size,
-                                     args.max_batches, args.nproc, args.repeats)
+    problems = compare.check_options(
+        args.model, args.data, args.data_root, args.epochs, args.batch_size, args.max_batches, args.nproc, args.repeats
+    )
     try:
         configs = compare.parse_configs(args.configs)
     except ValueError as exc:
@@ -76,10 +94,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     options = compare.CompareOptions(
-        model=args.model, data=args.data, epochs=args.epochs, batch_size=args.batch_size, configs=configs,
-        nproc=args.nproc, max_batches=args.max_batches, data_root=args.data_root, image_size=args.image_size,
-        seed=args.seed, lr=args.lr, workers=args.workers, timeout_s=args.timeout, repeats=args.repeats,
-        command=compare.format_command(argv))
+        model=args.model,
+        data=args.data,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        configs=configs,
+        nproc=args.nproc,
+        max_batches=args.max_batches,
+        data_root=args.data_root,
+        image_size=args.image_size,
+        seed=args.seed,
+        lr=args.lr,
+        workers=args.workers,
+        timeout_s=args.timeout,
+        repeats=args.repeats,
+        command=compare.format_command(argv),
+    )
     document = compare.run_comparison(options, progress=lambda line: print(line, file=sys.stderr, flush=True))
     write_atomic(out, json.dumps(document, indent=2) + "\n", force=args.force)
     print(f"wrote {out}")

@@ -1,6 +1,6 @@
 """Scaffold a method, dataset or model-family card from metadata and code.
 
-    python tools/new_card.py cutmix [--kind method|dataset|model] [--force] [--dry-run]
+python tools/new_card.py cutmix [--kind method|dataset|model] [--force] [--dry-run]
 """
 
 import sys

@@ -19,8 +19,15 @@ from ..core.state import State
 from ..models.transformer import CausalSelfAttention, PositionEmbedding
 from ..surgery import recording_replacements, replace_module_classes
 
-__all__ = ["Alibi", "AlibiAttention", "alibi_bias", "alibi_bias_figure", "alibi_slopes", "apply_alibi",
-           "shorten_sequences"]
+__all__ = [
+    "Alibi",
+    "AlibiAttention",
+    "alibi_bias",
+    "alibi_bias_figure",
+    "alibi_slopes",
+    "apply_alibi",
+    "shorten_sequences",
+]
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
@@ -32,7 +39,7 @@ def alibi_slopes(n_heads: int) -> list[float]:
     if n_heads & (n_heads - 1) == 0:
         return [2.0 ** (-8 * h / n_heads) for h in range(1, n_heads + 1)]
     below = 2 ** math.floor(math.log2(n_heads))
-    return alibi_slopes(below) + alibi_slopes(2 * below)[0::2][:n_heads - below]
+    return alibi_slopes(below) + alibi_slopes(2 * below)[0::2][: n_heads - below]
 
 
 def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -66,17 +73,21 @@ class AlibiAttention(CausalSelfAttention):
 
     def attention_bias(self, length: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         if length > self.max_sequence_length:
-            raise ValueError(f"input_ids: {length} positions, but ALiBi was applied with max_sequence_length="
-                             f"{self.max_sequence_length}; apply it with a larger one")
+            raise ValueError(
+                f"input_ids: {length} positions, but ALiBi was applied with max_sequence_length="
+                f"{self.max_sequence_length}; apply it with a larger one"
+            )
         return alibi_bias(self.slopes, length, dtype)
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, max_sequence_length={self.max_sequence_length}"
 
 
-def apply_alibi(model: nn.Module, max_sequence_length: int,
-                optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None
-                ) -> dict[str, nn.Module]:
+def apply_alibi(
+    model: nn.Module,
+    max_sequence_length: int,
+    optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+) -> dict[str, nn.Module]:
     """Give ``model`` ALiBi in place of its position embedding, as ``composer.functional.apply_alibi``.
 
     Each :class:`~algorithms.models.transformer.PositionEmbedding` becomes ``nn.Identity`` and each
@@ -115,9 +126,12 @@ def apply_alibi(model: nn.Module, max_sequence_length: int,
         new.qkv, new.out = attention.qkv, attention.out  # the same layers: trained weights and optimizer state kept
         return new.train(attention.training)
 
-    return replace_module_classes(model, {PositionEmbedding: lambda module, index: nn.Identity().train(module.training),
-                                          CausalSelfAttention: to_alibi},
-                                  optimizers=optimizers, method="Alibi")
+    return replace_module_classes(
+        model,
+        {PositionEmbedding: lambda module, index: nn.Identity().train(module.training), CausalSelfAttention: to_alibi},
+        optimizers=optimizers,
+        method="Alibi",
+    )
 
 
 def alibi_bias_figure(n_heads: int = 4, head: int = 0, length: int = 16) -> dict[str, Any]:  # pragma: no mutate block
@@ -125,22 +139,34 @@ def alibi_bias_figure(n_heads: int = 4, head: int = 0, length: int = 16) -> dict
     bias = alibi_bias(torch.tensor(alibi_slopes(n_heads)), length)[head]
     later = torch.ones(length, length, dtype=torch.bool).triu(1)
     slope = alibi_slopes(n_heads)[head]
-    return {"type": "image", "values": bias.masked_fill(later, float("nan")),  # masked keys: left blank
-            "title": f"ALiBi bias of head {head + 1} of {n_heads} (slope {slope:g}); masked keys blank",
-            "xlabel": "key position j", "ylabel": "query position i"}
+    return {
+        "type": "image",
+        "values": bias.masked_fill(later, float("nan")),  # masked keys: left blank
+        "title": f"ALiBi bias of head {head + 1} of {n_heads} (slope {slope:g}); masked keys blank",
+        "xlabel": "key position j",
+        "ylabel": "query position i",
+    }
 
 
 def check_max_sequence_length(max_sequence_length: Any) -> None:
     if isinstance(max_sequence_length, bool) or not isinstance(max_sequence_length, int) or max_sequence_length < 1:
-        raise ValueError(f"max_sequence_length={max_sequence_length!r}: must be a positive integer, the longest "
-                         "sequence the model will accept")
+        raise ValueError(
+            f"max_sequence_length={max_sequence_length!r}: must be a positive integer, the longest "
+            "sequence the model will accept"
+        )
 
 
 def check_train_sequence_length_scaling(scaling: Any) -> None:
-    if isinstance(scaling, bool) or not isinstance(scaling, (int, float)) or not math.isfinite(scaling) \
-            or not 0 < scaling <= 1:
-        raise ValueError(f"train_sequence_length_scaling={scaling!r}: must be in (0, 1], the fraction of the "
-                         "sequence length to train on")
+    if (
+        isinstance(scaling, bool)
+        or not isinstance(scaling, (int, float))
+        or not math.isfinite(scaling)
+        or not 0 < scaling <= 1
+    ):
+        raise ValueError(
+            f"train_sequence_length_scaling={scaling!r}: must be in (0, 1], the fraction of the "
+            "sequence length to train on"
+        )
 
 
 def shorten_sequences(batch: Any, train_sequence_length_scaling: float) -> Any:
@@ -156,14 +182,14 @@ def shorten_sequences(batch: Any, train_sequence_length_scaling: float) -> Any:
         raise ValueError(f"batch: its sequence tensors differ in (batch, length): {sorted(shapes)}")
     if not shapes or train_sequence_length_scaling == 1:
         return batch
-    (n, t), = shapes
+    ((n, t),) = shapes
     length = max(1, int(t * train_sequence_length_scaling))
     pieces = t // length
 
     def cut(v: Any) -> Any:
         if not (isinstance(v, torch.Tensor) and v.ndim >= 2):
             return v
-        return v[:, :pieces * length].reshape(n * pieces, length, *v.shape[2:])
+        return v[:, : pieces * length].reshape(n * pieces, length, *v.shape[2:])
 
     if isinstance(batch, Mapping):
         return {k: cut(v) for k, v in batch.items()}
@@ -199,8 +225,10 @@ class Alibi(Algorithm):
         >>> trainer.fit()  # trains on 16 rows of 8 tokens
     """
 
-    activity = {"modules_replaced": "position embeddings and attention layers replaced",
-                "batches_shortened": "batches cut into shorter sequences"}
+    activity = {
+        "modules_replaced": "position embeddings and attention layers replaced",
+        "batches_shortened": "batches cut into shorter sequences",
+    }
 
     def __init__(self, max_sequence_length: int, train_sequence_length_scaling: float = 0.25):
         check_max_sequence_length(max_sequence_length)

@@ -27,9 +27,15 @@ __all__ = ["AugMix", "augmix_image"]
 MAX_RANDOM_DEPTH = 3
 
 
-def augmix_image(img: torch.Tensor, severity: float = 3, depth: int = -1, width: int = 3, alpha: float = 1.0,
-                 augmentation_set: str | Sequence[str] = "all",
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+def augmix_image(
+    img: torch.Tensor,
+    severity: float = 3,
+    depth: int = -1,
+    width: int = 3,
+    alpha: float = 1.0,
+    augmentation_set: str | Sequence[str] = "all",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Mix each image with ``width`` chains of random operations, as ``composer.functional.augmix_image``.
 
     For each image: chain weights ``w ~ Dirichlet(alpha, ..., alpha)`` (``width`` of them) and a
@@ -83,8 +89,9 @@ def augmix_image(img: torch.Tensor, severity: float = 3, depth: int = -1, width:
     return restored((1 - skip_weight) * x + skip_weight * mixed, img)
 
 
-def mixing_weights(n: int, width: int, alpha: float, generator: torch.Generator | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def mixing_weights(
+    n: int, width: int, alpha: float, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each image's chain weights ``(n, width) ~ Dirichlet(alpha, ..., alpha)`` and skip weight
     ``(n,) ~ Beta(alpha, alpha)``, as float64 host tensors.
 
@@ -104,8 +111,9 @@ def mixing_weights(n: int, width: int, alpha: float, generator: torch.Generator 
 
 def check_augmix(depth: int, width: int, alpha: float) -> float:
     if isinstance(depth, bool) or not isinstance(depth, int) or not (depth == -1 or depth >= 1):
-        raise ValueError(f"depth={depth!r}: must be an integer >= 1 (the operations per chain) or -1 "
-                         "(1 to 3, drawn per chain)")
+        raise ValueError(
+            f"depth={depth!r}: must be an integer >= 1 (the operations per chain) or -1 (1 to 3, drawn per chain)"
+        )
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise ValueError(f"width={width!r}: must be an integer >= 1 (the number of chains mixed)")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
@@ -139,9 +147,16 @@ class AugMix(ImageAugmentation):
         >>> Trainer(model, batches, "1ep", algorithms=[AugMix(severity=3, width=3)], seed=0).fit()
     """
 
-    def __init__(self, severity: float = 3, depth: int = -1, width: int = 3, alpha: float = 1.0,
-                 augmentation_set: str | Sequence[str] = "all", value_range: tuple[float, float] | None = None,
-                 input_key: int | str = 0):
+    def __init__(
+        self,
+        severity: float = 3,
+        depth: int = -1,
+        width: int = 3,
+        alpha: float = 1.0,
+        augmentation_set: str | Sequence[str] = "all",
+        value_range: tuple[float, float] | None = None,
+        input_key: int | str = 0,
+    ):
         super().__init__(value_range, input_key)
         self.severity = check_severity(severity)
         self.alpha = check_augmix(depth, width, alpha)
@@ -150,5 +165,6 @@ class AugMix(ImageAugmentation):
         self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else tuple(augmentation_set)
 
     def augment(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return augmix_image(images, self.severity, self.depth, self.width, self.alpha, self.augmentation_set,
-                            generator=generator)
+        return augmix_image(
+            images, self.severity, self.depth, self.width, self.alpha, self.augmentation_set, generator=generator
+        )

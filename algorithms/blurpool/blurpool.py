@@ -16,13 +16,17 @@ from ..core.event import Event
 from ..core.state import State
 from ..surgery import recording_replacements, replace_module_classes
 
-__all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "apply_blurpool", "blur_2d", "blur_filter",
-           "blur_filter_plot"]
+__all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "apply_blurpool", "blur_2d", "blur_filter", "blur_filter_plot"]
 
 
-def apply_blurpool(model: nn.Module, replace_convs: bool = True, replace_maxpools: bool = True,
-                   blur_first: bool = True, min_channels: int = 16,
-                   optimizers: torch.optim.Optimizer | Any | None = None) -> nn.Module:
+def apply_blurpool(
+    model: nn.Module,
+    replace_convs: bool = True,
+    replace_maxpools: bool = True,
+    blur_first: bool = True,
+    min_channels: int = 16,
+    optimizers: torch.optim.Optimizer | Any | None = None,
+) -> nn.Module:
     """Put a fixed blur in front of the model's strided convolutions and inside its max-pools, in
     place, as ``composer.functional.apply_blurpool``.
 
@@ -79,8 +83,7 @@ def blur_filter(dtype: torch.dtype = torch.float32, device: torch.device | str |
     return torch.outer(row, row) / 16
 
 
-def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1,
-            filter: torch.Tensor | None = None) -> torch.Tensor:
+def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1, filter: torch.Tensor | None = None) -> torch.Tensor:
     """Blur each channel of ``input`` with ``filter`` (default :func:`blur_filter`), then keep every
     ``stride``-th pixel, as ``composer.functional``'s ``blur_2d``.
 
@@ -104,8 +107,9 @@ def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1,
     if filter.ndim == 2:
         filter = filter[None, None]
     if filter.ndim != 4 or filter.shape[1] != 1 or filter.shape[0] not in (1, channels):
-        raise ValueError(f"filter: needs shape (kh, kw), (1, 1, kh, kw) or ({channels}, 1, kh, kw), got "
-                         f"{tuple(filter.shape)}")
+        raise ValueError(
+            f"filter: needs shape (kh, kw), (1, 1, kh, kw) or ({channels}, 1, kh, kw), got {tuple(filter.shape)}"
+        )
     kh, kw = filter.shape[-2:]
     if kh % 2 == 0 or kw % 2 == 0:
         raise ValueError(f"filter: needs odd height and width, got {kh} x {kw}")
@@ -116,13 +120,17 @@ def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1,
 
 
 def check_blurpool(replace_convs: bool, replace_maxpools: bool, blur_first: bool, min_channels: int) -> None:
-    for name, value in (("replace_convs", replace_convs), ("replace_maxpools", replace_maxpools),
-                        ("blur_first", blur_first)):
+    for name, value in (
+        ("replace_convs", replace_convs),
+        ("replace_maxpools", replace_maxpools),
+        ("blur_first", blur_first),
+    ):
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r}: must be True or False")
     if not (replace_convs or replace_maxpools):
-        raise ValueError("replace_convs=False and replace_maxpools=False: BlurPool would replace nothing; "
-                         "set one of them")
+        raise ValueError(
+            "replace_convs=False and replace_maxpools=False: BlurPool would replace nothing; set one of them"
+        )
     if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 0:
         raise ValueError(f"min_channels={min_channels!r}: must be an integer >= 0")
 
@@ -136,16 +144,33 @@ class BlurConv2d(nn.Module):
     buffer that is not saved in the state dict (it is a constant).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
-                 stride: int | tuple[int, int] = 2, padding: int | tuple[int, int] | str = 0,
-                 dilation: int | tuple[int, int] = 1, groups: int = 1, bias: bool = True,
-                 padding_mode: str = "zeros", blur_first: bool = True):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 2,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        blur_first: bool = True,
+    ):
         super().__init__()
         self.blur_first = blur_first
         self.blur_stride = 1 if blur_first else stride
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride if blur_first else 1,
-                              padding=padding, dilation=dilation, groups=groups, bias=bias,
-                              padding_mode=padding_mode)
+        self.conv = nn.Conv2d(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride=stride if blur_first else 1,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            bias=bias,
+            padding_mode=padding_mode,
+        )
         self.conv._blurpool_own = True  # a second apply_blurpool leaves it alone
         blurred = in_channels if blur_first else out_channels
         self.register_buffer("blur_filter", blur_filter()[None, None].repeat(blurred, 1, 1, 1), persistent=False)
@@ -153,9 +178,18 @@ class BlurConv2d(nn.Module):
     @classmethod
     def from_conv2d(cls, conv: nn.Conv2d, blur_first: bool = True) -> BlurConv2d:
         """A BlurConv2d whose convolution has ``conv``'s shape, settings, weights and bias (copies)."""
-        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride, padding=conv.padding,
-                  dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None,
-                  padding_mode=conv.padding_mode, blur_first=blur_first)
+        new = cls(
+            conv.in_channels,
+            conv.out_channels,
+            conv.kernel_size,
+            stride=conv.stride,
+            padding=conv.padding,
+            dilation=conv.dilation,
+            groups=conv.groups,
+            bias=conv.bias is not None,
+            padding_mode=conv.padding_mode,
+            blur_first=blur_first,
+        )
         with torch.no_grad():
             new.conv.weight.copy_(conv.weight)
             if conv.bias is not None:
@@ -178,8 +212,14 @@ class BlurMaxPool2d(nn.Module):
     arguments; in ceil mode its last row or column is then the blurred maximum of a window that
     the input's edge cuts, as MaxPool2d's is that window's maximum."""
 
-    def __init__(self, kernel_size: int | tuple[int, int], stride: int | tuple[int, int] | None = None,
-                 padding: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1, ceil_mode: bool = False):
+    def __init__(
+        self,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] | None = None,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        ceil_mode: bool = False,
+    ):
         super().__init__()
         self.kernel_size = kernel_size
         self.stride = kernel_size if stride is None else stride
@@ -206,8 +246,9 @@ class BlurMaxPool2d(nn.Module):
         """Per axis, how many maxima past the last full window ceil mode needs. torch's MaxPool2d gives
         ``ceil((L + 2p - d(k - 1) - 1) / s) + 1`` outputs, but not a last one that would start past
         the input and its left padding; the stride-1 maxima must reach where the last one starts."""
-        kernel, stride, padding, dilation = (_pair(v) for v in (self.kernel_size, self.stride, self.padding,
-                                                                 self.dilation))
+        kernel, stride, padding, dilation = (
+            _pair(v) for v in (self.kernel_size, self.stride, self.padding, self.dilation)
+        )
         extra = []
         for axis in (0, 1):
             # the maxima of the full windows at stride 1, and where ceil mode's last window starts
@@ -217,8 +258,10 @@ class BlurMaxPool2d(nn.Module):
         return extra[0], extra[1]
 
     def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+        return (
+            f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+            f"dilation={self.dilation}, ceil_mode={self.ceil_mode}"
+        )
 
 
 def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
@@ -228,8 +271,13 @@ def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
 def blur_filter_plot() -> dict[str, Any]:  # pragma: no mutate block
     """The card's figure: the filter :func:`blur_filter` returns, which every BlurConv2d and
     BlurMaxPool2d applies to each channel."""
-    return {"type": "image", "values": blur_filter(torch.float64).tolist(),
-            "title": "BlurPool's filter (sums to 1)", "xlabel": "column", "ylabel": "row"}
+    return {
+        "type": "image",
+        "values": blur_filter(torch.float64).tolist(),
+        "title": "BlurPool's filter (sums to 1)",
+        "xlabel": "column",
+        "ylabel": "row",
+    }
 
 
 class BlurPool(Algorithm):
@@ -258,8 +306,9 @@ class BlurPool(Algorithm):
 
     activity = {"modules_replaced": "modules replaced by blurred ones"}
 
-    def __init__(self, replace_convs: bool = True, replace_maxpools: bool = True, blur_first: bool = True,
-                 min_channels: int = 16):
+    def __init__(
+        self, replace_convs: bool = True, replace_maxpools: bool = True, blur_first: bool = True, min_channels: int = 16
+    ):
         check_blurpool(replace_convs, replace_maxpools, blur_first, min_channels)
         self.replace_convs = replace_convs
         self.replace_maxpools = replace_maxpools
@@ -271,6 +320,12 @@ class BlurPool(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         with recording_replacements() as replaced:
-            apply_blurpool(state.model, replace_convs=self.replace_convs, replace_maxpools=self.replace_maxpools,
-                           blur_first=self.blur_first, min_channels=self.min_channels, optimizers=state.optimizers)
+            apply_blurpool(
+                state.model,
+                replace_convs=self.replace_convs,
+                replace_maxpools=self.replace_maxpools,
+                blur_first=self.blur_first,
+                min_channels=self.min_channels,
+                optimizers=state.optimizers,
+            )
         self.report(logger, "modules_replaced", len(replaced))

@@ -50,13 +50,16 @@ def apply_channels_last(model: nn.Module) -> nn.Module:
         raise ValueError(f"model: must be a torch.nn.Module, got {type(model).__name__}")
     five_d = next((name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.dim() == 5), None)
     if five_d is not None:
-        raise ValueError(f"model: {five_d} is 5-D, and channels_last is a layout of 4-D tensors; convert a "
-                         "3-D convolutional model with model.to(memory_format=torch.channels_last_3d)")
+        raise ValueError(
+            f"model: {five_d} is 5-D, and channels_last is a layout of 4-D tensors; convert a "
+            "3-D convolutional model with model.to(memory_format=torch.channels_last_3d)"
+        )
     return model.to(memory_format=torch.channels_last)
 
 
-def weight_strides(model: str = "resnet20",
-                   module: str = "layer1.0.conv1") -> dict[str, Any]:  # pragma: no mutate block
+def weight_strides(
+    model: str = "resnet20", module: str = "layer1.0.conv1"
+) -> dict[str, Any]:  # pragma: no mutate block
     """The card's figure: the strides of a fresh reference model's convolution weight, in
     elements, before and after :func:`apply_channels_last`."""
     from .. import models
@@ -67,10 +70,14 @@ def weight_strides(model: str = "resnet20",
     apply_channels_last(network)
     after = list(network.get_submodule(module).weight.stride())
     shape = " x ".join(map(str, weight.shape))
-    return {"type": "bars", "labels": ["out channel", "in channel", "row", "column"],
-            "series": {"before (contiguous)": before, "after (channels_last)": after},
-            "title": f"Strides of {model} {module}.weight ({shape})", "xlabel": "dimension",
-            "ylabel": "stride (elements)"}
+    return {
+        "type": "bars",
+        "labels": ["out channel", "in channel", "row", "column"],
+        "series": {"before (contiguous)": before, "after (channels_last)": after},
+        "title": f"Strides of {model} {module}.weight ({shape})",
+        "xlabel": "dimension",
+        "ylabel": "stride (elements)",
+    }
 
 
 class ChannelsLast(Algorithm):

@@ -16,9 +16,13 @@ from ..core.state import State
 __all__ = ["ColOut", "colout_batch"]
 
 
-def colout_batch(sample: torch.Tensor | tuple[torch.Tensor, Any], p_row: float = 0.15, p_col: float = 0.15,
-                 resize_target: bool | str = "auto", generator: torch.Generator | None = None
-                 ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+def colout_batch(
+    sample: torch.Tensor | tuple[torch.Tensor, Any],
+    p_row: float = 0.15,
+    p_col: float = 0.15,
+    resize_target: bool | str = "auto",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, Any]:
     """Drop the same random rows and columns from every image of a batch (and from a dense target),
     as ``composer.functional.colout_batch``.
 
@@ -75,8 +79,10 @@ def kept_count(size: int, p: float, name: str, what: str) -> int:
     """How many of ``size`` rows (or columns) ColOut keeps: ``int((1 - p) * size)``, at least one."""
     kept = int((1 - p) * size)
     if kept == 0:
-        raise ValueError(f"{name}={p!r}: keeps int((1 - {name}) * {size}) = 0 of the {size} {what}; "
-                         f"use a smaller {name} or larger images")
+        raise ValueError(
+            f"{name}={p!r}: keeps int((1 - {name}) * {size}) = 0 of the {size} {what}; "
+            f"use a smaller {name} or larger images"
+        )
     return kept
 
 
@@ -88,8 +94,7 @@ def kept_indices(size: int, kept: int, generator: torch.Generator | None = None)
 def _select_pixels(tensor: torch.Tensor, flat: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """``tensor[..., rows, :][..., cols]`` as one ``index_select`` of the flattened last two dims;
     a channels-last batch is gathered as ``(N, H * W, C)`` so that it stays channels-last."""
-    if (tensor.ndim == 4 and not tensor.is_contiguous()
-            and tensor.is_contiguous(memory_format=torch.channels_last)):
+    if tensor.ndim == 4 and not tensor.is_contiguous() and tensor.is_contiguous(memory_format=torch.channels_last):
         n, c, h, w = tensor.shape
         pixels = tensor.permute(0, 2, 3, 1).reshape(n, h * w, c)
         return pixels.index_select(1, flat).view(n, height, width, c).permute(0, 3, 1, 2)
@@ -98,8 +103,7 @@ def _select_pixels(tensor: torch.Tensor, flat: torch.Tensor, height: int, width:
         # torch's CPU index_select along the columns of a 2-D float32 tensor copies whole strided
         # columns: measured on one thread at 1.0x and 1.3x a plain copy of the kept pixels (256x3x32x32,
         # 32x3x224x224), where the gather below takes 2.1x; for the other dtypes it is the slower one.
-        return tensor.reshape(-1, tensor.shape[-2] * tensor.shape[-1]).index_select(1, flat).view(
-            *lead, height, width)
+        return tensor.reshape(-1, tensor.shape[-2] * tensor.shape[-1]).index_select(1, flat).view(*lead, height, width)
     # A gather along the flattened plane with the same indices for every leading position (an
     # expanded view, not a copy): index_select on the last dim would copy one element at a time.
     return tensor.reshape(*lead, -1).gather(-1, flat.expand(*lead, -1)).view(*lead, height, width)
@@ -109,8 +113,9 @@ def _unpack(sample: Any) -> tuple[torch.Tensor, Any, bool]:
     """``(input, target, is_pair)`` from a tensor, or a tuple or list of one or two items."""
     if isinstance(sample, (tuple, list)):
         if len(sample) not in (1, 2):
-            raise ValueError(f"sample: a tensor or an (input, target) pair, got a {type(sample).__name__} "
-                             f"of {len(sample)} items")
+            raise ValueError(
+                f"sample: a tensor or an (input, target) pair, got a {type(sample).__name__} of {len(sample)} items"
+            )
         input, target, is_pair = sample[0], sample[-1], len(sample) == 2
     else:
         input, target, is_pair = sample, None, False
@@ -126,8 +131,9 @@ def _should_resize_target(input: torch.Tensor, target: Any, resize_target: bool 
     same_plane = isinstance(target, torch.Tensor) and target.ndim >= 2 and target.shape[-2:] == input.shape[-2:]
     if resize_target is True and not same_plane:
         got = f"shape {tuple(target.shape)}" if isinstance(target, torch.Tensor) else f"a {type(target).__name__}"
-        raise ValueError(f"resize_target=True: the target's last two dims must be the input's "
-                         f"{tuple(input.shape[-2:])}, got {got}")
+        raise ValueError(
+            f"resize_target=True: the target's last two dims must be the input's {tuple(input.shape[-2:])}, got {got}"
+        )
     if resize_target == "auto":
         return same_plane and target.ndim > 2
     return resize_target
@@ -137,8 +143,9 @@ def check_colout(p_row: float, p_col: float, resize_target: bool | str) -> None:
     for name, p, what in (("p_row", p_row, "rows"), ("p_col", p_col, "columns")):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0 <= p < 1:
             raise ValueError(f"{name}={p!r}: the fraction of {what} to drop, in [0, 1)")
-    if not (resize_target is True or resize_target is False
-            or (isinstance(resize_target, str) and resize_target == "auto")):
+    if not (
+        resize_target is True or resize_target is False or (isinstance(resize_target, str) and resize_target == "auto")
+    ):
         raise ValueError(f"resize_target={resize_target!r}: must be True, False or 'auto'")
 
 
@@ -172,13 +179,22 @@ class ColOut(Algorithm):
 
     activity = {"batches_cut": "batches with rows or columns dropped"}
 
-    def __init__(self, p_row: float = 0.15, p_col: float = 0.15, batch: bool = True,
-                 resize_target: bool | str = "auto", input_key: int | str = 0, target_key: int | str = 1):
+    def __init__(
+        self,
+        p_row: float = 0.15,
+        p_col: float = 0.15,
+        batch: bool = True,
+        resize_target: bool | str = "auto",
+        input_key: int | str = 0,
+        target_key: int | str = 1,
+    ):
         check_colout(p_row, p_col, resize_target)
         if batch is not True:
-            raise ValueError(f"batch={batch!r}: only batch=True is supported (ColOut on the batch after the data "
-                             "loader); for per-sample ColOut call colout_batch on each image in the dataset's "
-                             "transform")
+            raise ValueError(
+                f"batch={batch!r}: only batch=True is supported (ColOut on the batch after the data "
+                "loader); for per-sample ColOut call colout_batch on each image in the dataset's "
+                "transform"
+            )
         self.p_row = p_row
         self.p_col = p_col
         self.batch = batch
@@ -198,8 +214,9 @@ class ColOut(Algorithm):
             state.batch_set_item(self.input_key, images)
         else:
             target = state.batch_get_item(self.target_key)
-            images, new_target = colout_batch((images, target), self.p_row, self.p_col, self.resize_target,
-                                              generator=generator)
+            images, new_target = colout_batch(
+                (images, target), self.p_row, self.p_col, self.resize_target, generator=generator
+            )
             state.batch_set_item(self.input_key, images)
             if new_target is not target:
                 state.batch_set_item(self.target_key, new_target)

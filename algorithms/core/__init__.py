@@ -13,10 +13,21 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Algorithm": "algorithm", "AlgorithmLog": "method_log", "Engine": "engine", "Trace": "engine", "Event": "event",
-    "MethodLog": "method_log", "PARALLELS": "options", "PRECISIONS": "options", "State": "state",
-    "batch_get_item": "state", "batch_set_item": "state", "Duration": "time", "Timestamp": "time",
-    "TimeUnit": "time", "Trainer": "trainer",
+    "Algorithm": "algorithm",
+    "AlgorithmLog": "method_log",
+    "Engine": "engine",
+    "Trace": "engine",
+    "Event": "event",
+    "MethodLog": "method_log",
+    "PARALLELS": "options",
+    "PRECISIONS": "options",
+    "State": "state",
+    "batch_get_item": "state",
+    "batch_set_item": "state",
+    "Duration": "time",
+    "Timestamp": "time",
+    "TimeUnit": "time",
+    "Trainer": "trainer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -120,8 +120,10 @@ class Algorithm(ABC):
         """Restore what :meth:`state_dict` returned; a key this class does not keep is a ValueError."""
         unknown = sorted(set(state_dict) - self._state_keys())
         if unknown:
-            raise ValueError(f"{self.name}.load_state_dict: unknown key(s) {', '.join(map(repr, unknown))} — "
-                             f"this class keeps {', '.join(map(repr, sorted(self._state_keys()))) or 'no state'}")
+            raise ValueError(
+                f"{self.name}.load_state_dict: unknown key(s) {', '.join(map(repr, unknown))} — "
+                f"this class keeps {', '.join(map(repr, sorted(self._state_keys()))) or 'no state'}"
+            )
         if "generator" in state_dict:
             gen = torch.Generator()
             gen.set_state(state_dict["generator"])

@@ -47,8 +47,10 @@ class CheckpointError(ValueError):
 
 def _check_parallel(trainer: Trainer, what: str) -> None:
     if trainer.parallel not in SUPPORTED_PARALLELS:
-        raise CheckpointError(f"{what}: checkpoints support parallel={' or '.join(map(repr, SUPPORTED_PARALLELS))} "
-                              f"so far, not {trainer.parallel!r} (its per-rank state is not in one file yet)")
+        raise CheckpointError(
+            f"{what}: checkpoints support parallel={' or '.join(map(repr, SUPPORTED_PARALLELS))} "
+            f"so far, not {trainer.parallel!r} (its per-rank state is not in one file yet)"
+        )
 
 
 def save_checkpoint(trainer: Trainer, path: str | Path, overwrite: bool = False) -> Path:
@@ -60,16 +62,19 @@ def save_checkpoint(trainer: Trainer, path: str | Path, overwrite: bool = False)
     state = trainer.state
     ts = state.timestamp
     checkpoint = {
-        "format": FORMAT, "version": VERSION,
+        "format": FORMAT,
+        "version": VERSION,
         "model": unwrap_model(state.model).state_dict(),
         "optimizers": [opt.state_dict() for opt in state.optimizers],
         "schedulers": [s.state_dict() for s in state.schedulers],
         "scaler": trainer.scaler.state_dict() if trainer.scaler.is_enabled() else None,
         "timestamp": {name: getattr(ts, name) for name in TIMESTAMP_FIELDS},
         "algorithms": [{"name": a.name, "state": a.state_dict()} for a in trainer.engine.algorithms],
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "python": random.getstate()},
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "python": random.getstate(),
+        },
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -95,15 +100,20 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     except Exception as exc:  # truncated, not a torch file, or holding code
         text = _ANSI.sub("", str(exc)).strip()  # torch's weights-only refusal has terminal bold in it
         first = text.splitlines()[0].strip() if text else type(exc).__name__
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {first}) — it may be "
-                              "truncated or another program's file; use one written by "
-                              "Trainer.save_checkpoint") from None
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint ({type(exc).__name__}: {first}) — it may be "
+            "truncated or another program's file; use one written by "
+            "Trainer.save_checkpoint"
+        ) from None
     if not isinstance(checkpoint, Mapping) or checkpoint.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a Methods Library checkpoint (no format {FORMAT!r}) — use one written "
-                              "by Trainer.save_checkpoint")
+        raise CheckpointError(
+            f"{path}: not a Methods Library checkpoint (no format {FORMAT!r}) — use one written "
+            "by Trainer.save_checkpoint"
+        )
     if checkpoint.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {checkpoint.get('version')!r}, this library reads "
-                              f"version {VERSION}")
+        raise CheckpointError(
+            f"{path}: checkpoint version {checkpoint.get('version')!r}, this library reads version {VERSION}"
+        )
     missing = [key for key in KEYS if key not in checkpoint]
     if missing:
         raise CheckpointError(f"{path}: incomplete checkpoint, missing {', '.join(missing)} — write it again")
@@ -116,29 +126,40 @@ def _check_compatible(checkpoint: Mapping[str, Any], trainer: Trainer, path: Pat
     saved = [a["name"] for a in checkpoint["algorithms"]]
     here = [a.name for a in trainer.engine.algorithms]
     if saved != here:
-        raise CheckpointError(f"{path}: saved with algorithms [{', '.join(saved)}], this Trainer has "
-                              f"[{', '.join(here)}] — resume with the same algorithms in the same order")
+        raise CheckpointError(
+            f"{path}: saved with algorithms [{', '.join(saved)}], this Trainer has "
+            f"[{', '.join(here)}] — resume with the same algorithms in the same order"
+        )
     for algo, entry in zip(trainer.engine.algorithms, checkpoint["algorithms"], strict=True):
         unknown = sorted(set(entry["state"]) - algo._state_keys())
         if unknown:
-            raise CheckpointError(f"{path}: {algo.name}'s saved state has key(s) {', '.join(unknown)} that this "
-                                  f"{algo.name} does not keep — resume with the same version of the method")
-    for what, saved_n, here_n in (("optimizer", len(checkpoint["optimizers"]), len(state.optimizers)),
-                                  ("scheduler", len(checkpoint["schedulers"]), len(state.schedulers))):
+            raise CheckpointError(
+                f"{path}: {algo.name}'s saved state has key(s) {', '.join(unknown)} that this "
+                f"{algo.name} does not keep — resume with the same version of the method"
+            )
+    for what, saved_n, here_n in (
+        ("optimizer", len(checkpoint["optimizers"]), len(state.optimizers)),
+        ("scheduler", len(checkpoint["schedulers"]), len(state.schedulers)),
+    ):
         if saved_n != here_n:
-            raise CheckpointError(f"{path}: saved with {saved_n} {what}(s), this Trainer has {here_n} — resume "
-                                  f"with the same {what}s")
+            raise CheckpointError(
+                f"{path}: saved with {saved_n} {what}(s), this Trainer has {here_n} — resume with the same {what}s"
+            )
     model_keys = set(unwrap_model(state.model).state_dict())
     if set(checkpoint["model"]) != model_keys:
         extra = sorted(set(checkpoint["model"]) - model_keys)[:3]
         lacking = sorted(model_keys - set(checkpoint["model"]))[:3]
-        raise CheckpointError(f"{path}: the model's parameters differ (in the file only: {extra or 'none'}; "
-                              f"in this model only: {lacking or 'none'}) — resume the same model")
+        raise CheckpointError(
+            f"{path}: the model's parameters differ (in the file only: {extra or 'none'}; "
+            f"in this model only: {lacking or 'none'}) — resume the same model"
+        )
     if (checkpoint["scaler"] is None) == trainer.scaler.is_enabled():
-        raise CheckpointError(f"{path}: saved {'without' if checkpoint['scaler'] is None else 'with'} a GradScaler, "
-                              f"this Trainer's precision {state.precision!r} "
-                              f"{'uses' if trainer.scaler.is_enabled() else 'does not use'} one — resume in the "
-                              "same precision")
+        raise CheckpointError(
+            f"{path}: saved {'without' if checkpoint['scaler'] is None else 'with'} a GradScaler, "
+            f"this Trainer's precision {state.precision!r} "
+            f"{'uses' if trainer.scaler.is_enabled() else 'does not use'} one — resume in the "
+            "same precision"
+        )
 
 
 def restore_checkpoint(trainer: Trainer, path: str | Path) -> None:

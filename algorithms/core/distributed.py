@@ -54,7 +54,6 @@ __all__ = [
 ]
 
 
-
 def check_parallel(parallel: str) -> str:
     if parallel not in PARALLELS:
         raise ValueError(f"parallel={parallel!r} is not supported — use one of {', '.join(PARALLELS)}")
@@ -144,7 +143,8 @@ def init_distributed(device: torch.device) -> None:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise RuntimeError(
             "a distributed parallel mode needs the torchrun environment (RANK, WORLD_SIZE, "
-            "MASTER_ADDR): launch with `python -m torch.distributed.run --nproc_per_node N ...`")
+            "MASTER_ADDR): launch with `python -m torch.distributed.run --nproc_per_node N ...`"
+        )
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
 
@@ -170,8 +170,10 @@ def deepspeed_unavailable_reason() -> str | None:
     if os.environ.get("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu") == "cpu":
         compiler = os.environ.get("CXX", "c++")  # the compiler torch's extension builder calls
         if shutil.which(compiler) is None:
-            return (f"DeepSpeed on the CPU builds its communication op with a C++ compiler, and {compiler!r} "
-                    "is not on PATH (install one, or set CXX)")
+            return (
+                f"DeepSpeed on the CPU builds its communication op with a C++ compiler, and {compiler!r} "
+                "is not on PATH (install one, or set CXX)"
+            )
     return None
 
 
@@ -187,8 +189,10 @@ def deepspeed_precision_problem(precision: str, device: torch.device) -> str | N
     accelerator = get_accelerator()
     name = accelerator.device_name()
     if device.type != name:
-        return (f"DeepSpeed's accelerator here is {name!r} but the Trainer's device is {device.type!r}: "
-                "leave device unset, or choose DeepSpeed's accelerator (DS_ACCELERATOR=cpu for the CPU)")
+        return (
+            f"DeepSpeed's accelerator here is {name!r} but the Trainer's device is {device.type!r}: "
+            "leave device unset, or choose DeepSpeed's accelerator (DS_ACCELERATOR=cpu for the CPU)"
+        )
     dtypes = accelerator.supported_dtypes()
     supported = ["fp32"]
     if torch.float16 in dtypes:
@@ -198,8 +202,10 @@ def deepspeed_precision_problem(precision: str, device: torch.device) -> str | N
     if precision in supported:
         return None
     why = " (DeepSpeed's fp16 mode scales fp16 losses itself)" if precision == "amp_fp16" else ""
-    return (f"parallel='deepspeed' cannot train in precision={precision!r} on DeepSpeed's {name} accelerator "
-            f"here{why}: use one of {', '.join(supported)}")
+    return (
+        f"parallel='deepspeed' cannot train in precision={precision!r} on DeepSpeed's {name} accelerator "
+        f"here{why}: use one of {', '.join(supported)}"
+    )
 
 
 def check_deepspeed(precision: str, device: torch.device) -> None:
@@ -239,8 +245,9 @@ class AutocastDataParallel(torch.nn.DataParallel):
         self.precision, self.device_type = precision, device_type
 
     def parallel_apply(self, replicas: Any, inputs: Any, kwargs: Any) -> Any:
-        return super().parallel_apply([_AutocastReplica(r, self.precision, self.device_type) for r in replicas],
-                                      inputs, kwargs)
+        return super().parallel_apply(
+            [_AutocastReplica(r, self.precision, self.device_type) for r in replicas], inputs, kwargs
+        )
 
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -251,8 +258,13 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device,
-               precision: str = "fp32", find_unused_parameters: bool = False) -> torch.nn.Module:
+def wrap_model(
+    model: torch.nn.Module,
+    parallel: str,
+    device: torch.device,
+    precision: str = "fp32",
+    find_unused_parameters: bool = False,
+) -> torch.nn.Module:
     """``model`` wrapped for ``parallel`` (DeepSpeed wraps in :func:`deepspeed_initialize`).
 
     ``find_unused_parameters``: DDP looks for parameters a step leaves without a gradient (a
@@ -262,8 +274,10 @@ def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device,
         return AutocastDataParallel(model, precision, device.type)
     if parallel == "ddp":
         return torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None,
-            find_unused_parameters=find_unused_parameters)
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=find_unused_parameters,
+        )
     if parallel == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -277,8 +291,14 @@ def wrap_model(model: torch.nn.Module, parallel: str, device: torch.device,
     return model
 
 
-def deepspeed_initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, precision: str,
-                         zero_stage: int, batch_size: int | None, grad_clip_norm: float | None) -> Any:
+def deepspeed_initialize(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    precision: str,
+    zero_stage: int,
+    batch_size: int | None,
+    grad_clip_norm: float | None,
+) -> Any:
     """A DeepSpeed engine with ZeRO ``zero_stage`` over ``model`` and ``optimizer`` (see
     :func:`check_deepspeed`, which the Trainer calls before it starts)."""
     import deepspeed

@@ -37,8 +37,13 @@ class Engine:
     each with the algorithms that ran at it.
     """
 
-    def __init__(self, state: State, algorithms: Sequence[Algorithm] = (), logger: MethodLog | None = None,
-                 keep_trace: bool = True):
+    def __init__(
+        self,
+        state: State,
+        algorithms: Sequence[Algorithm] = (),
+        logger: MethodLog | None = None,
+        keep_trace: bool = True,
+    ):
         for algo in algorithms:
             if not isinstance(algo, Algorithm):
                 raise TypeError(f"algorithms: {algo!r} is not an Algorithm instance")

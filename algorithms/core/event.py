@@ -39,6 +39,16 @@ class Event(str, Enum):
     @classmethod
     def batch_events(cls) -> tuple[Event, ...]:
         """The events of one training batch, in order."""
-        return (cls.BATCH_START, cls.AFTER_DATALOADER, cls.BEFORE_FORWARD, cls.AFTER_FORWARD,
-                cls.BEFORE_LOSS, cls.AFTER_LOSS, cls.BEFORE_BACKWARD, cls.AFTER_BACKWARD,
-                cls.BEFORE_OPTIMIZER_STEP, cls.AFTER_TRAIN_BATCH, cls.BATCH_END)
+        return (
+            cls.BATCH_START,
+            cls.AFTER_DATALOADER,
+            cls.BEFORE_FORWARD,
+            cls.AFTER_FORWARD,
+            cls.BEFORE_LOSS,
+            cls.AFTER_LOSS,
+            cls.BEFORE_BACKWARD,
+            cls.AFTER_BACKWARD,
+            cls.BEFORE_OPTIMIZER_STEP,
+            cls.AFTER_TRAIN_BATCH,
+            cls.BATCH_END,
+        )

@@ -61,8 +61,10 @@ class AlgorithmLog:
         # Runs every batch: a dict increment, and a message only where DEBUG logging is on.
         if activity not in self.activity:
             declared = ", ".join(map(repr, self.activity)) or "none"
-            raise ValueError(f"{self.label}: counter {activity!r} is not declared in {type(self.algorithm).__name__}"
-                             f".activity (declared: {declared})")
+            raise ValueError(
+                f"{self.label}: counter {activity!r} is not declared in {type(self.algorithm).__name__}"
+                f".activity (declared: {declared})"
+            )
         if type(n) is not int or n < 0:
             raise ValueError(f"{self.label}: count({activity!r}, n={n!r}): n must be an int >= 0")
         self.activity[activity] += n
@@ -109,8 +111,10 @@ class MethodLog:
     @property
     def records(self) -> dict[str, dict[str, Any]]:
         """``{label: {"hyperparameters": {...}, "activity": {counter: int}}}``, a copy."""
-        return {label: {"hyperparameters": copy.deepcopy(s.hyperparameters), "activity": dict(s.activity)}
-                for label, s in self._logs.items()}
+        return {
+            label: {"hyperparameters": copy.deepcopy(s.hyperparameters), "activity": dict(s.activity)}
+            for label, s in self._logs.items()
+        }
 
     def acted(self, label: str) -> bool:
         """Whether the algorithm ``label`` did anything: its ``acted(activity)``, by default any
@@ -136,8 +140,9 @@ class MethodLog:
         try:
             return self._logs[label]
         except KeyError:
-            raise KeyError(f"no algorithm labelled {label!r} in this run (labels: "
-                           f"{', '.join(map(repr, self._logs)) or 'none'})") from None
+            raise KeyError(
+                f"no algorithm labelled {label!r} in this run (labels: {', '.join(map(repr, self._logs)) or 'none'})"
+            ) from None
 
     def __repr__(self) -> str:
         return f"MethodLog({', '.join(self._logs)})"
@@ -149,8 +154,10 @@ def check_method_log(logger: Any, where: str) -> MethodLog:
     if logger is None:
         return MethodLog()
     if not isinstance(logger, MethodLog):
-        raise TypeError(f"{where}: got {type(logger).__name__}; give an algorithms.core.MethodLog, or None for a "
-                        "new one (read it after fit() as trainer.method_log)")
+        raise TypeError(
+            f"{where}: got {type(logger).__name__}; give an algorithms.core.MethodLog, or None for a "
+            "new one (read it after fit() as trainer.method_log)"
+        )
     return logger
 
 

@@ -25,9 +25,12 @@ def model_input_sizes() -> dict[str, int]:
     """Reference model name (its builder in ``algorithms.models``) -> the input size it is built for."""
     from ..metadata import load_all_model_families
 
-    return {member["builder"]: member["input_size"]
-            for family in load_all_model_families().values() if family.raw["module"] == "algorithms.models"
-            for member in family.raw["members"]}
+    return {
+        member["builder"]: member["input_size"]
+        for family in load_all_model_families().values()
+        if family.raw["module"] == "algorithms.models"
+        for member in family.raw["members"]
+    }
 
 
 def model_names() -> tuple[str, ...]:

@@ -20,7 +20,6 @@ from .options import PRECISIONS
 __all__ = ["PRECISIONS", "autocast", "check_precision", "grad_scaler", "model_dtype"]
 
 
-
 def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} is not supported — use one of {', '.join(PRECISIONS)}")

@@ -32,8 +32,7 @@ class Duration:
             return text
         match = _DURATION_RE.match(str(text))
         if not match:
-            raise ValueError(f"duration {text!r} is not understood — write e.g. '2ep', '100ba', "
-                             "'512sp' or '0.5dur'")
+            raise ValueError(f"duration {text!r} is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'")
         value, unit = float(match.group(1)), TimeUnit(match.group(2))
         if unit is TimeUnit.DURATION:
             if not 0 <= value <= 1:
@@ -57,5 +56,4 @@ class Timestamp:
     batch_in_epoch: int = 0
 
     def get(self, unit: TimeUnit) -> int:
-        return {TimeUnit.EPOCH: self.epoch, TimeUnit.BATCH: self.batch,
-                TimeUnit.SAMPLE: self.sample}[unit]
+        return {TimeUnit.EPOCH: self.epoch, TimeUnit.BATCH: self.batch, TimeUnit.SAMPLE: self.sample}[unit]

@@ -126,13 +126,14 @@ class Trainer:
         if zero_stage not in (1, 2):
             raise ValueError(f"zero_stage={zero_stage!r}: DeepSpeed ZeRO stage 1 or 2 is supported")
         if parallel == "fsdp" and isinstance(optimizer, torch.optim.Optimizer):
-            raise ValueError("parallel='fsdp' shards the parameters when it wraps the model: pass "
-                             "optimizer as a function of the parameters, e.g. "
-                             "lambda params: torch.optim.SGD(params, lr=0.1)")
+            raise ValueError(
+                "parallel='fsdp' shards the parameters when it wraps the model: pass "
+                "optimizer as a function of the parameters, e.g. "
+                "lambda params: torch.optim.SGD(params, lr=0.1)"
+            )
         duration = Duration.parse(max_duration)
         if duration.unit is TimeUnit.DURATION:
-            raise ValueError(f"max_duration={max_duration!r}: give epochs, batches or samples, "
-                             "e.g. '2ep' or '100ba'")
+            raise ValueError(f"max_duration={max_duration!r}: give epochs, batches or samples, e.g. '2ep' or '100ba'")
         if grad_clip_norm is not None and grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
         if seed is not None:
@@ -158,9 +159,17 @@ class Trainer:
         self.target_key = target_key
         given = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
         self.state = State(
-            model=model, max_duration=duration, optimizers=(given,) if given else (),
-            schedulers=tuple(schedulers), loss_fn=loss_fn, precision=precision, device=device,
-            rank=rank, world_size=world_size, seed=seed, dataloader_len=dataloader_len,
+            model=model,
+            max_duration=duration,
+            optimizers=(given,) if given else (),
+            schedulers=tuple(schedulers),
+            loss_fn=loss_fn,
+            precision=precision,
+            device=device,
+            rank=rank,
+            world_size=world_size,
+            seed=seed,
+            dataloader_len=dataloader_len,
             train_dataloader=train_dataloader,
         )
         # DeepSpeed scales the loss itself (its fp16 mode); everywhere else amp_fp16 needs ours.
@@ -200,8 +209,9 @@ class Trainer:
 
     def _refuse_if_closed(self) -> None:
         if self._closed:
-            raise RuntimeError("fit() after close(): this Trainer has released what it trained "
-                               "with; build a new Trainer to train more")
+            raise RuntimeError(
+                "fit() after close(): this Trainer has released what it trained with; build a new Trainer to train more"
+            )
 
     def __enter__(self) -> Trainer:
         return self
@@ -221,8 +231,9 @@ class Trainer:
             state.optimizers = (optimizer,)
         if self.parallel == "deepspeed":
             batch_size = getattr(self.train_dataloader, "batch_size", None)
-            self._deepspeed = deepspeed_initialize(state.model, optimizer, precision, zero_stage,
-                                                   batch_size, self.grad_clip_norm)
+            self._deepspeed = deepspeed_initialize(
+                state.model, optimizer, precision, zero_stage, batch_size, self.grad_clip_norm
+            )
             state.model = self._deepspeed.module
 
     # -----------------------------------------------------------------------------------------
@@ -248,8 +259,10 @@ class Trainer:
         try:
             return batch_get_item(batch, key)
         except KeyError as exc:
-            raise KeyError(f"Trainer({which}={key!r}): {exc.args[0]}; pass the {which} that names "
-                           f"the batch's {which.removesuffix('_key')}") from None
+            raise KeyError(
+                f"Trainer({which}={key!r}): {exc.args[0]}; pass the {which} that names "
+                f"the batch's {which.removesuffix('_key')}"
+            ) from None
 
     def _done(self) -> bool:
         return self.state.reached(self.state.max_duration)
@@ -268,8 +281,7 @@ class Trainer:
             set, on the batch and loss target as the algorithms left them, without the events: the
             closure an optimizer with ``first_step(closure)`` (SAM's) gets after the backward."""
             with autocast(state.precision, state.device):
-                loss = state.loss_fn(forward(self._batch_item(state.batch, "input_key")).float(),
-                                     state.loss_target)
+                loss = state.loss_fn(forward(self._batch_item(state.batch, "input_key")).float(), state.loss_target)
             self.scaler.scale(loss).backward()
             return loss
 
@@ -358,8 +370,7 @@ class Trainer:
         was_training = state.model.training
         state.model.eval()
         # Accumulate on the device; one host transfer at the end, not one per batch.
-        correct, labelled, loss_sum = (torch.zeros((), device=state.device, dtype=torch.float64)
-                                       for _ in range(3))
+        correct, labelled, loss_sum = (torch.zeros((), device=state.device, dtype=torch.float64) for _ in range(3))
         count = 0
         for batch in dataloader:
             self.engine.run_event(Event.EVAL_BATCH_START)
@@ -381,8 +392,9 @@ class Trainer:
             self.engine.run_event(Event.EVAL_BATCH_END)
         state.model.train(was_training)  # an eval mid-epoch leaves the rest of it training as before
         self.engine.run_event(Event.EVAL_END)
-        totals = torch.stack([correct, labelled, loss_sum,
-                              torch.tensor(float(count), dtype=torch.float64, device=state.device)])
+        totals = torch.stack(
+            [correct, labelled, loss_sum, torch.tensor(float(count), dtype=torch.float64, device=state.device)]
+        )
         correct, labelled, loss_sum, count = all_reduce_sum(totals).tolist()
         if count == 0:
             raise ValueError("the eval dataloader yielded no samples")

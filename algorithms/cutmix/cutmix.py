@@ -102,8 +102,9 @@ def cutmix_batch(
         bbox = tuple(int(v) for v in bbox)
         x1, y1, x2, y2 = bbox
         if not (0 <= x1 <= x2 <= height and 0 <= y1 <= y2 <= width):
-            raise ValueError(f"bbox={bbox}: need 0 <= x1 <= x2 <= {height} (height) and "
-                             f"0 <= y1 <= y2 <= {width} (width)")
+            raise ValueError(
+                f"bbox={bbox}: need 0 <= x1 <= x2 <= {height} (height) and 0 <= y1 <= y2 <= {width} (width)"
+            )
 
     x1, y1, x2, y2 = bbox
     kernels = cpu_kernels() if input.is_cpu else None
@@ -141,8 +142,9 @@ def _write_boxes_in_place(box: torch.Tensor, indices: torch.Tensor) -> None:
         box.copy_(box.index_select(0, indices))
 
 
-def _sample_bbox(height: int, width: int, cut_area: float, uniform_sampling: bool,
-                 generator: torch.Generator | None) -> BBox:
+def _sample_bbox(
+    height: int, width: int, cut_area: float, uniform_sampling: bool, generator: torch.Generator | None
+) -> BBox:
     ratio = math.sqrt(max(0.0, min(1.0, cut_area)))
     cut_h, cut_w = int(height * ratio), int(width * ratio)
     if uniform_sampling:
@@ -179,21 +181,33 @@ class CutMix(MixingAlgorithm):
         >>> Trainer(model, batches, "1ep", algorithms=[CutMix(alpha=1.0)], seed=0).fit()
     """
 
-    def __init__(self, alpha: float = 1.0, interpolate_loss: bool = False,
-                 uniform_sampling: bool = False, input_key: int | str = 0,
-                 target_key: int | str = 1):
+    def __init__(
+        self,
+        alpha: float = 1.0,
+        interpolate_loss: bool = False,
+        uniform_sampling: bool = False,
+        input_key: int | str = 0,
+        target_key: int | str = 1,
+    ):
         super().__init__(interpolate_loss=interpolate_loss, input_key=input_key, target_key=target_key)
         self.alpha = check_alpha(alpha)
         self.uniform_sampling = bool(uniform_sampling)
 
-    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
-            ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, float]:
         if target.ndim > 2:
-            raise ValueError(f"target: CutMix mixes one label per image, class indices (N,) or "
-                             f"probabilities (N, C); got shape {tuple(target.shape)} (dense targets "
-                             "such as segmentation masks are not supported)")
+            raise ValueError(
+                f"target: CutMix mixes one label per image, class indices (N,) or "
+                f"probabilities (N, C); got shape {tuple(target.shape)} (dense targets "
+                "such as segmentation masks are not supported)"
+            )
         generator = self.generator(state)
         indices = sample_permutation(input.shape[0], input.device, generator)  # the draw cutmix_batch makes first
-        mixed, _, area, _ = cutmix_batch(input, target, alpha=self.alpha, indices=indices,
-                                         uniform_sampling=self.uniform_sampling, generator=generator)
+        mixed, _, area, _ = cutmix_batch(
+            input,
+            target,
+            alpha=self.alpha,
+            indices=indices,
+            uniform_sampling=self.uniform_sampling,
+            generator=generator,
+        )
         return mixed, indices, 1.0 - area

@@ -19,8 +19,14 @@ from ..core.state import State
 __all__ = ["CutOut", "cutout_batch"]
 
 
-def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False,
-                 generator: torch.Generator | None = None, inplace: bool = False) -> torch.Tensor:
+def cutout_batch(
+    input: torch.Tensor,
+    num_holes: int = 1,
+    length: float = 0.5,
+    uniform_sampling: bool = False,
+    generator: torch.Generator | None = None,
+    inplace: bool = False,
+) -> torch.Tensor:
     """Zero ``num_holes`` square holes in each image, as ``composer.functional.cutout_batch``.
 
     Each image draws its own holes. A hole's side is ``int(length * min(H, W))`` pixels and its
@@ -53,8 +59,9 @@ def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: float = 0.5, u
     """
     check_cutout(num_holes, length)
     if input.ndim not in (3, 4):
-        raise ValueError(f"input: CutOut needs an image (C, H, W) or a batch (N, C, H, W), got shape "
-                         f"{tuple(input.shape)}")
+        raise ValueError(
+            f"input: CutOut needs an image (C, H, W) or a batch (N, C, H, W), got shape {tuple(input.shape)}"
+        )
     batch = input if input.ndim == 4 else input.unsqueeze(0)
     n, height, width = batch.shape[0], batch.shape[-2], batch.shape[-1]
     side = int(length * min(height, width))
@@ -92,9 +99,17 @@ def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: float = 0.5, u
 _SAME_SIZE_INTEGER = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def keep_mask(n: int, height: int, width: int, num_holes: int, length: float, uniform_sampling: bool,
-              device: torch.device, dtype: torch.dtype = torch.bool,
-              generator: torch.Generator | None = None) -> torch.Tensor:
+def keep_mask(
+    n: int,
+    height: int,
+    width: int,
+    num_holes: int,
+    length: float,
+    uniform_sampling: bool,
+    device: torch.device,
+    dtype: torch.dtype = torch.bool,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """An ``(n, height, width)`` mask of ``dtype``, zero (false) inside each image's ``num_holes``
     square holes and, outside them, one for a floating dtype, true for bool, and every bit set for
     an integer dtype (-1 when signed), to AND with a batch's bits."""
@@ -103,8 +118,15 @@ def keep_mask(n: int, height: int, width: int, num_holes: int, length: float, un
     return _mask(centres, n, height, width, side, device, dtype)
 
 
-def hole_centres(n: int, height: int, width: int, num_holes: int, side: int, uniform_sampling: bool,
-                 generator: torch.Generator | None = None) -> torch.Tensor | None:
+def hole_centres(
+    n: int,
+    height: int,
+    width: int,
+    num_holes: int,
+    side: int,
+    uniform_sampling: bool,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor | None:
     """The centres of each image's holes of ``side`` pixels, drawn on the host generator (no device
     sync): float32 ``(2, n, num_holes, 1)``, the rows' centres of every hole, then the columns' (one
     draw when both ranges are the same), whole numbers; ``None`` where there is no hole to cut."""
@@ -115,12 +137,17 @@ def hole_centres(n: int, height: int, width: int, num_holes: int, side: int, uni
     low_x, high_x = (-half, width + half) if uniform_sampling else (0, width)
     if (low_y, high_y) == (low_x, high_x):
         return torch.randint(low_y, high_y, (2, n, num_holes, 1), generator=generator, dtype=torch.float32)
-    return torch.stack([torch.randint(low, high, (n, num_holes, 1), generator=generator, dtype=torch.float32)
-                        for low, high in ((low_y, high_y), (low_x, high_x))])
+    return torch.stack(
+        [
+            torch.randint(low, high, (n, num_holes, 1), generator=generator, dtype=torch.float32)
+            for low, high in ((low_y, high_y), (low_x, high_x))
+        ]
+    )
 
 
-def _mask(centres: torch.Tensor | None, n: int, height: int, width: int, side: int, device: torch.device,
-          dtype: torch.dtype) -> torch.Tensor:
+def _mask(
+    centres: torch.Tensor | None, n: int, height: int, width: int, side: int, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
     """keep_mask's mask for holes of ``side`` pixels at ``centres`` (see hole_centres)."""
     if centres is None:
         return torch.full((n, height, width), _outside_value(dtype), dtype=dtype, device=device)
@@ -164,10 +191,16 @@ def _outside(offsets: torch.Tensor, radius: float, dtype: torch.dtype) -> torch.
 def check_cutout(num_holes: int, length: float) -> None:
     if isinstance(num_holes, bool) or not isinstance(num_holes, int) or num_holes < 0:
         raise ValueError(f"num_holes={num_holes!r}: must be an integer >= 0")
-    if isinstance(length, bool) or not isinstance(length, (int, float)) or not math.isfinite(length) \
-            or not 0 < length <= 1:
-        raise ValueError(f"length={length!r}: the hole's side as a fraction of the image's shorter side, "
-                         "in (0, 1] (pixel lengths are not accepted)")
+    if (
+        isinstance(length, bool)
+        or not isinstance(length, (int, float))
+        or not math.isfinite(length)
+        or not 0 < length <= 1
+    ):
+        raise ValueError(
+            f"length={length!r}: the hole's side as a fraction of the image's shorter side, "
+            "in (0, 1] (pixel lengths are not accepted)"
+        )
 
 
 class CutOut(Algorithm):
@@ -195,8 +228,9 @@ class CutOut(Algorithm):
 
     activity = {"batches_cut": "batches with holes cut"}
 
-    def __init__(self, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False,
-                 input_key: int | str = 0):
+    def __init__(
+        self, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False, input_key: int | str = 0
+    ):
         check_cutout(num_holes, length)
         self.num_holes = num_holes
         self.length = length
@@ -208,7 +242,9 @@ class CutOut(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         images = state.batch_get_item(self.input_key)
-        state.batch_set_item(self.input_key, cutout_batch(images, self.num_holes, self.length,
-                                                          self.uniform_sampling, generator=self.generator(state)))
+        state.batch_set_item(
+            self.input_key,
+            cutout_batch(images, self.num_holes, self.length, self.uniform_sampling, generator=self.generator(state)),
+        )
         if self.num_holes and images.numel() and int(self.length * min(images.shape[-2:])) > 0:
             self.report(logger, "batches_cut")

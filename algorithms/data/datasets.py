@@ -68,8 +68,10 @@ def _maybe_resized(dataset: Dataset, native: int, size: int | None) -> tuple[Dat
 
 def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing — expected the CIFAR-10 Python version "
-                                "(data_batch_1..5 and test_batch, as in cifar-10-python.tar.gz)")
+        raise FileNotFoundError(
+            f"{path}: missing — expected the CIFAR-10 Python version "
+            "(data_batch_1..5 and test_batch, as in cifar-10-python.tar.gz)"
+        )
     with path.open("rb") as handle:
         entry = pickle.load(handle, encoding="bytes")
     data = entry.get(b"data", entry.get("data"))
@@ -98,8 +100,7 @@ def cifar10(root: str | Path, image_size: int | None = None) -> DataSplits:
     train_x = torch.cat([p[0] for p in parts])
     train_y = torch.cat([p[1] for p in parts])
     test_x, test_y = _read_cifar_batch(root / "test_batch")
-    train, size = _maybe_resized(TensorDataset(_normalize(train_x, CIFAR10_MEAN, CIFAR10_STD), train_y), 32,
-                                 image_size)
+    train, size = _maybe_resized(TensorDataset(_normalize(train_x, CIFAR10_MEAN, CIFAR10_STD), train_y), 32, image_size)
     test, _ = _maybe_resized(TensorDataset(_normalize(test_x, CIFAR10_MEAN, CIFAR10_STD), test_y), 32, image_size)
     return DataSplits("cifar10", train, test, num_classes=10, image_size=size, has_accuracy=True)
 
@@ -120,8 +121,7 @@ def _digits_arrays() -> tuple[torch.Tensor, torch.Tensor]:
         from sklearn.datasets import load_digits
 
         bunch = load_digits()
-        return (torch.as_tensor(bunch.data, dtype=torch.float32),
-                torch.as_tensor(bunch.target, dtype=torch.long))
+        return (torch.as_tensor(bunch.data, dtype=torch.float32), torch.as_tensor(bunch.target, dtype=torch.long))
     with gzip.open(path, "rt") as f:
         rows = torch.tensor([[float(v) for v in line.split(",")] for line in f if line.strip()])
     return rows[:, :64].contiguous(), rows[:, 64].long()
@@ -165,13 +165,24 @@ class _Synthetic(Dataset):
         return image, int(torch.randint(0, self.num_classes, (), generator=g))
 
 
-def synthetic(image_size: int | None = None, train_size: int = 50_000, test_size: int = 10_000,
-              num_classes: int = 10, seed: int = 0) -> DataSplits:
+def synthetic(
+    image_size: int | None = None,
+    train_size: int = 50_000,
+    test_size: int = 10_000,
+    num_classes: int = 10,
+    seed: int = 0,
+) -> DataSplits:
     """Random Gaussian images with random labels: for timing and memory, not accuracy."""
     size = image_size or 32
-    return DataSplits("synthetic", _Synthetic(train_size, size, num_classes, seed),
-                      _Synthetic(test_size, size, num_classes, seed + 1),
-                      num_classes=num_classes, image_size=size, has_accuracy=False)
+    return DataSplits(
+        "synthetic",
+        _Synthetic(train_size, size, num_classes, seed),
+        _Synthetic(test_size, size, num_classes, seed + 1),
+        num_classes=num_classes,
+        image_size=size,
+        has_accuracy=False,
+    )
+
 
 # Directories of the standard library that are not its own source: installed packages and the
 # test suites (whose data files and generated cases would dominate the sample).
@@ -229,12 +240,13 @@ class TokenWindows(Dataset):
         if not -self.length <= index < self.length:
             raise IndexError(index)
         start = (index % self.length) * self.seq_len
-        window = self.tokens[start:start + self.seq_len + 1].long()
+        window = self.tokens[start : start + self.seq_len + 1].long()
         return {"input_ids": window[:-1], "labels": window[1:]}
 
 
-def stdlib_text(seq_len: int = 128, max_bytes: int = 4_000_000, validation_fraction: float = 0.1,
-                root: str | Path | None = None) -> DataSplits:
+def stdlib_text(
+    seq_len: int = 128, max_bytes: int = 4_000_000, validation_fraction: float = 0.1, root: str | Path | None = None
+) -> DataSplits:
     """A character-level corpus of Python source: the standard library's own ``*.py`` files.
 
     Read from the running interpreter's installation (``root`` overrides it), without the test
@@ -253,14 +265,30 @@ def stdlib_text(seq_len: int = 128, max_bytes: int = 4_000_000, validation_fract
     parts: dict[bool, list[bytes]] = {False: [], True: []}
     for relative in stdlib_files(base, max_bytes):
         parts[is_validation_file(relative, validation_fraction)].append((base / relative).read_bytes())
-    train, validation = (torch.frombuffer(bytearray(b"".join(parts[v])), dtype=torch.uint8) if parts[v]
-                         else torch.zeros(0, dtype=torch.uint8) for v in (False, True))
-    return DataSplits("stdlib_text", TokenWindows(train, seq_len), TokenWindows(validation, seq_len),
-                      num_classes=256, image_size=None, has_accuracy=False, seq_len=seq_len)
+    train, validation = (
+        torch.frombuffer(bytearray(b"".join(parts[v])), dtype=torch.uint8)
+        if parts[v]
+        else torch.zeros(0, dtype=torch.uint8)
+        for v in (False, True)
+    )
+    return DataSplits(
+        "stdlib_text",
+        TokenWindows(train, seq_len),
+        TokenWindows(validation, seq_len),
+        num_classes=256,
+        image_size=None,
+        has_accuracy=False,
+        seq_len=seq_len,
+    )
 
 
-def get_dataset(name: str, root: str | Path | None = None, image_size: int | None = None,
-                seq_len: int | None = None, test_fraction: float | None = None) -> DataSplits:
+def get_dataset(
+    name: str,
+    root: str | Path | None = None,
+    image_size: int | None = None,
+    seq_len: int | None = None,
+    test_fraction: float | None = None,
+) -> DataSplits:
     """The data set ``name`` (one of :func:`algorithms.core.options.dataset_names`); ``root`` is
     needed for ``cifar10``; ``image_size`` is for the image data sets, ``seq_len`` for
     ``stdlib_text``; ``test_fraction`` is the held-out share of ``digits`` (default 0.2)."""

@@ -65,15 +65,15 @@ def compute_ema(model: torch.nn.Module, ema_model: torch.nn.Module, smoothing: f
             torch._foreach_add_(averaged, current, alpha=1.0 - smoothing)
 
 
-def paired_tensors(model: torch.nn.Module, copy_: torch.nn.Module, name: str = "ema_model"
-                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def paired_tensors(
+    model: torch.nn.Module, copy_: torch.nn.Module, name: str = "ema_model"
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(copy's tensor, model's tensor)`` for every parameter and then every buffer, checked to
     correspond (a ValueError naming the copy's argument otherwise)."""
     mine = [*copy_.parameters(), *copy_.buffers()]
     theirs = [*model.parameters(), *model.buffers()]
     if len(mine) != len(theirs) or any(a.shape != b.shape for a, b in zip(mine, theirs, strict=True)):
-        raise ValueError(f"{name}: its parameters and buffers do not match model's — make it with "
-                         "copy.deepcopy(model)")
+        raise ValueError(f"{name}: its parameters and buffers do not match model's — make it with copy.deepcopy(model)")
     return list(zip(mine, theirs, strict=True))
 
 
@@ -90,8 +90,7 @@ def duration_argument(name: str, text: Any, units: tuple[TimeUnit, ...]) -> Dura
         raise ValueError(f"{name}={text!r}: {exc}") from None
     if duration.unit not in units:
         example = "0.5dur" if units[0] is TimeUnit.DURATION else f"10{units[0].value}"  # a fraction is at most 1
-        raise ValueError(f"{name}={text!r}: give it in {' or '.join(repr(u.value) for u in units)}, e.g. "
-                         f"'{example}'")
+        raise ValueError(f"{name}={text!r}: give it in {' or '.join(repr(u.value) for u in units)}, e.g. '{example}'")
     return duration
 
 
@@ -136,16 +135,25 @@ class EMA(Algorithm):
         ['accuracy', 'loss']
     """
 
-    activity = {"averaging_updates": "updates of the averaged weights",
-                "evaluations_averaged": "evaluations run with the averaged weights"}
+    activity = {
+        "averaging_updates": "updates of the averaged weights",
+        "evaluations_averaged": "evaluations run with the averaged weights",
+    }
 
-    def __init__(self, half_life: str | None = "1000ba", smoothing: float | None = None, ema_start: str = "0.0dur",
-                 update_interval: str | None = None):
+    def __init__(
+        self,
+        half_life: str | None = "1000ba",
+        smoothing: float | None = None,
+        ema_start: str = "0.0dur",
+        update_interval: str | None = None,
+    ):
         if half_life is None and smoothing is None:
             raise ValueError("half_life=None: give half_life (e.g. '1000ba') or smoothing (e.g. 0.999)")
         if half_life is not None and smoothing is not None:
-            raise ValueError(f"smoothing={smoothing!r}: give either half_life or smoothing, not both — pass "
-                             "half_life=None with smoothing")
+            raise ValueError(
+                f"smoothing={smoothing!r}: give either half_life or smoothing, not both — pass "
+                "half_life=None with smoothing"
+            )
         periodic = (TimeUnit.BATCH, TimeUnit.EPOCH)
         life = duration_argument("half_life", half_life, periodic) if half_life is not None else None
         duration_argument("ema_start", ema_start, (TimeUnit.DURATION, TimeUnit.BATCH, TimeUnit.EPOCH, TimeUnit.SAMPLE))
@@ -156,8 +164,10 @@ class EMA(Algorithm):
             if interval.value < 1:
                 raise ValueError(f"update_interval={update_interval!r}: must be at least one batch or epoch")
             if life is not None and interval.unit is not life.unit:
-                raise ValueError(f"update_interval={update_interval!r}: must be in half_life's unit "
-                                 f"({life.unit.value!r}), since the smoothing is their ratio")
+                raise ValueError(
+                    f"update_interval={update_interval!r}: must be in half_life's unit "
+                    f"({life.unit.value!r}), since the smoothing is their ratio"
+                )
         if smoothing is not None:
             check_smoothing(smoothing)
         self.half_life = half_life
@@ -266,8 +276,13 @@ def _swap(model: torch.nn.Module, other: torch.nn.Module) -> None:
         b.copy_(held)
 
 
-def ema_trajectory(steps: int = 150, half_life: str = "10ba", lr: float = 0.3, noise: float = 1.0,
-                   generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
+def ema_trajectory(
+    steps: int = 150,
+    half_life: str = "10ba",
+    lr: float = 0.3,
+    noise: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> dict[str, Any]:  # pragma: no mutate block
     """One weight of a one-weight model trained by SGD on noisy targets, and its EMA, per step.
 
     The model is ``y = w * 1`` from ``w = 0``, trained on the squared error to targets drawn from
@@ -284,14 +299,24 @@ def ema_trajectory(steps: int = 150, half_life: str = "10ba", lr: float = 0.3, n
     ema = EMA(half_life=half_life)
     weights = _Record(lambda state: unwrap_model(state.model).weight.item())
     averages = _Record(lambda state: ema.ema_model.weight.item())
-    trainer = Trainer(model, batches, f"{steps}ba", optimizer=torch.optim.SGD(model.parameters(), lr=lr),
-                      loss_fn=lambda out, target: 0.5 * ((out - target) ** 2).mean(),
-                      algorithms=[ema, weights, averages], device="cpu")
+    trainer = Trainer(
+        model,
+        batches,
+        f"{steps}ba",
+        optimizer=torch.optim.SGD(model.parameters(), lr=lr),
+        loss_fn=lambda out, target: 0.5 * ((out - target) ** 2).mean(),
+        algorithms=[ema, weights, averages],
+        device="cpu",
+    )
     trainer.fit()
-    return {"type": "lines", "x": list(range(1, steps + 1)),
-            "series": {"weight": weights.values, f"EMA (half_life={half_life!r})": averages.values},
-            "title": f"SGD on noisy targets around 2 (lr {lr}), one weight",
-            "xlabel": "batch", "ylabel": "weight"}
+    return {
+        "type": "lines",
+        "x": list(range(1, steps + 1)),
+        "series": {"weight": weights.values, f"EMA (half_life={half_life!r})": averages.values},
+        "title": f"SGD on noisy targets around 2 (lr {lr}), one weight",
+        "xlabel": "batch",
+        "ylabel": "weight",
+    }
 
 
 class _Record(Algorithm):

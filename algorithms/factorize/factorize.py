@@ -19,14 +19,27 @@ from ..core.event import Event
 from ..core.state import State
 from ..surgery import recording_replacements, replace_module_classes
 
-__all__ = ["FactorizedConv2d", "FactorizedLinear", "Factorize", "apply_factorization", "factorizing_could_speedup",
-           "latent_size", "low_rank_factors"]
+__all__ = [
+    "FactorizedConv2d",
+    "FactorizedLinear",
+    "Factorize",
+    "apply_factorization",
+    "factorizing_could_speedup",
+    "latent_size",
+    "low_rank_factors",
+]
 
 
-def apply_factorization(model: nn.Module, factorize_convs: bool = True, factorize_linears: bool = True,
-                        min_channels: int = 512, latent_channels: int | float = 0.25, min_features: int = 512,
-                        latent_features: int | float = 0.25,
-                        optimizers: torch.optim.Optimizer | Any | None = None) -> nn.Module:
+def apply_factorization(
+    model: nn.Module,
+    factorize_convs: bool = True,
+    factorize_linears: bool = True,
+    min_channels: int = 512,
+    latent_channels: int | float = 0.25,
+    min_features: int = 512,
+    latent_features: int | float = 0.25,
+    optimizers: torch.optim.Optimizer | Any | None = None,
+) -> nn.Module:
     """Replace wide convolutions and linear layers by factorized pairs, in place, as
     ``composer.functional.apply_factorization``.
 
@@ -132,14 +145,21 @@ def low_rank_factors(matrix: torch.Tensor, rank: int) -> tuple[torch.Tensor, tor
     return first.to(matrix.dtype), second.to(matrix.dtype)
 
 
-def check_factorize(factorize_convs: bool, factorize_linears: bool, min_channels: int, latent_channels: int | float,
-                    min_features: int, latent_features: int | float) -> None:
+def check_factorize(
+    factorize_convs: bool,
+    factorize_linears: bool,
+    min_channels: int,
+    latent_channels: int | float,
+    min_features: int,
+    latent_features: int | float,
+) -> None:
     for name, value in (("factorize_convs", factorize_convs), ("factorize_linears", factorize_linears)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r}: must be True or False")
     if not (factorize_convs or factorize_linears):
-        raise ValueError("factorize_convs=False and factorize_linears=False: Factorize would replace nothing; "
-                         "set one of them")
+        raise ValueError(
+            "factorize_convs=False and factorize_linears=False: Factorize would replace nothing; set one of them"
+        )
     for name, value in (("min_channels", min_channels), ("min_features", min_features)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name}={value!r}: must be an integer >= 0")
@@ -148,8 +168,13 @@ def check_factorize(factorize_convs: bool, factorize_linears: bool, min_channels
 
 
 def _check_latent(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0 \
-            or (value >= 1 and value != int(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+        or (value >= 1 and value != int(value))
+    ):
         raise ValueError(f"{name}={value!r}: must be a fraction in (0, 1) of the smaller width or a whole count >= 1")
 
 
@@ -165,14 +190,23 @@ class FactorizedLinear(nn.Module):
         bias: give ``module1`` a bias.
     """
 
-    def __init__(self, in_features: int, out_features: int, latent_features: int | float = 0.25, bias: bool = True,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        latent_features: int | float = 0.25,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         _check_latent("latent_features", latent_features)
         rank = latent_size(latent_features, in_features, out_features)
         if rank > min(in_features, out_features):
-            raise ValueError(f"latent_features={latent_features!r}: at most min(in_features, out_features) = "
-                             f"{min(in_features, out_features)}")
+            raise ValueError(
+                f"latent_features={latent_features!r}: at most min(in_features, out_features) = "
+                f"{min(in_features, out_features)}"
+            )
         self.module0 = nn.Linear(in_features, rank, bias=False, device=device, dtype=dtype)
         self.module1 = nn.Linear(rank, out_features, bias=bias, device=device, dtype=dtype)
 
@@ -193,8 +227,14 @@ class FactorizedLinear(nn.Module):
         """The factorization of ``linear`` whose product is the truncated SVD of its weight; its bias
         (a copy) is ``module1``'s."""
         weight = linear.weight
-        new = cls(linear.in_features, linear.out_features, latent_features, bias=linear.bias is not None,
-                  device=weight.device, dtype=weight.dtype)
+        new = cls(
+            linear.in_features,
+            linear.out_features,
+            latent_features,
+            bias=linear.bias is not None,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
         first, second = low_rank_factors(weight, new.latent_features)
         with torch.no_grad():
             new.module0.weight.copy_(first)
@@ -223,21 +263,41 @@ class FactorizedConv2d(nn.Module):
         bias: give ``module1`` a bias.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
-                 latent_channels: int | float = 0.25, stride: int | tuple[int, int] = 1,
-                 padding: int | tuple[int, int] | str = 0, dilation: int | tuple[int, int] = 1, bias: bool = True,
-                 padding_mode: str = "zeros", device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        latent_channels: int | float = 0.25,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int | tuple[int, int] = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         _check_latent("latent_channels", latent_channels)
         kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
         rank = latent_size(latent_channels, in_channels, out_channels)
         full = min(out_channels, in_channels * math.prod(kernel))
         if rank > full:
-            raise ValueError(f"latent_channels={latent_channels!r}: at most min(out_channels, in_channels * kH * kW)"
-                             f" = {full}")
-        self.module0 = nn.Conv2d(in_channels, rank, kernel, stride=stride, padding=padding, dilation=dilation,
-                                 bias=False, padding_mode=padding_mode, device=device, dtype=dtype)
+            raise ValueError(
+                f"latent_channels={latent_channels!r}: at most min(out_channels, in_channels * kH * kW) = {full}"
+            )
+        self.module0 = nn.Conv2d(
+            in_channels,
+            rank,
+            kernel,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            bias=False,
+            padding_mode=padding_mode,
+            device=device,
+            dtype=dtype,
+        )
         self.module1 = nn.Conv2d(rank, out_channels, 1, bias=bias, device=device, dtype=dtype)
 
     @property
@@ -260,9 +320,19 @@ class FactorizedConv2d(nn.Module):
         if conv.groups != 1:
             raise ValueError(f"conv: groups={conv.groups}; only convolutions with groups=1 are factorized")
         weight = conv.weight
-        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, latent_channels, stride=conv.stride,
-                  padding=conv.padding, dilation=conv.dilation, bias=conv.bias is not None,
-                  padding_mode=conv.padding_mode, device=weight.device, dtype=weight.dtype)
+        new = cls(
+            conv.in_channels,
+            conv.out_channels,
+            conv.kernel_size,
+            latent_channels,
+            stride=conv.stride,
+            padding=conv.padding,
+            dilation=conv.dilation,
+            bias=conv.bias is not None,
+            padding_mode=conv.padding_mode,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
         first, second = low_rank_factors(weight.reshape(weight.shape[0], -1), new.latent_channels)
         with torch.no_grad():
             new.module0.weight.copy_(first.reshape(new.module0.weight.shape))
@@ -304,10 +374,18 @@ class Factorize(Algorithm):
 
     activity = {"modules_replaced": "modules replaced by factorized ones"}
 
-    def __init__(self, factorize_convs: bool = True, factorize_linears: bool = True, min_channels: int = 512,
-                 latent_channels: int | float = 0.25, min_features: int = 512, latent_features: int | float = 0.25):
-        check_factorize(factorize_convs, factorize_linears, min_channels, latent_channels, min_features,
-                        latent_features)
+    def __init__(
+        self,
+        factorize_convs: bool = True,
+        factorize_linears: bool = True,
+        min_channels: int = 512,
+        latent_channels: int | float = 0.25,
+        min_features: int = 512,
+        latent_features: int | float = 0.25,
+    ):
+        check_factorize(
+            factorize_convs, factorize_linears, min_channels, latent_channels, min_features, latent_features
+        )
         self.factorize_convs = factorize_convs
         self.factorize_linears = factorize_linears
         self.min_channels = min_channels
@@ -320,8 +398,14 @@ class Factorize(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         with recording_replacements() as replaced:
-            apply_factorization(state.model, factorize_convs=self.factorize_convs,
-                                factorize_linears=self.factorize_linears, min_channels=self.min_channels,
-                                latent_channels=self.latent_channels, min_features=self.min_features,
-                                latent_features=self.latent_features, optimizers=state.optimizers)
+            apply_factorization(
+                state.model,
+                factorize_convs=self.factorize_convs,
+                factorize_linears=self.factorize_linears,
+                min_channels=self.min_channels,
+                latent_channels=self.latent_channels,
+                min_features=self.min_features,
+                latent_features=self.latent_features,
+                optimizers=state.optimizers,
+            )
         self.report(logger, "modules_replaced", len(replaced))

@@ -37,9 +37,16 @@ class GLUFeedForward(nn.Module):
         down_bias: whether ``down`` has a bias.
     """
 
-    def __init__(self, d_model: int, d_hidden: int, act: nn.Module | Callable[[torch.Tensor], torch.Tensor],
-                 dropout: float = 0.0, gated_layer_bias: bool = False, non_gated_layer_bias: bool = False,
-                 down_bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        d_hidden: int,
+        act: nn.Module | Callable[[torch.Tensor], torch.Tensor],
+        dropout: float = 0.0,
+        gated_layer_bias: bool = False,
+        non_gated_layer_bias: bool = False,
+        down_bias: bool = True,
+    ):
         super().__init__()
         self.gate = nn.Linear(d_model, d_hidden, bias=gated_layer_bias)
         self.up = nn.Linear(d_model, d_hidden, bias=non_gated_layer_bias)
@@ -79,11 +86,13 @@ def glu_hidden_width(block: FeedForward, gated_layer_bias: bool = False, non_gat
     return max(1, round((total - down_bias) / per_unit))
 
 
-def apply_gated_linear_units(model: nn.Module,
-                             optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
-                             act_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                             gated_layer_bias: bool = False, non_gated_layer_bias: bool = False
-                             ) -> dict[str, nn.Module]:
+def apply_gated_linear_units(
+    model: nn.Module,
+    optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+    act_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    gated_layer_bias: bool = False,
+    non_gated_layer_bias: bool = False,
+) -> dict[str, nn.Module]:
     """Replace each :class:`~algorithms.models.transformer.FeedForward` of ``model`` with a
     :class:`GLUFeedForward` of the same parameter count, in place, as
     ``composer.functional.apply_gated_linear_units``.
@@ -126,8 +135,15 @@ def apply_gated_linear_units(model: nn.Module,
             act = copy.deepcopy(block.act)
         else:
             act = copy.deepcopy(act_fn) if isinstance(act_fn, nn.Module) else act_fn
-        glu = GLUFeedForward(block.up.in_features, width, act, block.drop.p, gated_layer_bias,
-                             non_gated_layer_bias, down_bias=block.down.bias is not None)
+        glu = GLUFeedForward(
+            block.up.in_features,
+            width,
+            act,
+            block.drop.p,
+            gated_layer_bias,
+            non_gated_layer_bias,
+            down_bias=block.down.bias is not None,
+        )
         with torch.no_grad():
             up = block.up.weight.detach().float()
             nn.init.normal_(glu.gate.weight, std=float(up.std()))
@@ -149,8 +165,10 @@ def apply_gated_linear_units(model: nn.Module,
 
 def check_gated_linear_units(act_fn: Any, gated_layer_bias: Any, non_gated_layer_bias: Any) -> None:
     if act_fn is not None and not callable(act_fn):
-        raise ValueError(f"act_fn={act_fn!r}: must be None (keep each block's activation) or a function of a "
-                         "tensor, e.g. torch.nn.functional.silu")
+        raise ValueError(
+            f"act_fn={act_fn!r}: must be None (keep each block's activation) or a function of a "
+            "tensor, e.g. torch.nn.functional.silu"
+        )
     for name, value in (("gated_layer_bias", gated_layer_bias), ("non_gated_layer_bias", non_gated_layer_bias)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}={value!r}: must be True or False")
@@ -185,8 +203,12 @@ class GatedLinearUnits(Algorithm):
 
     activity = {"modules_replaced": "feed-forward blocks replaced by gated ones"}
 
-    def __init__(self, act_fn: Callable[[torch.Tensor], torch.Tensor] | None = None, gated_layer_bias: bool = False,
-                 non_gated_layer_bias: bool = False):
+    def __init__(
+        self,
+        act_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        gated_layer_bias: bool = False,
+        non_gated_layer_bias: bool = False,
+    ):
         check_gated_linear_units(act_fn, gated_layer_bias, non_gated_layer_bias)
         self.act_fn = act_fn
         self.gated_layer_bias = gated_layer_bias
@@ -197,7 +219,11 @@ class GatedLinearUnits(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         with recording_replacements() as replaced:
-            apply_gated_linear_units(state.model, state.optimizers, act_fn=self.act_fn,
-                                     gated_layer_bias=self.gated_layer_bias,
-                                     non_gated_layer_bias=self.non_gated_layer_bias)
+            apply_gated_linear_units(
+                state.model,
+                state.optimizers,
+                act_fn=self.act_fn,
+                gated_layer_bias=self.gated_layer_bias,
+                non_gated_layer_bias=self.non_gated_layer_bias,
+            )
         self.report(logger, "modules_replaced", len(replaced))

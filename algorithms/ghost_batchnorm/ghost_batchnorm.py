@@ -19,12 +19,21 @@ from ..core.event import Event
 from ..core.state import State
 from ..surgery import recording_replacements, replace_module_classes
 
-__all__ = ["GhostBatchNorm", "GhostBatchNorm1d", "GhostBatchNorm2d", "GhostBatchNorm3d", "apply_ghost_batchnorm",
-           "ghost_chunk_statistics"]
+__all__ = [
+    "GhostBatchNorm",
+    "GhostBatchNorm1d",
+    "GhostBatchNorm2d",
+    "GhostBatchNorm3d",
+    "apply_ghost_batchnorm",
+    "ghost_chunk_statistics",
+]
 
 
-def apply_ghost_batchnorm(model: nn.Module, ghost_batch_size: int = 32,
-                          optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None) -> int:
+def apply_ghost_batchnorm(
+    model: nn.Module,
+    ghost_batch_size: int = 32,
+    optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+) -> int:
     """Replace every ``BatchNorm1d/2d/3d`` of ``model`` with a ghost batch norm, in place, as
     ``composer.functional.apply_ghost_batchnorm``.
 
@@ -77,8 +86,14 @@ class _GhostBatchNormMixin:
     @classmethod
     def from_batchnorm(cls, bn: nn.modules.batchnorm._BatchNorm, ghost_batch_size: int) -> nn.Module:
         """A ghost batch norm that holds ``bn``'s own parameter and buffer tensors."""
-        ghost = cls(bn.num_features, eps=bn.eps, momentum=bn.momentum, affine=bn.affine,
-                    track_running_stats=bn.track_running_stats, device="meta")
+        ghost = cls(
+            bn.num_features,
+            eps=bn.eps,
+            momentum=bn.momentum,
+            affine=bn.affine,
+            track_running_stats=bn.track_running_stats,
+            device="meta",
+        )
         for name in ("weight", "bias"):
             setattr(ghost, name, getattr(bn, name))
         for name in ("running_mean", "running_var", "num_batches_tracked"):
@@ -93,21 +108,27 @@ class _GhostBatchNormMixin:
         self._check_input_dim(input)
         chunks = input.tensor_split(math.ceil(n / self.ghost_batch_size))
         if not self.track_running_stats:
-            return torch.cat([F.batch_norm(c, None, None, self.weight, self.bias, True, 0.0, self.eps)
-                              for c in chunks])
+            return torch.cat([F.batch_norm(c, None, None, self.weight, self.bias, True, 0.0, self.eps) for c in chunks])
         # Each chunk's mean and unbiased variance land in its own row (momentum 1 writes the
         # statistic itself), so the kernel that normalizes also measures, in one pass.
         means = self.running_mean.new_zeros(len(chunks), self.num_features)
         variances = self.running_var.new_zeros(len(chunks), self.num_features)
-        out = torch.cat([F.batch_norm(c, means[i], variances[i], self.weight, self.bias, True, 1.0, self.eps)
-                         for i, c in enumerate(chunks)])
+        out = torch.cat(
+            [
+                F.batch_norm(c, means[i], variances[i], self.weight, self.bias, True, 1.0, self.eps)
+                for i, c in enumerate(chunks)
+            ]
+        )
         with torch.no_grad():
             # One step of the running averages with the chunks' mean statistics, where torch's
             # batch norm takes the whole batch's; the factor stays a tensor (no host sync), 1/t
             # taken in the statistics' dtype (an integer's reciprocal would be float32).
             self.num_batches_tracked.add_(1)
-            factor = self.momentum if self.momentum is not None else \
-                self.num_batches_tracked.to(self.running_mean.dtype).reciprocal()
+            factor = (
+                self.momentum
+                if self.momentum is not None
+                else self.num_batches_tracked.to(self.running_mean.dtype).reciprocal()
+            )
             self.running_mean.lerp_(means.mean(dim=0), factor)
             self.running_var.lerp_(variances.mean(dim=0), factor)
         return out
@@ -166,8 +187,9 @@ class GhostBatchNorm(Algorithm):
         self.report(logger, "modules_replaced", len(replaced))
 
 
-def ghost_chunk_statistics(ghost_batch_size: int = 16, batch_size: int = 64, channel: int = 0,
-                           generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
+def ghost_chunk_statistics(
+    ghost_batch_size: int = 16, batch_size: int = 64, channel: int = 0, generator: torch.Generator | None = None
+) -> dict[str, Any]:  # pragma: no mutate block
     """The card's figure: how far the mean and the standard deviation of each ghost batch stray
     from 0 and 1, in one channel of a fresh ResNet-20's first batch norm (``bn1``) in training,
     on ``batch_size`` real 16-pixel digits, before and after :func:`apply_ghost_batchnorm`."""
@@ -193,9 +215,11 @@ def ghost_chunk_statistics(ghost_batch_size: int = 16, batch_size: int = 64, cha
         parts = out[:, channel].tensor_split(chunks)
         series[f"{label}: mean"] = [float(p.mean()) for p in parts]
         series[f"{label}: std - 1"] = [float(p.std(correction=0)) - 1 for p in parts]
-    return {"type": "bars", "labels": [f"{int(p[0]) + 1}-{int(p[-1]) + 1}" for p in
-                                       torch.arange(batch_size).tensor_split(chunks)],
-            "series": series,
-            "title": f"bn1 of ResNet-20, channel {channel}, in training: each ghost batch's statistics",
-            "xlabel": f"examples of each ghost batch (ghost_batch_size={ghost_batch_size}, batch of {batch_size})",
-            "ylabel": "mean, and standard deviation - 1"}
+    return {
+        "type": "bars",
+        "labels": [f"{int(p[0]) + 1}-{int(p[-1]) + 1}" for p in torch.arange(batch_size).tensor_split(chunks)],
+        "series": series,
+        "title": f"bn1 of ResNet-20, channel {channel}, in training: each ghost batch's statistics",
+        "xlabel": f"examples of each ghost batch (ghost_batch_size={ghost_batch_size}, batch of {batch_size})",
+        "ylabel": "mean, and standard deviation - 1",
+    }

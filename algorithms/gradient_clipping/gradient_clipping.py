@@ -24,8 +24,9 @@ CLIPPING_TYPES = ("adaptive", "norm", "value")
 AGC_EPSILON = 1e-3
 
 
-def apply_gradient_clipping(model: torch.nn.Module, clipping_type: str, clipping_threshold: float,
-                            fsdp_enabled: bool = False) -> None:
+def apply_gradient_clipping(
+    model: torch.nn.Module, clipping_type: str, clipping_threshold: float, fsdp_enabled: bool = False
+) -> None:
     """Clip the gradients of ``model``'s parameters in place, as
     ``composer.functional.apply_gradient_clipping``.
 
@@ -61,8 +62,10 @@ def apply_gradient_clipping(model: torch.nn.Module, clipping_type: str, clipping
     """
     check_gradient_clipping(clipping_type, clipping_threshold)
     if fsdp_enabled and clipping_type == "adaptive":
-        raise ValueError("clipping_type='adaptive': not with fsdp_enabled (a unit's gradient may span shards) "
-                         "— use 'norm' or 'value'")
+        raise ValueError(
+            "clipping_type='adaptive': not with fsdp_enabled (a unit's gradient may span shards) "
+            "— use 'norm' or 'value'"
+        )
     params = [p for p in model.parameters() if p.grad is not None]
     if not params:
         return
@@ -80,8 +83,12 @@ def apply_gradient_clipping(model: torch.nn.Module, clipping_type: str, clipping
 def check_gradient_clipping(clipping_type: str, clipping_threshold: float) -> None:
     if clipping_type not in CLIPPING_TYPES:
         raise ValueError(f"clipping_type={clipping_type!r}: use one of {', '.join(map(repr, CLIPPING_TYPES))}")
-    if isinstance(clipping_threshold, bool) or not isinstance(clipping_threshold, (int, float)) \
-            or not math.isfinite(clipping_threshold) or clipping_threshold <= 0:
+    if (
+        isinstance(clipping_threshold, bool)
+        or not isinstance(clipping_threshold, (int, float))
+        or not math.isfinite(clipping_threshold)
+        or clipping_threshold <= 0
+    ):
         raise ValueError(f"clipping_threshold={clipping_threshold!r}: a number > 0")
 
 
@@ -162,16 +169,23 @@ class GradientClipping(Algorithm):
         return event is Event.BEFORE_OPTIMIZER_STEP
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        apply_gradient_clipping(state.model, self.clipping_type, self.clipping_threshold,
-                                fsdp_enabled=is_fsdp(state.model))
+        apply_gradient_clipping(
+            state.model, self.clipping_type, self.clipping_threshold, fsdp_enabled=is_fsdp(state.model)
+        )
         if any(p.grad is not None for p in state.model.parameters()):
             self.report(logger, "steps_clipped")
 
 
 # -- the figure ---------------------------------------------------------------------------------
 
-def clipping_trajectory(clipping_type: str = "norm", clipping_threshold: float = 1.0, steps: int = 40, lr: float = 0.1,
-                        generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
+
+def clipping_trajectory(
+    clipping_type: str = "norm",
+    clipping_threshold: float = 1.0,
+    steps: int = 40,
+    lr: float = 0.1,
+    generator: torch.Generator | None = None,
+) -> dict[str, Any]:  # pragma: no mutate block
     """A small network trained by SGD on random batches with :func:`apply_gradient_clipping`
     before each step: the total gradient norm per step before and after the clipping."""
     g = generator if generator is not None else torch.Generator().manual_seed(0)
@@ -188,7 +202,11 @@ def clipping_trajectory(clipping_type: str = "norm", clipping_threshold: float =
         apply_gradient_clipping(model, clipping_type, clipping_threshold, fsdp_enabled=False)
         after.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
         opt.step()
-    return {"type": "lines", "x": list(range(1, steps + 1)),
-            "series": {"before clipping": before, "after clipping": after},
-            "title": f"clipping_type={clipping_type!r}, clipping_threshold={clipping_threshold}",
-            "xlabel": "step", "ylabel": "total gradient norm"}
+    return {
+        "type": "lines",
+        "x": list(range(1, steps + 1)),
+        "series": {"before clipping": before, "after clipping": after},
+        "title": f"clipping_type={clipping_type!r}, clipping_threshold={clipping_threshold}",
+        "xlabel": "step",
+        "ylabel": "total gradient norm",
+    }

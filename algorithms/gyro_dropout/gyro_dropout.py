@@ -21,8 +21,9 @@ from ..surgery import recording_replacements, replace_module_classes
 __all__ = ["GyroDropout", "GyroDropoutLayer", "apply_gyro_dropout", "batch_masks"]
 
 
-def apply_gyro_dropout(model: nn.Module, iters_per_epoch: int, max_epoch: int, p: float = 0.5, sigma: int = 256,
-                       tau: int = 16) -> nn.Module:
+def apply_gyro_dropout(
+    model: nn.Module, iters_per_epoch: int, max_epoch: int, p: float = 0.5, sigma: int = 256, tau: int = 16
+) -> nn.Module:
     """Replace every ``nn.Dropout`` of ``model`` with a :class:`GyroDropoutLayer`, in place, as
     ``composer.functional.apply_gyro_dropout``.
 
@@ -51,8 +52,11 @@ def apply_gyro_dropout(model: nn.Module, iters_per_epoch: int, max_epoch: int, p
         ('GyroDropoutLayer', 'GyroDropoutLayer')
     """
     check_gyro_dropout(p, sigma, tau, iters_per_epoch=iters_per_epoch, max_epoch=max_epoch)
-    replace_module_classes(model, {nn.Dropout: lambda module, index: GyroDropoutLayer(
-        iters_per_epoch, max_epoch, p, sigma, tau)}, method="GyroDropout")
+    replace_module_classes(
+        model,
+        {nn.Dropout: lambda module, index: GyroDropoutLayer(iters_per_epoch, max_epoch, p, sigma, tau)},
+        method="GyroDropout",
+    )
     return model
 
 
@@ -92,7 +96,7 @@ class GyroDropoutLayer(nn.Module):
             masks = torch.rand(self.sigma, x.shape[-1], generator=self.generator) >= self.p
             self.preselect_masks = masks.to(device=x.device, dtype=self.preselect_masks.dtype, non_blocking=True)
         if self.training_step % self.iter_num == 0:
-            chosen = torch.randperm(self.sigma, generator=self.generator)[:self.tau]
+            chosen = torch.randperm(self.sigma, generator=self.generator)[: self.tau]
             self.selected = chosen.to(x.device, non_blocking=True)
         self.training_step += 1
         n = x.shape[0]
@@ -126,21 +130,32 @@ def check_gyro_dropout(p: float, sigma: int, tau: int, **counts: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r}: must be an integer >= 1")
     if tau > sigma:
-        raise ValueError(f"tau={tau!r}: each batch trains tau distinct masks of the sigma={sigma} pre-selected ones, "
-                         "so tau <= sigma")
+        raise ValueError(
+            f"tau={tau!r}: each batch trains tau distinct masks of the sigma={sigma} pre-selected ones, so tau <= sigma"
+        )
 
 
-def batch_masks(units: int = 32, batch_size: int = 16, p: float = 0.5, sigma: int = 16, tau: int = 4,
-                generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
+def batch_masks(
+    units: int = 32,
+    batch_size: int = 16,
+    p: float = 0.5,
+    sigma: int = 16,
+    tau: int = 4,
+    generator: torch.Generator | None = None,
+) -> dict[str, Any]:  # pragma: no mutate block
     """The figure's data: the mask each example of one training batch gets from a fresh
     :class:`GyroDropoutLayer` drawing from ``generator``, as an image (examples x units)."""
     layer = GyroDropoutLayer(iters_per_epoch=100, max_epoch=1, p=p, sigma=sigma, tau=tau).train()
     layer.generator = generator
     with torch.no_grad():
         mask = layer(torch.ones(batch_size, units)) * (1 - p)
-    return {"type": "image", "values": mask,
-            "title": f"One batch: {tau} of {sigma} pre-selected masks, {batch_size // tau} examples each (p={p})",
-            "xlabel": "unit", "ylabel": "example (1 kept, 0 dropped)"}
+    return {
+        "type": "image",
+        "values": mask,
+        "title": f"One batch: {tau} of {sigma} pre-selected masks, {batch_size // tau} examples each (p={p})",
+        "xlabel": "unit",
+        "ylabel": "example (1 kept, 0 dropped)",
+    }
 
 
 class GyroDropout(Algorithm):
@@ -184,8 +199,10 @@ class GyroDropout(Algorithm):
         elif unit is TimeUnit.BATCH:
             iters_per_epoch, max_epoch = value, 1
         else:
-            raise ValueError(f"max_duration={state.max_duration}: GyroDropout needs the run's number of steps, so "
-                             "give it in epochs of a data loader with a length, or in batches")
+            raise ValueError(
+                f"max_duration={state.max_duration}: GyroDropout needs the run's number of steps, so "
+                "give it in epochs of a data loader with a length, or in batches"
+            )
         with recording_replacements() as replaced:
             apply_gyro_dropout(state.model, max(iters_per_epoch, 1), max(max_epoch, 1), self.p, self.sigma, self.tau)
         self.report(logger, "modules_replaced", len(replaced))

@@ -90,8 +90,7 @@ class LabelSmoothing(Algorithm):
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         if event is Event.BEFORE_LOSS:
             self._original = state.batch_get_item(self.target_key)
-            state.batch_set_item(self.target_key,
-                                 smooth_labels(state.outputs, self._original, self.smoothing))
+            state.batch_set_item(self.target_key, smooth_labels(state.outputs, self._original, self.smoothing))
             if self.smoothing > 0:
                 self.report(logger, "batches_smoothed")
         elif self._original is not None:

@@ -23,10 +23,13 @@ __all__ = ["LayerFreezing", "freeze_layers"]
 log = logging.getLogger(__name__)
 
 
-def freeze_layers(model: torch.nn.Module,
-                  optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
-                  current_duration: float, freeze_start: float = 0.5,
-                  freeze_level: float = 1.0) -> tuple[int, float]:
+def freeze_layers(
+    model: torch.nn.Module,
+    optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
+    current_duration: float,
+    freeze_start: float = 0.5,
+    freeze_level: float = 1.0,
+) -> tuple[int, float]:
     """Freeze the earliest layers of ``model`` in place, as ``composer.functional.freeze_layers``.
 
     The layers are the modules without children that hold parameters, in definition order
@@ -71,8 +74,14 @@ def freeze_layers(model: torch.nn.Module,
     for p in frozen:
         p.requires_grad_(False)
         p.grad = None
-    log.info("layer freezing (freeze_start=%s, freeze_level=%s): %d of %d layers frozen (%.1f %% scheduled)",
-             freeze_start, freeze_level, depth, len(layers), 100 * fraction)
+    log.info(
+        "layer freezing (freeze_start=%s, freeze_level=%s): %d of %d layers frozen (%.1f %% scheduled)",
+        freeze_start,
+        freeze_level,
+        depth,
+        len(layers),
+        100 * fraction,
+    )
     return depth, fraction
 
 
@@ -80,8 +89,11 @@ def freeze_schedule(current_duration: float, freeze_start: float = 0.5, freeze_l
     """The fraction of the layers to freeze at ``current_duration``: 0 up to ``freeze_start``, then
     ``freeze_level * (current_duration - freeze_start) / (1 - freeze_start)``."""
     check_layer_freezing(freeze_start, freeze_level)
-    if isinstance(current_duration, bool) or not isinstance(current_duration, (int, float)) \
-            or not 0 <= current_duration <= 1:
+    if (
+        isinstance(current_duration, bool)
+        or not isinstance(current_duration, (int, float))
+        or not 0 <= current_duration <= 1
+    ):
         raise ValueError(f"current_duration={current_duration!r}: the fraction of training done, in [0, 1]")
     if current_duration <= freeze_start:
         return 0.0
@@ -89,11 +101,19 @@ def freeze_schedule(current_duration: float, freeze_start: float = 0.5, freeze_l
 
 
 def check_layer_freezing(freeze_start: float, freeze_level: float) -> None:
-    if isinstance(freeze_start, bool) or not isinstance(freeze_start, (int, float)) \
-            or not math.isfinite(freeze_start) or not 0 <= freeze_start < 1:
+    if (
+        isinstance(freeze_start, bool)
+        or not isinstance(freeze_start, (int, float))
+        or not math.isfinite(freeze_start)
+        or not 0 <= freeze_start < 1
+    ):
         raise ValueError(f"freeze_start={freeze_start!r}: the fraction of training before freezing, in [0, 1)")
-    if isinstance(freeze_level, bool) or not isinstance(freeze_level, (int, float)) \
-            or not math.isfinite(freeze_level) or not 0 <= freeze_level <= 1:
+    if (
+        isinstance(freeze_level, bool)
+        or not isinstance(freeze_level, (int, float))
+        or not math.isfinite(freeze_level)
+        or not 0 <= freeze_level <= 1
+    ):
         raise ValueError(f"freeze_level={freeze_level!r}: the fraction of the layers frozen at the end, in [0, 1]")
 
 
@@ -162,8 +182,10 @@ class LayerFreezing(Algorithm):
 
 # -- the figure ---------------------------------------------------------------------------------
 
-def freeze_schedule_plot(freeze_start: float = 0.5, freeze_level: float = 1.0,
-                         points: int = 41) -> dict[str, Any]:  # pragma: no mutate block
+
+def freeze_schedule_plot(
+    freeze_start: float = 0.5, freeze_level: float = 1.0, points: int = 41
+) -> dict[str, Any]:  # pragma: no mutate block
     """The scheduled fraction of layers frozen over training, and the fraction of resnet20's
     layers :func:`freeze_layers` freezes at each point (whole layers: a staircase)."""
     from ..models import resnet20
@@ -178,7 +200,11 @@ def freeze_schedule_plot(freeze_start: float = 0.5, freeze_level: float = 1.0,
         depth, fraction = freeze_layers(model, None, duration, freeze_start, freeze_level)
         scheduled.append(fraction)
         frozen.append(depth / n)
-    return {"type": "lines", "x": x,
-            "series": {"scheduled fraction": scheduled, f"resnet20: layers frozen / {n}": frozen},
-            "title": f"freeze_start={freeze_start}, freeze_level={freeze_level}",
-            "xlabel": "fraction of training done", "ylabel": "fraction of layers frozen"}
+    return {
+        "type": "lines",
+        "x": x,
+        "series": {"scheduled fraction": scheduled, f"resnet20: layers frozen / {n}": frozen},
+        "title": f"freeze_start={freeze_start}, freeze_level={freeze_level}",
+        "xlabel": "fraction of training done",
+        "ylabel": "fraction of layers frozen",
+    }

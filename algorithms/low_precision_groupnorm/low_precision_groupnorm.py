@@ -23,10 +23,11 @@ from ..surgery import NoModulesReplacedWarning, replace_module_classes
 __all__ = ["LPGroupNorm", "LowPrecisionGroupNorm", "apply_low_precision_groupnorm", "groupnorm_error"]
 
 
-
-def apply_low_precision_groupnorm(model: nn.Module, precision: str | None = None,
-                                  optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None
-                                  ) -> nn.Module:
+def apply_low_precision_groupnorm(
+    model: nn.Module,
+    precision: str | None = None,
+    optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+) -> nn.Module:
     """Replace every ``nn.GroupNorm`` of ``model`` with :class:`LPGroupNorm`, in place, as
     ``composer.functional.apply_low_precision_groupnorm``.
 
@@ -61,12 +62,16 @@ def apply_low_precision_groupnorm(model: nn.Module, precision: str | None = None
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)} (or None)")
     if precision not in AUTOCAST_PRECISIONS:
-        warn_from_callers_line(f"LowPrecisionGroupNorm: precision={precision!r} runs no autocast, where a low "
-                               "precision group norm computes what nn.GroupNorm does; it applies to amp_fp16 and "
-                               "amp_bf16 only, so the model is unchanged", NoModulesReplacedWarning)
+        warn_from_callers_line(
+            f"LowPrecisionGroupNorm: precision={precision!r} runs no autocast, where a low "
+            "precision group norm computes what nn.GroupNorm does; it applies to amp_fp16 and "
+            "amp_bf16 only, so the model is unchanged",
+            NoModulesReplacedWarning,
+        )
         return model
-    replace_module_classes(model, {nn.GroupNorm: _to_lp_groupnorm}, optimizers=optimizers,
-                           method="LowPrecisionGroupNorm")
+    replace_module_classes(
+        model, {nn.GroupNorm: _to_lp_groupnorm}, optimizers=optimizers, method="LowPrecisionGroupNorm"
+    )
     return model
 
 
@@ -97,8 +102,11 @@ def _to_lp_groupnorm(module: nn.Module, index: int) -> LPGroupNorm | None:
     return new
 
 
-def groupnorm_error(channels: int = 32, group_counts: tuple[int, ...] | list[int] = (1, 2, 4, 8, 16, 32),
-                    generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
+def groupnorm_error(
+    channels: int = 32,
+    group_counts: tuple[int, ...] | list[int] = (1, 2, 4, 8, 16, 32),
+    generator: torch.Generator | None = None,
+) -> dict[str, Any]:  # pragma: no mutate block
     """The figure's data: the largest absolute difference between :class:`LPGroupNorm` under CPU
     autocast (bfloat16, float16) and ``nn.GroupNorm`` in float32, for each group count, on a
     seeded standard normal batch ``(8, channels, 8, 8)`` with seeded weights and biases."""
@@ -116,9 +124,14 @@ def groupnorm_error(channels: int = 32, group_counts: tuple[int, ...] | list[int
                 with torch.autocast("cpu", dtype=dtype):
                     out = low(x)
                 series[label].append(float((out.float() - expected).abs().max()))
-    return {"type": "bars", "labels": [str(g) for g in group_counts], "series": series,
-            "title": f"LPGroupNorm under autocast against nn.GroupNorm in float32, {channels} channels",
-            "xlabel": "num_groups", "ylabel": "largest absolute difference"}
+    return {
+        "type": "bars",
+        "labels": [str(g) for g in group_counts],
+        "series": series,
+        "title": f"LPGroupNorm under autocast against nn.GroupNorm in float32, {channels} channels",
+        "xlabel": "num_groups",
+        "ylabel": "largest absolute difference",
+    }
 
 
 class LowPrecisionGroupNorm(LowPrecisionNorm):
@@ -142,7 +155,9 @@ class LowPrecisionGroupNorm(LowPrecisionNorm):
         ...         device="cpu", seed=0).fit()
     """
 
-    activity = {"modules_replaced": "group norms replaced by low precision ones",
-                "batches_in_low_precision": "training batches run under a 16-bit autocast with them"}
+    activity = {
+        "modules_replaced": "group norms replaced by low precision ones",
+        "batches_in_low_precision": "training batches run under a 16-bit autocast with them",
+    }
 
     replace = staticmethod(apply_low_precision_groupnorm)

@@ -24,10 +24,11 @@ from ..surgery import NoModulesReplacedWarning, replace_module_classes
 __all__ = ["LPLayerNorm", "LowPrecisionLayerNorm", "apply_low_precision_layernorm", "layernorm_error"]
 
 
-
-def apply_low_precision_layernorm(model: nn.Module, precision: str | None = None,
-                                  optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None
-                                  ) -> nn.Module:
+def apply_low_precision_layernorm(
+    model: nn.Module,
+    precision: str | None = None,
+    optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+) -> nn.Module:
     """Replace every ``nn.LayerNorm`` of ``model`` with :class:`LPLayerNorm`, in place, as
     ``composer.functional.apply_low_precision_layernorm``.
 
@@ -62,12 +63,16 @@ def apply_low_precision_layernorm(model: nn.Module, precision: str | None = None
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r}: use one of {', '.join(PRECISIONS)} (or None)")
     if precision not in AUTOCAST_PRECISIONS:
-        warn_from_callers_line(f"LowPrecisionLayerNorm: precision={precision!r} runs no autocast, where a low "
-                               "precision layer norm computes what nn.LayerNorm does; it applies to amp_fp16 and "
-                               "amp_bf16 only, so the model is unchanged", NoModulesReplacedWarning)
+        warn_from_callers_line(
+            f"LowPrecisionLayerNorm: precision={precision!r} runs no autocast, where a low "
+            "precision layer norm computes what nn.LayerNorm does; it applies to amp_fp16 and "
+            "amp_bf16 only, so the model is unchanged",
+            NoModulesReplacedWarning,
+        )
         return model
-    replace_module_classes(model, {nn.LayerNorm: _to_lp_layernorm}, optimizers=optimizers,
-                           method="LowPrecisionLayerNorm")
+    replace_module_classes(
+        model, {nn.LayerNorm: _to_lp_layernorm}, optimizers=optimizers, method="LowPrecisionLayerNorm"
+    )
     return model
 
 
@@ -91,8 +96,12 @@ def _to_lp_layernorm(module: nn.Module, index: int) -> LPLayerNorm | None:
     if type(module) is LPLayerNorm:
         return None  # already low precision
     assert isinstance(module, nn.LayerNorm)
-    new = LPLayerNorm(module.normalized_shape, eps=module.eps, elementwise_affine=module.elementwise_affine,
-                      bias=module.bias is not None)
+    new = LPLayerNorm(
+        module.normalized_shape,
+        eps=module.eps,
+        elementwise_affine=module.elementwise_affine,
+        bias=module.bias is not None,
+    )
     with torch.no_grad():
         if module.weight is not None:
             new.weight.copy_(module.weight)
@@ -101,8 +110,11 @@ def _to_lp_layernorm(module: nn.Module, index: int) -> LPLayerNorm | None:
     return new.train(module.training)
 
 
-def layernorm_error(width: int = 64, offsets: tuple[float, ...] | list[float] = (0, 1, 4, 16, 64),
-                    generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
+def layernorm_error(
+    width: int = 64,
+    offsets: tuple[float, ...] | list[float] = (0, 1, 4, 16, 64),
+    generator: torch.Generator | None = None,
+) -> dict[str, Any]:  # pragma: no mutate block
     """The figure's data: the largest absolute difference between :class:`LPLayerNorm` under CPU
     autocast (bfloat16, float16) and ``nn.LayerNorm`` in float32, on seeded rows of ``width``
     standard normal values shifted by each offset (a mean large against the spread, as residual
@@ -122,9 +134,14 @@ def layernorm_error(width: int = 64, offsets: tuple[float, ...] | list[float] = 
                 with torch.autocast("cpu", dtype=dtype):
                     out = low(x)
                 series[label].append(float((out.float() - expected).abs().max()))
-    return {"type": "lines", "x": [float(o) for o in offsets], "series": series,
-            "title": f"LPLayerNorm under autocast against nn.LayerNorm in float32, width {width}",
-            "xlabel": "mean of the input (its standard deviation is 1)", "ylabel": "largest absolute difference"}
+    return {
+        "type": "lines",
+        "x": [float(o) for o in offsets],
+        "series": series,
+        "title": f"LPLayerNorm under autocast against nn.LayerNorm in float32, width {width}",
+        "xlabel": "mean of the input (its standard deviation is 1)",
+        "ylabel": "largest absolute difference",
+    }
 
 
 class LowPrecisionLayerNorm(LowPrecisionNorm):
@@ -149,7 +166,9 @@ class LowPrecisionLayerNorm(LowPrecisionNorm):
         ...         device="cpu", seed=0).fit()
     """
 
-    activity = {"modules_replaced": "layer norms replaced by low precision ones",
-                "batches_in_low_precision": "training batches run under a 16-bit autocast with them"}
+    activity = {
+        "modules_replaced": "layer norms replaced by low precision ones",
+        "batches_in_low_precision": "training batches run under a 16-bit autocast with them",
+    }
 
     replace = staticmethod(apply_low_precision_layernorm)

@@ -67,8 +67,10 @@ def mixup_batch(
     check_batch_sizes(input, target)
     check_alpha(alpha)
     if inplace and not input.is_floating_point():
-        raise ValueError(f"inplace=True: the mixed batch is floating point and cannot be written into the "
-                         f"{input.dtype} input; pass a floating batch or leave inplace=False")
+        raise ValueError(
+            f"inplace=True: the mixed batch is floating point and cannot be written into the "
+            f"{input.dtype} input; pass a floating batch or leave inplace=False"
+        )
     n = input.shape[0]
     if indices is None:
         indices = sample_permutation(n, input.device, generator)
@@ -140,13 +142,13 @@ class MixUp(MixingAlgorithm):
         >>> Trainer(model, batches, "1ep", algorithms=[MixUp(alpha=0.2)], seed=0).fit()
     """
 
-    def __init__(self, alpha: float = 0.2, interpolate_loss: bool = False,
-                 input_key: int | str = 0, target_key: int | str = 1):
+    def __init__(
+        self, alpha: float = 0.2, interpolate_loss: bool = False, input_key: int | str = 0, target_key: int | str = 1
+    ):
         super().__init__(interpolate_loss=interpolate_loss, input_key=input_key, target_key=target_key)
         self.alpha = check_alpha(alpha)
 
-    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State
-            ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    def mix(self, input: torch.Tensor, target: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, float]:
         generator = self.generator(state)
         indices = sample_permutation(input.shape[0], input.device, generator)  # the draw mixup_batch makes first
         mixed, _, mixing = mixup_batch(input, target, alpha=self.alpha, indices=indices, generator=generator)

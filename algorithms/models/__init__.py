@@ -12,8 +12,19 @@ from torch import nn
 from .resnet import ResNet, resnet18, resnet20, resnet20_gn, resnet50, resnet56
 from .transformer import TransformerLM, lm_loss, transformer_small, transformer_tiny
 
-__all__ = ["ResNet", "TransformerLM", "get_model", "lm_loss", "resnet18", "resnet20", "resnet20_gn", "resnet50",
-           "resnet56", "transformer_small", "transformer_tiny"]
+__all__ = [
+    "ResNet",
+    "TransformerLM",
+    "get_model",
+    "lm_loss",
+    "resnet18",
+    "resnet20",
+    "resnet20_gn",
+    "resnet50",
+    "resnet56",
+    "transformer_small",
+    "transformer_tiny",
+]
 
 
 def get_model(name: str, num_classes: int) -> nn.Module:

@@ -28,8 +28,18 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-__all__ = ["BasicBlock", "Bottleneck", "ResNet", "get_model", "group_norm", "resnet18", "resnet20",
-           "resnet20_gn", "resnet50", "resnet56"]
+__all__ = [
+    "BasicBlock",
+    "Bottleneck",
+    "ResNet",
+    "get_model",
+    "group_norm",
+    "resnet18",
+    "resnet20",
+    "resnet20_gn",
+    "resnet50",
+    "resnet56",
+]
 
 Norm = Callable[[int], nn.Module]
 
@@ -47,8 +57,7 @@ def _conv3x3(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
 def _downsample(in_planes: int, out_planes: int, stride: int, norm: Norm) -> nn.Sequential | None:
     if stride == 1 and in_planes == out_planes:
         return None
-    return nn.Sequential(nn.Conv2d(in_planes, out_planes, kernel_size=1, stride=stride, bias=False),
-                         norm(out_planes))
+    return nn.Sequential(nn.Conv2d(in_planes, out_planes, kernel_size=1, stride=stride, bias=False), norm(out_planes))
 
 
 class BasicBlock(nn.Module):
@@ -110,8 +119,15 @@ class ResNet(nn.Module):
             :func:`group_norm` for ``resnet20_gn``). The names stay ``bn1``, ``bn2`` ….
     """
 
-    def __init__(self, block: type[BasicBlock] | type[Bottleneck], layers: list[int], widths: list[int],
-                 num_classes: int = 1000, stem: str = "imagenet", norm: Norm = nn.BatchNorm2d):
+    def __init__(
+        self,
+        block: type[BasicBlock] | type[Bottleneck],
+        layers: list[int],
+        widths: list[int],
+        num_classes: int = 1000,
+        stem: str = "imagenet",
+        norm: Norm = nn.BatchNorm2d,
+    ):
         super().__init__()
         if stem not in ("imagenet", "cifar"):
             raise ValueError(f"stem={stem!r}: use 'imagenet' or 'cifar'")

@@ -33,8 +33,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["CausalSelfAttention", "FeedForward", "PositionEmbedding", "TransformerBlock", "TransformerLM",
-           "lm_loss", "transformer_small", "transformer_tiny"]
+__all__ = [
+    "CausalSelfAttention",
+    "FeedForward",
+    "PositionEmbedding",
+    "TransformerBlock",
+    "TransformerLM",
+    "lm_loss",
+    "transformer_small",
+    "transformer_tiny",
+]
 
 
 class PositionEmbedding(nn.Module):
@@ -49,8 +57,10 @@ class PositionEmbedding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         length = x.shape[1]
         if length > self.max_seq_len:
-            raise ValueError(f"input_ids: {length} positions, but the learned position embedding has "
-                             f"max_seq_len={self.max_seq_len} (ALiBi lifts this limit)")
+            raise ValueError(
+                f"input_ids: {length} positions, but the learned position embedding has "
+                f"max_seq_len={self.max_seq_len} (ALiBi lifts this limit)"
+            )
         return x + self.weight[:length]
 
 
@@ -130,11 +140,24 @@ class TransformerLM(nn.Module):
         dropout: dropout after the embeddings, in attention and after each feed-forward block.
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 d_ff: int | None = None, max_seq_len: int = 128, dropout: float = 0.1):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        d_ff: int | None = None,
+        max_seq_len: int = 128,
+        dropout: float = 0.1,
+    ):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("n_heads", n_heads),
-                            ("n_layers", n_layers), ("max_seq_len", max_seq_len)):
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("d_model", d_model),
+            ("n_heads", n_heads),
+            ("n_layers", n_layers),
+            ("max_seq_len", max_seq_len),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r}: must be a positive integer")
         if not 0 <= dropout < 1:

@@ -21,8 +21,14 @@ __all__ = ["ProgressiveResizing", "resize_batch"]
 MODES = ("resize", "crop")
 
 
-def resize_batch(input: torch.Tensor, target: Any, scale_factor: float, mode: str = "resize",
-                 resize_targets: bool = False, generator: torch.Generator | None = None) -> tuple[torch.Tensor, Any]:
+def resize_batch(
+    input: torch.Tensor,
+    target: Any,
+    scale_factor: float,
+    mode: str = "resize",
+    resize_targets: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, Any]:
     """Shrink a batch of images by ``scale_factor``, and a dense target alike, as
     ``composer.functional.resize_batch``.
 
@@ -75,8 +81,11 @@ def resize_batch(input: torch.Tensor, target: Any, scale_factor: float, mode: st
     if mode == "resize":
         out = _nearest(input, scale_factor)
         if resize_targets:
-            target = _nearest(target.unsqueeze(1), scale_factor)[:, 0] if target.ndim == 3 \
+            target = (
+                _nearest(target.unsqueeze(1), scale_factor)[:, 0]
+                if target.ndim == 3
                 else _nearest(target, scale_factor)
+            )
         return out, target
     # One window for the whole batch, its corner drawn on the host (no device sync).
     top = randint(0, height - new_height + 1, generator)
@@ -100,8 +109,10 @@ def check_mode(mode: str) -> str:
 
 def check_scale_factor(scale_factor: float) -> None:
     if not _is_number(scale_factor) or scale_factor <= 0:
-        raise ValueError(f"scale_factor={scale_factor!r}: the factor both sides are multiplied by, a number > 0 "
-                         "(1 or more leaves the batch as it is)")
+        raise ValueError(
+            f"scale_factor={scale_factor!r}: the factor both sides are multiplied by, a number > 0 "
+            "(1 or more leaves the batch as it is)"
+        )
 
 
 def check_images(input: Any) -> None:
@@ -113,16 +124,20 @@ def check_images(input: Any) -> None:
 def _check_dense_target(target: Any) -> None:
     if not isinstance(target, torch.Tensor) or target.ndim not in (3, 4):
         got = f"shape {tuple(target.shape)}" if isinstance(target, torch.Tensor) else type(target).__name__
-        raise ValueError(f"target: resize_targets=True needs a dense target, a mask (N, H, W) or a tensor "
-                         f"(N, C, H, W), got {got}; leave resize_targets=False for class targets")
+        raise ValueError(
+            f"target: resize_targets=True needs a dense target, a mask (N, H, W) or a tensor "
+            f"(N, C, H, W), got {got}; leave resize_targets=False for class targets"
+        )
 
 
 def _scaled_size(height: int, width: int, scale_factor: float, what: str) -> tuple[int, int]:
     """``(int(scale_factor * height), int(scale_factor * width))``, the size ``F.interpolate`` makes."""
     size = (math.floor(float(height) * scale_factor), math.floor(float(width) * scale_factor))
     if min(size) == 0:
-        raise ValueError(f"scale_factor={scale_factor!r}: shrinks the {what} of {height} x {width} pixels to "
-                         f"{size[0]} x {size[1]}; each side needs at least one pixel")
+        raise ValueError(
+            f"scale_factor={scale_factor!r}: shrinks the {what} of {height} x {width} pixels to "
+            f"{size[0]} x {size[1]}; each side needs at least one pixel"
+        )
     return size
 
 
@@ -131,13 +146,14 @@ def _nearest(x: torch.Tensor, scale_factor: float) -> torch.Tensor:
     which holds every integer up to 2**53 exactly."""
     if x.is_floating_point() or x.dtype == torch.uint8:
         return F.interpolate(x, scale_factor=scale_factor, mode="nearest", recompute_scale_factor=False)
-    return F.interpolate(x.double(), scale_factor=scale_factor, mode="nearest",
-                         recompute_scale_factor=False).to(x.dtype)
+    return F.interpolate(x.double(), scale_factor=scale_factor, mode="nearest", recompute_scale_factor=False).to(
+        x.dtype
+    )
 
 
 def _window(x: torch.Tensor, top: int, left: int, height: int, width: int) -> torch.Tensor:
     """A copy (in ``x``'s memory format) of ``x[..., top:top + height, left:left + width]``."""
-    return x[..., top:top + height, left:left + width].clone(memory_format=torch.preserve_format)
+    return x[..., top : top + height, left : left + width].clone(memory_format=torch.preserve_format)
 
 
 def scheduled_scale(progress: float, initial_scale: float, delay_fraction: float, finetune_fraction: float) -> float:
@@ -168,8 +184,9 @@ def _factor_for_width(width: int, new_width: int) -> float:
     return factor
 
 
-def check_progressive_resizing(mode: str, initial_scale: float, finetune_fraction: float, delay_fraction: float,
-                               size_increment: int) -> str:
+def check_progressive_resizing(
+    mode: str, initial_scale: float, finetune_fraction: float, delay_fraction: float, size_increment: int
+) -> str:
     """Check the class's hyperparameters; returns ``mode`` in lower case."""
     mode = check_mode(mode)
     if not _is_number(initial_scale) or not 0 < initial_scale <= 1:
@@ -178,11 +195,14 @@ def check_progressive_resizing(mode: str, initial_scale: float, finetune_fractio
         if not _is_number(value) or not 0 <= value <= 1:
             raise ValueError(f"{name}={value!r}: a fraction of training, in [0, 1]")
     if delay_fraction + finetune_fraction > 1:
-        raise ValueError(f"delay_fraction={delay_fraction!r}, finetune_fraction={finetune_fraction!r}: together "
-                         f"{delay_fraction + finetune_fraction:g} of training; they must add up to at most 1")
+        raise ValueError(
+            f"delay_fraction={delay_fraction!r}, finetune_fraction={finetune_fraction!r}: together "
+            f"{delay_fraction + finetune_fraction:g} of training; they must add up to at most 1"
+        )
     if isinstance(size_increment, bool) or not isinstance(size_increment, int) or size_increment < 1:
-        raise ValueError(f"size_increment={size_increment!r}: the multiple of pixels the width is rounded to, "
-                         "an integer >= 1")
+        raise ValueError(
+            f"size_increment={size_increment!r}: the multiple of pixels the width is rounded to, an integer >= 1"
+        )
     return mode
 
 
@@ -225,9 +245,17 @@ class ProgressiveResizing(Algorithm):
 
     activity = {"batches_resized": "batches shrunk"}
 
-    def __init__(self, mode: str = "resize", initial_scale: float = 0.5, finetune_fraction: float = 0.2,
-                 delay_fraction: float = 0.5, size_increment: int = 4, resize_targets: bool = False,
-                 input_key: int | str = 0, target_key: int | str = 1):
+    def __init__(
+        self,
+        mode: str = "resize",
+        initial_scale: float = 0.5,
+        finetune_fraction: float = 0.2,
+        delay_fraction: float = 0.5,
+        size_increment: int = 4,
+        resize_targets: bool = False,
+        input_key: int | str = 0,
+        target_key: int | str = 1,
+    ):
         self.mode = check_progressive_resizing(mode, initial_scale, finetune_fraction, delay_fraction, size_increment)
         self.initial_scale = initial_scale
         self.finetune_fraction = finetune_fraction
@@ -247,8 +275,9 @@ class ProgressiveResizing(Algorithm):
         width = images.shape[-1]
         scale = scheduled_scale(state.progress(), self.initial_scale, self.delay_fraction, self.finetune_fraction)
         factor = _factor_for_width(width, pinned_width(width, scale, self.size_increment))
-        resized, target = resize_batch(images, target, factor, self.mode, self.resize_targets,
-                                       generator=self.generator(state))
+        resized, target = resize_batch(
+            images, target, factor, self.mode, self.resize_targets, generator=self.generator(state)
+        )
         state.batch_set_item(self.input_key, resized)
         if self.resize_targets:
             state.batch_set_item(self.target_key, target)

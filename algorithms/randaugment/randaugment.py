@@ -22,9 +22,13 @@ from .._augmentations import (
 __all__ = ["RandAugment", "randaugment_image"]
 
 
-def randaugment_image(img: torch.Tensor, severity: float = 9, depth: int = 2,
-                      augmentation_set: str | Sequence[str] = "all",
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+def randaugment_image(
+    img: torch.Tensor,
+    severity: float = 9,
+    depth: int = 2,
+    augmentation_set: str | Sequence[str] = "all",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Apply ``depth`` random operations in a row to each image, as ``composer.functional.randaugment_image``.
 
     At each of the ``depth`` steps every image draws one operation, uniformly from
@@ -93,8 +97,14 @@ class RandAugment(ImageAugmentation):
         >>> Trainer(model, batches, "1ep", algorithms=[RandAugment(severity=9, depth=2)], seed=0).fit()
     """
 
-    def __init__(self, severity: float = 9, depth: int = 2, augmentation_set: str | Sequence[str] = "all",
-                 value_range: tuple[float, float] | None = None, input_key: int | str = 0):
+    def __init__(
+        self,
+        severity: float = 9,
+        depth: int = 2,
+        augmentation_set: str | Sequence[str] = "all",
+        value_range: tuple[float, float] | None = None,
+        input_key: int | str = 0,
+    ):
         super().__init__(value_range, input_key)
         self.severity = check_severity(severity)
         check_depth(depth)

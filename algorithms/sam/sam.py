@@ -20,8 +20,7 @@ from ..core.state import State
 __all__ = ["SAM", "SAMOptimizer", "sam_perturbation"]
 
 
-def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05,
-                     epsilon: float = 1e-12) -> list[torch.Tensor]:
+def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05, epsilon: float = 1e-12) -> list[torch.Tensor]:
     """SAM's ascent step ``e(w) = rho * g / (||g|| + epsilon)``, one tensor per gradient.
 
     ``||g||`` is the L2 norm of all of ``grads`` together (the whole model's gradient, not each
@@ -65,8 +64,7 @@ def check_sam(rho: float, epsilon: float, interval: int | None = None) -> None:
     :func:`sam_perturbation`)."""
     if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho < 0:
         raise ValueError(f"rho={rho!r}: the neighbourhood's radius, a number >= 0")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) \
-            or epsilon < 0:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon < 0:
         raise ValueError(f"epsilon={epsilon!r}: added to the gradient norm, a number >= 0")
     if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
         raise ValueError(f"interval={interval!r}: SAM runs every interval-th step, an integer >= 1")
@@ -92,8 +90,14 @@ class SAMOptimizer(torch.optim.Optimizer):
     ``w + e(w)``.
     """
 
-    def __init__(self, base_optimizer: torch.optim.Optimizer, rho: float = 0.05, epsilon: float = 1e-12,
-                 interval: int = 1, global_step: int = 0):
+    def __init__(
+        self,
+        base_optimizer: torch.optim.Optimizer,
+        rho: float = 0.05,
+        epsilon: float = 1e-12,
+        interval: int = 1,
+        global_step: int = 0,
+    ):
         check_sam(rho, epsilon, interval)
         # Not Optimizer.__init__: that would copy the groups' list and add SAM's keys to them.
         self.base_optimizer = base_optimizer
@@ -126,8 +130,7 @@ class SAMOptimizer(torch.optim.Optimizer):
             return None
         with torch.no_grad():
             saved = [p.detach().clone() for p in params]
-            for p, e in zip(params, sam_perturbation([p.grad for p in params], self.rho, self.epsilon),
-                            strict=True):
+            for p, e in zip(params, sam_perturbation([p.grad for p in params], self.rho, self.epsilon), strict=True):
                 p.add_(e)  # climb to w + e(w)
                 p.grad = None
         with torch.enable_grad():
@@ -162,8 +165,10 @@ class SAMOptimizer(torch.optim.Optimizer):
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
-        return (f"SAMOptimizer({self.base_optimizer!r}, rho={self.rho!r}, epsilon={self.epsilon!r}, "
-                f"interval={self.interval!r})")
+        return (
+            f"SAMOptimizer({self.base_optimizer!r}, rho={self.rho!r}, epsilon={self.epsilon!r}, "
+            f"interval={self.interval!r})"
+        )
 
 
 class SAM(Algorithm):
@@ -211,9 +216,12 @@ class SAM(Algorithm):
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         if event is Event.FIT_START:
             state.optimizers = tuple(
-                opt if isinstance(opt, SAMOptimizer) else  # a second fit() of the same Trainer
-                SAMOptimizer(opt, self.rho, self.epsilon, self.interval, global_step=state.timestamp.batch)
-                for opt in state.optimizers)
+                opt
+                if isinstance(opt, SAMOptimizer)
+                # a second fit() of the same Trainer
+                else SAMOptimizer(opt, self.rho, self.epsilon, self.interval, global_step=state.timestamp.batch)
+                for opt in state.optimizers
+            )
             self._steps_at_fit_start = _perturbed_steps(state)
         else:
             self.report(logger, "sam_steps", _perturbed_steps(state) - self._steps_at_fit_start)
@@ -229,6 +237,7 @@ def _perturbed_steps(state: State) -> int:
 
 # -- the figure ---------------------------------------------------------------------------------
 
+
 def _valley_loss(w: torch.Tensor) -> torch.Tensor:  # pragma: no mutate block
     """A 2-D loss whose minima, w_1 = 0, form a valley that is sharp near w_2 = 0 and flatter away
     from it: the curvature across the valley is 1 + 10 / (1 + w_2^2)."""
@@ -241,8 +250,9 @@ def _worst_nearby(w: torch.Tensor, rho: float, directions: int = 64) -> float:  
     return float(_valley_loss(w.detach() + rho * torch.stack([angles.cos(), angles.sin()], dim=1)).max())
 
 
-def sam_trajectory(steps: int = 150, lr: float = 0.05, rho: float = 0.3,
-                   start: Iterable[float] = (0.5, 0.3)) -> dict[str, Any]:  # pragma: no mutate block
+def sam_trajectory(
+    steps: int = 150, lr: float = 0.05, rho: float = 0.3, start: Iterable[float] = (0.5, 0.3)
+) -> dict[str, Any]:  # pragma: no mutate block
     """Plain gradient descent and SAM (:class:`SAMOptimizer` around the same SGD, its
     ``first_step`` given the closure the Trainer would give) from the same start on a valley of
     minima that is sharp at one end: per step, each run's loss ``L(w)`` and the worst loss within
@@ -265,6 +275,11 @@ def sam_trajectory(steps: int = 150, lr: float = 0.05, rho: float = 0.3,
             opt.step()
         series[f"{name}: L(w)"] = losses
         series[f"{name}: max L within rho"] = worst
-    return {"type": "lines", "x": list(range(steps + 1)), "series": series,
-            "title": f"A valley of minima, sharp at one end (rho={rho}, lr={lr})", "xlabel": "step",
-            "ylabel": "loss"}
+    return {
+        "type": "lines",
+        "x": list(range(steps + 1)),
+        "series": series,
+        "title": f"A valley of minima, sharp at one end (rho={rho}, lr={lr})",
+        "xlabel": "step",
+        "ylabel": "loss",
+    }

@@ -26,8 +26,9 @@ __all__ = ["SelectiveBackprop", "select_using_loss", "selection_probabilities", 
 _INTERPOLATION = {3: "linear", 4: "bilinear", 5: "trilinear"}
 
 
-def should_selective_backprop(current_duration: float, batch_idx: int, start: float = 0.5, end: float = 0.9,
-                              interrupt: int = 2) -> bool:
+def should_selective_backprop(
+    current_duration: float, batch_idx: int, start: float = 0.5, end: float = 0.9, interrupt: int = 2
+) -> bool:
     """Whether to select on this batch, as ``composer.functional.should_selective_backprop``.
 
     True when ``start <= current_duration < end`` and the batch is not an interrupting one: with
@@ -56,9 +57,15 @@ def should_selective_backprop(current_duration: float, batch_idx: int, start: fl
     return in_interval and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
 
 
-def select_using_loss(input: torch.Tensor, target: torch.Tensor, model: Callable[[torch.Tensor], torch.Tensor],
-                      loss_fun: Callable[..., torch.Tensor], keep: float = 0.5, scale_factor: float = 1,
-                      generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def select_using_loss(
+    input: torch.Tensor,
+    target: torch.Tensor,
+    model: Callable[[torch.Tensor], torch.Tensor],
+    loss_fun: Callable[..., torch.Tensor],
+    keep: float = 0.5,
+    scale_factor: float = 1,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep the rows of a batch chosen by their loss, as ``composer.functional.select_using_loss``.
 
     Each example is scored by ``loss_fun(model(input), target, reduction="none")`` under
@@ -105,14 +112,20 @@ def select_using_loss(input: torch.Tensor, target: torch.Tensor, model: Callable
     check_selection(keep, scale_factor)
     check_loss_fun(loss_fun)
     if not isinstance(input, torch.Tensor) or input.ndim == 0:
-        raise ValueError(f"input: a batch tensor (N, ...) is needed, got "
-                         f"{tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__}")
+        raise ValueError(
+            f"input: a batch tensor (N, ...) is needed, got "
+            f"{tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__}"
+        )
     if not isinstance(target, torch.Tensor) or target.ndim == 0 or target.shape[0] != input.shape[0]:
-        raise ValueError(f"target: a tensor with one row per example of input ({input.shape[0]}) is needed, got "
-                         f"{tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__}")
+        raise ValueError(
+            f"target: a tensor with one row per example of input ({input.shape[0]}) is needed, got "
+            f"{tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__}"
+        )
     if scale_factor != 1 and input.ndim not in _INTERPOLATION:
-        raise ValueError(f"scale_factor={scale_factor!r}: resizing needs an input (N, C, L), (N, C, H, W) or "
-                         f"(N, C, D, H, W), got shape {tuple(input.shape)}; use scale_factor=1")
+        raise ValueError(
+            f"scale_factor={scale_factor!r}: resizing needs an input (N, C, L), (N, C, H, W) or "
+            f"(N, C, D, H, W), got shape {tuple(input.shape)}; use scale_factor=1"
+        )
     n = input.shape[0]
     kept = kept_count(n, keep)
     if kept == n:
@@ -120,13 +133,20 @@ def select_using_loss(input: torch.Tensor, target: torch.Tensor, model: Callable
     with torch.no_grad(), _eval_mode(model):
         scored = input
         if scale_factor < 1:
-            scored = F.interpolate(input, scale_factor=scale_factor, mode=_INTERPOLATION[input.ndim],
-                                   align_corners=False, recompute_scale_factor=False)
+            scored = F.interpolate(
+                input,
+                scale_factor=scale_factor,
+                mode=_INTERPOLATION[input.ndim],
+                align_corners=False,
+                recompute_scale_factor=False,
+            )
         losses = loss_fun(model(scored), target, reduction="none")
         if not isinstance(losses, torch.Tensor) or losses.ndim == 0 or losses.shape[0] != n:
             shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
-            raise ValueError(f"loss_fun: with reduction='none' it must give one loss per example, shape ({n},) "
-                             f"or ({n}, ...), got {shape}")
+            raise ValueError(
+                f"loss_fun: with reduction='none' it must give one loss per example, shape ({n},) "
+                f"or ({n}, ...), got {shape}"
+            )
         if losses.ndim > 1:  # dense targets: an example's loss is the mean over its positions
             losses = losses.flatten(1).float().mean(dim=1)
         by_loss = torch.argsort(losses, stable=True)  # rank 0 is the lowest loss
@@ -169,11 +189,21 @@ class SelectiveBackprop(Algorithm):
         >>> Trainer(model, batches, "1ep", algorithms=[SelectiveBackprop(keep=0.5)], seed=0).fit()
     """
 
-    activity = {"batches_selected": "batches cut to their selected examples",
-                "examples_dropped": "examples dropped from those batches"}
+    activity = {
+        "batches_selected": "batches cut to their selected examples",
+        "examples_dropped": "examples dropped from those batches",
+    }
 
-    def __init__(self, start: float = 0.5, end: float = 0.9, keep: float = 0.5, scale_factor: float = 1.0,
-                 interrupt: int = 2, input_key: int | str = 0, target_key: int | str = 1):
+    def __init__(
+        self,
+        start: float = 0.5,
+        end: float = 0.9,
+        keep: float = 0.5,
+        scale_factor: float = 1.0,
+        interrupt: int = 2,
+        input_key: int | str = 0,
+        target_key: int | str = 1,
+    ):
         _check_interval(start, end)
         if not 0 <= start < end <= 1:
             raise ValueError(f"start={start!r}, end={end!r}: fractions of training with 0 <= start < end <= 1")
@@ -188,9 +218,13 @@ class SelectiveBackprop(Algorithm):
     def match(self, event: Event, state: State) -> bool:
         if event is Event.INIT:
             return True  # to check the Trainer's loss before training starts
-        return (event is Event.AFTER_DATALOADER and self.keep < 1
-                and should_selective_backprop(state.progress(), state.timestamp.batch_in_epoch, self.start,
-                                              self.end, self.interrupt))
+        return (
+            event is Event.AFTER_DATALOADER
+            and self.keep < 1
+            and should_selective_backprop(
+                state.progress(), state.timestamp.batch_in_epoch, self.start, self.end, self.interrupt
+            )
+        )
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         check_loss_fun(state.loss_fn, "Trainer loss_fn")
@@ -204,8 +238,15 @@ class SelectiveBackprop(Algorithm):
         # scored unwrapped: scoring needs neither DataParallel's scatter nor DDP's gradient hooks
         full = state.batch_get_item(self.input_key)
         with autocast(state.precision, state.device):
-            input, target = select_using_loss(full, state.batch_get_item(self.target_key), unwrap_model(state.model),
-                                              loss, self.keep, self.scale_factor, generator=self.generator(state))
+            input, target = select_using_loss(
+                full,
+                state.batch_get_item(self.target_key),
+                unwrap_model(state.model),
+                loss,
+                self.keep,
+                self.scale_factor,
+                generator=self.generator(state),
+            )
         state.batch_set_item(self.input_key, input)
         state.batch_set_item(self.target_key, target)
         dropped = full.shape[0] - input.shape[0]
@@ -253,18 +294,20 @@ def check_loss_fun(loss_fun: Any, name: str = "loss_fun") -> None:
     try:
         signature.bind(None, None, reduction="none")
     except TypeError:
-        raise TypeError(f"{name}={getattr(loss_fun, '__name__', type(loss_fun).__name__)}: the loss function must "
-                        "take a keyword argument `reduction`. Selective Backprop calls it as loss(outputs, target, "
-                        "reduction='none') for per-example losses (torch.nn.functional.cross_entropy does)"
-                        ) from None
+        raise TypeError(
+            f"{name}={getattr(loss_fun, '__name__', type(loss_fun).__name__)}: the loss function must "
+            "take a keyword argument `reduction`. Selective Backprop calls it as loss(outputs, target, "
+            "reduction='none') for per-example losses (torch.nn.functional.cross_entropy does)"
+        ) from None
 
 
 def check_selection(keep: float, scale_factor: float) -> None:
     if not _is_real(keep) or not 0 < keep <= 1:
         raise ValueError(f"keep={keep!r}: the fraction of the batch kept, in (0, 1]")
     if not _is_real(scale_factor) or not 0 < scale_factor <= 1:
-        raise ValueError(f"scale_factor={scale_factor!r}: the resize of the input for scoring, in (0, 1] "
-                         "(1 scores at full size)")
+        raise ValueError(
+            f"scale_factor={scale_factor!r}: the resize of the input for scoring, in (0, 1] (1 scores at full size)"
+        )
 
 
 def _check_interval(start: float, end: float) -> None:
@@ -277,8 +320,10 @@ def _check_interval(start: float, end: float) -> None:
 
 def _check_interrupt(interrupt: int) -> None:
     if isinstance(interrupt, bool) or not isinstance(interrupt, int) or interrupt < 0 or interrupt == 1:
-        raise ValueError(f"interrupt={interrupt!r}: a full batch every `interrupt` batches, an integer 0 (never) "
-                         "or >= 2 (1 would make every batch a full one)")
+        raise ValueError(
+            f"interrupt={interrupt!r}: a full batch every `interrupt` batches, an integer 0 (never) "
+            "or >= 2 (1 would make every batch a full one)"
+        )
 
 
 def _is_real(value: Any) -> bool:

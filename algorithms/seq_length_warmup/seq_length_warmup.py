@@ -22,8 +22,9 @@ from ..core.time import TimeUnit
 __all__ = ["SeqLengthWarmup", "sequence_length_schedule", "set_batch_sequence_length"]
 
 
-def set_batch_sequence_length(batch: Mapping[str, torch.Tensor], curr_seq_len: int, truncate: bool = True,
-                              preserve_end_of_sequence: bool = False) -> dict[str, torch.Tensor]:
+def set_batch_sequence_length(
+    batch: Mapping[str, torch.Tensor], curr_seq_len: int, truncate: bool = True, preserve_end_of_sequence: bool = False
+) -> dict[str, torch.Tensor]:
     """A dict batch whose sequences are ``curr_seq_len`` long, as ``composer.functional.set_batch_sequence_length``.
 
     The batch's sequence length ``T`` is dimension 1 of its first tensor with two or more
@@ -64,16 +65,20 @@ def set_batch_sequence_length(batch: Mapping[str, torch.Tensor], curr_seq_len: i
     """
     _check_length("curr_seq_len", curr_seq_len)
     if not isinstance(batch, Mapping) or not all(isinstance(v, torch.Tensor) for v in batch.values()):
-        raise ValueError(f"batch: Sequence Length Warmup needs a mapping of tensors such as "
-                         f"{{'input_ids': (N, T), 'labels': (N, T)}}, got {type(batch).__name__}")
+        raise ValueError(
+            f"batch: Sequence Length Warmup needs a mapping of tensors such as "
+            f"{{'input_ids': (N, T), 'labels': (N, T)}}, got {type(batch).__name__}"
+        )
     length = _sequence_length(batch)
     if curr_seq_len >= length:
         return dict(batch)
     if truncate:
         for key, value in batch.items():
             if value.ndim < 2:
-                raise ValueError(f"batch[{key!r}]: shape {tuple(value.shape)}; truncating needs every tensor "
-                                 "to have a sequence dimension (N, T, ...)")
+                raise ValueError(
+                    f"batch[{key!r}]: shape {tuple(value.shape)}; truncating needs every tensor "
+                    "to have a sequence dimension (N, T, ...)"
+                )
         if not preserve_end_of_sequence:
             return {k: v[:, :curr_seq_len].contiguous() for k, v in batch.items()}
         return _truncate_keeping_the_end(batch, curr_seq_len, length)
@@ -82,20 +87,26 @@ def set_batch_sequence_length(batch: Mapping[str, torch.Tensor], curr_seq_len: i
     shape = batch["input_ids"].shape
     for key, value in batch.items():
         if value.shape != shape:
-            raise ValueError(f"batch[{key!r}]: shape {tuple(value.shape)}; reshaping (truncate=False) needs every "
-                             f"tensor to have input_ids' shape {tuple(shape)}")
+            raise ValueError(
+                f"batch[{key!r}]: shape {tuple(value.shape)}; reshaping (truncate=False) needs every "
+                f"tensor to have input_ids' shape {tuple(shape)}"
+            )
     kept = (math.prod(shape) // curr_seq_len) * curr_seq_len
     return {k: v.reshape(-1)[:kept].reshape(-1, curr_seq_len) for k, v in batch.items()}
 
 
-def _truncate_keeping_the_end(batch: Mapping[str, torch.Tensor], curr_seq_len: int,
-                              length: int) -> dict[str, torch.Tensor]:
+def _truncate_keeping_the_end(
+    batch: Mapping[str, torch.Tensor], curr_seq_len: int, length: int
+) -> dict[str, torch.Tensor]:
     mask = batch.get("attention_mask")
     n = next(iter(batch.values())).shape[0]
     device = next(iter(batch.values())).device
     rows = torch.arange(n, device=device)
-    end = (mask.sum(dim=1).long() - 1 if mask is not None
-           else torch.full((n,), length - 1, dtype=torch.long, device=device))
+    end = (
+        mask.sum(dim=1).long() - 1
+        if mask is not None
+        else torch.full((n,), length - 1, dtype=torch.long, device=device)
+    )
     kept_end = end.clamp(max=curr_seq_len - 1)
     out = {}
     for key, value in batch.items():
@@ -145,8 +156,15 @@ class SeqLengthWarmup(Algorithm):
 
     activity = {"batches_shortened": "batches cut to a shorter sequence length"}
 
-    def __init__(self, duration: float = 0.3, min_seq_length: int = 8, max_seq_length: int = 1024,
-                 step_size: int = 8, truncate: bool = True, preserve_end_of_sequence: bool = False):
+    def __init__(
+        self,
+        duration: float = 0.3,
+        min_seq_length: int = 8,
+        max_seq_length: int = 1024,
+        step_size: int = 8,
+        truncate: bool = True,
+        preserve_end_of_sequence: bool = False,
+    ):
         if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 0 <= duration <= 1:
             raise ValueError(f"duration={duration!r}: the fraction of training to warm up over, in [0, 1]")
         _check_length("min_seq_length", min_seq_length)
@@ -180,8 +198,9 @@ class SeqLengthWarmup(Algorithm):
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         batch = state.batch
-        state.batch = set_batch_sequence_length(batch, self.sequence_length(_progress(state)),
-                                                self.truncate, self.preserve_end_of_sequence)
+        state.batch = set_batch_sequence_length(
+            batch, self.sequence_length(_progress(state)), self.truncate, self.preserve_end_of_sequence
+        )
         if _sequence_length(state.batch) < _sequence_length(batch):
             self.report(logger, "batches_shortened")
 
@@ -205,13 +224,17 @@ def _progress(state: State) -> Fraction:
     return Fraction(min(done, total), total) if total else Fraction(1)
 
 
-def sequence_length_schedule(batches: int = 100, duration: float = 0.3, min_seq_length: int = 8,
-                             max_seq_length: int = 128,
-                             step_size: int = 8) -> dict[str, Any]:  # pragma: no mutate block
+def sequence_length_schedule(
+    batches: int = 100, duration: float = 0.3, min_seq_length: int = 8, max_seq_length: int = 128, step_size: int = 8
+) -> dict[str, Any]:  # pragma: no mutate block
     """The sequence length of each batch of a run of ``batches`` batches, from
     :meth:`SeqLengthWarmup.sequence_length` (the method card's figure)."""
     warmup = SeqLengthWarmup(duration, min_seq_length, max_seq_length, step_size)
-    return {"type": "lines", "x": list(range(batches)),
-            "series": {"sequence length": [warmup.sequence_length(Fraction(b, batches)) for b in range(batches)]},
-            "title": f"Sequence length per batch (duration={duration})", "xlabel": "batch",
-            "ylabel": "tokens per sequence"}
+    return {
+        "type": "lines",
+        "x": list(range(batches)),
+        "series": {"sequence length": [warmup.sequence_length(Fraction(b, batches)) for b in range(batches)]},
+        "title": f"Sequence length per batch (duration={duration})",
+        "xlabel": "batch",
+        "ylabel": "tokens per sequence",
+    }

@@ -20,8 +20,12 @@ from ..surgery import recording_replacements, replace_module_classes
 __all__ = ["SqueezeExcite", "SqueezeExcite2d", "SqueezeExciteConv2d", "apply_squeeze_excite"]
 
 
-def apply_squeeze_excite(model: nn.Module, latent_channels: float = 64, min_channels: int = 128,
-                         optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None) -> int:
+def apply_squeeze_excite(
+    model: nn.Module,
+    latent_channels: float = 64,
+    min_channels: int = 128,
+    optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+) -> int:
     """Follow every ``Conv2d`` of ``model`` with ``min(in_channels, out_channels) >= min_channels``
     by a squeeze-and-excitation block, in place, as ``composer.functional.apply_squeeze_excite``.
 
@@ -60,14 +64,22 @@ def apply_squeeze_excite(model: nn.Module, latent_channels: float = 64, min_chan
 
 
 def check_squeeze_excite(latent_channels: float, min_channels: int) -> None:
-    if isinstance(latent_channels, bool) or not isinstance(latent_channels, (int, float)) \
-            or not math.isfinite(latent_channels) or latent_channels <= 0 \
-            or (latent_channels >= 1 and latent_channels != int(latent_channels)):
-        raise ValueError(f"latent_channels={latent_channels!r}: must be a whole number of channels >= 1 or a "
-                         "fraction in (0, 1) of the convolution's output channels")
+    if (
+        isinstance(latent_channels, bool)
+        or not isinstance(latent_channels, (int, float))
+        or not math.isfinite(latent_channels)
+        or latent_channels <= 0
+        or (latent_channels >= 1 and latent_channels != int(latent_channels))
+    ):
+        raise ValueError(
+            f"latent_channels={latent_channels!r}: must be a whole number of channels >= 1 or a "
+            "fraction in (0, 1) of the convolution's output channels"
+        )
     if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 0:
-        raise ValueError(f"min_channels={min_channels!r}: must be an integer >= 0 (channels a convolution needs "
-                         "on both sides to get a block)")
+        raise ValueError(
+            f"min_channels={min_channels!r}: must be an integer >= 0 (channels a convolution needs "
+            "on both sides to get a block)"
+        )
 
 
 class SqueezeExcite2d(nn.Module):
@@ -83,8 +95,9 @@ class SqueezeExcite2d(nn.Module):
     def __init__(self, num_features: int, latent_channels: float = 0.125):
         super().__init__()
         check_squeeze_excite(latent_channels, 0)
-        self.latent_channels = int(latent_channels) if latent_channels >= 1 else \
-            max(1, int(latent_channels * num_features))
+        self.latent_channels = (
+            int(latent_channels) if latent_channels >= 1 else max(1, int(latent_channels * num_features))
+        )
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc1 = nn.Linear(num_features, self.latent_channels, bias=False)
         self.relu = nn.ReLU()

@@ -20,18 +20,32 @@ from ..core.time import Duration, TimeUnit
 from ..models.resnet import BasicBlock, Bottleneck
 from ..surgery import count_module_instances, recording_replacements, replace_module_classes
 
-__all__ = ["StochasticBasicBlock", "StochasticBottleneck", "StochasticDepth", "apply_stochastic_depth",
-           "block_drop_rates", "drop_rate_per_block"]
+__all__ = [
+    "StochasticBasicBlock",
+    "StochasticBottleneck",
+    "StochasticDepth",
+    "apply_stochastic_depth",
+    "block_drop_rates",
+    "drop_rate_per_block",
+]
 
 #: ``target_layer_name`` -> the block class it names; ``ResNetBottleneck`` is Composer's name.
-TARGET_LAYERS: dict[str, type[nn.Module]] = {"BasicBlock": BasicBlock, "Bottleneck": Bottleneck,
-                                             "ResNetBottleneck": Bottleneck}
+TARGET_LAYERS: dict[str, type[nn.Module]] = {
+    "BasicBlock": BasicBlock,
+    "Bottleneck": Bottleneck,
+    "ResNetBottleneck": Bottleneck,
+}
 STOCHASTIC_METHODS = ("block", "sample")
 DROP_DISTRIBUTIONS = ("uniform", "linear")
 
 
-def apply_stochastic_depth(model: nn.Module, target_layer_name: str, stochastic_method: str = "block",
-                           drop_rate: float = 0.2, drop_distribution: str = "linear") -> nn.Module:
+def apply_stochastic_depth(
+    model: nn.Module,
+    target_layer_name: str,
+    stochastic_method: str = "block",
+    drop_rate: float = 0.2,
+    drop_distribution: str = "linear",
+) -> nn.Module:
     """Make every ``target_layer_name`` block of ``model`` stochastic, in place, as
     ``composer.functional.apply_stochastic_depth``.
 
@@ -99,18 +113,25 @@ def drop_rate_per_block(model: str = "resnet20", drop_rate: float = 0.2) -> dict
 
     series, labels = {}, []
     for distribution in ("linear", "uniform"):
-        net = apply_stochastic_depth(getattr(models, model)(), "BasicBlock", drop_rate=drop_rate,
-                                     drop_distribution=distribution)
+        net = apply_stochastic_depth(
+            getattr(models, model)(), "BasicBlock", drop_rate=drop_rate, drop_distribution=distribution
+        )
         blocks = [(name, m) for name, m in net.named_modules() if isinstance(m, _StochasticResidual)]
         labels = [name for name, _ in blocks]
         series[distribution] = [m.drop_rate for _, m in blocks]
-    return {"type": "bars", "labels": labels, "series": series,
-            "title": f"Stochastic Depth's drop rate per block of {model}, drop_rate={drop_rate}",
-            "xlabel": "block", "ylabel": "probability of dropping the branch"}
+    return {
+        "type": "bars",
+        "labels": labels,
+        "series": series,
+        "title": f"Stochastic Depth's drop rate per block of {model}, drop_rate={drop_rate}",
+        "xlabel": "block",
+        "ylabel": "probability of dropping the branch",
+    }
 
 
-def check_stochastic_depth(target_layer_name: str, stochastic_method: str, drop_rate: float,
-                           drop_distribution: str) -> None:
+def check_stochastic_depth(
+    target_layer_name: str, stochastic_method: str, drop_rate: float, drop_distribution: str
+) -> None:
     if target_layer_name not in TARGET_LAYERS:
         raise ValueError(f"target_layer_name={target_layer_name!r}: use one of {', '.join(TARGET_LAYERS)}")
     if stochastic_method not in STOCHASTIC_METHODS:
@@ -126,8 +147,9 @@ def _check_drop_warmup(drop_warmup: float | str) -> Duration:
         raise ValueError(f"drop_warmup={drop_warmup!r}: a fraction of training in [0, 1] or a duration such as '2ep'")
     if isinstance(drop_warmup, (int, float)):
         if not (math.isfinite(drop_warmup) and 0 <= drop_warmup <= 1):
-            raise ValueError(f"drop_warmup={drop_warmup!r}: a fraction of training in [0, 1] or a duration "
-                             "such as '2ep'")
+            raise ValueError(
+                f"drop_warmup={drop_warmup!r}: a fraction of training in [0, 1] or a duration such as '2ep'"
+            )
         return Duration(float(drop_warmup), TimeUnit.DURATION)
     try:
         return Duration.parse(drop_warmup)
@@ -201,8 +223,10 @@ class StochasticBottleneck(_StochasticResidual, Bottleneck):
         return self.bn3(self.conv3(out))
 
 
-_STOCHASTIC: dict[type[nn.Module], type[_StochasticResidual]] = {BasicBlock: StochasticBasicBlock,
-                                                                 Bottleneck: StochasticBottleneck}
+_STOCHASTIC: dict[type[nn.Module], type[_StochasticResidual]] = {
+    BasicBlock: StochasticBasicBlock,
+    Bottleneck: StochasticBottleneck,
+}
 
 
 class StochasticDepth(Algorithm):
@@ -238,8 +262,14 @@ class StochasticDepth(Algorithm):
 
     activity = {"modules_replaced": "blocks made stochastic"}
 
-    def __init__(self, target_layer_name: str, stochastic_method: str = "block", drop_rate: float = 0.2,
-                 drop_distribution: str = "linear", drop_warmup: float | str = 0.0):
+    def __init__(
+        self,
+        target_layer_name: str,
+        stochastic_method: str = "block",
+        drop_rate: float = 0.2,
+        drop_distribution: str = "linear",
+        drop_warmup: float | str = 0.0,
+    ):
         check_stochastic_depth(target_layer_name, stochastic_method, drop_rate, drop_distribution)
         self._warmup = _check_drop_warmup(drop_warmup)
         self.target_layer_name = target_layer_name
@@ -260,8 +290,9 @@ class StochasticDepth(Algorithm):
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
         if event is Event.INIT:
             with recording_replacements() as replaced:
-                apply_stochastic_depth(state.model, self.target_layer_name, self.stochastic_method, self.drop_rate,
-                                       self.drop_distribution)
+                apply_stochastic_depth(
+                    state.model, self.target_layer_name, self.stochastic_method, self.drop_rate, self.drop_distribution
+                )
             self.report(logger, "modules_replaced", len(replaced))
             return
         factor = min(self._elapsed(state) / self._warmup.value, 1.0)

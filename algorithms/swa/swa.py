@@ -121,12 +121,23 @@ class SWA(Algorithm):
         6
     """
 
-    activity = {"snapshots_averaged": "weight snapshots added to the mean",
-                "averages_loaded": "times the mean was loaded into the model"}
+    activity = {
+        "snapshots_averaged": "weight snapshots added to the mean",
+        "averages_loaded": "times the mean was loaded into the model",
+    }
 
-    def __init__(self, swa_start: str = "0.7dur", swa_end: str = "0.97dur", update_interval: str = "1ep",
-                 schedule_swa_lr: bool = False, anneal_strategy: str = "linear", anneal_steps: int = 10,
-                 swa_lr: float | None = None, input_key: int | str = 0, bn_dataloader: Iterable[Any] | None = None):
+    def __init__(
+        self,
+        swa_start: str = "0.7dur",
+        swa_end: str = "0.97dur",
+        update_interval: str = "1ep",
+        schedule_swa_lr: bool = False,
+        anneal_strategy: str = "linear",
+        anneal_steps: int = 10,
+        swa_lr: float | None = None,
+        input_key: int | str = 0,
+        bn_dataloader: Iterable[Any] | None = None,
+    ):
         moments = (TimeUnit.DURATION, TimeUnit.EPOCH, TimeUnit.BATCH)
         start = duration_argument("swa_start", swa_start, moments)
         end = duration_argument("swa_end", swa_end, moments)
@@ -144,8 +155,9 @@ class SWA(Algorithm):
             raise ValueError(f"anneal_strategy={anneal_strategy!r}: 'linear' or 'cos'")
         if isinstance(anneal_steps, bool) or not isinstance(anneal_steps, int) or anneal_steps <= 0:
             raise ValueError(f"anneal_steps={anneal_steps!r}: the number of snapshots to anneal over, an integer > 0")
-        if swa_lr is not None and (isinstance(swa_lr, bool) or not isinstance(swa_lr, (int, float))
-                                   or not math.isfinite(swa_lr) or swa_lr <= 0):
+        if swa_lr is not None and (
+            isinstance(swa_lr, bool) or not isinstance(swa_lr, (int, float)) or not math.isfinite(swa_lr) or swa_lr <= 0
+        ):
             raise ValueError(f"swa_lr={swa_lr!r}: a learning rate > 0, or None to keep the rate at swa_start")
         self.swa_start = swa_start
         self.swa_end = swa_end
@@ -186,8 +198,7 @@ class SWA(Algorithm):
                 self._finish(state, model)
                 self.report(logger, "averages_loaded")
             else:
-                warn_from_callers_line(f"SWA: training ended before swa_start={self.swa_start!r}; nothing was "
-                                       "averaged")
+                warn_from_callers_line(f"SWA: training ended before swa_start={self.swa_start!r}; nothing was averaged")
             return
         update = event is self._update_event()
         if not self._started:
@@ -218,13 +229,15 @@ class SWA(Algorithm):
     def _lr_scheduler(self, state: State) -> SWALR:
         if self._scheduler is None:
             if len(state.optimizers) != 1:
-                raise ValueError(f"schedule_swa_lr=True: SWA anneals one optimizer's rate, the Trainer has "
-                                 f"{len(state.optimizers)}")
+                raise ValueError(
+                    f"schedule_swa_lr=True: SWA anneals one optimizer's rate, the Trainer has {len(state.optimizers)}"
+                )
             optimizer = state.optimizers[0]
             swa_lr = self.swa_lr if self.swa_lr is not None else [g["lr"] for g in optimizer.param_groups]
             # Made at swa_start, SWALR leaves the rate as it is (its first step anneals by 0).
-            self._scheduler = SWALR(optimizer, swa_lr=swa_lr, anneal_epochs=self.anneal_steps,
-                                    anneal_strategy=self.anneal_strategy)
+            self._scheduler = SWALR(
+                optimizer, swa_lr=swa_lr, anneal_epochs=self.anneal_steps, anneal_strategy=self.anneal_strategy
+            )
             if self._pending.get("swa_scheduler") is not None:
                 self._scheduler.load_state_dict(self._pending.pop("swa_scheduler"))
         return self._scheduler
@@ -235,9 +248,11 @@ class SWA(Algorithm):
         norms = [m for m in swa_model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
         loader = self._bn_dataloader if self._bn_dataloader is not None else state.train_dataloader
         if norms and loader is None:
-            warn_from_callers_line("SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that "
-                                   "puts train_dataloader on its State); the mean keeps the last snapshot's batch-norm "
-                                   "statistics")
+            warn_from_callers_line(
+                "SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that "
+                "puts train_dataloader on its State); the mean keeps the last snapshot's batch-norm "
+                "statistics"
+            )
         elif norms:
             recompute_batch_norm(swa_model, loader, state, self.input_key)
         model.load_state_dict(swa_model.state_dict())
@@ -251,11 +266,16 @@ class SWA(Algorithm):
         state = super().state_dict()
         weights = self._swa_model.state_dict() if self._swa_model is not None else self._pending.get("swa_model")
         schedule = self._scheduler.state_dict() if self._scheduler is not None else self._pending.get("swa_scheduler")
-        state.update({
-            "swa_model": None if weights is None else {k: v.detach().clone() for k, v in weights.items()},
-            "swa_scheduler": schedule, "num_averaged": self.num_averaged, "step_counter": self._step_counter,
-            "swa_started": self._started, "swa_completed": self._completed,
-        })
+        state.update(
+            {
+                "swa_model": None if weights is None else {k: v.detach().clone() for k, v in weights.items()},
+                "swa_scheduler": schedule,
+                "num_averaged": self.num_averaged,
+                "step_counter": self._step_counter,
+                "swa_started": self._started,
+                "swa_completed": self._completed,
+            }
+        )
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -271,8 +291,14 @@ class SWA(Algorithm):
             self._pending["swa_scheduler"] = dict(state_dict["swa_scheduler"])
 
     def _state_keys(self) -> set[str]:
-        return super()._state_keys() | {"swa_model", "swa_scheduler", "num_averaged", "step_counter",
-                                        "swa_started", "swa_completed"}
+        return super()._state_keys() | {
+            "swa_model",
+            "swa_scheduler",
+            "num_averaged",
+            "step_counter",
+            "swa_started",
+            "swa_completed",
+        }
 
 
 @torch.no_grad()
@@ -296,9 +322,15 @@ def recompute_batch_norm(model: torch.nn.Module, loader: Iterable[Any], state: S
                     all_reduce_sum(stat).div_(state.world_size)
 
 
-def swa_trajectory(steps: int = 120, swa_start: str = "0.5dur", swa_end: str = "0.85dur", update_interval: str = "5ba",
-                   lr: float = 0.3, noise: float = 1.0,
-                   generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
+def swa_trajectory(
+    steps: int = 120,
+    swa_start: str = "0.5dur",
+    swa_end: str = "0.85dur",
+    update_interval: str = "5ba",
+    lr: float = 0.3,
+    noise: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> dict[str, Any]:  # pragma: no mutate block
     """One weight of a one-weight model trained by SGD on noisy targets, and SWA's running mean, per step.
 
     The model is ``y = w * 1`` from ``w = 0``, trained on the squared error to targets drawn from
@@ -315,14 +347,24 @@ def swa_trajectory(steps: int = 120, swa_start: str = "0.5dur", swa_end: str = "
     batches = [(torch.ones(1, 1), t.reshape(1, 1)) for t in targets]
     swa = SWA(swa_start=swa_start, swa_end=swa_end, update_interval=update_interval)
     record = _Record(swa)
-    trainer = Trainer(model, batches, f"{steps}ba", optimizer=torch.optim.SGD(model.parameters(), lr=lr),
-                      loss_fn=lambda out, target: 0.5 * ((out - target) ** 2).mean(), algorithms=[swa, record],
-                      device="cpu")
+    trainer = Trainer(
+        model,
+        batches,
+        f"{steps}ba",
+        optimizer=torch.optim.SGD(model.parameters(), lr=lr),
+        loss_fn=lambda out, target: 0.5 * ((out - target) ** 2).mean(),
+        algorithms=[swa, record],
+        device="cpu",
+    )
     trainer.fit()
-    return {"type": "lines", "x": list(range(1, steps + 1)),
-            "series": {"weight": record.weights, f"SWA mean (every {update_interval})": record.means},
-            "title": f"SGD on noisy targets around 2 (lr {lr}); SWA from {swa_start} to {swa_end}",
-            "xlabel": "batch", "ylabel": "weight"}
+    return {
+        "type": "lines",
+        "x": list(range(1, steps + 1)),
+        "series": {"weight": record.weights, f"SWA mean (every {update_interval})": record.means},
+        "title": f"SGD on noisy targets around 2 (lr {lr}); SWA from {swa_start} to {swa_end}",
+        "xlabel": "batch",
+        "ylabel": "weight",
+    }
 
 
 class _Record(Algorithm):

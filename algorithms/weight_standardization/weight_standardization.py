@@ -20,8 +20,14 @@ from ..core.event import Event
 from ..core.state import State
 from ..surgery import count_module_instances, recording_replacements, replace_module_classes
 
-__all__ = ["EPS", "WeightStandardization", "WeightStandardizer", "apply_weight_standardization", "filter_histogram",
-           "standardize_weight"]
+__all__ = [
+    "EPS",
+    "WeightStandardization",
+    "WeightStandardizer",
+    "apply_weight_standardization",
+    "filter_histogram",
+    "standardize_weight",
+]
 
 #: Added to each filter's variance before the square root, as in Composer.
 EPS = 1e-10
@@ -83,13 +89,16 @@ def apply_weight_standardization(module: nn.Module, n_last_layers_ignore: int = 
 
 def _standardized(conv: nn.Module) -> bool:
     return parametrize.is_parametrized(conv, "weight") and any(
-        isinstance(p, WeightStandardizer) for p in conv.parametrizations.weight)
+        isinstance(p, WeightStandardizer) for p in conv.parametrizations.weight
+    )
 
 
 def check_n_last_layers_ignore(n_last_layers_ignore: int) -> None:
     if isinstance(n_last_layers_ignore, bool) or not isinstance(n_last_layers_ignore, int) or n_last_layers_ignore < 0:
-        raise ValueError(f"n_last_layers_ignore={n_last_layers_ignore!r}: must be an integer >= 0 (convolutions at "
-                         "the end of the model to leave unstandardized)")
+        raise ValueError(
+            f"n_last_layers_ignore={n_last_layers_ignore!r}: must be an integer >= 0 (convolutions at "
+            "the end of the model to leave unstandardized)"
+        )
 
 
 def _ignore_rule(module: nn.Module, n: int) -> Callable[[nn.Module, int], bool]:
@@ -101,9 +110,11 @@ def _ignore_rule(module: nn.Module, n: int) -> Callable[[nn.Module, int], bool]:
     try:
         graph = torch.fx.symbolic_trace(module).graph
     except Exception:  # noqa: BLE001 - whatever stops the trace, fall back to the definition order
-        warn_from_callers_line(f"WeightStandardization: the model could not be traced with torch.fx, so "
-                               f"n_last_layers_ignore={n} leaves the last {n} convolutions in the order the model "
-                               "defines them, which may not be the order its forward calls them")
+        warn_from_callers_line(
+            f"WeightStandardization: the model could not be traced with torch.fx, so "
+            f"n_last_layers_ignore={n} leaves the last {n} convolutions in the order the model "
+            "defines them, which may not be the order its forward calls them"
+        )
         first = count_module_instances(module, _CONVS) - n
         return lambda conv, at: at >= first
     called: list[nn.Module] = []
@@ -168,8 +179,9 @@ class WeightStandardization(Algorithm):
         self.report(logger, "modules_replaced", len(replaced))
 
 
-def filter_histogram(module: str = "layer1.0.conv1", filter: int = 0, bins: int = 24,
-                     generator: torch.Generator | None = None) -> dict[str, Any]:  # pragma: no mutate block
+def filter_histogram(
+    module: str = "layer1.0.conv1", filter: int = 0, bins: int = 24, generator: torch.Generator | None = None
+) -> dict[str, Any]:  # pragma: no mutate block
     """The card's figure: a histogram of one filter of a fresh ResNet-20's convolution ``module``,
     as initialized and as :func:`apply_weight_standardization` makes the forward see it."""
     from ..models import resnet20
@@ -188,8 +200,14 @@ def filter_histogram(module: str = "layer1.0.conv1", filter: int = 0, bins: int 
     def counts(values: torch.Tensor) -> list[int]:
         return torch.histc(values, bins=bins, min=low, max=high).int().tolist()
 
-    return {"type": "lines", "x": centres,
-            "series": {f"as initialized (std {float(before.std(correction=0)):.3f})": counts(before),
-                       f"standardized (std {float(after.std(correction=0)):.3f})": counts(after)},
-            "title": f"{module} of ResNet-20, filter {filter}: its {before.numel()} weights",
-            "xlabel": "weight", "ylabel": "weights per bin"}
+    return {
+        "type": "lines",
+        "x": centres,
+        "series": {
+            f"as initialized (std {float(before.std(correction=0)):.3f})": counts(before),
+            f"standardized (std {float(after.std(correction=0)):.3f})": counts(after),
+        },
+        "title": f"{module} of ResNet-20, filter {filter}: its {before.numel()} weights",
+        "xlabel": "weight",
+        "ylabel": "weights per bin",
+    }

@@ -56,7 +56,8 @@ KATEX_BUNDLED_VERSION = "0.16.22"
 if sphinxcontrib.katex.katex_version != KATEX_BUNDLED_VERSION:
     raise RuntimeError(
         f"sphinxcontrib-katex expects KaTeX {sphinxcontrib.katex.katex_version}, but _static/katex "
-        f"holds {KATEX_BUNDLED_VERSION} — update the bundle (see _static/katex/README.md)")
+        f"holds {KATEX_BUNDLED_VERSION} — update the bundle (see _static/katex/README.md)"
+    )
 katex_css_path = "katex/katex.min.css"
 katex_prerender = False
 

@@ -18,14 +18,17 @@ STEPS, GLOBAL_BATCH = 3, 8
 def make_model() -> torch.nn.Module:
     # No batch norm: DDP does not synchronise its statistics, so it would differ by design.
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                               torch.nn.Linear(4 * 6 * 6, 5))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5)
+    )
 
 
 def global_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(1)
-    return [(torch.randn(GLOBAL_BATCH, 3, 8, 8, generator=g), torch.randint(0, 5, (GLOBAL_BATCH,), generator=g))
-            for _ in range(STEPS)]
+    return [
+        (torch.randn(GLOBAL_BATCH, 3, 8, 8, generator=g), torch.randint(0, 5, (GLOBAL_BATCH,), generator=g))
+        for _ in range(STEPS)
+    ]
 
 
 def optimizer(params):
@@ -42,9 +45,12 @@ class SeeInit(Algorithm):
         return event is Event.INIT
 
     def apply(self, event, state, logger=None):
-        self.seen = {"rank": state.rank, "world_size": state.world_size,
-                     "model_type": type(state.model).__name__,
-                     "draw": int(torch.randint(0, 2**31, (), generator=self.generator(state)))}
+        self.seen = {
+            "rank": state.rank,
+            "world_size": state.world_size,
+            "model_type": type(state.model).__name__,
+            "draw": int(torch.randint(0, 2**31, (), generator=self.generator(state))),
+        }
 
 
 def full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -65,12 +71,22 @@ def main(mode: str, out_path: str, device: str = "cpu") -> None:
     parallel, _, zero_stage = mode.partition(":")
     rank, world = rank_and_world_size()  # torchrun's environment
     per_rank = GLOBAL_BATCH // world
-    rank_data = [(x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank])
-                 for x, y in global_batches()]
+    rank_data = [
+        (x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank])
+        for x, y in global_batches()
+    ]
     probe = SeeInit()
-    trainer = Trainer(make_model(), rank_data, f"{STEPS}ba", optimizer=optimizer, algorithms=[probe],
-                      parallel=parallel, zero_stage=int(zero_stage or 2),
-                      device=None if device == "auto" else device, seed=0)
+    trainer = Trainer(
+        make_model(),
+        rank_data,
+        f"{STEPS}ba",
+        optimizer=optimizer,
+        algorithms=[probe],
+        parallel=parallel,
+        zero_stage=int(zero_stage or 2),
+        device=None if device == "auto" else device,
+        seed=0,
+    )
     trainer.fit()
     params = {name: p.cpu() for name, p in full_state(trainer.state.model).items()}
     seen, state_numel = [None] * world, [None] * world

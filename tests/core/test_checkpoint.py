@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # The run both halves build: a model with dropout (torch's global generator), SGD with momentum,
 # a step schedule, CutMix (its own generator) and label smoothing, four batches an epoch.
-SETUP = textwrap.dedent('''
+SETUP = textwrap.dedent("""
     import torch
     from algorithms import CutMix, LabelSmoothing
     from algorithms.core import Trainer
@@ -38,7 +38,7 @@ SETUP = textwrap.dedent('''
         return Trainer(model, data, duration, optimizer=optimizer, schedulers=[scheduler],
                        algorithms=[CutMix(alpha=1.0), LabelSmoothing(0.1)], seed=3, device="cpu",
                        precision=precision, parallel=parallel, load_path=load_path)
-''')
+""")
 
 
 def _build(duration, load_path=None, precision="fp32", parallel="single"):
@@ -48,7 +48,7 @@ def _build(duration, load_path=None, precision="fp32", parallel="single"):
 
 
 def _resume_in_a_fresh_process(checkpoint: Path, duration: str, out: Path, precision="fp32", parallel="single"):
-    script = SETUP + textwrap.dedent(f'''
+    script = SETUP + textwrap.dedent(f"""
         trainer = build({duration!r}, load_path={str(checkpoint)!r}, precision={precision!r}, parallel={parallel!r})
         trainer.fit()
         model = trainer.state.model
@@ -56,15 +56,23 @@ def _resume_in_a_fresh_process(checkpoint: Path, duration: str, out: Path, preci
         torch.save({{"params": model.state_dict(), "batch": trainer.state.timestamp.batch,
                     "epoch": trainer.state.timestamp.epoch,
                     "lr": trainer.state.optimizer.param_groups[0]["lr"]}}, {str(out)!r})
-    ''')
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})  # the same threads: the same sums
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # the same threads: the same sums
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out)
 
 
-@pytest.mark.parametrize(("first", "total"), [("3ba", "6ba"), ("4ba", "2ep"), ("1ep", "3ep"), ("5ba", "7ba")],
-                         ids=["mid-epoch", "at-an-epoch-end", "in-epochs", "into-the-second-epoch"])
+@pytest.mark.parametrize(
+    ("first", "total"),
+    [("3ba", "6ba"), ("4ba", "2ep"), ("1ep", "3ep"), ("5ba", "7ba")],
+    ids=["mid-epoch", "at-an-epoch-end", "in-epochs", "into-the-second-epoch"],
+)
 @pytest.mark.parametrize(("precision", "parallel"), [("fp32", "single"), ("amp_fp16", "single"), ("fp32", "dp")])
 def test_a_resumed_run_ends_where_the_uninterrupted_run_does(first, total, precision, parallel, tmp_path):
     uninterrupted = _build(total, precision=precision, parallel=parallel)
@@ -83,8 +91,10 @@ def test_a_resumed_run_ends_where_the_uninterrupted_run_does(first, total, preci
     for name, value in expected.state_dict().items():
         assert torch.equal(resumed["params"][name], value), name
     # and the interruption mattered: the first half's parameters are not the end's
-    assert not all(torch.equal(p, q) for p, q in zip(interrupted.state.model.parameters(),
-                                                       uninterrupted.state.model.parameters(), strict=True))
+    assert not all(
+        torch.equal(p, q)
+        for p, q in zip(interrupted.state.model.parameters(), uninterrupted.state.model.parameters(), strict=True)
+    )
 
 
 @pytest.mark.parametrize(("first", "total"), [("3ba", "6ba"), ("5ba", "7ba")], ids=["mid-epoch", "second-epoch"])
@@ -138,15 +148,22 @@ def _model_copy(trainer):
     return {k: v.clone() for k, v in trainer.state.model.state_dict().items()}
 
 
-@pytest.mark.parametrize(("make", "message"), [
-    (lambda p, good: p.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2]),
-     r"not a readable checkpoint \(.*\) — it may be truncated or another program's file"),
-    (lambda p, good: torch.save({"weights": torch.zeros(2)}, p),
-     r"not a Methods Library checkpoint \(no format 'methods-library-checkpoint'\) — use one written by "
-     r"Trainer\.save_checkpoint$"),
-    (lambda p, good: p.write_text("hello"), r"not a readable checkpoint"),
-    (lambda p, good: None, r"no such checkpoint file — check load_path"),
-])
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda p, good: p.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2]),
+            r"not a readable checkpoint \(.*\) — it may be truncated or another program's file",
+        ),
+        (
+            lambda p, good: torch.save({"weights": torch.zeros(2)}, p),
+            r"not a Methods Library checkpoint \(no format 'methods-library-checkpoint'\) — use one written by "
+            r"Trainer\.save_checkpoint$",
+        ),
+        (lambda p, good: p.write_text("hello"), r"not a readable checkpoint"),
+        (lambda p, good: None, r"no such checkpoint file — check load_path"),
+    ],
+)
 def test_a_bad_checkpoint_is_refused_naming_the_file_and_changes_nothing(make, message, tmp_path):
     good = tmp_path / "good.ckpt"
     first = _build("2ba")
@@ -158,26 +175,44 @@ def test_a_bad_checkpoint_is_refused_naming_the_file_and_changes_nothing(make, m
         _build("4ba", load_path=bad)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (dict(algorithms=[CutMix(alpha=1.0)]),
-     r"saved with algorithms \[CutMix, LabelSmoothing\], this Trainer has \[CutMix\]"),
-    (dict(algorithms=[LabelSmoothing(0.1), CutMix(alpha=1.0)]),
-     r": saved with algorithms \[CutMix, LabelSmoothing\], this Trainer has \[LabelSmoothing, CutMix\] — resume "
-     r"with the same algorithms in the same order$"),
-    (dict(schedulers=[]), r"saved with 1 scheduler\(s\), this Trainer has 0"),
-    (dict(model=torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 5))), r"the model's parameters differ"),
-    (dict(precision="amp_fp16"), r"saved without a GradScaler, this Trainer's precision 'amp_fp16' uses one"),
-    (dict(parallel="ddp"), r"^load_path='[^']*c\.ckpt': checkpoints support parallel='single' or 'dp' so far, not "
-                           r"'ddp' \(its per-rank state is not in one file yet\)$"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            dict(algorithms=[CutMix(alpha=1.0)]),
+            r"saved with algorithms \[CutMix, LabelSmoothing\], this Trainer has \[CutMix\]",
+        ),
+        (
+            dict(algorithms=[LabelSmoothing(0.1), CutMix(alpha=1.0)]),
+            r": saved with algorithms \[CutMix, LabelSmoothing\], this Trainer has \[LabelSmoothing, CutMix\] — resume "
+            r"with the same algorithms in the same order$",
+        ),
+        (dict(schedulers=[]), r"saved with 1 scheduler\(s\), this Trainer has 0"),
+        (
+            dict(model=torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 5))),
+            r"the model's parameters differ",
+        ),
+        (dict(precision="amp_fp16"), r"saved without a GradScaler, this Trainer's precision 'amp_fp16' uses one"),
+        (
+            dict(parallel="ddp"),
+            r"^load_path='[^']*c\.ckpt': checkpoints support parallel='single' or 'dp' so far, not "
+            r"'ddp' \(its per-rank state is not in one file yet\)$",
+        ),
+    ],
+)
 def test_a_checkpoint_of_another_setup_is_refused_before_anything_changes(change, message, tmp_path, monkeypatch):
     first = _build("2ba")
     first.fit()
     path = first.save_checkpoint(tmp_path / "c.ckpt")
     torch.manual_seed(0)
     model = change.get("model") or torch.nn.Sequential(
-        torch.nn.Conv2d(3, 6, 3), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(), torch.nn.Linear(6, 5))
+        torch.nn.Conv2d(3, 6, 3),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.3),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(6, 5),
+    )
     before = {k: v.clone() for k, v in model.state_dict().items()}
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     schedulers = change.get("schedulers", [torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)])
@@ -187,9 +222,19 @@ def test_a_checkpoint_of_another_setup_is_refused_before_anything_changes(change
         monkeypatch.setattr("algorithms.core.trainer.rank_and_world_size", lambda: (0, 1))
         monkeypatch.setattr("algorithms.core.trainer.wrap_model", lambda m, *a: m)
     with pytest.raises(CheckpointError, match=message):
-        Trainer(model, [], "4ba", optimizer=optimizer, schedulers=schedulers, algorithms=algorithms, seed=3,
-                device="cpu", precision=change.get("precision", "fp32"), parallel=change.get("parallel", "single"),
-                load_path=path)
+        Trainer(
+            model,
+            [],
+            "4ba",
+            optimizer=optimizer,
+            schedulers=schedulers,
+            algorithms=algorithms,
+            seed=3,
+            device="cpu",
+            precision=change.get("precision", "fp32"),
+            parallel=change.get("parallel", "single"),
+            load_path=path,
+        )
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
@@ -198,7 +243,7 @@ def test_a_checkpoint_of_another_setup_is_refused_before_anything_changes(change
 # A run with batch norm and dropout and an averaging method, two epochs of four batches. The first
 # half dies right after saving a checkpoint at a batch's end (as a crash would), so SWA's end of
 # training (which loads its mean) does not run there; both halves hold the same algorithms.
-AVERAGING_SETUP = textwrap.dedent('''
+AVERAGING_SETUP = textwrap.dedent("""
     import torch
     from algorithms import EMA, SWA
     from algorithms.core import Algorithm, Event, Trainer
@@ -242,7 +287,7 @@ AVERAGING_SETUP = textwrap.dedent('''
         else:
             out["average"] = {"num_averaged": torch.tensor(algo.num_averaged)}
         return out
-''')
+""")
 
 
 _AVERAGING: dict = {}
@@ -255,13 +300,18 @@ def _averaging(name):
 
 
 def _resume_averaging_in_a_fresh_process(method, checkpoint, total, out):
-    script = AVERAGING_SETUP + textwrap.dedent(f'''
+    script = AVERAGING_SETUP + textwrap.dedent(f"""
         trainer = build({method!r}, {total!r}, load_path={str(checkpoint)!r})
         trainer.fit()
         torch.save(outcome(trainer), {str(out)!r})
-    ''')
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out)
 
@@ -302,6 +352,7 @@ def test_an_averaging_method_resumes_its_average_bit_for_bit(method, first, tota
 
 # -- every refusal, whole: one line naming the file, what is wrong and what to do ----------------
 
+
 class _Marker:
     """An object the weights-only unpickler does not know: a file holding one could run code."""
 
@@ -328,21 +379,38 @@ def _edited(checkpoint: dict, edit: str) -> dict:
     return checkpoint
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    ("version", "checkpoint version 99, this library reads version 1"),
-    ("missing", "incomplete checkpoint, missing schedulers, rng — write it again"),
-    ("algorithm-state", "CutMix's saved state has key(s) extra, more that this CutMix does not keep — resume with "
-                        "the same version of the method"),
-    ("optimizers", "saved with 0 optimizer(s), this Trainer has 1 — resume with the same optimizers"),
-    ("model", "the model's parameters differ (in the file only: ['a', 'b', 'c']; in this model only: none) — "
-              "resume the same model"),
-    ("model-lacking", "the model's parameters differ (in the file only: none; in this model only: ['0.bias', "
-                      "'0.weight', '5.bias']) — resume the same model"),
-    ("scaler", "saved with a GradScaler, this Trainer's precision 'fp32' does not use one — resume in the same "
-               "precision"),
-    ("code", "not a readable checkpoint (UnpicklingError: Weights only load failed. [torch's words, plain text]) "
-             "— it may be truncated or another program's file; use one written by Trainer.save_checkpoint"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("version", "checkpoint version 99, this library reads version 1"),
+        ("missing", "incomplete checkpoint, missing schedulers, rng — write it again"),
+        (
+            "algorithm-state",
+            "CutMix's saved state has key(s) extra, more that this CutMix does not keep — resume with "
+            "the same version of the method",
+        ),
+        ("optimizers", "saved with 0 optimizer(s), this Trainer has 1 — resume with the same optimizers"),
+        (
+            "model",
+            "the model's parameters differ (in the file only: ['a', 'b', 'c']; in this model only: none) — "
+            "resume the same model",
+        ),
+        (
+            "model-lacking",
+            "the model's parameters differ (in the file only: none; in this model only: ['0.bias', "
+            "'0.weight', '5.bias']) — resume the same model",
+        ),
+        (
+            "scaler",
+            "saved with a GradScaler, this Trainer's precision 'fp32' does not use one — resume in the same precision",
+        ),
+        (
+            "code",
+            "not a readable checkpoint (UnpicklingError: Weights only load failed. [torch's words, plain text]) "
+            "— it may be truncated or another program's file; use one written by Trainer.save_checkpoint",
+        ),
+    ],
+)
 def test_every_refusal_is_the_whole_line_and_changes_nothing(edit, message, tmp_path):
     first = _build("2ba")
     first.fit()
@@ -373,8 +441,10 @@ def test_a_read_error_without_a_message_is_named_by_its_type(tmp_path, monkeypat
     monkeypatch.setattr(torch, "load", fails)
     with pytest.raises(CheckpointError) as refused:
         _build("1ba", load_path=path)
-    assert str(refused.value) == (f"{path}: not a readable checkpoint (RuntimeError: RuntimeError) — it may be "
-                                  "truncated or another program's file; use one written by Trainer.save_checkpoint")
+    assert str(refused.value) == (
+        f"{path}: not a readable checkpoint (RuntimeError: RuntimeError) — it may be "
+        "truncated or another program's file; use one written by Trainer.save_checkpoint"
+    )
 
 
 def test_save_checkpoint_refuses_to_overwrite_by_default_and_writes_beside_the_target(tmp_path, monkeypatch):
@@ -392,8 +462,9 @@ def test_save_checkpoint_refuses_to_overwrite_by_default_and_writes_beside_the_t
 
     renames = []
     real_replace = os.replace
-    monkeypatch.setattr(os, "replace",
-                        lambda src, dst: (renames.append((Path(src), Path(dst))), real_replace(src, dst)))
+    monkeypatch.setattr(
+        os, "replace", lambda src, dst: (renames.append((Path(src), Path(dst))), real_replace(src, dst))
+    )
     nested = tmp_path / "runs" / "a" / "run.ckpt"
     assert save_checkpoint(trainer, nested) == nested and nested.is_file()
     [(src, dst)] = renames
@@ -417,6 +488,8 @@ def test_save_checkpoint_of_a_distributed_trainer_is_refused_naming_the_call(tmp
     path = tmp_path / "c.ckpt"
     with pytest.raises(CheckpointError) as refused:
         save_checkpoint(trainer, path)
-    assert str(refused.value) == (f"save_checkpoint({str(path)!r}): checkpoints support parallel='single' or 'dp' "
-                                  "so far, not 'fsdp' (its per-rank state is not in one file yet)")
+    assert str(refused.value) == (
+        f"save_checkpoint({str(path)!r}): checkpoints support parallel='single' or 'dp' "
+        "so far, not 'fsdp' (its per-rank state is not in one file yet)"
+    )
     assert not path.exists()

@@ -22,8 +22,14 @@ needs_deepspeed = pytest.mark.skipif(DEEPSPEED_MISSING is not None, reason=str(D
 
 
 def _single_process_params() -> dict[str, torch.Tensor]:
-    trainer = Trainer(script.make_model(), script.global_batches(), f"{script.STEPS}ba",
-                      optimizer=script.optimizer, device="cpu", seed=0)
+    trainer = Trainer(
+        script.make_model(),
+        script.global_batches(),
+        f"{script.STEPS}ba",
+        optimizer=script.optimizer,
+        device="cpu",
+        seed=0,
+    )
     trainer.fit()
     return script.full_state(trainer.state.model)
 
@@ -33,16 +39,39 @@ def reference() -> dict[str, torch.Tensor]:
     return _single_process_params()
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp", pytest.param("deepspeed:1", marks=needs_deepspeed),
-                                      pytest.param("deepspeed:2", marks=needs_deepspeed)])
+@pytest.mark.parametrize(
+    "parallel",
+    [
+        "ddp",
+        "fsdp",
+        pytest.param("deepspeed:1", marks=needs_deepspeed),
+        pytest.param("deepspeed:2", marks=needs_deepspeed),
+    ],
+)
 def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, reference, tmp_path):
     out = tmp_path / "params.pt"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}  # DeepSpeed on the CPU also where CUDA is
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+        "DS_ACCELERATOR": "cpu",
+    }  # DeepSpeed on the CPU also where CUDA is
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(Path(script.__file__)), parallel, str(out)],
-        capture_output=True, text=True, env=env, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(Path(script.__file__)),
+            parallel,
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = torch.load(out)
     # Each rank's mean loss over half the batch, gradients averaged over the ranks, equals the
@@ -138,8 +167,22 @@ def test_fsdp_on_cuda_matches_one_process(reference, tmp_path):
     out = tmp_path / "params.pt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(Path(script.__file__)), "fsdp", str(out), "auto"], capture_output=True, text=True, env=env, timeout=240)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(Path(script.__file__)),
+            "fsdp",
+            str(out),
+            "auto",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = torch.load(out)["params"]
     for name, expected in reference.items():
@@ -148,8 +191,15 @@ def test_fsdp_on_cuda_matches_one_process(reference, tmp_path):
 
 def _one_process_world(monkeypatch, **extra: str) -> None:
     """torchrun's environment for a world of this one process (MASTER_PORT=0: the store picks a free port)."""
-    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="0", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                            LOCAL_WORLD_SIZE="1", **extra).items():
+    for name, value in dict(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="0",
+        RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+        **extra,
+    ).items():
         monkeypatch.setenv(name, value)
 
 
@@ -170,8 +220,15 @@ def test_ddp_looks_for_unused_parameters_only_when_an_algorithm_says_it_leaves_s
 
     _one_process_world(monkeypatch)
     try:
-        trainer = Trainer(torch.nn.Linear(3, 2), [(torch.randn(4, 3), torch.randint(0, 2, (4,)))], "1ba",
-                          algorithms=[Leaves()], parallel="ddp", device="cpu", seed=0)
+        trainer = Trainer(
+            torch.nn.Linear(3, 2),
+            [(torch.randn(4, 3), torch.randint(0, 2, (4,)))],
+            "1ba",
+            algorithms=[Leaves()],
+            parallel="ddp",
+            device="cpu",
+            seed=0,
+        )
         assert isinstance(trainer.state.model, torch.nn.parallel.DistributedDataParallel)
         assert trainer.state.model.find_unused_parameters is unused
         trainer.fit()
@@ -191,8 +248,9 @@ def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypa
     _one_process_world(monkeypatch, DS_ACCELERATOR="cpu")
     try:
         data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
-        with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu",
-                     seed=0) as trainer:
+        with Trainer(
+            torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu", seed=0
+        ) as trainer:
             trainer.fit()
             engine = weakref.ref(trainer._deepspeed)
             assert type(engine()).__name__ == "DeepSpeedEngine"
@@ -217,8 +275,9 @@ def test_a_second_deepspeed_world_in_one_process_starts_clean(monkeypatch):
     data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
     for _ in range(2):
         try:
-            with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu",
-                         seed=0) as trainer:
+            with Trainer(
+                torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu", seed=0
+            ) as trainer:
                 trainer.fit()
                 assert trainer.state.timestamp.batch == 1
         finally:

@@ -17,8 +17,7 @@ from algorithms.core.time import Duration
 
 def _images(n=4, bs=8, size=16, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(bs, 3, size, size, generator=g), torch.randint(0, 4, (bs,), generator=g))
-            for _ in range(n)]
+    return [(torch.randn(bs, 3, size, size, generator=g), torch.randint(0, 4, (bs,), generator=g)) for _ in range(n)]
 
 
 def _image_model():
@@ -67,8 +66,14 @@ def test_mixing_with_a_weight_of_zero_is_not_acting():
 
 
 def _freezing_run(epochs):
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 8), torch.nn.ReLU(),
-                                torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(3 * 16 * 16, 8),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8, 8),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8, 4),
+    )
     trainer = Trainer(model, _images(n=2), f"{epochs}ep", algorithms=[LayerFreezing(freeze_start=0.3)], seed=0)
     trainer.fit()
     return trainer
@@ -103,10 +108,15 @@ def test_hyperparameters_are_the_constructors_recorded_once_and_logged_once(capl
         trainer.fit()
         trainer.fit()  # already done: nothing more to train
     assert trainer.method_log.records["CutOut"]["hyperparameters"] == {
-        "num_holes": 2, "length": 0.25, "uniform_sampling": False, "input_key": 0}
+        "num_holes": 2,
+        "length": 0.25,
+        "uniform_sampling": False,
+        "input_key": 0,
+    }
     registered = [r for r in caplog.records if "hyperparameters" in r.getMessage()]
     assert [r.getMessage() for r in registered] == [
-        "CutOut: hyperparameters {'num_holes': 2, 'length': 0.25, 'uniform_sampling': False, 'input_key': 0}"]
+        "CutOut: hyperparameters {'num_holes': 2, 'length': 0.25, 'uniform_sampling': False, 'input_key': 0}"
+    ]
     assert registered[0].levelno == logging.INFO and registered[0].name == "algorithms.methods"
 
 
@@ -120,8 +130,7 @@ def test_the_activity_reaches_python_logging_at_the_end_of_fit(caplog):
 def test_each_count_is_logged_at_debug(caplog):
     with caplog.at_level(logging.DEBUG, logger="algorithms.methods"):
         Trainer(_image_model(), _images(n=2), "1ep", algorithms=[_Counts()]).fit()
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG] == [
-        "_Counts: batches_seen += 1"] * 2
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG] == ["_Counts: batches_seen += 1"] * 2
 
 
 def test_hyperparameters_are_plain_json():
@@ -143,7 +152,10 @@ def test_instances_of_one_class_get_distinct_labels_in_order():
     records = trainer.method_log.records
     assert list(records) == ["CutOut", "CutMix", "CutOut#2", "CutOut#3"]
     assert [records[label]["hyperparameters"]["length"] for label in ("CutOut", "CutOut#2", "CutOut#3")] == [
-        0.25, 0.5, 0.75]
+        0.25,
+        0.5,
+        0.75,
+    ]
     assert all(records[label]["activity"] == {"batches_cut": 2} for label in ("CutOut", "CutOut#2", "CutOut#3"))
 
 
@@ -196,16 +208,19 @@ def test_summary_has_one_line_per_algorithm():
     log.scope(CutMix()).count("batches_mixed", 12)
     log.scope(MixUp())
     log.scope(_Quiet())
-    assert log.summary() == ("CutMix: batches_mixed=12\nMixUp: batches_mixed=0 (did not act)\n"
-                             "_Quiet: no activity declared (did not act)")
+    assert log.summary() == (
+        "CutMix: batches_mixed=12\nMixUp: batches_mixed=0 (did not act)\n_Quiet: no activity declared (did not act)"
+    )
 
 
 def test_the_trainer_makes_a_method_log_or_takes_one_and_refuses_anything_else():
     assert isinstance(Trainer(_image_model(), _images(n=1), "1ep").method_log, MethodLog)
     given = MethodLog()
     assert Trainer(_image_model(), _images(n=1), "1ep", logger=given).method_log is given
-    message = ("Trainer(logger=...): got dict; give an algorithms.core.MethodLog, or None for a new one (read it "
-               "after fit() as trainer.method_log)")
+    message = (
+        "Trainer(logger=...): got dict; give an algorithms.core.MethodLog, or None for a new one (read it "
+        "after fit() as trainer.method_log)"
+    )
     with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
         Trainer(_image_model(), _images(n=1), "1ep", logger={})
 

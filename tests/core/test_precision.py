@@ -46,8 +46,16 @@ def test_amp_fp16_scales_the_loss_and_unscales_before_clipping():
 
     probe = GradProbe()
     # A clip norm this large never changes the gradients but makes the Trainer unscale first.
-    trainer = Trainer(model, [(x, y)], "1ba", precision="amp_fp16", device="cpu", algorithms=[probe],
-                      optimizer=torch.optim.SGD(model.parameters(), lr=0.0), grad_clip_norm=1e9)
+    trainer = Trainer(
+        model,
+        [(x, y)],
+        "1ba",
+        precision="amp_fp16",
+        device="cpu",
+        algorithms=[probe],
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.0),
+        grad_clip_norm=1e9,
+    )
     scale = trainer.scaler.get_scale()
     assert scale == 2.0**16  # GradScaler's documented initial scale
     trainer.fit()
@@ -79,8 +87,7 @@ def test_every_precision_trains_on_cuda_without_nans(precision):
     g = torch.Generator().manual_seed(5)
     data = [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
     probe = GradProbe()
-    trainer = Trainer(_model(), data, "3ba", precision=precision, device="cuda", algorithms=[probe],
-                      grad_clip_norm=1e9)
+    trainer = Trainer(_model(), data, "3ba", precision=precision, device="cuda", algorithms=[probe], grad_clip_norm=1e9)
     probe.scaler = trainer.scaler
     trainer.fit()
     assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
@@ -93,10 +100,20 @@ def test_every_precision_trains_on_cuda_without_nans(precision):
 
 # -- what each mode does, observed from inside the loop ----------------------------------------
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "amp_fp16": torch.float16,
-          "amp_bf16": torch.bfloat16}
-PARAMETER_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                    "amp_fp16": torch.float32, "amp_bf16": torch.float32}
+DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "amp_fp16": torch.float16,
+    "amp_bf16": torch.bfloat16,
+}
+PARAMETER_DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "amp_fp16": torch.float32,
+    "amp_bf16": torch.float32,
+}
 
 
 class DtypeProbe(Algorithm):
@@ -112,8 +129,7 @@ class DtypeProbe(Algorithm):
         if event is Event.BEFORE_FORWARD:
             self.seen.append({"input": state.batch[0].dtype, "target": state.batch[1].dtype})
         elif event is Event.AFTER_FORWARD:
-            self.seen[-1].update(outputs=state.outputs.dtype,
-                                 parameters={p.dtype for p in state.model.parameters()})
+            self.seen[-1].update(outputs=state.outputs.dtype, parameters={p.dtype for p in state.model.parameters()})
         else:
             self.seen[-1]["loss"] = state.loss.dtype
 
@@ -129,9 +145,19 @@ def test_the_forward_runs_in_the_dtype_of_the_mode(precision):
     trainer = Trainer(_model(), data, "2ba", precision=precision, device="cpu", algorithms=[probe])
     trainer.state.model.register_forward_hook(lambda module, args, out: eval_outputs.append(out.dtype))
     trainer.fit()
-    assert probe.seen == [{"input": DTYPES[precision] if precision in ("fp16", "bf16") else torch.float32,
-                           "target": torch.int64, "outputs": DTYPES[precision],
-                           "parameters": {PARAMETER_DTYPES[precision]}, "loss": torch.float32}] * 2
+    assert (
+        probe.seen
+        == [
+            {
+                "input": DTYPES[precision] if precision in ("fp16", "bf16") else torch.float32,
+                "target": torch.int64,
+                "outputs": DTYPES[precision],
+                "parameters": {PARAMETER_DTYPES[precision]},
+                "loss": torch.float32,
+            }
+        ]
+        * 2
+    )
     assert {p.dtype for p in trainer.state.model.parameters()} == {PARAMETER_DTYPES[precision]}
     eval_outputs.clear()
     trainer.eval(data)
@@ -159,8 +185,16 @@ def test_gradients_are_clipped_to_the_norm_once_unscaled_and_the_step_uses_them(
     F.cross_entropy(reference(x), y).backward()
     clip = _total_norm([p.grad for p in reference.parameters()]) / 4
     probe = GradProbe()
-    trainer = Trainer(model, [(x, y)], "1ba", precision=precision, device="cpu", algorithms=[probe],
-                      optimizer=lambda params: torch.optim.SGD(params, lr=0.5), grad_clip_norm=clip)
+    trainer = Trainer(
+        model,
+        [(x, y)],
+        "1ba",
+        precision=precision,
+        device="cpu",
+        algorithms=[probe],
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.5),
+        grad_clip_norm=clip,
+    )
     before = [p.detach().clone() for p in trainer.state.model.parameters()]
     trainer.fit()
     scale = INITIAL_SCALE if precision == "amp_fp16" else 1.0
@@ -191,11 +225,22 @@ def test_amp_fp16_steps_with_unscaled_gradients_and_skips_a_step_that_overflowed
             return event in (Event.AFTER_BACKWARD, Event.AFTER_TRAIN_BATCH)
 
         def apply(self, event, state, logger=None):
-            grads.append([p.detach().clone() if event is Event.AFTER_TRAIN_BATCH else p.grad.detach().clone()
-                          for p in state.model.parameters()])
+            grads.append(
+                [
+                    p.detach().clone() if event is Event.AFTER_TRAIN_BATCH else p.grad.detach().clone()
+                    for p in state.model.parameters()
+                ]
+            )
 
-    trainer = Trainer(_model(), data, "2ba", precision="amp_fp16", device="cpu", algorithms=[Steps()],
-                      optimizer=lambda params: torch.optim.SGD(params, lr=0.5))
+    trainer = Trainer(
+        _model(),
+        data,
+        "2ba",
+        precision="amp_fp16",
+        device="cpu",
+        algorithms=[Steps()],
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.5),
+    )
     start = [p.detach().clone() for p in trainer.state.model.parameters()]
     trainer.fit()
     (overflowed, after_first, scaled, after_second) = grads
@@ -222,8 +267,10 @@ def _threaded_parallel_apply(modules, inputs, kwargs_tup=None, devices=None):
         with torch.autocast("cpu", enabled=enabled):
             results[i] = module(*args, **kwargs)
 
-    threads = [threading.Thread(target=worker, args=(i, m, a, k))
-               for i, (m, a, k) in enumerate(zip(modules, inputs, kwargs_tup, strict=True))]
+    threads = [
+        threading.Thread(target=worker, args=(i, m, a, k))
+        for i, (m, a, k) in enumerate(zip(modules, inputs, kwargs_tup, strict=True))
+    ]
     for t in threads:
         t.start()
     for t in threads:

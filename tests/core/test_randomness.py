@@ -42,8 +42,11 @@ def test_two_instances_train_differently_and_repeat_under_the_same_seed():
         a, b = CutOut(length=0.5), CutOut(length=0.5)
         trainer = _trainer([a, b])
         trainer.fit()
-        return [p.detach().clone() for p in trainer.state.model.parameters()], a.generator(trainer.state).get_state(), \
-            b.generator(trainer.state).get_state()
+        return (
+            [p.detach().clone() for p in trainer.state.model.parameters()],
+            a.generator(trainer.state).get_state(),
+            b.generator(trainer.state).get_state(),
+        )
 
     params1, a1, b1 = run()
     params2, a2, b2 = run()

@@ -19,21 +19,26 @@ def _state(duration, dataloader_len=None, **timestamp):
     return state
 
 
-@pytest.mark.parametrize(("duration", "dataloader_len", "batches"), [
-    ("7ba", None, 7), ("7ba", 3, 7), ("3ep", 4, 12), ("3ep", None, None), ("64sp", 4, None), ("0ep", 4, 0)])
+@pytest.mark.parametrize(
+    ("duration", "dataloader_len", "batches"),
+    [("7ba", None, 7), ("7ba", 3, 7), ("3ep", 4, 12), ("3ep", None, None), ("64sp", 4, None), ("0ep", 4, 0)],
+)
 def test_max_batches_is_known_for_batches_and_for_epochs_of_known_length(duration, dataloader_len, batches):
     assert _state(duration, dataloader_len).max_batches() == batches
 
 
-@pytest.mark.parametrize(("duration", "dataloader_len", "timestamp", "progress"), [
-    ("10ba", None, {"batch": 3}, 0.3),
-    ("10ba", None, {"batch": 12}, 1.0),  # capped
-    ("40sp", None, {"sample": 10, "batch": 9}, 0.25),
-    ("4ep", 5, {"epoch": 1, "batch_in_epoch": 2, "batch": 7}, (1 + 2 / 5) / 4),
-    ("4ep", None, {"epoch": 1, "batch_in_epoch": 2, "batch": 7}, 1 / 4),  # unknown length: whole epochs
-    ("2ep", 5, {"epoch": 2, "batch_in_epoch": 5}, 1.0),
-    ("0ba", None, {}, 1.0),
-])
+@pytest.mark.parametrize(
+    ("duration", "dataloader_len", "timestamp", "progress"),
+    [
+        ("10ba", None, {"batch": 3}, 0.3),
+        ("10ba", None, {"batch": 12}, 1.0),  # capped
+        ("40sp", None, {"sample": 10, "batch": 9}, 0.25),
+        ("4ep", 5, {"epoch": 1, "batch_in_epoch": 2, "batch": 7}, (1 + 2 / 5) / 4),
+        ("4ep", None, {"epoch": 1, "batch_in_epoch": 2, "batch": 7}, 1 / 4),  # unknown length: whole epochs
+        ("2ep", 5, {"epoch": 2, "batch_in_epoch": 5}, 1.0),
+        ("0ba", None, {}, 1.0),
+    ],
+)
 def test_progress_is_the_fraction_of_max_duration_done(duration, dataloader_len, timestamp, progress):
     assert _state(duration, dataloader_len, **timestamp).progress() == pytest.approx(progress)
 
@@ -74,12 +79,15 @@ def test_batch_items_are_read_by_index_or_key():
     assert batch_get_item(types.MappingProxyType({"x": 1}), "x") == 1
 
 
-@pytest.mark.parametrize(("batch", "key", "words"), [
-    ({"x": 1, "y": 2}, "z", r"batch has no item 'z' \(a dict with keys \['x', 'y'\]\)"),
-    ((1, 2), 2, r"batch has no item 2 \(a tuple of 2 items\)"),
-    ([1], "x", r"batch has no item 'x' \(a list of 1 items\)"),
-    (7, 0, r"batch has no item 0 \(batch type int\)"),
-])
+@pytest.mark.parametrize(
+    ("batch", "key", "words"),
+    [
+        ({"x": 1, "y": 2}, "z", r"batch has no item 'z' \(a dict with keys \['x', 'y'\]\)"),
+        ((1, 2), 2, r"batch has no item 2 \(a tuple of 2 items\)"),
+        ([1], "x", r"batch has no item 'x' \(a list of 1 items\)"),
+        (7, 0, r"batch has no item 0 \(batch type int\)"),
+    ],
+)
 def test_a_missing_item_is_a_key_error_describing_the_batch(batch, key, words):
     with pytest.raises(KeyError, match=words):
         batch_get_item(batch, key)
@@ -87,9 +95,13 @@ def test_a_missing_item_is_a_key_error_describing_the_batch(batch, key, words):
 
 def test_setting_an_item_returns_a_new_batch_and_leaves_the_old_one():
     pair = collections.namedtuple("Pair", "x y")(1, 2)
-    for batch, key, expected in [((1, 2), 0, (9, 2)), ([1, 2], 1, [1, 9]), ({"x": 1}, "x", {"x": 9}),
-                                 (pair, 1, pair._replace(y=9)),
-                                 (types.MappingProxyType({"x": 1, "y": 2}), "y", {"x": 1, "y": 9})]:
+    for batch, key, expected in [
+        ((1, 2), 0, (9, 2)),
+        ([1, 2], 1, [1, 9]),
+        ({"x": 1}, "x", {"x": 9}),
+        (pair, 1, pair._replace(y=9)),
+        (types.MappingProxyType({"x": 1, "y": 2}), "y", {"x": 1, "y": 9}),
+    ]:
         before = type(batch)(batch) if not isinstance(batch, tuple) else batch
         new = batch_set_item(batch, key, 9)
         assert new == expected and type(new) is type(expected)

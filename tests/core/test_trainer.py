@@ -60,8 +60,7 @@ def test_algorithms_run_in_the_order_given():
 def test_training_reduces_loss_and_eval_reports_accuracy():
     torch.manual_seed(0)
     data = _data(n=4, bs=16)
-    t = Trainer(torch.nn.Linear(6, 3), data, "30ep",
-                optimizer=None, seed=0)
+    t = Trainer(torch.nn.Linear(6, 3), data, "30ep", optimizer=None, seed=0)
     before = t.eval(data)
     t.fit()
     after = t.eval(data)
@@ -76,11 +75,11 @@ def test_training_reduces_loss_and_eval_reports_accuracy():
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_every_precision_trains_on_cpu_without_nans(precision):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(4 * 6 * 6, 3))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 3)
+    )
     g = torch.Generator().manual_seed(1)
-    data = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 3, (4,), generator=g))
-            for _ in range(3)]
+    data = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(3)]
     t = Trainer(model, data, "3ba", precision=precision, device="cpu", grad_clip_norm=1.0)
     t.fit()
     expected_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
@@ -161,17 +160,23 @@ def test_eval_accuracy_counts_every_labelled_token_and_skips_ignored_ones():
         pred = t.state.model(x).argmax(1)
     keep = y >= 0
     assert got["accuracy"] == pytest.approx(((pred == y) & keep).sum().item() / keep.sum().item())
-    assert got["loss"] == pytest.approx(
-        torch.nn.functional.cross_entropy(t.state.model(x).detach(), y).item())
+    assert got["loss"] == pytest.approx(torch.nn.functional.cross_entropy(t.state.model(x).detach(), y).item())
 
 
-@pytest.mark.parametrize(("keys", "pattern"), [
-    ({"input_key": "inputs", "target_key": "labels"},
-     r"Trainer\(input_key='inputs'\): batch has no item 'inputs' \(a dict with keys \['input_ids', 'labels', "
-     r"'mask'\]\)"),
-    ({"input_key": "input_ids", "target_key": "label"},
-     r"Trainer\(target_key='label'\): batch has no item 'label'.*target_key"),
-])
+@pytest.mark.parametrize(
+    ("keys", "pattern"),
+    [
+        (
+            {"input_key": "inputs", "target_key": "labels"},
+            r"Trainer\(input_key='inputs'\): batch has no item 'inputs' \(a dict with keys \['input_ids', 'labels', "
+            r"'mask'\]\)",
+        ),
+        (
+            {"input_key": "input_ids", "target_key": "label"},
+            r"Trainer\(target_key='label'\): batch has no item 'label'.*target_key",
+        ),
+    ],
+)
 def test_a_wrong_key_is_a_key_error_naming_the_key(keys, pattern):
     data = _dict_data(1)
     with pytest.raises(KeyError, match=pattern):
@@ -197,6 +202,7 @@ def test_eval_reads_one_hot_and_probability_targets_as_their_most_likely_class()
 
 
 # -- the rest of the loop, against what it is defined to do ------------------------------------
+
 
 class _LearningRates(Algorithm):
     """The learning rate each optimizer step runs with, and the parameters before and after it."""
@@ -280,8 +286,13 @@ def test_eval_runs_its_events_in_eval_mode_without_autograd_and_training_goes_on
     start = len(t.engine.trace)
     t.eval(data)
     assert [tr.event for tr in t.engine.trace[start:]] == [
-        Event.EVAL_START, Event.EVAL_BATCH_START, Event.EVAL_BATCH_END, Event.EVAL_BATCH_START,
-        Event.EVAL_BATCH_END, Event.EVAL_END]
+        Event.EVAL_START,
+        Event.EVAL_BATCH_START,
+        Event.EVAL_BATCH_END,
+        Event.EVAL_BATCH_START,
+        Event.EVAL_BATCH_END,
+        Event.EVAL_END,
+    ]
     t.fit()
     assert model.modes == [(False, False)] * 2 + [(True, True)] * 2
 
@@ -290,8 +301,7 @@ def test_eval_takes_probability_targets_and_weights_the_loss_by_samples():
     """A soft target's loss is the soft cross entropy; batches of different sizes count by their
     samples; the accuracy counts the outputs whose most likely class is the target's."""
     g = torch.Generator().manual_seed(2)
-    data = [(torch.randn(n, 6, generator=g), torch.softmax(3 * torch.randn(n, 3, generator=g), dim=1))
-            for n in (3, 5)]
+    data = [(torch.randn(n, 6, generator=g), torch.softmax(3 * torch.randn(n, 3, generator=g), dim=1)) for n in (3, 5)]
     torch.manual_seed(0)  # the model's initial weights: some outputs right and some wrong, whatever ran before
     t = Trainer(torch.nn.Linear(6, 3), data, "1ba")
     got = t.eval(data)
@@ -308,9 +318,15 @@ def test_dict_batches_flow_by_key_to_the_model_and_the_loss():
     """The model is called on batch[input_key] and the loss on batch[target_key], whatever else
     the batch holds (here a second input and a second target of the same shapes)."""
     g = torch.Generator().manual_seed(1)
-    data = [{"other": torch.randn(4, 6, generator=g), "x": torch.randn(4, 6, generator=g),
-             "y": torch.randint(0, 3, (4,), generator=g), "z": torch.randint(0, 3, (4,), generator=g)}
-            for _ in range(2)]
+    data = [
+        {
+            "other": torch.randn(4, 6, generator=g),
+            "x": torch.randn(4, 6, generator=g),
+            "y": torch.randint(0, 3, (4,), generator=g),
+            "z": torch.randint(0, 3, (4,), generator=g),
+        }
+        for _ in range(2)
+    ]
     model = _DictModel()
 
     class Losses(Algorithm):
@@ -332,16 +348,22 @@ def test_dict_batches_flow_by_key_to_the_model_and_the_loss():
 
 # -- arguments, defaults and the edges of the loop ---------------------------------------------
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"precision": "fp8"}, "precision='fp8' is not supported — use one of fp32, fp16, bf16, amp_fp16, amp_bf16"),
-    ({"max_duration": "0.5dur"}, "max_duration='0.5dur': give epochs, batches or samples, e.g. '2ep' or '100ba'"),
-    ({"grad_clip_norm": 0}, "grad_clip_norm=0 must be positive"),
-    ({"grad_clip_norm": -1.0}, "grad_clip_norm=-1.0 must be positive"),
-    ({"zero_stage": 3}, "zero_stage=3: DeepSpeed ZeRO stage 1 or 2 is supported"),
-    ({"parallel": "fsdp", "optimizer": "instance"},
-     "parallel='fsdp' shards the parameters when it wraps the model: pass optimizer as a function of the "
-     "parameters, e.g. lambda params: torch.optim.SGD(params, lr=0.1)"),
-])
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"precision": "fp8"}, "precision='fp8' is not supported — use one of fp32, fp16, bf16, amp_fp16, amp_bf16"),
+        ({"max_duration": "0.5dur"}, "max_duration='0.5dur': give epochs, batches or samples, e.g. '2ep' or '100ba'"),
+        ({"grad_clip_norm": 0}, "grad_clip_norm=0 must be positive"),
+        ({"grad_clip_norm": -1.0}, "grad_clip_norm=-1.0 must be positive"),
+        ({"zero_stage": 3}, "zero_stage=3: DeepSpeed ZeRO stage 1 or 2 is supported"),
+        (
+            {"parallel": "fsdp", "optimizer": "instance"},
+            "parallel='fsdp' shards the parameters when it wraps the model: pass optimizer as a function of the "
+            "parameters, e.g. lambda params: torch.optim.SGD(params, lr=0.1)",
+        ),
+    ],
+)
 def test_bad_arguments_are_refused_before_anything_starts_with_the_whole_message(kwargs, message):
     model = torch.nn.Linear(6, 3)
     if kwargs.get("optimizer") == "instance":
@@ -355,8 +377,11 @@ def test_the_messages_of_a_loop_without_data():
     with pytest.raises(ValueError, match="^train_dataloader yielded no batches — check the data set$"):
         Trainer(torch.nn.Linear(6, 3), [], "1ep").fit()
     t = Trainer(torch.nn.Linear(6, 3), _data(), "1ep")
-    with pytest.raises(ValueError, match=r"^eval\(\) needs a dataloader: pass one or give the Trainer "
-                                         r"eval_dataloader$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^eval\(\) needs a dataloader: pass one or give the Trainer "
+        r"eval_dataloader$",
+    ):
         t.eval()
     with pytest.raises(ValueError, match="^the eval dataloader yielded no samples$"):
         t.eval([])
@@ -406,8 +431,9 @@ def test_at_init_the_optimizer_is_the_one_given_or_none_yet_when_it_is_built_lat
     model = torch.nn.Linear(6, 3)
     given = torch.optim.SGD(model.parameters(), lr=0.1)
     Trainer(model, _data(1), "1ba", optimizer=given, algorithms=[Optimizers()])
-    t = Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", optimizer=lambda p: torch.optim.Adam(p),
-                algorithms=[Optimizers()])
+    t = Trainer(
+        torch.nn.Linear(6, 3), _data(1), "1ba", optimizer=lambda p: torch.optim.Adam(p), algorithms=[Optimizers()]
+    )
     Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", algorithms=[Optimizers()])
     assert seen == [(given,), (), ()]
     assert isinstance(t.state.optimizer, torch.optim.Adam)
@@ -498,6 +524,7 @@ def test_dp_wraps_the_model_in_data_parallel_and_trains_as_one_device_does_on_th
 
 
 # -- the optimizer hooks SAM and gradient clipping use -------------------------------------------
+
 
 class _TwoPassOptimizer(torch.optim.SGD):
     """An SGD whose ``first_step(closure)`` records the gradient the Trainer's backward left, moves
@@ -637,15 +664,18 @@ class _Logits(torch.nn.Module):
         return x * self.one
 
 
-@pytest.mark.parametrize(("outputs", "targets", "classes_dim"), [
-    ((4, 3), (4,), 1),  # a classifier
-    ((4, 3, 5), (4, 5), 1),  # per position, classes on dim 1
-    ((4, 5, 7), (4, 5), -1),  # a language model: (N, T, V) for labels (N, T)
-    ((4, 6, 6), (4, 6), 1),  # both layouts fit: classes on dim 1, as torch's losses read it
-    ((4, 3, 2, 5), (4, 2, 5), 1),  # dense, (N, C, H, W)
-    ((4, 2, 5, 3), (4, 2, 5), -1),  # dense, classes last
-    ((2, 4, 3), (2, 4, 3), 1),  # class probabilities of the outputs' shape
-])
+@pytest.mark.parametrize(
+    ("outputs", "targets", "classes_dim"),
+    [
+        ((4, 3), (4,), 1),  # a classifier
+        ((4, 3, 5), (4, 5), 1),  # per position, classes on dim 1
+        ((4, 5, 7), (4, 5), -1),  # a language model: (N, T, V) for labels (N, T)
+        ((4, 6, 6), (4, 6), 1),  # both layouts fit: classes on dim 1, as torch's losses read it
+        ((4, 3, 2, 5), (4, 2, 5), 1),  # dense, (N, C, H, W)
+        ((4, 2, 5, 3), (4, 2, 5), -1),  # dense, classes last
+        ((2, 4, 3), (2, 4, 3), 1),  # class probabilities of the outputs' shape
+    ],
+)
 def test_eval_reads_the_classes_where_the_outputs_hold_them(outputs, targets, classes_dim):
     """Accuracy counts a position right when the largest logit on the classes' dimension is its
     label: dim 1 as torch's losses read it, or the last dim for logits (*labels.shape, V) that do
@@ -673,8 +703,11 @@ def test_a_closed_trainer_refuses_to_train_and_still_evaluates():
     with Trainer(torch.nn.Linear(3, 2), data, "2ba", device="cpu", seed=0) as trainer:
         trainer.fit()  # open inside the block: it trains
         assert trainer.state.timestamp.batch == 2
-    with pytest.raises(RuntimeError, match=r"^fit\(\) after close\(\): this Trainer has released what it trained "
-                                           r"with; build a new Trainer to train more$"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"^fit\(\) after close\(\): this Trainer has released what it trained "
+        r"with; build a new Trainer to train more$",
+    ):
         trainer.fit()
     assert trainer.state.timestamp.batch == 2
     assert 0.0 <= trainer.eval(data)["accuracy"] <= 1.0

@@ -23,8 +23,10 @@ def _write_fake_cifar(root, per_batch=4):
         data = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
         labels = rng.integers(0, 10, size=per_batch).tolist()
         with open(root / name, "wb") as handle:
-            pickle.dump({b"batch_label": name.encode(), b"labels": labels, b"data": data,
-                         b"filenames": [b"x.png"] * per_batch}, handle)
+            pickle.dump(
+                {b"batch_label": name.encode(), b"labels": labels, b"data": data, b"filenames": [b"x.png"] * per_batch},
+                handle,
+            )
         batches[name] = (data, labels)
     return batches
 
@@ -78,6 +80,7 @@ def test_synthetic_is_deterministic_and_has_no_accuracy():
 
 
 # --------------------------------------------------------------------------------------------- stdlib_text
+
 
 @pytest.fixture(scope="module")
 def stdlib_splits():

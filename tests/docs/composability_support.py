@@ -13,26 +13,56 @@ from algorithms.metadata import MethodRecord
 HOSTILE_NOTE = "Keep <b>order</b>: `x` *y* [z](javascript:alert(1)) | pipe {eval-rst}"
 
 
-def matrix_cell(kind: str, methods: Iterable[str], mode: str | None = None, outcome: str = "runs", *,
-                note: str | None = None, detail: str | None = None, missing: Iterable[str] = ()) -> dict[str, Any]:
-    return {"kind": kind, "methods": list(methods),
-            "precision": mode if kind == "precision" else "fp32",
-            "parallel": mode if kind == "parallel" else "single",
-            "outcome": outcome, "seen": [], "missing": list(missing), "detail": detail, "note": note, "wall_s": 0.1}
+def matrix_cell(
+    kind: str,
+    methods: Iterable[str],
+    mode: str | None = None,
+    outcome: str = "runs",
+    *,
+    note: str | None = None,
+    detail: str | None = None,
+    missing: Iterable[str] = (),
+) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "methods": list(methods),
+        "precision": mode if kind == "precision" else "fp32",
+        "parallel": mode if kind == "parallel" else "single",
+        "outcome": outcome,
+        "seen": [],
+        "missing": list(missing),
+        "detail": detail,
+        "note": note,
+        "wall_s": 0.1,
+    }
 
 
-def matrix_document(records: Mapping[str, MethodRecord], overrides: Mapping[tuple, dict] | None = None,
-                    *, deepspeed: str | None = "0.19.8", drop: Iterable[tuple] = ()) -> dict[str, Any]:
+def matrix_document(
+    records: Mapping[str, MethodRecord],
+    overrides: Mapping[tuple, dict] | None = None,
+    *,
+    deepspeed: str | None = "0.19.8",
+    drop: Iterable[tuple] = (),
+) -> dict[str, Any]:
     """Every expected cell of ``records`` as ``runs``, except the cells ``overrides`` names by
     :func:`~methods_tools.composability_pages.cell_key` (their fields replaced) and those in ``drop``."""
     overrides, drop = dict(overrides or {}), set(drop)
     document: dict[str, Any] = {
         "schema_version": 1,
-        "environment": {"hardware": "Test CPU <i>x</i>, 2 cores", "device_type": "cpu", "torch": "2.13.0",
-                        "deepspeed": deepspeed, "python": "3.12.0", "platform": "Linux",
-                        "date": "2026-12-05T10:00:00+00:00"},
+        "environment": {
+            "hardware": "Test CPU <i>x</i>, 2 cores",
+            "device_type": "cpu",
+            "torch": "2.13.0",
+            "deepspeed": deepspeed,
+            "python": "3.12.0",
+            "platform": "Linux",
+            "date": "2026-12-05T10:00:00+00:00",
+        },
         "settings": {"steps": 6, "epochs": 3, "batch_size": 8, "image_size": 16, "nproc": 2, "seed": 0},
-        "commands": ["tools/composability_matrix.py --force"], "wall_s": 42.0, "cells": []}
+        "commands": ["tools/composability_matrix.py --force"],
+        "wall_s": 42.0,
+        "cells": [],
+    }
     parallels = ("ddp", "fsdp", "deepspeed") if deepspeed else ("ddp", "fsdp")
     for key in expected_cells(records.values(), document, parallels):
         if key in drop:

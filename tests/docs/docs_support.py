@@ -27,16 +27,33 @@ HOSTILE = (
 )
 
 
-def method_entry(name: str, *, kind: str = "method", tldr: str = "Does a thing.", domains=("vision",),
-                 tags=("regularization",), functional: str | None = "do_thing", math_equivalent=False,
-                 attribution: str = "Someone et al., 2020", link: str = "https://example.invalid/paper") -> dict:
+def method_entry(
+    name: str,
+    *,
+    kind: str = "method",
+    tldr: str = "Does a thing.",
+    domains=("vision",),
+    tags=("regularization",),
+    functional: str | None = "do_thing",
+    math_equivalent=False,
+    attribution: str = "Someone et al., 2020",
+    link: str = "https://example.invalid/paper",
+) -> dict:
     entry = {
-        "name": name, "kind": kind,
+        "name": name,
+        "kind": kind,
         "class_name": None if kind == "best_practice" else "Thing",
         "functional": None if kind == "best_practice" else functional,
-        "tldr": tldr, "attribution": attribution, "link": link,
-        "domains": list(domains), "tags": list(tags), "summary": "Summary.", "use": "Use.",
-        "math_equivalent": math_equivalent, "hyperparameters": {}, "plumbing": [],
+        "tldr": tldr,
+        "attribution": attribution,
+        "link": link,
+        "domains": list(domains),
+        "tags": list(tags),
+        "summary": "Summary.",
+        "use": "Use.",
+        "math_equivalent": math_equivalent,
+        "hyperparameters": {},
+        "plumbing": [],
     }
     if kind == "best_practice":
         entry["trainer_option"] = {"precision": "amp_bf16"}
@@ -48,8 +65,9 @@ def method_entry(name: str, *, kind: str = "method", tldr: str = "Does a thing."
 def write_metadata(root: Path, entries: dict[str, dict]) -> Path:
     """A package tree: methods in ``<key>/metadata.json``, best practices in ``core/<key>.metadata.json``."""
     for key, entry in entries.items():
-        path = (root / "core" / f"{key}.metadata.json" if entry["kind"] == "best_practice"
-                else root / key / "metadata.json")
+        path = (
+            root / "core" / f"{key}.metadata.json" if entry["kind"] == "best_practice" else root / key / "metadata.json"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({key: entry}, indent=2), encoding="utf-8")
     return root
@@ -59,23 +77,31 @@ SYNTHETIC = {
     "zeta_method": method_entry("Zeta", domains=("nlp",), tags=("speedup",), math_equivalent=True),
     "alpha_trick": method_entry("Alpha Trick", domains=("vision", "general"), tags=("augmentation", "regularization")),
     "bf16": method_entry("Mixed Precision", kind="best_practice", domains=("general",), tags=("precision", "speedup")),
-    "hostile": method_entry('Evil *Name* <b>x</b> `code` {eval-rst}', tldr=HOSTILE,
-                            attribution="Mallory ](javascript:alert(1)) <i>et al</i>",
-                            link="https://example.invalid/a b)(c<d>"),
+    "hostile": method_entry(
+        "Evil *Name* <b>x</b> `code` {eval-rst}",
+        tldr=HOSTILE,
+        attribution="Mallory ](javascript:alert(1)) <i>et al</i>",
+        link="https://example.invalid/a b)(c<d>",
+    ),
 }
 
 
 # Markup that shows as text when a directive or a role was not parsed: the line starts as reST or MyST
 # source does, or holds a role or directive name with its delimiters.
-RAW_MARKUP = re.compile(r"^(\.\. |:param\b|:returns?:|:raises?\b|:func:|:class:|```|:::)|:(func|class|meth|mod|doc):`"
-                        r"|```\{|\{(eval-rst|autoclass|autofunction|card-facts|include|figure)\}")
+RAW_MARKUP = re.compile(
+    r"^(\.\. |:param\b|:returns?:|:raises?\b|:func:|:class:|```|:::)|:(func|class|meth|mod|doc):`"
+    r"|```\{|\{(eval-rst|autoclass|autofunction|card-facts|include|figure)\}"
+)
 
 
 def copy_docs_source(dst: Path) -> Path:
     """The files a clone of the checkout has under ``docs/source`` (tracked, or new and not
     ignored), copied to ``dst``: no generated page, no build output. Without git, the whole tree."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
-                            cwd=DOCS_SOURCE, capture_output=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
+        cwd=DOCS_SOURCE,
+        capture_output=True,
+    )
     if listed.returncode != 0:
         return Path(shutil.copytree(DOCS_SOURCE, dst, ignore=shutil.ignore_patterns("__pycache__")))
     for name in filter(None, listed.stdout.decode().split("\0")):
@@ -94,8 +120,9 @@ def write_source_tree(src: Path, keys) -> Path:
     for name in ("index.rst", "writing_cards.md", "measurements.md"):
         shutil.copy(DOCS_SOURCE / name, src / name)
     # the index links it; its scenarios name the real methods, which these keys are not
-    (src / "choosing_methods.md").write_text("# Choosing methods\n\nNo scenarios for these methods.\n",
-                                             encoding="utf-8")
+    (src / "choosing_methods.md").write_text(
+        "# Choosing methods\n\nNo scenarios for these methods.\n", encoding="utf-8"
+    )
     shutil.copytree(DOCS_SOURCE / "templates", src / "templates")
     return src
 
@@ -103,6 +130,20 @@ def write_source_tree(src: Path, keys) -> Path:
 def sphinx_build(src: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     """Build ``src`` with the real conf.py and every warning an error, as ``nox -s docs`` does."""
     pytest.importorskip("sphinx", reason="Sphinx is not installed: install the project's [docs] extra")
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-E",
-           "-c", str(DOCS_SOURCE), *extra, str(src), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sphinx",
+        "-b",
+        "html",
+        "-q",
+        "-W",
+        "--keep-going",
+        "-E",
+        "-c",
+        str(DOCS_SOURCE),
+        *extra,
+        str(src),
+        str(out),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)

@@ -22,15 +22,28 @@ from docs_support import RAW_MARKUP
 from algorithms.metadata import load_all_datasets, load_all_metadata, load_all_model_families
 
 playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="Playwright is not installed: install the project's [dev] extra")
+    "playwright.sync_api", reason="Playwright is not installed: install the project's [dev] extra"
+)
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def find_chromium() -> str | None:
-    for candidate in (os.environ.get("METHODS_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser")):
+    for candidate in (
+        os.environ.get("METHODS_CHROMIUM"),
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+    ):
         if candidate and Path(candidate).exists():
             return candidate
     return None
@@ -51,8 +64,10 @@ def site_url(real_site):
 def browser():
     chromium = find_chromium()
     if chromium is None:
-        pytest.skip("no Chromium found (looked at $METHODS_CHROMIUM, /usr/bin/chromium, PATH): "
-                    "install Debian's package with apt-get install -y chromium (.ci/run does)")
+        pytest.skip(
+            "no Chromium found (looked at $METHODS_CHROMIUM, /usr/bin/chromium, PATH): "
+            "install Debian's package with apt-get install -y chromium (.ci/run does)"
+        )
     with playwright_api.sync_playwright() as p:
         # A fresh profile per launch (Playwright's default); never `playwright install`.
         b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
@@ -86,8 +101,10 @@ def page(browser, site_url):
 
 def visible_cards(page) -> set[str]:
     hrefs = page.eval_on_selector_all(
-        ".ml-overview-item", "items => items.filter(i => i.offsetParent !== null)"
-        ".map(i => i.querySelector('a.sd-stretched-link').getAttribute('href'))")
+        ".ml-overview-item",
+        "items => items.filter(i => i.offsetParent !== null)"
+        ".map(i => i.querySelector('a.sd-stretched-link').getAttribute('href'))",
+    )
     return {h.removesuffix(".html") for h in hrefs}
 
 
@@ -103,8 +120,9 @@ def test_overview_filters_hide_and_show_the_right_cards(page, site_url, tmp_path
     for facet, values in facets.items():
         for value in sorted(values):
             page.select_option(f"#ml-filter-{facet}", value.replace("_", "-"))  # as docutils spells classes
-            expected = {k for k, r in records.items()
-                        if value in {"domain": r.domains, "tag": r.tags, "kind": (r.kind,)}[facet]}
+            expected = {
+                k for k, r in records.items() if value in {"domain": r.domains, "tag": r.tags, "kind": (r.kind,)}[facet]
+            }
             assert visible_cards(page) == expected, (facet, value)
             assert page.inner_text(".ml-filter-count") == f"{len(expected)} of {len(records)} shown"
         page.select_option(f"#ml-filter-{facet}", "")
@@ -206,12 +224,18 @@ def test_no_serious_or_critical_accessibility_violation(browser, site_url, real_
             page.wait_for_load_state("load")
             assert page.evaluate("document.body.dataset.theme") == theme, (kind, path)
             page.add_script_tag(path=str(AXE))
-            violations = page.evaluate("""async tags =>
+            violations = page.evaluate(
+                """async tags =>
                 (await axe.run(document, {runOnly: {type: 'tag', values: tags}})).violations.map(v => (
                     {id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map(n => n.target.join(' '))}))""",
-                                       WCAG_AA)
-            found += [f"{theme} {kind} ({path}): {v['impact']} {v['id']} ({v['help']}) at {node}"
-                      for v in violations if v["impact"] in BLOCKING for node in v["nodes"]]
+                WCAG_AA,
+            )
+            found += [
+                f"{theme} {kind} ({path}): {v['impact']} {v['id']} ({v['help']}) at {node}"
+                for v in violations
+                if v["impact"] in BLOCKING
+                for node in v["nodes"]
+            ]
     finally:
         context.close()
     assert not found, "\n".join(found)
@@ -247,8 +271,9 @@ def test_every_page_kind_fits_the_screen_and_shows_no_raw_markup(browser, site_u
                 body_width = page.evaluate("document.documentElement.scrollWidth")
                 if body_width > width:
                     problems.append(f"{theme} {width}px {kind} ({path}): the page is {body_width}px wide")
-                raw = [line.strip() for line in page.evaluate(ARTICLE_TEXT).splitlines()
-                       if RAW_MARKUP.search(line.strip())]
+                raw = [
+                    line.strip() for line in page.evaluate(ARTICLE_TEXT).splitlines() if RAW_MARKUP.search(line.strip())
+                ]
                 problems += [f"{theme} {width}px {kind} ({path}): raw markup {line!r}" for line in raw[:3]]
                 if kind in SCREENSHOTS:
                     page.screenshot(path=str(out / f"{kind.replace(' ', '-')}-{width}-{theme}.png"))
@@ -275,22 +300,26 @@ def test_the_card_puts_the_answer_before_the_implementer_notes(page, site_url):
 
 # --- the landing page and filtered overview URLs --------------------------------------------------
 
+
 def test_the_landing_page_counts_what_the_metadata_holds(real_site):
     from bs4 import BeautifulSoup
 
     records = load_all_metadata().values()
     html = BeautifulSoup((real_site / "index.html").read_text(encoding="utf-8"), "html.parser")
     table = next(t for t in html.select("article table") if "What the library holds" in t.get_text())
-    rows = {tr.select("td")[0].get_text(strip=True): [int(td.get_text(strip=True)) for td in tr.select("td")[1:]]
-            for tr in table.select("tbody tr")}
+    rows = {
+        tr.select("td")[0].get_text(strip=True): [int(td.get_text(strip=True)) for td in tr.select("td")[1:]]
+        for tr in table.select("tbody tr")
+    }
     kinds = ("method", "best_practice")
     total = rows.pop("All domains")
     assert total == [sum(1 for r in records if r.kind == k) for k in kinds]
     # each entry counted once, on the row of the set of domains it serves, so the rows add up to the total
     for served in {tuple(sorted(r.domains)) for r in records}:
         label = f"{served[0]} only" if len(served) == 1 else f"{', '.join(served[:-1])} and {served[-1]}"
-        assert rows.pop(label) == [sum(1 for r in records if tuple(sorted(r.domains)) == served and r.kind == k)
-                                   for k in kinds], label
+        assert rows.pop(label) == [
+            sum(1 for r in records if tuple(sorted(r.domains)) == served and r.kind == k) for k in kinds
+        ], label
     assert rows == {}
     assert html.select_one('form[role="search"][action="search.html"] input[name="q"]') is not None
     images = [img["src"] for img in html.select("article figure img")]
@@ -302,15 +331,17 @@ def _measured_effects() -> list[Path]:
     """The committed effects files with a measured row: those the overview charts and tabulates."""
     from methods_tools.results import discover_effects, load_effects
 
-    return [path for path in discover_effects()
-            if any(e["status"] == "measured" for e in load_effects(path)["summary"])]
+    return [
+        path for path in discover_effects() if any(e["status"] == "measured" for e in load_effects(path)["summary"])
+    ]
 
 
 def test_the_landing_pages_goals_open_the_overview_filtered(page, site_url):
     records = load_all_metadata()
     page.goto(site_url + "index.html")
-    links = page.eval_on_selector_all("article a[href*='methods_overview.html?tag=']",
-                                      "links => links.map(a => a.getAttribute('href'))")
+    links = page.eval_on_selector_all(
+        "article a[href*='methods_overview.html?tag=']", "links => links.map(a => a.getAttribute('href'))"
+    )
     assert len(links) >= 3
     for href in links:
         tag = href.split("?tag=")[1]
@@ -322,8 +353,9 @@ def test_the_landing_pages_goals_open_the_overview_filtered(page, site_url):
 def test_an_overview_url_with_filters_opens_filtered_and_follows_changes(page, site_url):
     records = load_all_metadata()
     page.goto(site_url + "method_cards/methods_overview.html?kind=best_practice&domain=general")
-    assert visible_cards(page) == {k for k, r in records.items()
-                                   if r.kind == "best_practice" and "general" in r.domains}
+    assert visible_cards(page) == {
+        k for k, r in records.items() if r.kind == "best_practice" and "general" in r.domains
+    }
     page.select_option("#ml-filter-kind", "")
     page.select_option("#ml-filter-tag", "speedup")
     assert page.evaluate("location.search") == "?domain=general&tag=speedup"
@@ -370,10 +402,12 @@ def test_the_effects_table_sorts_from_the_keyboard(page, site_url, real_site):
         assert headers.count() >= 5 and tables.nth(i).locator("thead th button").count() == headers.count()
     table = tables.first
     rows = table.locator("tbody tr")
-    speed = ("rows => rows.map(r => { const t = r.cells[2].textContent.trim().replace(/\u2212/g, '-');"
-             " const n = parseFloat(t); if (!isNaN(n)) return n;"
-             " const ends = t.slice(t.indexOf('(')).match(/[+-]?\\d+(?:\\.\\d+)?/g);"
-             " return (parseFloat(ends[0]) + parseFloat(ends[1])) / 2; })")
+    speed = (
+        "rows => rows.map(r => { const t = r.cells[2].textContent.trim().replace(/\u2212/g, '-');"
+        " const n = parseFloat(t); if (!isNaN(n)) return n;"
+        " const ends = t.slice(t.indexOf('(')).match(/[+-]?\\d+(?:\\.\\d+)?/g);"
+        " return (parseFloat(ends[0]) + parseFloat(ends[1])) / 2; })"
+    )
     table.locator("thead button").nth(2).focus()
     page.keyboard.press("Enter")
     ascending = rows.evaluate_all(speed)

@@ -59,7 +59,7 @@ def test_a_method_that_did_not_act_is_never_given_a_number(summaries):
         box = one_line(env.get_template("verdict_snippet.md.inc.j2").render(summary=summaries[key]))
         assert f"{e.status_label}, no figure" in box, key
     # DataParallel on the CPU runs one replica: it did not act, though its run succeeded
-    dp, = summaries["data_parallel"].evidence
+    (dp,) = summaries["data_parallel"].evidence
     assert dp.status == "did_not_act" and "no replicas" in dp.reason
 
 
@@ -67,7 +67,7 @@ def test_sourced_figures_name_their_hardware_and_link_their_source(summaries):
     for key, summary in summaries.items():
         for a in summary.sourced:
             assert a.hardware and a.url.startswith("https://") and a.source, key
-    for (option, value) in REFERENCE_ROWS:  # every reference row is still in the quoted experiment
+    for option, value in REFERENCE_ROWS:  # every reference row is still in the quoted experiment
         assert reference_figure(option, value) is not None, (option, value)
     assert summaries["half_precision"].best.hardware == "one NVIDIA Tesla P40 GPU"
 
@@ -96,7 +96,9 @@ def test_every_method_and_best_practice_has_a_verdict_box():
 
 def test_choices_refuse_an_unknown_key_or_a_missing_reason():
     assert parse_choices(["cutmix: a reason", "", "  sam : another"], {"cutmix", "sam"}) == [
-        ("cutmix", "a reason"), ("sam", "another")]
+        ("cutmix", "a reason"),
+        ("sam", "another"),
+    ]
     with pytest.raises(ValueError, match=r"line 2: unknown method 'cutmxi'"):
         parse_choices(["cutmix: ok", "cutmxi: typo"], {"cutmix"})
     with pytest.raises(ValueError, match="write 'key: reason'"):
@@ -111,16 +113,23 @@ def _mini_site(root: Path, body: str):
     src = root / "src"
     src.mkdir()
     paths = [str(REPO_ROOT), str(REPO_ROOT / "tools"), str(DOCS_SOURCE / "_ext")]
-    (src / "conf.py").write_text(textwrap.dedent(f"""
+    (src / "conf.py").write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path[:0] = {paths!r}
         extensions = ["myst_parser", "sphinx_design", "methods_choosing"]
         myst_enable_extensions = ["colon_fence"]
         suppress_warnings = ["myst.xref_missing"]
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     (src / "index.md").write_text(f"# Page\n\n```{{method-choices}}\n{body}\n```\n", encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", str(src),
-                           str(root / "html")], capture_output=True, text=True, cwd=REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", str(src), str(root / "html")],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
 
 
 def test_the_directive_refuses_an_unknown_key_in_one_line(tmp_path):
@@ -143,8 +152,14 @@ def test_the_directive_renders_the_rows_in_order(tmp_path):
     assert "about 5 % higher throughput" in first  # the sourced figure
 
 
-SCENARIOS = ("A CNN on ImageNet-scale data, on several GPUs", "Transformer pre-training", "Transformer fine-tuning",
-             "Memory-bound training", "Choosing a numeric precision", "Choosing a parallel mode")
+SCENARIOS = (
+    "A CNN on ImageNet-scale data, on several GPUs",
+    "Transformer pre-training",
+    "Transformer fine-tuning",
+    "Memory-bound training",
+    "Choosing a numeric precision",
+    "Choosing a parallel mode",
+)
 
 
 def test_the_built_page_holds_every_scenario_and_links_to_cards(real_site):

@@ -36,8 +36,13 @@ OVERRIDES = {
 
 
 def site(tmp_path: Path) -> Site:
-    return Site(source_dir=tmp_path, out_dir=tmp_path, env=jinja_environment(pages.TEMPLATE_DIR),
-                methods=sorted_methods(RECORDS), results=[])
+    return Site(
+        source_dir=tmp_path,
+        out_dir=tmp_path,
+        env=jinja_environment(pages.TEMPLATE_DIR),
+        methods=sorted_methods(RECORDS),
+        results=[],
+    )
 
 
 def html_tables(page: str) -> list[tuple[list[str], list[tuple[str, list[Any]]]]]:
@@ -57,8 +62,12 @@ def html_tables(page: str) -> list[tuple[list[str], list[tuple[str, list[Any]]]]
 def cell_texts(tables, first_cell: str) -> list[list[str]]:
     """What each row whose header is ``first_cell`` reads as (a screen reader's text: symbol, word,
     note), after its header."""
-    return [[first_cell, *(td.get_text() for td in cells)] for _, rows in tables for name, cells in rows
-            if name == first_cell]
+    return [
+        [first_cell, *(td.get_text() for td in cells)]
+        for _, rows in tables
+        for name, cells in rows
+        if name == first_cell
+    ]
 
 
 @pytest.fixture
@@ -96,8 +105,10 @@ def test_the_page_shows_every_outcome_with_a_word_and_a_symbol_and_numbers_its_n
     assert augmix[0]["class"] == ["ml-cell", "ml-outcome-not-run"]
     assert ["ddp", "fsdp", "deepspeed"] in [columns for columns, _ in tables]
     # the notes, each naming its cells, escaped
-    assert ("1. CutMix, then Selective Backprop; Selective Backprop, then CutMix: List it first. Detail: "
-            "`ValueError: CutMix: the batch changed size`.") in page
+    assert (
+        "1. CutMix, then Selective Backprop; Selective Backprop, then CutMix: List it first. Detail: "
+        "`ValueError: CutMix: the batch changed size`."
+    ) in page
     assert "2. MixUp in fp16: Detail: `RuntimeError: boom`. Not seen: `mixed_targets`." in page
     assert f"3. CutOut under fsdp: {md_text(HOSTILE_NOTE)}. Not seen: `changed_inputs`." in page
     assert "<b>" not in page and "javascript:alert(1))" not in page.replace(md_text(HOSTILE_NOTE), "")
@@ -107,15 +118,20 @@ def test_the_page_shows_every_outcome_with_a_word_and_a_symbol_and_numbers_its_n
     for outcome, label in cp.OUTCOMES.items():  # the legend: each outcome's symbol and word in its colour
         assert f'- <span class="ml-cell ml-outcome-{outcome}">{label}</span>:' in page, outcome
     # a text cell's batches are token sequences, not images
-    assert ("batches of 8 examples (images of 16 px where the methods share the vision domain, else the "
-            f"language model's sequences of {NLP_LENGTH} tokens from a vocabulary of {NLP_VOCAB})") in page
+    assert (
+        "batches of 8 examples (images of 16 px where the methods share the vision domain, else the "
+        f"language model's sequences of {NLP_LENGTH} tokens from a vocabulary of {NLP_VOCAB})"
+    ) in page
     assert "images of 16 px," not in page
 
 
 def test_each_methods_snippet_is_its_row_in_either_order_with_its_notes(rendered):
     snippet = rendered[cp.SNIPPETS / "cutmix.md.inc"]
-    others = [r.name for r in sorted_methods(RECORDS) if r.kind == "method" and r.key != "cutmix"
-              and set(r.domains) & {"vision"}]
+    others = [
+        r.name
+        for r in sorted_methods(RECORDS)
+        if r.kind == "method" and r.key != "cutmix" and set(r.domains) & {"vision"}
+    ]
     rows = [line.strip("| ").split(" | ") for line in snippet.splitlines() if line.startswith("| ")]
     assert rows[0] == ["With", "CutMix first", "CutMix second"]
     # the table lists the others whose cells do not simply run; one sentence names the rest
@@ -124,7 +140,7 @@ def test_each_methods_snippet_is_its_row_in_either_order_with_its_notes(rendered
     named = sentence.removeprefix("In either order, with no note: ✓ runs with ").removesuffix(".").split(", ")
     assert sorted(listed + named) == sorted(md_text(n) for n in others) and not set(listed) & set(named)
     assert listed == [md_text(n) for n in others if md_text(n) in listed]  # in name order
-    assert all(r[1:] != ["✓ runs", "✓ runs"] for r in rows[1:1 + len(listed)])
+    assert all(r[1:] != ["✓ runs", "✓ runs"] for r in rows[1 : 1 + len(listed)])
     assert [md_text("Selective Backprop"), "✓ runs, note 1", "⊘ refused, note 1"] in rows
     assert "Alone (fp32, one process): ✓ runs." in snippet
     assert ["CutMix", "✓ runs", "✓ runs", "✓ runs", "✓ runs", "✓ runs"] in rows  # each precision
@@ -132,16 +148,19 @@ def test_each_methods_snippet_is_its_row_in_either_order_with_its_notes(rendered
     assert "1. CutMix, then Selective Backprop; Selective Backprop, then CutMix: List it first." in snippet
     assert "{doc}`Composability page </tables/composability>`" in snippet
     # one line names the matrix's hardware, date and file, and links to what the outcomes mean
-    assert ("**Composability matrix, small scale:** Test CPU \\<i\\>x\\</i\\>, 2 cores, 2026-12-05, each "
-            "cell 6 training batches of a small model of the method's domain; results file "
-            "`results/composability/cpu-test-machine.json`. {ref}`What the outcomes mean "
-            "<measurements-composability>`") in snippet
+    assert (
+        "**Composability matrix, small scale:** Test CPU \\<i\\>x\\</i\\>, 2 cores, 2026-12-05, each "
+        "cell 6 training batches of a small model of the method's domain; results file "
+        "`results/composability/cpu-test-machine.json`. {ref}`What the outcomes mean "
+        "<measurements-composability>`"
+    ) in snippet
     # a method's own numbering: MixUp's fails cell is its note 1
     assert "1. MixUp in fp16: Detail: `RuntimeError: boom`." in rendered[cp.SNIPPETS / "mixup.md.inc"]
     assert md_text(HOSTILE_NOTE) in rendered[cp.SNIPPETS / "cutout.md.inc"]
     # every method has a snippet; best practices have none
-    assert {p for p in rendered if p != cp.PAGE} == {cp.SNIPPETS / f"{k}.md.inc" for k, r in RECORDS.items()
-                                                     if r.kind == "method"}
+    assert {p for p in rendered if p != cp.PAGE} == {
+        cp.SNIPPETS / f"{k}.md.inc" for k, r in RECORDS.items() if r.kind == "method"
+    }
 
 
 def test_the_shared_page_says_what_each_outcome_means_and_where_each_matrix_ran(tmp_path):
@@ -163,8 +182,10 @@ def test_a_method_the_matrix_predates_says_it_is_not_in_it_yet(tmp_path):
     document = matrix_document(RECORDS)
     document["cells"] = [c for c in document["cells"] if "augmix" not in c["methods"]]
     out = cp.render_composability(site(tmp_path), [(tmp_path / "cpu-x.json", document)])
-    assert "AugMix is not in the composability matrix yet (the committed matrix predates it)" in \
-        out[cp.SNIPPETS / "augmix.md.inc"]
+    assert (
+        "AugMix is not in the composability matrix yet (the committed matrix predates it)"
+        in out[cp.SNIPPETS / "augmix.md.inc"]
+    )
     assert ["AugMix", *["— not run"] * 5] in cell_texts(html_tables(out[cp.PAGE]), "AugMix")
 
 
@@ -172,9 +193,15 @@ def test_without_a_matrix_file_the_page_and_the_cards_say_so(tmp_path):
     out = cp.render_composability(site(tmp_path), [])
     assert "No composability matrix is committed yet: `nox -s matrix` runs it" in out[cp.PAGE]
     assert "| First" not in out[cp.PAGE]
-    assert out[cp.SNIPPETS / "cutmix.md.inc"].rstrip().endswith(
-        "CutMix is not in the composability matrix yet: `nox -s matrix` adds it. {ref}`What the matrix checks "
-        "<measurements-composability>`; the {doc}`Composability page </tables/composability>` shows the whole matrix.")
+    assert (
+        out[cp.SNIPPETS / "cutmix.md.inc"]
+        .rstrip()
+        .endswith(
+            "CutMix is not in the composability matrix yet: `nox -s matrix` adds it. {ref}`What the matrix checks "
+            "<measurements-composability>`; the {doc}`Composability page </tables/composability>` "
+            "shows the whole matrix."
+        )
+    )
     shared = render_measurements(site(tmp_path), matrices=[])[Path("tables/measurements/composability.md.inc")]
     assert "No composability matrix is committed yet: `nox -s matrix` runs it" in shared
 
@@ -205,7 +232,9 @@ def test_the_page_is_generated_before_the_navigation_which_lists_it():
 def test_method_cards_include_their_snippet_in_a_generated_region_and_best_practices_do_not():
     card = render_card("method", "cutmix")
     section = card.split("## Composability\n", 1)[1].split("\n## ", 1)[0]
-    assert ("<!-- generated: composability -->\n\n```{include} ../tables/composability/cutmix.md.inc\n```\n\n"
-            "<!-- end generated: composability -->") in section
+    assert (
+        "<!-- generated: composability -->\n\n```{include} ../tables/composability/cutmix.md.inc\n```\n\n"
+        "<!-- end generated: composability -->"
+    ) in section
     best = next(k for k, r in RECORDS.items() if r.is_best_practice)
     assert "generated: composability" not in render_card("method", best)

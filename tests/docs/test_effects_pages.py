@@ -27,43 +27,128 @@ from algorithms.metadata import discover_metadata_files, validate_files
 CMD_A = "python tools/measure_methods.py --only alpha_trick --seeds 3"
 CMD_B = "python tools/measure_methods.py --only hostile,zeta_method --seeds 3 --resume"
 
-ENV = {"hardware": "Test CPU, 2 cores (CPU only)", "device_type": "cpu", "device_name": "Test CPU",
-       "device_count": 1, "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.0.0", "cuda": None,
-       "python": "3.11.0", "platform": "Linux", "date": "2026-01-02T03:04:05Z", "load_average": [0.5, 0.5, 0.5]}
-VISION = {"workload": "vision", "model": "resnet20", "data": "digits", "image_size": 16, "seq_len": None,
-          "epochs": 4, "batch_size": 64, "max_batches": None, "lr": 0.05, "optimizer": "sgd", "precision": "fp32",
-          "eval_examples": None, "metric": "accuracy", "throughput_unit": "images", "chance_accuracy": 0.1,
-          "test_fraction": 0.8, "schedule": "onecycle", "threads": 1}
-NLP = {**VISION, "workload": "nlp", "model": "transformer_tiny", "data": "stdlib_text", "image_size": None,
-       "seq_len": 64, "epochs": 1, "max_batches": 20, "lr": 0.003, "optimizer": "adamw", "eval_examples": 256,
-       "metric": "loss", "throughput_unit": "tokens", "chance_accuracy": None, "test_fraction": None,
-       "schedule": "constant"}
+ENV = {
+    "hardware": "Test CPU, 2 cores (CPU only)",
+    "device_type": "cpu",
+    "device_name": "Test CPU",
+    "device_count": 1,
+    "cpu_model": "Test CPU",
+    "cpu_count": 2,
+    "torch": "2.0.0",
+    "cuda": None,
+    "python": "3.11.0",
+    "platform": "Linux",
+    "date": "2026-01-02T03:04:05Z",
+    "load_average": [0.5, 0.5, 0.5],
+}
+VISION = {
+    "workload": "vision",
+    "model": "resnet20",
+    "data": "digits",
+    "image_size": 16,
+    "seq_len": None,
+    "epochs": 4,
+    "batch_size": 64,
+    "max_batches": None,
+    "lr": 0.05,
+    "optimizer": "sgd",
+    "precision": "fp32",
+    "eval_examples": None,
+    "metric": "accuracy",
+    "throughput_unit": "images",
+    "chance_accuracy": 0.1,
+    "test_fraction": 0.8,
+    "schedule": "onecycle",
+    "threads": 1,
+}
+NLP = {
+    **VISION,
+    "workload": "nlp",
+    "model": "transformer_tiny",
+    "data": "stdlib_text",
+    "image_size": None,
+    "seq_len": 64,
+    "epochs": 1,
+    "max_batches": 20,
+    "lr": 0.003,
+    "optimizer": "adamw",
+    "eval_examples": 256,
+    "metric": "loss",
+    "throughput_unit": "tokens",
+    "chance_accuracy": None,
+    "test_fraction": None,
+    "schedule": "constant",
+}
 SEEDS = [0, 1, 2]
 T_INTERVAL, BOOTSTRAP = "paired t, 95 %", "bootstrap over seed pairs, 95 %"
 
 
 def change(metric: str, change: float, low: float, high: float, verdict: str) -> dict:
-    return {"metric": metric, "baseline": 0.9 if metric == "accuracy" else 2.0, "change": change, "low": low,
-            "high": high, "pairs": 3, "interval": T_INTERVAL, "verdict": verdict}
+    return {
+        "metric": metric,
+        "baseline": 0.9 if metric == "accuracy" else 2.0,
+        "change": change,
+        "low": low,
+        "high": high,
+        "pairs": 3,
+        "interval": T_INTERVAL,
+        "verdict": verdict,
+    }
 
 
 def ratio(value: float, low: float, high: float, verdict: str) -> dict:
     return {"ratio": value, "low": low, "high": high, "pairs": 3, "interval": BOOTSTRAP, "verdict": verdict}
 
 
-def entry(method: str, status: str, command: str, *, model=None, precision=None, reason=None, quality=None,
-          throughput=None, memory=None, activity=None, hparams=None, baseline=None) -> dict:
-    return {"method": method, "model": model, "precision": precision, "hparams": hparams or {},
-            "seeds": SEEDS if status in ("measured", "baseline", "did_not_act") else [], "status": status,
-            "reason": reason, "commands": [command], "activity": activity, "quality": quality,
-            "throughput": throughput, "memory": memory, "baseline": baseline}
+def entry(
+    method: str,
+    status: str,
+    command: str,
+    *,
+    model=None,
+    precision=None,
+    reason=None,
+    quality=None,
+    throughput=None,
+    memory=None,
+    activity=None,
+    hparams=None,
+    baseline=None,
+) -> dict:
+    return {
+        "method": method,
+        "model": model,
+        "precision": precision,
+        "hparams": hparams or {},
+        "seeds": SEEDS if status in ("measured", "baseline", "did_not_act") else [],
+        "status": status,
+        "reason": reason,
+        "commands": [command],
+        "activity": activity,
+        "quality": quality,
+        "throughput": throughput,
+        "memory": memory,
+        "baseline": baseline,
+    }
 
 
 def baseline(command: str, metric: str = "accuracy", **kw) -> dict:
     mean, low, high = (0.91, 0.89, 0.93) if metric == "accuracy" else (2.05, 2.0, 2.1)
-    return entry("baseline", "baseline", command, baseline={
-        "metric": metric, "mean": mean, "low": low, "high": high, "throughput_median": 2075.7,
-        "throughput_min": 1654.9, "throughput_max": 2496.6}, **kw)
+    return entry(
+        "baseline",
+        "baseline",
+        command,
+        baseline={
+            "metric": metric,
+            "mean": mean,
+            "low": low,
+            "high": high,
+            "throughput_median": 2075.7,
+            "throughput_min": 1654.9,
+            "throughput_max": 2496.6,
+        },
+        **kw,
+    )
 
 
 def document(settings: dict, summary: list[dict], commands=(CMD_A, CMD_B)) -> dict:
@@ -72,20 +157,43 @@ def document(settings: dict, summary: list[dict], commands=(CMD_A, CMD_B)) -> di
     for e in summary:
         for seed in SEEDS:
             ok = e["status"] in ("measured", "baseline", "did_not_act")
-            runs.append({
-                "method": e["method"], "model": e["model"], "precision": e["precision"], "seed": seed,
-                "hparams": e["hparams"], "status": "ok" if ok else e["status"], "reason": None if ok else e["reason"],
-                "date": ENV["date"], "load_average": [0.5, 0.5, 0.5], "wall_s": 10.0 if ok else None,
-                "samples": 640 if ok else None, "throughput": 2000.0 if ok else None,
-                "peak_memory_bytes": 2**30 if ok else None, "memory_kind": "cpu_peak_rss" if ok else None,
-                "accuracy": (0.9 if settings["metric"] == "accuracy" else None) if ok else None,
-                "loss": 2.0 if ok else None, "command": e["commands"][0], "eval_s": 1.0 if ok else None,
-                "job_s": 12.0 if ok else None, "tokens": (40960 if settings["seq_len"] else None) if ok else None,
-                "activity": None if e["method"] == "baseline" or not ok else {k: int(v) for k, v in
-                                                                             (e["activity"] or {}).items()},
-                "acted": None if e["method"] == "baseline" or not ok else e["status"] == "measured"})
-    doc = {"$schema": "../../algorithms/effects.schema.json", "schema_version": 3, "environment": ENV,
-           "settings": settings, "commands": list(commands), "runs": runs, "summary": summary}
+            runs.append(
+                {
+                    "method": e["method"],
+                    "model": e["model"],
+                    "precision": e["precision"],
+                    "seed": seed,
+                    "hparams": e["hparams"],
+                    "status": "ok" if ok else e["status"],
+                    "reason": None if ok else e["reason"],
+                    "date": ENV["date"],
+                    "load_average": [0.5, 0.5, 0.5],
+                    "wall_s": 10.0 if ok else None,
+                    "samples": 640 if ok else None,
+                    "throughput": 2000.0 if ok else None,
+                    "peak_memory_bytes": 2**30 if ok else None,
+                    "memory_kind": "cpu_peak_rss" if ok else None,
+                    "accuracy": (0.9 if settings["metric"] == "accuracy" else None) if ok else None,
+                    "loss": 2.0 if ok else None,
+                    "command": e["commands"][0],
+                    "eval_s": 1.0 if ok else None,
+                    "job_s": 12.0 if ok else None,
+                    "tokens": (40960 if settings["seq_len"] else None) if ok else None,
+                    "activity": None
+                    if e["method"] == "baseline" or not ok
+                    else {k: int(v) for k, v in (e["activity"] or {}).items()},
+                    "acted": None if e["method"] == "baseline" or not ok else e["status"] == "measured",
+                }
+            )
+    doc = {
+        "$schema": "../../algorithms/effects.schema.json",
+        "schema_version": 3,
+        "environment": ENV,
+        "settings": settings,
+        "commands": list(commands),
+        "runs": runs,
+        "summary": summary,
+    }
     assert effects_problems(doc) == []
     return doc
 
@@ -93,34 +201,75 @@ def document(settings: dict, summary: list[dict], commands=(CMD_A, CMD_B)) -> di
 def vision_document() -> dict:
     """Alpha Trick measured (by CMD_A), the hostile method did not act, Zeta failed and is not
     applicable in amp_fp16 (by CMD_B, the file's last command)."""
-    return document(VISION, [
-        baseline(CMD_A),
-        entry("alpha_trick", "measured", CMD_A, hparams={"p": 0.5}, activity={"batches_mixed": 10.0},
-              quality=change("accuracy", 0.012, 0.004, 0.020, "better"),
-              throughput=ratio(0.87, 0.83, 0.93, "worse"), memory=ratio(1.0, 0.98, 1.03, "no detectable difference")),
-        entry("hostile", "did_not_act", CMD_B, activity={"layers_frozen": 0.0},
-              reason="its recorded activity was zero in all 8 runs (layers frozen 0)"),
-        entry("zeta_method", "failed", CMD_B, reason="KeyError: 'weight' <b>bold</b> *star*"),
-        entry("zeta_method", "not_applicable", CMD_B, precision="amp_fp16",
-              reason="amp_fp16 needs a GPU: this machine has none"),
-    ])
+    return document(
+        VISION,
+        [
+            baseline(CMD_A),
+            entry(
+                "alpha_trick",
+                "measured",
+                CMD_A,
+                hparams={"p": 0.5},
+                activity={"batches_mixed": 10.0},
+                quality=change("accuracy", 0.012, 0.004, 0.020, "better"),
+                throughput=ratio(0.87, 0.83, 0.93, "worse"),
+                memory=ratio(1.0, 0.98, 1.03, "no detectable difference"),
+            ),
+            entry(
+                "hostile",
+                "did_not_act",
+                CMD_B,
+                activity={"layers_frozen": 0.0},
+                reason="its recorded activity was zero in all 8 runs (layers frozen 0)",
+            ),
+            entry("zeta_method", "failed", CMD_B, reason="KeyError: 'weight' <b>bold</b> *star*"),
+            entry(
+                "zeta_method",
+                "not_applicable",
+                CMD_B,
+                precision="amp_fp16",
+                reason="amp_fp16 needs a GPU: this machine has none",
+            ),
+        ],
+    )
 
 
 def nlp_document() -> dict:
     """Zeta measured in amp_bf16 (a lower loss), Alpha Trick with no detectable difference."""
-    return document(NLP, [
-        baseline(CMD_A, "loss"), baseline(CMD_A, "loss", precision="amp_bf16"),
-        entry("alpha_trick", "measured", CMD_A,
-              quality=change("loss", 0.002, -0.006, 0.009, "no detectable difference"),
-              throughput=ratio(1.01, 0.9, 1.1, "no detectable difference"), memory=None),
-        entry("zeta_method", "measured", CMD_A, precision="amp_bf16",
-              quality=change("loss", -0.05, -0.08, -0.02, "better"), throughput=ratio(1.42, 1.3, 1.55, "better"),
-              memory=ratio(0.8, 0.75, 0.85, "better")),
-    ], commands=(CMD_A,))
+    return document(
+        NLP,
+        [
+            baseline(CMD_A, "loss"),
+            baseline(CMD_A, "loss", precision="amp_bf16"),
+            entry(
+                "alpha_trick",
+                "measured",
+                CMD_A,
+                quality=change("loss", 0.002, -0.006, 0.009, "no detectable difference"),
+                throughput=ratio(1.01, 0.9, 1.1, "no detectable difference"),
+                memory=None,
+            ),
+            entry(
+                "zeta_method",
+                "measured",
+                CMD_A,
+                precision="amp_bf16",
+                quality=change("loss", -0.05, -0.08, -0.02, "better"),
+                throughput=ratio(1.42, 1.3, 1.55, "better"),
+                memory=ratio(0.8, 0.75, 0.85, "better"),
+            ),
+        ],
+        commands=(CMD_A,),
+    )
 
 
-AT_SCALE = {"figure": "+1.4 points top-1", "setting": "ResNet-50 on ImageNet, 90 epochs",
-            "hardware": "8 V100 GPUs", "source": "Yun et al., 2019", "url": "https://arxiv.org/abs/1905.04899"}
+AT_SCALE = {
+    "figure": "+1.4 points top-1",
+    "setting": "ResNet-50 on ImageNet, 90 epochs",
+    "hardware": "8 V100 GPUs",
+    "source": "Yun et al., 2019",
+    "url": "https://arxiv.org/abs/1905.04899",
+}
 
 
 def site(metadata: Path, root: Path, documents: dict[str, dict], at_scale: dict[str, dict] | None = None) -> Site:
@@ -135,10 +284,20 @@ def site(metadata: Path, root: Path, documents: dict[str, dict], at_scale: dict[
         effects.append((path, load_effects(path)))
     records, problems = validate_files(discover_metadata_files(metadata))
     assert problems == []
-    records = {k: dataclasses.replace(r, at_scale=at_scale[k], raw={**r.raw, "at_scale": at_scale[k]})
-               if k in (at_scale or {}) else r for k, r in records.items()}
-    return Site(source_dir=root, out_dir=root, env=jinja_environment(pages.TEMPLATE_DIR),
-                methods=sorted_methods(records), results=[], effects=effects)
+    records = {
+        k: dataclasses.replace(r, at_scale=at_scale[k], raw={**r.raw, "at_scale": at_scale[k]})
+        if k in (at_scale or {})
+        else r
+        for k, r in records.items()
+    }
+    return Site(
+        source_dir=root,
+        out_dir=root,
+        env=jinja_environment(pages.TEMPLATE_DIR),
+        methods=sorted_methods(records),
+        results=[],
+        effects=effects,
+    )
 
 
 def rendered(metadata: Path, root: Path, documents: dict[str, dict], at_scale=None) -> dict[Path, str]:
@@ -162,23 +321,30 @@ def table_rows(text: str, key: str) -> list[str]:
 
 # --------------------------------------------------------------------------------------------- measured rows
 
+
 def test_a_measured_row_shows_each_change_with_its_interval_and_verdict(synthetic_metadata, tmp_path):
     out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()})
     text = card(out, "alpha_trick")
     assert "| Test accuracy, change | +1.2 points (+0.4 to +2.0): better |" in text
     assert "| Throughput (images/s), ratio | 0.87x (0.83–0.93): slower |" in text
     assert "| Peak memory of the process (resident set), ratio | no detectable difference (0.98–1.03x) |" in text
-    assert ("| Baseline | 91.0 % test accuracy (95 % t interval 89.0 to 93.0 %; chance 10 %); median 2,076 images/s "
-            "(range 1,655–2,497 over 3 seeds) |") in text
+    assert (
+        "| Baseline | 91.0 % test accuracy (95 % t interval 89.0 to 93.0 %; chance 10 %); median 2,076 images/s "
+        "(range 1,655–2,497 over 3 seeds) |"
+    ) in text
     assert f"| Seed pairs | 3 (change in quality: {T_INTERVAL}; ratios: {BOOTSTRAP}) |" in text
     assert "| What it did (mean per run) | batches mixed 10 |" in text
     assert "`Thing(p=0.5)`" in text and "`results/effects/vision-test.json`" in text
 
-    row, = table_rows(overview(out), "alpha_trick")
-    assert row == ("| [Alpha Trick](alpha_trick.md) | +1.2 points (+0.4 to +2.0): better | 0.87x (0.83–0.93): slower | "
-                   "no detectable difference (0.98–1.03x) | 3 | none quoted |")
-    assert "| Method | Test accuracy, change (95 % interval) | Throughput (images/s), ratio (95 % interval) |" \
+    (row,) = table_rows(overview(out), "alpha_trick")
+    assert row == (
+        "| [Alpha Trick](alpha_trick.md) | +1.2 points (+0.4 to +2.0): better | 0.87x (0.83–0.93): slower | "
+        "no detectable difference (0.98–1.03x) | 3 | none quoted |"
+    )
+    assert (
+        "| Method | Test accuracy, change (95 % interval) | Throughput (images/s), ratio (95 % interval) |"
         in overview(out)
+    )
 
 
 def test_a_language_models_row_is_a_loss_in_nats_and_tokens_per_second(synthetic_metadata, tmp_path):
@@ -189,10 +355,14 @@ def test_a_language_models_row_is_a_loss_in_nats_and_tokens_per_second(synthetic
     assert "0.80x (0.75–0.85): less memory" in text
     assert "accuracy" not in text.lower()
     # measured in another precision: said so, against the baseline of that precision
-    assert "Zeta was measured in `amp_bf16` instead of `fp32` (its metadata's workload), against a baseline of " \
-           "the same model and precision" in text
-    assert "| Baseline (amp\\_bf16) | validation loss 2.050 nats (95 % t interval 2.000 to 2.100); median 2,076 " \
-           "tokens/s" in text
+    assert (
+        "Zeta was measured in `amp_bf16` instead of `fp32` (its metadata's workload), against a baseline of "
+        "the same model and precision" in text
+    )
+    assert (
+        "| Baseline (amp\\_bf16) | validation loss 2.050 nats (95 % t interval 2.000 to 2.100); median 2,076 "
+        "tokens/s" in text
+    )
     assert "transformer\\_tiny on stdlib\\_text (windows of 64 tokens)" in text
     assert "| Throughput (tokens/s), ratio | not measured |" not in text
     assert "| Peak memory of the process (resident set), ratio | not measured |" in card(out, "alpha_trick")
@@ -200,33 +370,44 @@ def test_a_language_models_row_is_a_loss_in_nats_and_tokens_per_second(synthetic
 
 # --------------------------------------------------------------------------------------------- (b) no difference
 
+
 def test_no_detectable_difference_reads_first_with_its_interval_not_as_a_number(synthetic_metadata, tmp_path):
     out = rendered(synthetic_metadata, tmp_path, {"nlp-test.json": nlp_document()})
     text = card(out, "alpha_trick")
     assert "| Validation loss (lower is better), change | no detectable difference (−0.006 to +0.009 nats) |" in text
     assert "| Throughput (tokens/s), ratio | no detectable difference (0.90–1.10x) |" in text
     assert "+0.002" not in text and "1.01x" not in text  # the point estimates are not offered as effects
-    row, = table_rows(overview(out), "alpha_trick")
+    (row,) = table_rows(overview(out), "alpha_trick")
     cells = [c.strip() for c in row.split(" | ")]
     assert cells[1].startswith("no detectable difference (") and cells[2].startswith("no detectable difference (")
 
 
-@pytest.mark.parametrize(("quality", "expected"), [
-    (change("accuracy", 0.002, -0.006, 0.009, "no detectable difference"),
-     "no detectable difference (−0.6 to +0.9 points)"),
-    (change("accuracy", -0.031, -0.05, -0.012, "worse"), "−3.1 points (−5.0 to −1.2): worse"),
-    (change("loss", 0.0004, -0.0003, 0.0011, "no detectable difference"),
-     "no detectable difference (−0.0003 to +0.0011 nats)"),
-])
+@pytest.mark.parametrize(
+    ("quality", "expected"),
+    [
+        (
+            change("accuracy", 0.002, -0.006, 0.009, "no detectable difference"),
+            "no detectable difference (−0.6 to +0.9 points)",
+        ),
+        (change("accuracy", -0.031, -0.05, -0.012, "worse"), "−3.1 points (−5.0 to −1.2): worse"),
+        (
+            change("loss", 0.0004, -0.0003, 0.0011, "no detectable difference"),
+            "no detectable difference (−0.0003 to +0.0011 nats)",
+        ),
+    ],
+)
 def test_a_quality_change_is_formatted_with_its_interval(quality, expected):
     assert effects_pages.quality_text(quality) == expected
 
 
-@pytest.mark.parametrize(("what", "value", "expected"), [
-    ("throughput", ratio(1.2, 1.1, 1.3, "better"), "1.20x (1.10–1.30): faster"),
-    ("memory", ratio(1.0141, 1.0134, 1.0148, "worse"), "1.014x (1.013–1.015): more memory"),
-    ("memory", None, "not measured"),
-])
+@pytest.mark.parametrize(
+    ("what", "value", "expected"),
+    [
+        ("throughput", ratio(1.2, 1.1, 1.3, "better"), "1.20x (1.10–1.30): faster"),
+        ("memory", ratio(1.0141, 1.0134, 1.0148, "worse"), "1.014x (1.013–1.015): more memory"),
+        ("memory", None, "not measured"),
+    ],
+)
 def test_a_ratio_is_formatted_with_its_interval(what, value, expected):
     assert effects_pages.ratio_text(value, what) == expected
 
@@ -239,8 +420,10 @@ NUMBERS = re.compile(r"\d\.\d+x|points|nats|[+−-]\d+\.\d|better|worse|no detec
 def test_a_row_without_an_effect_shows_its_reason_and_no_number(synthetic_metadata, tmp_path):
     out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()})
     hostile = card(out, "hostile")
-    assert "No effect is reported — did not act: its recorded activity was zero in all 8 runs (layers frozen 0)." \
+    assert (
+        "No effect is reported — did not act: its recorded activity was zero in all 8 runs (layers frozen 0)."
         in hostile
+    )
     zeta = card(out, "zeta_method")
     assert "No effect is reported — failed: KeyError: 'weight' \\<b\\>bold\\</b\\> \\*star\\*." in zeta
     assert "No effect is reported — not applicable here: amp\\_fp16 needs a GPU: this machine has none." in zeta
@@ -256,8 +439,11 @@ def test_a_row_without_an_effect_shows_its_reason_and_no_number(synthetic_metada
     assert "did not act: its recorded activity was zero in all 8 runs (layers frozen 0) |" in page
     chart = out[Path("tables/effects/vision-test.svg")]
     assert "Not plotted, no effect:" in chart and "did not act" in chart
-    assert re.search(r":alt: Forest plot of 1 methods .* Not plotted: .*Zeta: failed; Zeta \(amp_fp16\): not "
-                     r"applicable here\.", page)
+    assert re.search(
+        r":alt: Forest plot of 1 methods .* Not plotted: .*Zeta: failed; Zeta \(amp_fp16\): not "
+        r"applicable here\.",
+        page,
+    )
 
 
 def test_a_file_without_a_measured_row_has_no_chart_and_lists_its_rows(synthetic_metadata, tmp_path):
@@ -274,6 +460,7 @@ def test_a_file_without_a_measured_row_has_no_chart_and_lists_its_rows(synthetic
 
 # --------------------------------------------------------------------------------------------- (c) commands
 
+
 def test_the_command_shown_for_a_row_is_the_command_that_measured_it(synthetic_metadata, tmp_path):
     out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()})
     alpha, zeta = card(out, "alpha_trick"), card(out, "zeta_method")
@@ -286,28 +473,35 @@ def test_the_command_shown_for_a_row_is_the_command_that_measured_it(synthetic_m
 
 # --------------------------------------------------------------------------------------------- (d) scale
 
+
 def test_every_table_says_it_is_small_scale_and_quotes_the_figure_at_scale(synthetic_metadata, tmp_path):
-    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document(),
-                                                  "nlp-test.json": nlp_document()},
-                   at_scale={"alpha_trick": AT_SCALE})
+    out = rendered(
+        synthetic_metadata,
+        tmp_path,
+        {"vision-test.json": vision_document(), "nlp-test.json": nlp_document()},
+        at_scale={"alpha_trick": AT_SCALE},
+    )
     alpha = card(out, "alpha_trick")
-    quoted = ("At scale: +1.4 points top-1 (ResNet-50 on ImageNet, 90 epochs; hardware: 8 V100 GPUs), as quoted by "
-              "[Yun et al., 2019](https://arxiv.org/abs/1905.04899).")
+    quoted = (
+        "At scale: +1.4 points top-1 (ResNet-50 on ImageNet, 90 epochs; hardware: 8 V100 GPUs), as quoted by "
+        "[Yun et al., 2019](https://arxiv.org/abs/1905.04899)."
+    )
     # each file's part of the card: one line (workload, hardware, date, file, the shared page), table, figure at scale
     parts = alpha.split("**")[1:]
     assert [title for title in parts[::2]] == ["Text workload, small scale:", "Vision workload, small scale:"]
     for part in parts[1::2]:
         assert part.index("Test CPU, 2 cores (CPU only), 2026-01-02") < part.index("|---|") < part.index(quoted)
-        assert "not what the method does at scale: {ref}`how the effects are measured <measurements-effects>`" \
-            in part
+        assert "not what the method does at scale: {ref}`how the effects are measured <measurements-effects>`" in part
     assert alpha.count(quoted) == 2
-    assert (" resnet20 on digits (16 px images), Test CPU, 2 cores (CPU only), 2026-01-02; results file "
-            "`results/effects/vision-test.json`.") in alpha
+    assert (
+        " resnet20 on digits (16 px images), Test CPU, 2 cores (CPU only), 2026-01-02; results file "
+        "`results/effects/vision-test.json`."
+    ) in alpha
     # the workload's settings, versions and seeds are on the shared page, not on every card
     assert "seeds 0, 1, 2" not in alpha and "torch 2.0.0" not in alpha
     assert "At scale: no figure at scale is quoted." in card(out, "zeta_method")
     page = overview(out)
-    row, = table_rows(page.split("### Vision")[1], "alpha_trick")
+    (row,) = table_rows(page.split("### Vision")[1], "alpha_trick")
     assert row.endswith("| +1.4 points top-1 ([Yun et al., 2019](https://arxiv.org/abs/1905.04899)) |")
     assert page.count("Measured at small scale on a CPU") == 2
 
@@ -321,17 +515,21 @@ def test_the_shared_page_gives_each_files_workload_seeds_versions_and_load(synth
     page = render_measurements(s, matrices=[])[Path("tables/measurements/effects.md.inc")]
     assert [line for line in page.splitlines() if line.startswith("### ")] == [
         "### Text: transformer\\_tiny on stdlib\\_text, Test CPU, 2 cores (CPU only), 2026-01-02",
-        "### Vision: resnet20 on digits, Test CPU, 2 cores (CPU only), 2026-01-02"]
-    assert ("Measured at small scale on a CPU with `tools/measure_methods.py`: Test CPU, 2 cores (CPU only), "
-            "2026-01-02 (torch 2.0.0, Python 3.11.0); resnet20 on digits (16 px images), 4 epoch(s) of batch 64, "
-            "sgd (learning rate 0.05, onecycle schedule), fp32, one process of 1 thread, seeds 0, 1, 2.") in page
+        "### Vision: resnet20 on digits, Test CPU, 2 cores (CPU only), 2026-01-02",
+    ]
+    assert (
+        "Measured at small scale on a CPU with `tools/measure_methods.py`: Test CPU, 2 cores (CPU only), "
+        "2026-01-02 (torch 2.0.0, Python 3.11.0); resnet20 on digits (16 px images), 4 epoch(s) of batch 64, "
+        "sgd (learning rate 0.05, onecycle schedule), fp32, one process of 1 thread, seeds 0, 1, 2."
+    ) in page
     assert page.count("not what it does at scale") == 2
     assert page.count("The machine was shared") == 1 and "reached 3.5 on 2 cores" in page
     assert f"Commands that measured it: {md_code(CMD_A)}; {md_code(CMD_B)}." in page
     assert f"Command that measured it: {md_code(CMD_A)}." in page
     # a card names its file's load in a few words
-    assert "a shared machine (load average up to 3.5 on 2 cores)" in card(rendered(
-        synthetic_metadata, tmp_path, {"vision-test.json": doc}), "alpha_trick")
+    assert "a shared machine (load average up to 3.5 on 2 cores)" in card(
+        rendered(synthetic_metadata, tmp_path, {"vision-test.json": doc}), "alpha_trick"
+    )
 
     empty = render_measurements(site(synthetic_metadata, tmp_path / "none", {}), matrices=[])
     assert "No effects file is committed yet" in empty[Path("tables/measurements/effects.md.inc")]
@@ -341,61 +539,92 @@ def test_a_method_that_is_not_measured_still_quotes_its_figure_at_scale(syntheti
     out = rendered(synthetic_metadata, tmp_path, {}, at_scale={"alpha_trick": {**AT_SCALE, "url": None}})
     text = card(out, "alpha_trick")
     assert "has not measured Alpha Trick yet." in text
-    assert "At scale: +1.4 points top-1 (ResNet-50 on ImageNet, 90 epochs; hardware: 8 V100 GPUs), as quoted by " \
-           "Yun et al., 2019." in text
+    assert (
+        "At scale: +1.4 points top-1 (ResNet-50 on ImageNet, 90 epochs; hardware: 8 V100 GPUs), as quoted by "
+        "Yun et al., 2019." in text
+    )
 
 
 # --------------------------------------------------------------------------------------------- (e) escaping
 
+
 def test_metadata_and_results_text_is_escaped(synthetic_metadata, tmp_path):
-    hostile_scale = {"figure": HOSTILE, "setting": "<i>x</i> `y`", "hardware": "[z](javascript:alert(1))",
-                     "source": "**Mallory** ](javascript:alert(1))", "url": "https://example.invalid/a b)(c<d>"}
-    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()},
-                   at_scale={"hostile": hostile_scale, "alpha_trick": hostile_scale})
+    hostile_scale = {
+        "figure": HOSTILE,
+        "setting": "<i>x</i> `y`",
+        "hardware": "[z](javascript:alert(1))",
+        "source": "**Mallory** ](javascript:alert(1))",
+        "url": "https://example.invalid/a b)(c<d>",
+    }
+    out = rendered(
+        synthetic_metadata,
+        tmp_path,
+        {"vision-test.json": vision_document()},
+        at_scale={"hostile": hostile_scale, "alpha_trick": hostile_scale},
+    )
     for text in (card(out, "hostile"), card(out, "alpha_trick"), overview(out)):
         assert "<script>" not in text and "<i>x</i>" not in text
         assert not re.search(r"(?<!\\)\]\(javascript", text)  # no link to javascript: (an escaped "]" opens none)
         assert md_text(HOSTILE) in text
         assert "(https://example.invalid/a%20b%29%28c%3Cd%3E)" in text
-    name = md_text('Evil *Name* <b>x</b> `code` {eval-rst}')
+    name = md_text("Evil *Name* <b>x</b> `code` {eval-rst}")
     assert f"| [{name}](hostile.md) | did not act:" in overview(out)
     bad = {**AT_SCALE, "url": "javascript:alert(1)"}
     with pytest.raises(ValueError, match="only https:// links are allowed"):
-        rendered(synthetic_metadata, tmp_path / "bad", {"vision-test.json": vision_document()},
-                 at_scale={"alpha_trick": bad})
+        rendered(
+            synthetic_metadata, tmp_path / "bad", {"vision-test.json": vision_document()}, at_scale={"alpha_trick": bad}
+        )
 
 
 # --------------------------------------------------------------------------------------------- charts
 
+
 def test_the_chart_is_a_forest_plot_with_its_text_kept_as_text(synthetic_metadata, tmp_path):
-    out = rendered(synthetic_metadata, tmp_path, {"nlp-test.json": nlp_document(),
-                                                  "vision-test.json": vision_document()})
+    out = rendered(
+        synthetic_metadata, tmp_path, {"nlp-test.json": nlp_document(), "vision-test.json": vision_document()}
+    )
     chart = out[Path("tables/effects/nlp-test.svg")]
     assert "<dc:identifier>sha256:" in chart
-    for text in (">Alpha Trick<", ">Zeta (amp_bf16)<", "(log scale)", ">1x<",
-                 "Text: transformer_tiny on stdlib_text", ">no detectable difference<"):
+    for text in (
+        ">Alpha Trick<",
+        ">Zeta (amp_bf16)<",
+        "(log scale)",
+        ">1x<",
+        "Text: transformer_tiny on stdlib_text",
+        ">no detectable difference<",
+    ):
         assert text in chart, text
     page = overview(out)
     assert "```{figure} ../tables/effects/nlp-test.svg" in page and ":class: ml-effects-chart" in page
-    assert ("Text workload (transformer\\_tiny on stdlib\\_text, windows of 64 tokens), measured at small scale on a "
-            "CPU: each measured method's change in validation loss") in page
+    assert (
+        "Text workload (transformer\\_tiny on stdlib\\_text, windows of 64 tokens), measured at small scale on a "
+        "CPU: each measured method's change in validation loss"
+    ) in page
     assert "Vision workload (resnet20 on digits, 16 px images)" in page
     # the best change in quality first: a lower loss for Zeta
-    view = effects_pages.effects_file(Path("nlp-test.json"), nlp_document(),
-                                      {r.key: r for r in sorted_methods(validate_files(
-                                          discover_metadata_files(synthetic_metadata))[0])})
+    view = effects_pages.effects_file(
+        Path("nlp-test.json"),
+        nlp_document(),
+        {r.key: r for r in sorted_methods(validate_files(discover_metadata_files(synthetic_metadata))[0])},
+    )
     assert [r.key for r in view.chart_rows] == ["zeta_method", "alpha_trick"]
     landing = out[Path("tables/landing.rst.inc")]
     for chart in ("nlp-test", "vision-test"):
         assert f".. figure:: tables/effects/{chart}.svg" in landing
     # each landing chart's caption says what that chart found (by verdict, beyond its 95 % interval),
     # not the overview's description of how it is drawn
-    captions = [" ".join(c.split()) for c in re.findall(r"\n\n   (Text workload.*?|Vision workload.*?)\n\n", landing,
-                                                         flags=re.S)]
+    captions = [
+        " ".join(c.split())
+        for c in re.findall(r"\n\n   (Text workload.*?|Vision workload.*?)\n\n", landing, flags=re.S)
+    ]
     assert len(captions) == 2 and captions[0] != captions[1]
-    assert captions[0].startswith(rst_text("Text workload, transformer_tiny on stdlib_text: of 2 methods measured, "
-                                           "Zeta (amp_bf16) lowered the validation loss; Zeta (amp_bf16) (1.42x) "
-                                           "ran faster."))
+    assert captions[0].startswith(
+        rst_text(
+            "Text workload, transformer_tiny on stdlib_text: of 2 methods measured, "
+            "Zeta (amp_bf16) lowered the validation loss; Zeta (amp_bf16) (1.42x) "
+            "ran faster."
+        )
+    )
     assert captions[1].startswith(rst_text("Vision workload, resnet20 on digits: of "))
     assert not any("each measured method's change" in c for c in captions)
 
@@ -409,14 +638,27 @@ def test_a_method_that_wrecks_quality_does_not_squeeze_the_others_onto_zero(synt
     assert -30 < low < -2.0 and 2.2 < high < 5  # the -70 point row is beyond the axis, the rest within
     assert effects_pages._quality_limits([-0.5], [0.5]) == pytest.approx((-0.58, 0.58))  # one row: all of it
     wrecked = vision_document()
-    wrecked["summary"][2] = entry("hostile", "measured", CMD_A, activity={"layers_frozen": 3.0},
-                                  quality=change("accuracy", -0.705, -0.753, -0.657, "worse"),
-                                  throughput=ratio(1.1, 0.9, 1.3, "no detectable difference"), memory=None)
+    wrecked["summary"][2] = entry(
+        "hostile",
+        "measured",
+        CMD_A,
+        activity={"layers_frozen": 3.0},
+        quality=change("accuracy", -0.705, -0.753, -0.657, "worse"),
+        throughput=ratio(1.1, 0.9, 1.3, "no detectable difference"),
+        memory=None,
+    )
     for i, precision in enumerate(("bf16", "fp16", "amp_bf16")):  # more rows about a point from zero
-        wrecked["summary"].append(entry("alpha_trick", "measured", CMD_A, precision=precision,
-                                        quality=change("accuracy", 0.002 * i, -0.008, 0.01 + 0.002 * i,
-                                                       "no detectable difference"),
-                                        throughput=ratio(1.0, 0.9, 1.1, "no detectable difference"), memory=None))
+        wrecked["summary"].append(
+            entry(
+                "alpha_trick",
+                "measured",
+                CMD_A,
+                precision=precision,
+                quality=change("accuracy", 0.002 * i, -0.008, 0.01 + 0.002 * i, "no detectable difference"),
+                throughput=ratio(1.0, 0.9, 1.1, "no detectable difference"),
+                memory=None,
+            )
+        )
     chart = rendered(synthetic_metadata, tmp_path, {"w.json": wrecked})[Path("tables/effects/w.svg")]
     assert "\u221270.5" in chart  # the value written at the edge, as text
 
@@ -442,18 +684,27 @@ def test_the_chart_is_reused_while_its_inputs_are_unchanged(synthetic_metadata, 
 
 # --------------------------------------------------------------------------------------------- the build
 
+
 def test_the_build_renders_the_effects_files_it_finds(synthetic_metadata, tmp_path):
     """Through pages.generate, as the docs build: a snippet for every method (not a best practice),
     the charts, and an unmeasured method says so."""
     results = tmp_path / "results"
     (results / "effects").mkdir(parents=True)
     (results / "effects" / "vision-test.json").write_text(json.dumps(vision_document()), encoding="utf-8")
-    generated = pages.generate(tmp_path, metadata_root=synthetic_metadata, results_root=results,
-                               generators=(pages.methods_overview, render_effects))
+    generated = pages.generate(
+        tmp_path,
+        metadata_root=synthetic_metadata,
+        results_root=results,
+        generators=(pages.methods_overview, render_effects),
+    )
     assert generated.problems == []
     out = generated.outputs
     assert {p.name for p in out if p.parent == Path("tables/effects")} == {
-        "alpha_trick.md.inc", "hostile.md.inc", "zeta_method.md.inc", "vision-test.svg"}
+        "alpha_trick.md.inc",
+        "hostile.md.inc",
+        "zeta_method.md.inc",
+        "vision-test.svg",
+    }
     assert "+1.2 points (+0.4 to +2.0): better" in out[Path("tables/effects/alpha_trick.md.inc")]
 
 
@@ -464,8 +715,9 @@ def test_a_bad_effects_file_is_a_problem_line_and_nothing_renders(synthetic_meta
     (tmp_path / "results" / "effects" / "bad.json").write_text(json.dumps(old), encoding="utf-8")
     generated = pages.generate(tmp_path, metadata_root=synthetic_metadata, results_root=tmp_path / "results")
     assert generated.outputs == {}
-    assert any("bad.json: /schema_version: 2 is no longer read" in p and "measure again" in p
-               for p in generated.problems), generated.problems
+    assert any(
+        "bad.json: /schema_version: 2 is no longer read" in p and "measure again" in p for p in generated.problems
+    ), generated.problems
 
 
 def test_a_chart_that_cannot_be_drawn_is_a_problem_naming_the_file(synthetic_metadata, tmp_path, monkeypatch):
@@ -477,6 +729,7 @@ def test_a_chart_that_cannot_be_drawn_is_a_problem_naming_the_file(synthetic_met
         raise OverflowError("no room")
 
     monkeypatch.setattr(effects_pages, "_draw_chart", broken)
-    generated = pages.generate(tmp_path, metadata_root=synthetic_metadata, results_root=results,
-                               generators=(pages.methods_overview,))
+    generated = pages.generate(
+        tmp_path, metadata_root=synthetic_metadata, results_root=results, generators=(pages.methods_overview,)
+    )
     assert generated.problems == ["results/effects/v.json: the effects chart cannot be drawn: OverflowError: no room"]

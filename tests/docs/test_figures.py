@@ -48,8 +48,14 @@ def test_the_caption_gives_the_exact_call_and_it_runs(record):
     (call,) = re.findall(r"`(cf\.[^`]+)`", region)
     assert call == figures.figure_call(record)
     photos = figures.photos()
-    namespace = {"cf": cf, "torch": torch, "photos": photos, "labels": torch.arange(photos.shape[0]),
-                 "logits": torch.zeros(1, figures.TARGET_CLASSES), "label": torch.tensor([5])}
+    namespace = {
+        "cf": cf,
+        "torch": torch,
+        "photos": photos,
+        "labels": torch.arange(photos.shape[0]),
+        "logits": torch.zeros(1, figures.TARGET_CLASSES),
+        "label": torch.tensor([5]),
+    }
     if record.raw["figure"]["kind"] == "selection":
         inputs, labels, model = figures.selection_batch()
         namespace.update(inputs=inputs, labels=labels, model=model, F=torch.nn.functional)
@@ -129,8 +135,20 @@ def test_the_figure_kinds_surgery_and_plot_draw_from_the_methods_code(tmp_path, 
     monkeypatch.setitem(__import__("sys").modules, module.__name__, module)
     monkeypatch.setattr(figures, "_functional", lambda record: apply_gelu)
     relus = sum(isinstance(m, torch.nn.ReLU) for m in algorithms.models.resnet20(10).modules())
-    record = types.SimpleNamespace(key="fake_surgery", functional="apply_gelu", raw={"figure": {
-        "kind": "surgery", "model": "resnet20", "module": "layer1.0", "arguments": {}, "seed": 0, "alt": "x"}})
+    record = types.SimpleNamespace(
+        key="fake_surgery",
+        functional="apply_gelu",
+        raw={
+            "figure": {
+                "kind": "surgery",
+                "model": "resnet20",
+                "module": "layer1.0",
+                "arguments": {},
+                "seed": 0,
+                "alt": "x",
+            }
+        },
+    )
     before, after, changed = figures.surgery_views(record)
     assert changed == relus and any("ReLU" in line for line in before) and any("GELU" in line for line in after)
     assert figures.figure_call(record) == "cf.apply_gelu(model)"
@@ -160,8 +178,10 @@ def test_the_selection_batch_is_the_same_at_every_call_and_leaves_torchs_generat
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
     assert torch.equal(first[2](first[0]), second[2](second[0])) and not first[2].training
     inputs, labels, _ = first
-    assert inputs.shape == (figures.SELECTION_EXAMPLES, 3, 8, 8) and len(set(map(tuple, inputs.flatten(1).tolist()))) \
-        == figures.SELECTION_EXAMPLES  # unique rows: a kept row is found by its input
+    assert (
+        inputs.shape == (figures.SELECTION_EXAMPLES, 3, 8, 8)
+        and len(set(map(tuple, inputs.flatten(1).tolist()))) == figures.SELECTION_EXAMPLES
+    )  # unique rows: a kept row is found by its input
     assert set(labels.tolist()) == set(range(figures.SELECTION_CLASSES))
 
 
@@ -170,15 +190,21 @@ def test_a_selection_figure_shows_the_captions_call_and_how_often_each_rank_is_k
     """What the figure plots, against the caption's call run here: losses by rank from the lowest,
     the rows that call keeps, and keep counts over the further calls, most often at high ranks."""
     spec = record.raw["figure"]
-    losses, kept, counts = figures.selection_counts(figures._functional(record), spec["arguments"], spec["seed"],
-                                                    draws=50)
+    losses, kept, counts = figures.selection_counts(
+        figures._functional(record), spec["arguments"], spec["seed"], draws=50
+    )
     inputs, labels, model = figures.selection_batch()
     with torch.no_grad():
         by_rank = torch.nn.functional.cross_entropy(model(inputs), labels, reduction="none").sort(stable=True)
     assert torch.equal(losses, by_rank.values)
-    kept_inputs = getattr(cf, record.functional)(inputs, labels, model, torch.nn.functional.cross_entropy,
-                                                 **spec["arguments"],
-                                                 generator=torch.Generator().manual_seed(spec["seed"]))[0]
+    kept_inputs = getattr(cf, record.functional)(
+        inputs,
+        labels,
+        model,
+        torch.nn.functional.cross_entropy,
+        **spec["arguments"],
+        generator=torch.Generator().manual_seed(spec["seed"]),
+    )[0]
     kept_rows = {tuple(row) for row in kept_inputs.flatten(1).tolist()}
     assert kept.tolist() == [tuple(row) in kept_rows for row in inputs[by_rank.indices].flatten(1).tolist()]
     assert int(counts.sum()) == 50 * int(kept.sum()) and int(counts.max()) <= 50
@@ -234,8 +260,7 @@ def test_a_figure_that_cannot_be_drawn_is_one_problem_naming_the_method(tmp_path
 def test_the_built_card_shows_its_figure_with_its_alt_text(real_site):
     bs4 = pytest.importorskip("bs4")
     for record in WITH_FIGURE:
-        html = bs4.BeautifulSoup((real_site / "method_cards" / f"{record.key}.html").read_text("utf-8"),
-                                 "html.parser")
+        html = bs4.BeautifulSoup((real_site / "method_cards" / f"{record.key}.html").read_text("utf-8"), "html.parser")
         image = html.select_one("article figure img")
         assert image is not None, record.key
         assert image["src"].endswith(f"{record.key}.svg") and image["alt"] == record.raw["figure"]["alt"]

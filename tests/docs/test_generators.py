@@ -34,8 +34,9 @@ def by_name(entries: dict[str, dict]) -> list[str]:
 
 def render(metadata: Path, src: Path, *generators, results: Path | None = None) -> dict[Path, str]:
     """What ``generators`` render for ``metadata`` (no results files unless ``results``)."""
-    generated = pages.generate(src, metadata_root=metadata, results_root=results or src / "no-results",
-                               generators=generators)
+    generated = pages.generate(
+        src, metadata_root=metadata, results_root=results or src / "no-results", generators=generators
+    )
     assert generated.problems == []
     return dict(generated.outputs)
 
@@ -43,9 +44,18 @@ def render(metadata: Path, src: Path, *generators, results: Path | None = None) 
 def test_the_generators_are_listed_once_in_order():
     """The navigation lists pages other generators write, so it comes after them; no generator is
     found by file name (no script per page is left to find)."""
-    assert pages.GENERATORS == (pages.algorithms_table, pages.methods_overview, render_figures,
-                                render_training_results, render_effects, render_composability, render_measurements,
-                                pages.verdict_boxes, pages.landing, pages.navigation)
+    assert pages.GENERATORS == (
+        pages.algorithms_table,
+        pages.methods_overview,
+        render_figures,
+        render_training_results,
+        render_effects,
+        render_composability,
+        render_measurements,
+        pages.verdict_boxes,
+        pages.landing,
+        pages.navigation,
+    )
     assert list((DOCS_SOURCE / "tables").glob("*.py")) == []
 
 
@@ -77,8 +87,10 @@ def test_the_landing_counts_each_entry_once_so_its_rows_add_up(synthetic_metadat
         label = f"{domains[0]} only" if len(domains) == 1 else f"{', '.join(domains[:-1])} and {domains[-1]}"
         served.setdefault(label, [0, 0])[entry["kind"] != "method"] += 1
     assert rows == {label: tuple(counts) for label, counts in served.items()}
-    assert totals == (sum(e["kind"] == "method" for e in SYNTHETIC.values()),
-                      sum(e["kind"] == "best_practice" for e in SYNTHETIC.values()))
+    assert totals == (
+        sum(e["kind"] == "method" for e in SYNTHETIC.values()),
+        sum(e["kind"] == "best_practice" for e in SYNTHETIC.values()),
+    )
     assert tuple(map(sum, zip(*rows.values(), strict=True))) == totals
 
 
@@ -101,8 +113,12 @@ def test_navigation_lists_cards_by_name_and_only_pages_that_exist(synthetic_meta
     entries = re.findall(r"^   ([^:\s]\S*)$", text, flags=re.M)  # the entries, not the options
     # the sidebar lists them; the home page shows the landing page instead
     assert text.count(":hidden:") == text.count(".. toctree::")
-    assert entries == ["method_cards/methods_overview", "tables/algorithms_table", "measurements",
-                       *[f"method_cards/{k}" for k in by_name(SYNTHETIC)]]
+    assert entries == [
+        "method_cards/methods_overview",
+        "tables/algorithms_table",
+        "measurements",
+        *[f"method_cards/{k}" for k in by_name(SYNTHETIC)],
+    ]
     assert ":caption: Dataset" not in text and "training_configurations" not in text
 
     (tmp_path / "dataset_cards").mkdir()
@@ -119,9 +135,13 @@ def test_outputs_are_the_stable_paths_the_cards_and_index_include():
     assert generated.problems == []
     best = {k for k, r in load_all_metadata().items() if r.is_best_practice and r.trainer_option}
     outputs = set(generated.outputs)
-    assert {Path("tables/algorithms_table.md"), Path("method_cards/methods_overview.md"),
-            Path("tables/navigation.rst.inc"), Path("training_configurations.md"),
-            Path("tables/landing.rst.inc")} <= outputs
+    assert {
+        Path("tables/algorithms_table.md"),
+        Path("method_cards/methods_overview.md"),
+        Path("tables/navigation.rst.inc"),
+        Path("training_configurations.md"),
+        Path("tables/landing.rst.inc"),
+    } <= outputs
     assert {Path(f"tables/results/{k}.md.inc") for k in best} <= outputs
     assert all(not p.is_absolute() for p in outputs)
 
@@ -133,8 +153,11 @@ def test_the_measurements_page_includes_its_generated_parts_and_has_every_label_
     parts = {p.as_posix() for p in pages.generate().outputs if p.parent == Path("tables/measurements")}
     assert parts == set(re.findall(r"^```\{include\} (tables/measurements/\S+)$", page, flags=re.M))
     assert len(parts) == 3
-    linked = {label for template in (DOCS_SOURCE / "tables").glob("*_snippet.md.inc.j2")
-              for label in re.findall(r"<(measurements-[a-z-]+)>`", template.read_text(encoding="utf-8"))}
+    linked = {
+        label
+        for template in (DOCS_SOURCE / "tables").glob("*_snippet.md.inc.j2")
+        for label in re.findall(r"<(measurements-[a-z-]+)>`", template.read_text(encoding="utf-8"))
+    }
     assert linked == {"measurements-effects", "measurements-composability", "measurements-training"}
     for label in linked:
         assert f"\n({label})=\n## " in page, label
@@ -146,8 +169,9 @@ def test_no_generated_page_is_committed_and_git_ignores_every_one():
     outputs = [(Path("docs/source") / p).as_posix() for p in pages.generate().outputs]
     tracked = subprocess.run(["git", "ls-files", "--", *outputs], cwd=REPO_ROOT, capture_output=True, text=True)
     assert tracked.stdout.split() == []
-    ignored = subprocess.run(["git", "check-ignore", "--no-index", "--", *outputs], cwd=REPO_ROOT,
-                             capture_output=True, text=True)
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--", *outputs], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     assert sorted(ignored.stdout.split()) == sorted(outputs)
 
 
@@ -167,8 +191,9 @@ def test_check_renders_everything_and_writes_nothing(tmp_path, capsys):
 def test_bad_metadata_is_one_line_per_problem_exit_1_and_nothing_written(tmp_path, capsys, monkeypatch):
     from docs_support import method_entry
 
-    bad = write_metadata(tmp_path / "metadata",
-                         {"broken": {**method_entry("Broken"), "domains": ["space"], "link": "http://x.invalid"}})
+    bad = write_metadata(
+        tmp_path / "metadata", {"broken": {**method_entry("Broken"), "domains": ["space"], "link": "http://x.invalid"}}
+    )
     monkeypatch.setattr(pages, "generate", functools.partial(pages.generate, metadata_root=bad))
     out = tmp_path / "out"
     for argv in (["--check"], ["--out", str(out)]):
@@ -180,15 +205,23 @@ def test_bad_metadata_is_one_line_per_problem_exit_1_and_nothing_written(tmp_pat
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("template", "typo", "expected"), [
-    ("algorithms_table.md.j2", "{{ recrod.name }}", ": template: 'recrod' is undefined — fix the template"),
-    ("navigation.rst.inc.j2", "{% for %}", ": template: Expected an expression, got 'end of statement block' — fix"),
-    ("navigation.rst.inc.j2", '{{ "a" + 1 }}', ': template: can only concatenate str (not "int") to str — fix'),
-    # a value a filter refuses: named at the template line that used it
-    ("methods_overview.md.j2", '{{ "http://x.invalid" | md_url }}', ": 'http://x.invalid': only https:// links"),
-])
-def test_a_template_error_is_one_line_naming_the_template(template, typo, expected, synthetic_metadata, tmp_path,
-                                                          monkeypatch):
+@pytest.mark.parametrize(
+    ("template", "typo", "expected"),
+    [
+        ("algorithms_table.md.j2", "{{ recrod.name }}", ": template: 'recrod' is undefined — fix the template"),
+        (
+            "navigation.rst.inc.j2",
+            "{% for %}",
+            ": template: Expected an expression, got 'end of statement block' — fix",
+        ),
+        ("navigation.rst.inc.j2", '{{ "a" + 1 }}', ': template: can only concatenate str (not "int") to str — fix'),
+        # a value a filter refuses: named at the template line that used it
+        ("methods_overview.md.j2", '{{ "http://x.invalid" | md_url }}', ": 'http://x.invalid': only https:// links"),
+    ],
+)
+def test_a_template_error_is_one_line_naming_the_template(
+    template, typo, expected, synthetic_metadata, tmp_path, monkeypatch
+):
     templates = Path(shutil.copytree(pages.TEMPLATE_DIR, tmp_path / "templates"))
     lines = (templates / template).read_text().splitlines()
     lines.insert(3, typo)
@@ -196,13 +229,14 @@ def test_a_template_error_is_one_line_naming_the_template(template, typo, expect
     monkeypatch.setattr(pages, "TEMPLATE_DIR", templates)
     generated = pages.generate(tmp_path / "src", metadata_root=synthetic_metadata, results_root=tmp_path / "none")
     assert generated.outputs == {}
-    problem, = generated.problems
+    (problem,) = generated.problems
     assert problem.startswith(f"{templates / template}:4: ") or problem.startswith(f"templates/{template}:4: ")
     assert expected in problem
 
 
 def test_the_command_line_runs_from_a_checkout():
-    result = subprocess.run([sys.executable, "tools/generate_pages.py", "--help"], cwd=REPO_ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "tools/generate_pages.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert "--check" in result.stdout and "--out" in result.stdout

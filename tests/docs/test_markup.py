@@ -11,10 +11,30 @@ from methods_tools.docsgen import FILTERS, jinja_environment
 from methods_tools.markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line, rst_text
 
 HOSTILE_TEXTS = [
-    '<script>alert("x")</script>', "```{eval-rst}\n.. raw:: html\n```", "{role}`x`", "{math}`x`", "$x$",
-    "| a | b |", "**b** _i_ [l](u) ![i](x)", "# heading", "1. list", "1) list", "- item", "+ item", "* item",
-    "> quote", "% comment", ":::{note}", "(target)=", "===", "---", ".. raw:: html", "&amp; &#60;", "a\\b",
-    "    indented code", "\n\n# after blank lines",
+    '<script>alert("x")</script>',
+    "```{eval-rst}\n.. raw:: html\n```",
+    "{role}`x`",
+    "{math}`x`",
+    "$x$",
+    "| a | b |",
+    "**b** _i_ [l](u) ![i](x)",
+    "# heading",
+    "1. list",
+    "1) list",
+    "- item",
+    "+ item",
+    "* item",
+    "> quote",
+    "% comment",
+    ":::{note}",
+    "(target)=",
+    "===",
+    "---",
+    ".. raw:: html",
+    "&amp; &#60;",
+    "a\\b",
+    "    indented code",
+    "\n\n# after blank lines",
 ]
 
 
@@ -46,17 +66,22 @@ def test_rst_text_renders_as_the_same_plain_text(text):
 
 
 def test_md_text_leaves_inert_punctuation_readable():
-    assert md_text("Cut-and-paste, 1.0 (the paper's value); a/b = 50% + c: d?") == \
-        "Cut-and-paste, 1.0 (the paper's value); a/b = 50% + c: d?"
-    assert md_text("*a* `b` [c] <d> $e$ {f} #g |h| ~i~ &j; \\k _l_ !m") == \
-        r"\*a\* \`b\` \[c\] \<d\> \$e\$ \{f\} \#g \|h\| \~i\~ \&j; \\k \_l\_ \!m"
+    assert (
+        md_text("Cut-and-paste, 1.0 (the paper's value); a/b = 50% + c: d?")
+        == "Cut-and-paste, 1.0 (the paper's value); a/b = 50% + c: d?"
+    )
+    assert (
+        md_text("*a* `b` [c] <d> $e$ {f} #g |h| ~i~ &j; \\k _l_ !m")
+        == r"\*a\* \`b\` \[c\] \<d\> \$e\$ \{f\} \#g \|h\| \~i\~ \&j; \\k \_l\_ \!m"
+    )
 
 
 @pytest.mark.parametrize("text", HOSTILE_TEXTS)
 def test_md_paragraph_at_line_start_is_one_plain_paragraph(text):
     """A paragraph of its own (between blank lines, as a card's TL;DR is) stays one paragraph of text."""
     assert _commonmark(f"Before.\n\n{md_paragraph(text)}\n\nAfter.\n") == (
-        f"<p>Before.</p>\n<p>{_html_escape(one_line(text))}</p>\n<p>After.</p>\n")
+        f"<p>Before.</p>\n<p>{_html_escape(one_line(text))}</p>\n<p>After.</p>\n"
+    )
 
 
 def test_md_paragraph_escapes_a_block_opener_even_where_inline_escaping_would_not(monkeypatch):
@@ -87,7 +112,8 @@ def test_literal_is_the_python_literal_with_arrays_as_lists():
 
 def test_json_literal_accepts_frozen_metadata():
     assert json_literal(MappingProxyType({"precision": "amp_bf16", "r": (1, None)})) == (
-        '{"precision": "amp_bf16", "r": [1, null]}')
+        '{"precision": "amp_bf16", "r": [1, null]}'
+    )
 
 
 def test_md_code_and_md_url():
@@ -98,15 +124,28 @@ def test_md_code_and_md_url():
 
 
 def test_one_environment_holds_every_filter(tmp_path):
-    assert set(FILTERS) == {"md_text", "md_paragraph", "md_code", "md_url", "one_line", "token", "kind_label",
-                            "css", "literal", "json", "rst_text"}
+    assert set(FILTERS) == {
+        "md_text",
+        "md_paragraph",
+        "md_code",
+        "md_url",
+        "one_line",
+        "token",
+        "kind_label",
+        "css",
+        "literal",
+        "json",
+        "rst_text",
+    }
     (tmp_path / "t.md.j2").write_text(
         "{{ tldr | md_paragraph }}\n{{ key | token }} {{ kind | kind_label }} {{ tag | css('tag') }}\n"
-        "{{ option | literal | md_code }} {{ option | json }}\n")
+        "{{ option | literal | md_code }} {{ option | json }}\n"
+    )
     env = jinja_environment(tmp_path)
     assert set(FILTERS) <= set(env.filters)
-    text = env.get_template("t.md.j2").render(tldr="# <script>", key="cutmix", kind="best_practice",
-                                              tag="data_augmentation", option=(1, 2))
+    text = env.get_template("t.md.j2").render(
+        tldr="# <script>", key="cutmix", kind="best_practice", tag="data_augmentation", option=(1, 2)
+    )
     assert text == "\\# \\<script\\>\ncutmix best practice data-augmentation\n`[1, 2]` [1, 2]\n"
 
 

@@ -11,8 +11,17 @@ from methods_tools.markup import one_line
 
 bs4 = pytest.importorskip("bs4", reason="BeautifulSoup comes with the [docs] extra (furo needs it)")
 
-LOADING_TAGS = {"script": "src", "link": "href", "img": "src", "iframe": "src", "source": "src",
-                "audio": "src", "video": "src", "embed": "src", "object": "data"}
+LOADING_TAGS = {
+    "script": "src",
+    "link": "href",
+    "img": "src",
+    "iframe": "src",
+    "source": "src",
+    "audio": "src",
+    "video": "src",
+    "embed": "src",
+    "object": "data",
+}
 
 
 def soup(path: Path) -> bs4.BeautifulSoup:
@@ -91,7 +100,8 @@ def test_real_site_lists_every_method(real_site):
     keys = set(load_all_metadata())
     table = soup(real_site / "tables" / "algorithms_table.html")
     assert {a["href"] for a in table.select("table tbody tr td:first-child a")} == {
-        f"../method_cards/{k}.html" for k in keys}
+        f"../method_cards/{k}.html" for k in keys
+    }
     overview = soup(real_site / "method_cards" / "methods_overview.html")
     assert {a["href"] for a in overview.select(".ml-overview-item a.sd-stretched-link")} == {f"{k}.html" for k in keys}
     for key in keys:
@@ -106,13 +116,16 @@ def raw_markup(page: bs4.BeautifulSoup) -> list[str]:
     return [line.strip() for line in main.get_text("\n").splitlines() if RAW_MARKUP.search(line.strip())]
 
 
-@pytest.mark.parametrize("html", [
-    "<article><p>.. py:class:: CutMix(alpha=1.0)</p></article>",
-    "<article><p>:param alpha: the concentration</p></article>",
-    "<article><p>See :func:`cutmix_batch`.</p></article>",
-    "<article><p>```{autoclass} algorithms.CutMix</p></article>",
-    "<article><p>:::{dropdown} Details</p></article>",
-])
+@pytest.mark.parametrize(
+    "html",
+    [
+        "<article><p>.. py:class:: CutMix(alpha=1.0)</p></article>",
+        "<article><p>:param alpha: the concentration</p></article>",
+        "<article><p>See :func:`cutmix_batch`.</p></article>",
+        "<article><p>```{autoclass} algorithms.CutMix</p></article>",
+        "<article><p>:::{dropdown} Details</p></article>",
+    ],
+)
 def test_raw_markup_is_found_in_a_page(html):
     assert raw_markup(bs4.BeautifulSoup(html, "html.parser"))
 
@@ -160,24 +173,32 @@ def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
 
     meta = write_metadata(tmp_path / "metadata", SYNTHETIC)
     src = write_source_tree(tmp_path / "source", SYNTHETIC)
-    result = sphinx_build(src, tmp_path / "html", "-D", f"methods_metadata_root={meta}",
-                          "-D", "methods_nav_card_limit=2")
+    result = sphinx_build(
+        src, tmp_path / "html", "-D", f"methods_metadata_root={meta}", "-D", "methods_nav_card_limit=2"
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     for key in SYNTHETIC:
         page = soup(tmp_path / "html" / "method_cards" / f"{key}.html")
         caption = next(c for c in page.select(".sidebar-tree p.caption") if c.get_text() == "Methods Library")
         methods_section = caption.find_next_sibling("ul")  # the "Methods Library" caption's list
         links = [a["href"] for a in methods_section.select("a")]
-        assert links == ["methods_overview.html", "../tables/algorithms_table.html", "../tables/composability.html",
-                         "../measurements.html", "#"]
+        assert links == [
+            "methods_overview.html",
+            "../tables/algorithms_table.html",
+            "../tables/composability.html",
+            "../measurements.html",
+            "#",
+        ]
         assert methods_section.select_one("li.current a").get_text() == f"Card {key}"
     # past the limit a card is reached from the home page through the overview and the table, which list them all
     index = soup(tmp_path / "html" / "index.html")
     assert {"method_cards/methods_overview.html", "tables/algorithms_table.html"} <= {
-        a["href"].split("?")[0] for a in index.select("article a")}
+        a["href"].split("?")[0] for a in index.select("article a")
+    }
     overview = soup(tmp_path / "html" / "method_cards" / "methods_overview.html")
     assert {a["href"] for a in overview.select(".ml-overview-item a.sd-stretched-link")} == {
-        f"{key}.html" for key in SYNTHETIC}
+        f"{key}.html" for key in SYNTHETIC
+    }
 
 
 def test_bad_metadata_fails_the_build_with_one_line_per_problem(tmp_path):

@@ -26,6 +26,9 @@ def _cuda_tests_once(request: pytest.FixtureRequest) -> None:
     """A CUDA test of a module that runs twice runs once: the CPU kernels are never used on CUDA, so
     its run with them would repeat its run with torch's ops."""
     callspec = getattr(request.node, "callspec", None)
-    if request.node.get_closest_marker("cuda") and callspec is not None \
-            and callspec.params.get("kernels_or_torch_ops") == "kernels":
+    if (
+        request.node.get_closest_marker("cuda")
+        and callspec is not None
+        and callspec.params.get("kernels_or_torch_ops") == "kernels"
+    ):
         pytest.skip("the CPU kernels are not used on CUDA: this test runs once, with torch's ops")

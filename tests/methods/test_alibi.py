@@ -50,7 +50,7 @@ def _lm_batches(n=2, bs=4, length=16, seed=0):
 
 def test_slopes_for_powers_of_two_are_the_paper_s_geometric_sequence():
     """H = 8: 1/2, 1/4, ..., 1/256 (the paper's example); H = 4: 1/4, 1/16, 1/64, 1/256."""
-    assert alibi_slopes(8) == [2.0 ** -k for k in range(1, 9)]
+    assert alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
     assert alibi_slopes(4) == [1 / 4, 1 / 16, 1 / 64, 1 / 256]
     for h in (1, 2, 16, 32):
         assert alibi_slopes(h) == pytest.approx([2 ** (-8 * k / h) for k in range(1, h + 1)], rel=1e-15)
@@ -61,8 +61,8 @@ def test_slopes_for_other_head_counts_follow_the_paper_s_rule():
     s8, s16 = alibi_slopes(8), alibi_slopes(16)
     assert alibi_slopes(12) == s8 + s16[0::2][:4]
     assert alibi_slopes(12)[8:] == [2 ** (-8 * k / 16) for k in (1, 3, 5, 7)]
-    assert alibi_slopes(6) == alibi_slopes(4) + [2 ** -1, 2 ** -3]
-    assert alibi_slopes(3) == [2 ** -4, 2 ** -8, 2 ** -2]
+    assert alibi_slopes(6) == alibi_slopes(4) + [2**-1, 2**-3]
+    assert alibi_slopes(3) == [2**-4, 2**-8, 2**-2]
     assert len(alibi_slopes(24)) == 24 and len(set(alibi_slopes(24))) == 24
 
 
@@ -132,8 +132,9 @@ def test_the_model_runs_beyond_its_learned_positions_up_to_the_new_maximum():
     for length in (129, 300):
         logits = model(torch.randint(0, VOCAB, (2, length)))
         assert logits.shape == (2, length, VOCAB) and torch.isfinite(logits).all()
-    with pytest.raises(ValueError, match="^input_ids: 301 positions, but ALiBi was applied with "
-                                         "max_sequence_length=300"):
+    with pytest.raises(
+        ValueError, match="^input_ids: 301 positions, but ALiBi was applied with max_sequence_length=300"
+    ):
         model(torch.randint(0, VOCAB, (1, 301)))
 
 
@@ -244,8 +245,9 @@ def test_a_length_that_does_not_divide_drops_each_row_s_remainder():
     ids = torch.arange(2 * 10).reshape(2, 10)
     out = shorten_sequences((ids, ids + 100), 0.3)  # pieces of 3: positions 0-2, 3-5, 6-8 of each row
     assert isinstance(out, tuple) and out[0].shape == (6, 3)
-    assert torch.equal(out[0], torch.tensor([[0, 1, 2], [3, 4, 5], [6, 7, 8], [10, 11, 12], [13, 14, 15],
-                                             [16, 17, 18]]))
+    assert torch.equal(
+        out[0], torch.tensor([[0, 1, 2], [3, 4, 5], [6, 7, 8], [10, 11, 12], [13, 14, 15], [16, 17, 18]])
+    )
     assert torch.equal(out[1], out[0] + 100)
     with pytest.raises(ValueError, match="^batch: its sequence tensors differ"):
         shorten_sequences({"a": ids, "b": ids[:, :5]}, 0.5)
@@ -289,15 +291,25 @@ def test_a_named_tuple_batch_stays_a_named_tuple():
 def test_in_the_trainer_the_model_trains_on_shorter_rows_without_positions():
     seen = Observed(input_key="input_ids", target_key="labels")
     batches = _lm_batches(2, bs=4, length=32)
-    trainer = Trainer(_model(), batches, "2ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      algorithms=[Alibi(max_sequence_length=256), seen], seed=0, device="cpu")
+    trainer = Trainer(
+        _model(),
+        batches,
+        "2ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[Alibi(max_sequence_length=256), seen],
+        seed=0,
+        device="cpu",
+    )
     model = trainer.state.model
     assert isinstance(model.position, torch.nn.Identity) and isinstance(model.blocks[1].attn, AlibiAttention)
     held = {id(p) for p in trainer.state.optimizers[0].param_groups[0]["params"]}
     assert held == {id(p) for p in model.parameters()}
     trainer.fit()
-    for batch, ids, labels, out, loss in zip(batches, seen.inputs, seen.targets, seen.outputs, seen.losses,
-                                             strict=True):
+    for batch, ids, labels, out, loss in zip(
+        batches, seen.inputs, seen.targets, seen.outputs, seen.losses, strict=True
+    ):
         assert ids.shape == (16, 8) and torch.equal(ids.reshape(4, 32), batch["input_ids"])
         assert torch.equal(labels.reshape(4, 32), batch["labels"])
         torch.testing.assert_close(loss, lm_loss(out, labels))
@@ -310,8 +322,17 @@ def test_with_scaling_1_the_batches_are_left_as_they_are():
     seen = Observed(input_key="input_ids", target_key="labels")
     batches = _lm_batches(1, bs=3, length=20)
     algo = Alibi(max_sequence_length=64, train_sequence_length_scaling=1.0)
-    trainer = Trainer(_model(), batches, "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      algorithms=[algo, seen], seed=0, device="cpu")
+    trainer = Trainer(
+        _model(),
+        batches,
+        "1ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[algo, seen],
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     assert torch.equal(seen.inputs[0], batches[0]["input_ids"])
     assert [t.event for t in trainer.engine.trace if "Alibi" in t.algorithms] == [Event.INIT]  # no per-batch work
@@ -321,8 +342,18 @@ def test_in_the_trainer_an_optimizer_given_to_it_drops_the_position_embedding():
     model = _model()
     position = model.position.weight
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    trainer = Trainer(model, _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      optimizer=optimizer, algorithms=[Alibi(max_sequence_length=64)], seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        _lm_batches(1),
+        "1ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        optimizer=optimizer,
+        algorithms=[Alibi(max_sequence_length=64)],
+        seed=0,
+        device="cpu",
+    )
     held = [p for g in optimizer.param_groups for p in g["params"]]
     assert all(p is not position for p in held)
     assert {id(p) for p in held} == {id(p) for p in trainer.state.model.parameters()}
@@ -349,19 +380,28 @@ MAX_LENGTH = "must be a positive integer, the longest sequence the model will ac
 SCALING = "must be in (0, 1], the fraction of the sequence length to train on"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"max_sequence_length": 0}, f"max_sequence_length=0: {MAX_LENGTH}"),
-    ({"max_sequence_length": 12.5}, f"max_sequence_length=12.5: {MAX_LENGTH}"),
-    ({"max_sequence_length": True}, f"max_sequence_length=True: {MAX_LENGTH}"),
-    ({"max_sequence_length": 8, "train_sequence_length_scaling": 0}, f"train_sequence_length_scaling=0: {SCALING}"),
-    ({"max_sequence_length": 8, "train_sequence_length_scaling": 2}, f"train_sequence_length_scaling=2: {SCALING}"),
-    ({"max_sequence_length": 8, "train_sequence_length_scaling": float("nan")},
-     f"train_sequence_length_scaling=nan: {SCALING}"),
-    ({"max_sequence_length": 8, "train_sequence_length_scaling": True},
-     f"train_sequence_length_scaling=True: {SCALING}"),
-    ({"max_sequence_length": 8, "train_sequence_length_scaling": "0.5"},
-     f"train_sequence_length_scaling='0.5': {SCALING}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_sequence_length": 0}, f"max_sequence_length=0: {MAX_LENGTH}"),
+        ({"max_sequence_length": 12.5}, f"max_sequence_length=12.5: {MAX_LENGTH}"),
+        ({"max_sequence_length": True}, f"max_sequence_length=True: {MAX_LENGTH}"),
+        ({"max_sequence_length": 8, "train_sequence_length_scaling": 0}, f"train_sequence_length_scaling=0: {SCALING}"),
+        ({"max_sequence_length": 8, "train_sequence_length_scaling": 2}, f"train_sequence_length_scaling=2: {SCALING}"),
+        (
+            {"max_sequence_length": 8, "train_sequence_length_scaling": float("nan")},
+            f"train_sequence_length_scaling=nan: {SCALING}",
+        ),
+        (
+            {"max_sequence_length": 8, "train_sequence_length_scaling": True},
+            f"train_sequence_length_scaling=True: {SCALING}",
+        ),
+        (
+            {"max_sequence_length": 8, "train_sequence_length_scaling": "0.5"},
+            f"train_sequence_length_scaling='0.5': {SCALING}",
+        ),
+    ],
+)
 def test_bad_arguments_fail_naming_the_argument(kwargs, message):
     whole = f"^{re.escape(message)}$"
     with pytest.raises(ValueError, match=whole):
@@ -414,9 +454,17 @@ def test_a_model_in_eval_mode_gets_attention_in_eval_mode():
 
 @pytest.mark.parametrize(("scaling", "shortened"), [(0.25, 2), (1.0, 0)])
 def test_it_reports_the_modules_it_replaced_and_the_batches_it_shortened(scaling, shortened):
-    trainer = Trainer(_model(), _lm_batches(2), "1ep", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      algorithms=[Alibi(max_sequence_length=64, train_sequence_length_scaling=scaling)], seed=0,
-                      device="cpu")
+    trainer = Trainer(
+        _model(),
+        _lm_batches(2),
+        "1ep",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[Alibi(max_sequence_length=64, train_sequence_length_scaling=scaling)],
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     # transformer_tiny: the position embedding and two attention layers
     assert trainer.method_log.records["Alibi"]["activity"] == {"modules_replaced": 3, "batches_shortened": shortened}

@@ -146,19 +146,25 @@ def ref_sharpness(x, factor, peak):
     degenerate = x.clone()
     for i in range(1, x.shape[1] - 1):
         for j in range(1, x.shape[2] - 1):
-            value = (x[:, i - 1:i + 2, j - 1:j + 2].sum(dim=(1, 2)) + 4 * x[:, i, j]) / 13
+            value = (x[:, i - 1 : i + 2, j - 1 : j + 2].sum(dim=(1, 2)) + 4 * x[:, i, j]) / 13
             degenerate[:, i, j] = value.round() if peak == 255 else value
     return ref_blend(x, degenerate, factor, peak)
 
 
 REFERENCE = {
-    "autocontrast": ref_autocontrast, "equalize": ref_equalize, "posterize": ref_posterize,
-    "solarize": ref_solarize, "rotate": ref_rotate,
+    "autocontrast": ref_autocontrast,
+    "equalize": ref_equalize,
+    "posterize": ref_posterize,
+    "solarize": ref_solarize,
+    "rotate": ref_rotate,
     "shear_x": lambda x, m, peak: ref_affine(x, (1, m, 0, 0, 1, 0), peak),
     "shear_y": lambda x, m, peak: ref_affine(x, (1, 0, 0, m, 1, 0), peak),
     "translate_x": lambda x, m, peak: ref_affine(x, (1, 0, m, 0, 1, 0), peak),
     "translate_y": lambda x, m, peak: ref_affine(x, (1, 0, 0, 0, 1, m), peak),
-    "color": ref_color, "contrast": ref_contrast, "brightness": ref_brightness, "sharpness": ref_sharpness,
+    "color": ref_color,
+    "contrast": ref_contrast,
+    "brightness": ref_brightness,
+    "sharpness": ref_sharpness,
 }
 for _name in ("color", "contrast", "brightness", "sharpness"):
     REFERENCE[f"{_name}_original"] = REFERENCE[_name]
@@ -197,8 +203,9 @@ def reference_magnitude(name: str, severity: float, u: list[float], height: int,
 def reference(images: torch.Tensor, name: str, magnitudes) -> torch.Tensor:
     """The definition image by image, on a float64 copy of the batch's own scale."""
     peak = 255.0 if images.dtype == torch.uint8 else 1.0
-    return torch.stack([REFERENCE[name](img.double(), float(m), peak) for img, m in zip(images, magnitudes,
-                                                                                          strict=True)])
+    return torch.stack(
+        [REFERENCE[name](img.double(), float(m), peak) for img, m in zip(images, magnitudes, strict=True)]
+    )
 
 
 def _images(dtype=torch.float32, n=3, size=(3, 7, 6), seed=0):
@@ -233,13 +240,26 @@ class Float64ImageWork(TorchFunctionMode):
 
 # -- each operation against its definition ----------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
-@pytest.mark.parametrize(("name", "magnitudes"), [
-    ("autocontrast", [0, 0, 0]), ("equalize", [0, 0, 0]), ("posterize", [1, 4, 8]), ("solarize", [0, 128, 256]),
-    ("rotate", [13, -29, 7]), ("shear_x", [0.21, -0.3, 0.05]), ("shear_y", [-0.17, 0.29, 0.0]),
-    ("translate_x", [2, -1, 0]), ("translate_y", [-3, 2, 1]), ("color", [0.0, 0.4, 1.9]),
-    ("contrast", [0.3, 1.0, 1.6]), ("brightness", [0.2, 0.9, 1.4]), ("sharpness", [0.1, 1.0, 1.8]),
-])
+@pytest.mark.parametrize(
+    ("name", "magnitudes"),
+    [
+        ("autocontrast", [0, 0, 0]),
+        ("equalize", [0, 0, 0]),
+        ("posterize", [1, 4, 8]),
+        ("solarize", [0, 128, 256]),
+        ("rotate", [13, -29, 7]),
+        ("shear_x", [0.21, -0.3, 0.05]),
+        ("shear_y", [-0.17, 0.29, 0.0]),
+        ("translate_x", [2, -1, 0]),
+        ("translate_y", [-3, 2, 1]),
+        ("color", [0.0, 0.4, 1.9]),
+        ("contrast", [0.3, 1.0, 1.6]),
+        ("brightness", [0.2, 0.9, 1.4]),
+        ("sharpness", [0.1, 1.0, 1.8]),
+    ],
+)
 def test_each_operation_matches_its_definition_image_by_image(dtype, name, magnitudes):
     """Each image of the batch gets its own magnitude. uint8 results agree exactly, as PIL's
     levels do (the gray of color and contrast and the smoothed image of sharpness are whole levels
@@ -286,10 +306,15 @@ def test_equalize_keeps_pils_integer_lut_on_an_image_of_over_two_to_the_23_pixel
     short of 254 * 33207 = 8434578 (a numerator past 2 ** 23, where a float32 half rounds up to it)."""
     top, dark = 315, 8_417_974
     pixels = 2910 * 2910
-    image = torch.cat([torch.zeros(dark, dtype=torch.uint8), torch.ones(pixels - top - dark, dtype=torch.uint8),
-                       torch.full((top,), 2, dtype=torch.uint8)]).view(1, 2910, 2910)
+    image = torch.cat(
+        [
+            torch.zeros(dark, dtype=torch.uint8),
+            torch.ones(pixels - top - dark, dtype=torch.uint8),
+            torch.full((top,), 2, dtype=torch.uint8),
+        ]
+    ).view(1, 2910, 2910)
     step = (pixels - top) // 255
-    assert step == 33207 and (step // 2 + dark) // step == 253 and 254 * step == step // 2 + dark + 1 > 2 ** 23
+    assert step == 33207 and (step // 2 + dark) // step == 253 and 254 * step == step // 2 + dark + 1 > 2**23
     out = apply_operation(image, "equalize").view(-1)
     assert [int(out[0]), int(out[dark]), int(out[-1])] == [0, 253, 255]
 
@@ -319,8 +344,9 @@ def test_sharpness_of_small_images_smooths_only_the_inner_pixels(size, dtype):
         assert torch.equal(apply_operation(images, "sharpness", 0.0), images)
 
 
-@pytest.mark.parametrize(("name", "pixels"), [("translate_x", -0.5), ("translate_x", 0.5), ("translate_y", -0.5),
-                                              ("translate_y", 0.5)])
+@pytest.mark.parametrize(
+    ("name", "pixels"), [("translate_x", -0.5), ("translate_x", 0.5), ("translate_y", -0.5), ("translate_y", 0.5)]
+)
 def test_a_sample_point_on_the_top_or_left_edge_is_inside_and_on_the_bottom_or_right_edge_outside(name, pixels):
     """PIL's test is 0 <= u < width: shifted by half a pixel, the first column (or row) samples
     the edge u = 0 and takes the edge pixel; the last samples u = width and is black. (Sides of
@@ -353,10 +379,12 @@ def test_rotating_a_square_image_by_90_degrees_is_rot90(dtype):
     """Counter-clockwise, as PIL; exact up to the interpolation's rounding (the sample points fall
     on pixel centres)."""
     image = _images(dtype, n=2, size=(3, 6, 6))
-    torch.testing.assert_close(apply_operation(image, "rotate", 90), torch.rot90(image, 1, dims=(-2, -1)),
-                               atol=1e-5, rtol=0)
-    torch.testing.assert_close(apply_operation(image, "rotate", -90), torch.rot90(image, -1, dims=(-2, -1)),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        apply_operation(image, "rotate", 90), torch.rot90(image, 1, dims=(-2, -1)), atol=1e-5, rtol=0
+    )
+    torch.testing.assert_close(
+        apply_operation(image, "rotate", -90), torch.rot90(image, -1, dims=(-2, -1)), atol=1e-5, rtol=0
+    )
     torch.testing.assert_close(apply_operation(image, "rotate", 180), image.flip(-1, -2), atol=1e-5, rtol=0)
 
 
@@ -389,8 +417,11 @@ def test_enhancements_are_blends_with_their_degenerate_image(name):
     degenerate = apply_operation(image, name, 0.0)
     x = image[0]
     gray = 0.299 * x[0] + 0.587 * x[1] + 0.114 * x[2]
-    expected = {"color": gray.expand_as(x), "contrast": torch.full_like(x, float(gray.mean())),
-                "brightness": torch.zeros_like(x)}
+    expected = {
+        "color": gray.expand_as(x),
+        "contrast": torch.full_like(x, float(gray.mean())),
+        "brightness": torch.zeros_like(x),
+    }
     if name == "sharpness":
         smooth = x.clone()
         window_sums = torch.nn.functional.avg_pool2d(x[None], 3, stride=1)[0] * 9
@@ -414,19 +445,28 @@ def test_the_magnitudes_are_composers_mapping_of_the_draws_even_at_one_half(name
     u = torch.tensor(columns, dtype=torch.float64).T
     for severity in (0.0, 3.0, 10.0):
         expected = [reference_magnitude(name, severity, list(c), 20, 31) for c in columns]
-        torch.testing.assert_close(_magnitudes(name, severity, u, 20, 31),
-                                   torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            _magnitudes(name, severity, u, 20, 31), torch.tensor(expected, dtype=torch.float64), rtol=0, atol=1e-12
+        )
 
 
 # -- dtypes, shapes, batches ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.bfloat16, torch.float32, torch.float64])
 @pytest.mark.parametrize("name", OPERATIONS)
 def test_every_operation_keeps_shape_and_dtype_and_leaves_its_input_alone(dtype, name):
     batch = _images(dtype, n=2, size=(3, 6, 5))
     before = batch.clone()
-    magnitude = {"posterize": 3, "solarize": 128, "rotate": 20, "shear_x": 0.2, "shear_y": 0.2, "translate_x": 2,
-                 "translate_y": 2}.get(name, 1.5)
+    magnitude = {
+        "posterize": 3,
+        "solarize": 128,
+        "rotate": 20,
+        "shear_x": 0.2,
+        "shear_y": 0.2,
+        "translate_x": 2,
+        "translate_y": 2,
+    }.get(name, 1.5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning of torch's (such as align_corners' default) reaches a training run
         out = apply_operation(batch, name, magnitude)
@@ -458,8 +498,10 @@ def test_a_float64_batch_is_worked_in_float64_with_its_magnitudes():
     factor passes through float32 (0.1 is not a float32 number)."""
     image = _images(torch.float64, n=2, size=(3, 5, 5))
     assert torch.equal(apply_operation(image, "brightness", 0.1), image * 0.1)
-    assert torch.equal(apply_operation(image, "brightness", torch.tensor([0.1, 0.3], dtype=torch.float64)),
-                       image * torch.tensor([0.1, 0.3], dtype=torch.float64).view(2, 1, 1, 1))
+    assert torch.equal(
+        apply_operation(image, "brightness", torch.tensor([0.1, 0.3], dtype=torch.float64)),
+        image * torch.tensor([0.1, 0.3], dtype=torch.float64).view(2, 1, 1, 1),
+    )
 
 
 @pytest.mark.parametrize(("name", "along"), [("translate_x", -1), ("translate_y", -2)])
@@ -475,20 +517,35 @@ def test_a_float64_batch_is_resampled_at_its_float64_sample_points(name, along):
 
 # -- the sets and the checks -------------------------------------------------------------------
 
+
 def test_the_sets_are_composers():
-    geometric_and_histogram = ["autocontrast", "equalize", "posterize", "rotate", "solarize", "shear_x", "shear_y",
-                               "translate_x", "translate_y"]
+    geometric_and_histogram = [
+        "autocontrast",
+        "equalize",
+        "posterize",
+        "rotate",
+        "solarize",
+        "shear_x",
+        "shear_y",
+        "translate_x",
+        "translate_y",
+    ]
     assert list(AUGMENTATION_SETS["safe"]) == geometric_and_histogram
-    assert list(AUGMENTATION_SETS["all"]) == geometric_and_histogram + ["color", "contrast", "brightness",
-                                                                        "sharpness"]
+    assert list(AUGMENTATION_SETS["all"]) == geometric_and_histogram + ["color", "contrast", "brightness", "sharpness"]
     assert list(AUGMENTATION_SETS["original"]) == geometric_and_histogram + [
-        "color_original", "contrast_original", "brightness_original", "sharpness_original"]
+        "color_original",
+        "contrast_original",
+        "brightness_original",
+        "sharpness_original",
+    ]
     assert resolve_augmentation_set(["rotate", "equalize"]) == ("rotate", "equalize")
 
 
 #: The operation names as the refusals list them.
-NAMES = ("autocontrast, equalize, posterize, rotate, solarize, shear_x, shear_y, translate_x, translate_y, color, "
-         "contrast, brightness, sharpness, color_original, contrast_original, brightness_original, sharpness_original")
+NAMES = (
+    "autocontrast, equalize, posterize, rotate, solarize, shear_x, shear_y, translate_x, translate_y, color, "
+    "contrast, brightness, sharpness, color_original, contrast_original, brightness_original, sharpness_original"
+)
 #: What a refused augmentation set is told it must be.
 ALLOWED_SETS = f"a set name ('all', 'safe', 'original') or a non-empty sequence of operation names from {NAMES}"
 
@@ -498,30 +555,43 @@ def exactly(message: str) -> str:
     return f"^{re.escape(message)}$"
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("everything", f"augmentation_set='everything': must be {ALLOWED_SETS}"),
-    ([], f"augmentation_set=[]: must be {ALLOWED_SETS}"),
-    (["rotate", "blur"], f"augmentation_set=['rotate', 'blur']: 'blur' is not an operation; must be {ALLOWED_SETS}"),
-    (3, f"augmentation_set=3: must be {ALLOWED_SETS}"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("everything", f"augmentation_set='everything': must be {ALLOWED_SETS}"),
+        ([], f"augmentation_set=[]: must be {ALLOWED_SETS}"),
+        (
+            ["rotate", "blur"],
+            f"augmentation_set=['rotate', 'blur']: 'blur' is not an operation; must be {ALLOWED_SETS}",
+        ),
+        (3, f"augmentation_set=3: must be {ALLOWED_SETS}"),
+    ],
+)
 def test_a_bad_augmentation_set_is_refused(value, message):
     with pytest.raises(ValueError, match=exactly(message)):
         resolve_augmentation_set(value)
 
 
-@pytest.mark.parametrize(("img", "name", "message"), [
-    (torch.rand(4, 4), "rotate", "img: needs an image (C, H, W) or a batch (N, C, H, W), got (4, 4)"),
-    ([[[0.5]]], "rotate", "img: needs an image (C, H, W) or a batch (N, C, H, W), got list"),
-    (torch.zeros(3, 4, 4, dtype=torch.long), "rotate",
-     "img: needs uint8 images in [0, 255] or floating point images in [0, 1], got torch.int64"),
-    (torch.rand(3, 4, 4), "blur", f"name='blur': must be one of {NAMES}"),
-])
+@pytest.mark.parametrize(
+    ("img", "name", "message"),
+    [
+        (torch.rand(4, 4), "rotate", "img: needs an image (C, H, W) or a batch (N, C, H, W), got (4, 4)"),
+        ([[[0.5]]], "rotate", "img: needs an image (C, H, W) or a batch (N, C, H, W), got list"),
+        (
+            torch.zeros(3, 4, 4, dtype=torch.long),
+            "rotate",
+            "img: needs uint8 images in [0, 255] or floating point images in [0, 1], got torch.int64",
+        ),
+        (torch.rand(3, 4, 4), "blur", f"name='blur': must be one of {NAMES}"),
+    ],
+)
 def test_bad_images_are_refused(img, name, message):
     with pytest.raises(ValueError, match=exactly(message)):
         apply_operation(img, name, 1)
 
 
 # -- the classes' value range -----------------------------------------------------------------
+
 
 def test_the_unit_range_of_each_image_is_its_own_min_to_max_and_maps_back():
     """A batch (N, C, H, W) image by image, a single image (C, H, W) as a whole; spans above and
@@ -541,8 +611,15 @@ def test_the_unit_range_of_each_image_is_its_own_min_to_max_and_maps_back():
     torch.testing.assert_close(from_unit_range(unit, low, span, single), single)
 
 
-@pytest.mark.parametrize(("dtype", "work"), [(torch.float16, torch.float32), (torch.bfloat16, torch.float32),
-                                             (torch.float32, torch.float32), (torch.float64, torch.float64)])
+@pytest.mark.parametrize(
+    ("dtype", "work"),
+    [
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
 @pytest.mark.parametrize("value_range", [None, (-0.1, 0.7)])
 def test_the_unit_range_is_float32_for_half_precision_and_maps_back_to_the_images_dtype(dtype, work, value_range):
     """float16 and bfloat16 are mapped in float32, float64 in float64 to the last bit (the range's
@@ -570,12 +647,18 @@ def test_a_given_value_range_maps_linearly_and_clips():
 
 @pytest.mark.parametrize("value", [(1.0, 1.0), (0, float("inf")), (2, 1), "0,1", (0, 1, 2), (True, 2)])
 def test_a_bad_value_range_is_refused(value):
-    with pytest.raises(ValueError, match=exactly(f"value_range={value!r}: must be None (each image's own min..max) "
-                                                 "or a pair (low, high) of finite numbers with low < high")):
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            f"value_range={value!r}: must be None (each image's own min..max) "
+            "or a pair (low, high) of finite numbers with low < high"
+        ),
+    ):
         check_value_range(value)
 
 
 # -- agreement with PIL, where it is installed ------------------------------------------------
+
 
 def test_the_operations_agree_with_pil_within_one_level():
     """PIL is what Composer's operations call; uint8 results agree within one level (PIL
@@ -587,17 +670,27 @@ def test_the_operations_agree_with_pil_within_one_level():
     rows, cols = torch.meshgrid(torch.arange(9), torch.arange(11), indexing="ij")
     smooth = torch.stack([rows * 25, cols * 20, (rows + cols) * 12]).clamp(0, 255).to(torch.uint8)
     noisy = torch.randint(0, 256, (3, 9, 11), dtype=torch.uint8, generator=g)
-    pil = {name: Image.fromarray(image.permute(1, 2, 0).numpy()) for name, image in
-           (("smooth", smooth), ("noisy", noisy))}
+    pil = {
+        name: Image.fromarray(image.permute(1, 2, 0).numpy()) for name, image in (("smooth", smooth), ("noisy", noisy))
+    }
     cases = [
-        ("noisy", "autocontrast", 0, ImageOps.autocontrast), ("noisy", "equalize", 0, ImageOps.equalize),
+        ("noisy", "autocontrast", 0, ImageOps.autocontrast),
+        ("noisy", "equalize", 0, ImageOps.equalize),
         ("noisy", "posterize", 2, lambda im: ImageOps.posterize(im, 2)),
         ("noisy", "solarize", 90, lambda im: ImageOps.solarize(im, 90)),
         ("smooth", "rotate", 17, lambda im: im.rotate(17, resample=Image.BILINEAR)),
-        ("smooth", "shear_x", -0.23, lambda im: im.transform(im.size, Image.AFFINE, (1, -0.23, 0, 0, 1, 0),
-                                                              resample=Image.BILINEAR)),
-        ("smooth", "translate_y", 3, lambda im: im.transform(im.size, Image.AFFINE, (1, 0, 0, 0, 1, 3),
-                                                              resample=Image.BILINEAR)),
+        (
+            "smooth",
+            "shear_x",
+            -0.23,
+            lambda im: im.transform(im.size, Image.AFFINE, (1, -0.23, 0, 0, 1, 0), resample=Image.BILINEAR),
+        ),
+        (
+            "smooth",
+            "translate_y",
+            3,
+            lambda im: im.transform(im.size, Image.AFFINE, (1, 0, 0, 0, 1, 3), resample=Image.BILINEAR),
+        ),
         ("noisy", "color", 0.4, lambda im: ImageEnhance.Color(im).enhance(0.4)),
         ("noisy", "contrast", 1.6, lambda im: ImageEnhance.Contrast(im).enhance(1.6)),
         ("noisy", "brightness", 0.7, lambda im: ImageEnhance.Brightness(im).enhance(0.7)),
@@ -617,5 +710,9 @@ def test_on_cuda_every_operation_stays_on_the_device_and_agrees_with_the_cpu(dty
         magnitudes = torch.tensor([0.5, 1.5, 3.0], dtype=torch.float64)
         out = apply_operation(batch.cuda(), name, magnitudes)
         assert out.device.type == "cuda" and out.dtype == dtype
-        torch.testing.assert_close(out.cpu().double(), apply_operation(batch, name, magnitudes).double(),
-                                   atol=1 if dtype == torch.uint8 else 2e-3, rtol=0)
+        torch.testing.assert_close(
+            out.cpu().double(),
+            apply_operation(batch, name, magnitudes).double(),
+            atol=1 if dtype == torch.uint8 else 2e-3,
+            rtol=0,
+        )

@@ -59,14 +59,26 @@ def _seeded(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.mark.parametrize(("severity", "depth", "width", "alpha", "augmentation_set"), [
-    (3, -1, 3, 1.0, "all"), (6, 2, 2, 0.5, "safe"), (10, 1, 1, 2.0, "original"),
-    (3, 3, 4, 1.0, ("translate_x", "posterize")),
-])
+@pytest.mark.parametrize(
+    ("severity", "depth", "width", "alpha", "augmentation_set"),
+    [
+        (3, -1, 3, 1.0, "all"),
+        (6, 2, 2, 0.5, "safe"),
+        (10, 1, 1, 2.0, "original"),
+        (3, 3, 4, 1.0, ("translate_x", "posterize")),
+    ],
+)
 def test_augmix_image_matches_its_definition(severity, depth, width, alpha, augmentation_set):
     images = torch.rand(6, 3, 7, 6, generator=_seeded(1))
-    out = cf.augmix_image(images, severity=severity, depth=depth, width=width, alpha=alpha,
-                          augmentation_set=augmentation_set, generator=_seeded(5))
+    out = cf.augmix_image(
+        images,
+        severity=severity,
+        depth=depth,
+        width=width,
+        alpha=alpha,
+        augmentation_set=augmentation_set,
+        generator=_seeded(5),
+    )
     names = AUGMENTATION_SETS.get(augmentation_set, augmentation_set)
     expected = expected_augmix(images, severity, depth, width, alpha, names, _seeded(5))
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=0)
@@ -123,14 +135,14 @@ def test_the_chain_weights_are_a_convex_combination_even_when_every_gamma_draw_u
     torch.testing.assert_close(chains.sum(dim=1), torch.ones(2000, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("augmentation_set", [("equalize", "posterize", "solarize"),
-                                              ("color", "contrast", "brightness", "sharpness")])
+@pytest.mark.parametrize(
+    "augmentation_set", [("equalize", "posterize", "solarize"), ("color", "contrast", "brightness", "sharpness")]
+)
 def test_uint8_images_of_the_pixelwise_operations_match_the_definition_exactly(augmentation_set):
     """Every chain holds whole levels between its operations, as PIL's 8-bit images do, and the
     mix is rounded to the nearest level at the end (not truncated)."""
     images = torch.randint(0, 256, (8, 3, 6, 5), dtype=torch.uint8, generator=_seeded(2))
-    out = cf.augmix_image(images, severity=6, depth=3, width=2, augmentation_set=augmentation_set,
-                          generator=_seeded(3))
+    out = cf.augmix_image(images, severity=6, depth=3, width=2, augmentation_set=augmentation_set, generator=_seeded(3))
     expected = expected_augmix(images, 6, 3, 2, 1.0, augmentation_set, _seeded(3))
     assert out.dtype == torch.uint8 and torch.equal(out.double(), expected)
 
@@ -152,8 +164,11 @@ def test_shape_and_dtype_are_kept(dtype, single):
     shape; here the dtype is kept too."""
     g = _seeded(123)
     shape = (3, 6, 5) if single else (4, 3, 6, 5)
-    images = (torch.randint(0, 256, shape, dtype=torch.uint8, generator=g) if dtype == torch.uint8
-              else torch.rand(shape, generator=g).to(dtype))
+    images = (
+        torch.randint(0, 256, shape, dtype=torch.uint8, generator=g)
+        if dtype == torch.uint8
+        else torch.rand(shape, generator=g).to(dtype)
+    )
     before = images.clone()
     out = cf.augmix_image(images, generator=_seeded(0))
     assert isinstance(out, torch.Tensor) and out.shape == images.shape and out.dtype == dtype
@@ -180,7 +195,13 @@ def test_the_defaults_are_composers():
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=0)
     algo = AugMix()
     assert (algo.severity, algo.depth, algo.width, algo.alpha, algo.augmentation_set, algo.value_range) == (
-        3, -1, 3, 1.0, "all", None)
+        3,
+        -1,
+        3,
+        1.0,
+        "all",
+        None,
+    )
 
 
 _SEVERITY = "must be a number in [0, 10] (10 is the strongest)"
@@ -189,19 +210,29 @@ _WIDTH = "must be an integer >= 1 (the number of chains mixed)"
 _ALPHA = "must be a finite number > 0 (the Dirichlet and Beta concentration)"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"severity": -0.5}, f"severity=-0.5: {_SEVERITY}"), ({"severity": 10.5}, f"severity=10.5: {_SEVERITY}"),
-    ({"severity": None}, f"severity=None: {_SEVERITY}"),
-    ({"depth": 0}, f"depth=0: {_DEPTH}"), ({"depth": -2}, f"depth=-2: {_DEPTH}"),
-    ({"depth": 2.0}, f"depth=2.0: {_DEPTH}"),
-    ({"width": 0}, f"width=0: {_WIDTH}"), ({"width": 1.5}, f"width=1.5: {_WIDTH}"),
-    ({"width": True}, f"width=True: {_WIDTH}"),
-    ({"alpha": 0}, f"alpha=0: {_ALPHA}"), ({"alpha": -1.0}, f"alpha=-1.0: {_ALPHA}"),
-    ({"alpha": float("inf")}, f"alpha=inf: {_ALPHA}"), ({"alpha": "1"}, f"alpha='1': {_ALPHA}"),
-    ({"augmentation_set": "none"}, f"augmentation_set='none': must be {ALLOWED_SETS}"),
-    ({"augmentation_set": ("rotate", "zoom")},
-     f"augmentation_set=('rotate', 'zoom'): 'zoom' is not an operation; must be {ALLOWED_SETS}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"severity": -0.5}, f"severity=-0.5: {_SEVERITY}"),
+        ({"severity": 10.5}, f"severity=10.5: {_SEVERITY}"),
+        ({"severity": None}, f"severity=None: {_SEVERITY}"),
+        ({"depth": 0}, f"depth=0: {_DEPTH}"),
+        ({"depth": -2}, f"depth=-2: {_DEPTH}"),
+        ({"depth": 2.0}, f"depth=2.0: {_DEPTH}"),
+        ({"width": 0}, f"width=0: {_WIDTH}"),
+        ({"width": 1.5}, f"width=1.5: {_WIDTH}"),
+        ({"width": True}, f"width=True: {_WIDTH}"),
+        ({"alpha": 0}, f"alpha=0: {_ALPHA}"),
+        ({"alpha": -1.0}, f"alpha=-1.0: {_ALPHA}"),
+        ({"alpha": float("inf")}, f"alpha=inf: {_ALPHA}"),
+        ({"alpha": "1"}, f"alpha='1': {_ALPHA}"),
+        ({"augmentation_set": "none"}, f"augmentation_set='none': must be {ALLOWED_SETS}"),
+        (
+            {"augmentation_set": ("rotate", "zoom")},
+            f"augmentation_set=('rotate', 'zoom'): 'zoom' is not an operation; must be {ALLOWED_SETS}",
+        ),
+    ],
+)
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=exactly(message)):
         AugMix(**kwargs)
@@ -238,13 +269,16 @@ def test_in_the_trainer_the_model_sees_the_definition_on_standardized_dict_batch
     with the draws replayed from the class's generator, and mapped back; the labels are
     untouched."""
     g = _seeded(0)
-    batches = [{"image": torch.randn(5, 3, 6, 6, generator=g), "label": torch.randint(0, 4, (5,), generator=g)}
-               for _ in range(2)]
+    batches = [
+        {"image": torch.randn(5, 3, 6, 6, generator=g), "label": torch.randint(0, 4, (5,), generator=g)}
+        for _ in range(2)
+    ]
     seen = Observed(input_key="image", target_key="label")
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 6 * 6, 4))
     algo = AugMix(severity=4, depth=-1, width=2, alpha=0.7, value_range=value_range, input_key="image")
-    Trainer(model, batches, "2ba", algorithms=[algo, seen], seed=0, input_key="image", target_key="label",
-            device="cpu").fit()
+    Trainer(
+        model, batches, "2ba", algorithms=[algo, seen], seed=0, input_key="image", target_key="label", device="cpu"
+    ).fit()
     replayed = replayed_generator(AugMix, seed=0)
     for batch, image, label in zip(batches, seen.inputs, seen.targets, strict=True):
         unit, low, span = _unit(batch["image"], value_range)
@@ -260,8 +294,9 @@ def test_the_class_passes_uint8_batches_through_as_0_to_255():
     algo = AugMix(depth=1, width=2, augmentation_set=["equalize", "posterize", "solarize"])
     assert algo.match(Event.AFTER_DATALOADER, state) and not algo.match(Event.AFTER_LOSS, state)
     algo.apply(Event.AFTER_DATALOADER, state)
-    expected = expected_augmix(images, 3, 1, 2, 1.0, ("equalize", "posterize", "solarize"),
-                               replayed_generator(AugMix, 3))
+    expected = expected_augmix(
+        images, 3, 1, 2, 1.0, ("equalize", "posterize", "solarize"), replayed_generator(AugMix, 3)
+    )
     assert state.batch[0].dtype == torch.uint8 and (state.batch[0].double() - expected).abs().max() <= 1
 
 
@@ -272,8 +307,9 @@ def test_with_label_smoothing_the_model_sees_mixed_images_and_the_loss_smoothed_
         seen = Observed()
         pair = [AugMix(width=2), LabelSmoothing(0.2)]
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 6 * 6, 4))
-        Trainer(model, batches, "2ba", algorithms=(pair if augmix_first else pair[::-1]) + [seen], seed=0,
-                device="cpu").fit()
+        Trainer(
+            model, batches, "2ba", algorithms=(pair if augmix_first else pair[::-1]) + [seen], seed=0, device="cpu"
+        ).fit()
         replayed = replayed_generator(AugMix, seed=0)
         for (x, y), image, out, loss in zip(batches, seen.inputs, seen.outputs, seen.losses, strict=True):
             unit, low, span = _unit(x)
@@ -286,8 +322,11 @@ def test_with_label_smoothing_the_model_sees_mixed_images_and_the_loss_smoothed_
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.float32])
 def test_on_cuda_it_stays_on_the_device_and_agrees_with_the_cpu(dtype):
     g = _seeded(0)
-    images = (torch.randint(0, 256, (16, 3, 12, 12), dtype=torch.uint8, generator=g) if dtype == torch.uint8
-              else torch.rand(16, 3, 12, 12, generator=g).to(dtype))
+    images = (
+        torch.randint(0, 256, (16, 3, 12, 12), dtype=torch.uint8, generator=g)
+        if dtype == torch.uint8
+        else torch.rand(16, 3, 12, 12, generator=g).to(dtype)
+    )
     out = cf.augmix_image(images.cuda(), generator=_seeded(1))
     assert out.device.type == "cuda" and out.dtype == dtype
     cpu = cf.augmix_image(images, generator=_seeded(1))

@@ -68,11 +68,12 @@ def _reference_correlate(x: torch.Tensor, filter: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(x)
     for i in range(x.shape[-2]):
         for j in range(x.shape[-1]):
-            out[:, :, i, j] = (padded[:, :, i:i + kh, j:j + kw] * filter).sum(dim=(-2, -1))
+            out[:, :, i, j] = (padded[:, :, i : i + kh, j : j + kw] * filter).sum(dim=(-2, -1))
     return out
 
 
 # -- the filter and blur_2d ---------------------------------------------------------------------
+
 
 def test_the_filter_is_the_outer_product_of_the_binomial_row_and_sums_to_one():
     row = torch.tensor([1.0, 2.0, 1.0]) / 4
@@ -134,14 +135,17 @@ def test_blur_2d_takes_a_custom_filter():
     assert torch.equal(blur_2d(x, filter=identity[None, None].repeat(2, 1, 1, 1)), x)
 
 
-@pytest.mark.parametrize(("filter_shape", "message"), [
-    ((2, 2), "filter: needs odd height and width, got 2 x 2"),
-    ((3, 2), "filter: needs odd height and width, got 3 x 2"),
-    ((2, 3), "filter: needs odd height and width, got 2 x 3"),
-    ((3, 1, 3, 3), "filter: needs shape (kh, kw), (1, 1, kh, kw) or (2, 1, kh, kw), got (3, 1, 3, 3)"),
-    ((1, 2, 3, 3), "filter: needs shape (kh, kw), (1, 1, kh, kw) or (2, 1, kh, kw), got (1, 2, 3, 3)"),
-    ((2, 1, 3), "filter: needs shape (kh, kw), (1, 1, kh, kw) or (2, 1, kh, kw), got (2, 1, 3)"),
-])
+@pytest.mark.parametrize(
+    ("filter_shape", "message"),
+    [
+        ((2, 2), "filter: needs odd height and width, got 2 x 2"),
+        ((3, 2), "filter: needs odd height and width, got 3 x 2"),
+        ((2, 3), "filter: needs odd height and width, got 2 x 3"),
+        ((3, 1, 3, 3), "filter: needs shape (kh, kw), (1, 1, kh, kw) or (2, 1, kh, kw), got (3, 1, 3, 3)"),
+        ((1, 2, 3, 3), "filter: needs shape (kh, kw), (1, 1, kh, kw) or (2, 1, kh, kw), got (1, 2, 3, 3)"),
+        ((2, 1, 3), "filter: needs shape (kh, kw), (1, 1, kh, kw) or (2, 1, kh, kw), got (2, 1, 3)"),
+    ],
+)
 def test_blur_2d_refuses_a_bad_filter(filter_shape, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         blur_2d(torch.randn(1, 2, 5, 5), filter=torch.ones(filter_shape))
@@ -168,6 +172,7 @@ def test_blurring_before_subsampling_removes_the_aliasing_of_a_one_pixel_shift()
 
 # -- the modules --------------------------------------------------------------------------------
 
+
 def _pool_args():
     return list(itertools.product([(3, 3), (3, 7), (4, 4)], [1, 2], [(1, 1), (1, 3), (3, 3)]))
 
@@ -180,9 +185,18 @@ def test_blur_max_pool_has_the_shape_of_max_pool(size, stride, kernel_size):
 
 
 @pytest.mark.parametrize("ceil_mode", [False, True])
-@pytest.mark.parametrize(("kernel_size", "stride", "padding", "dilation"),
-                         [(2, 2, 0, 1), (3, 2, 0, 1), (3, 2, 1, 1), (2, 3, 1, 1), (1, 3, 0, 1), (3, 3, 1, 2),
-                          ((3, 2), (2, 3), (1, 0), (1, 2))])
+@pytest.mark.parametrize(
+    ("kernel_size", "stride", "padding", "dilation"),
+    [
+        (2, 2, 0, 1),
+        (3, 2, 0, 1),
+        (3, 2, 1, 1),
+        (2, 3, 1, 1),
+        (1, 3, 0, 1),
+        (3, 3, 1, 2),
+        ((3, 2), (2, 3), (1, 0), (1, 2)),
+    ],
+)
 def test_blur_max_pool_has_max_pools_shape_in_either_ceil_mode(kernel_size, stride, padding, dilation, ceil_mode):
     """For every size from 5 to 12 pixels, as torch.nn.MaxPool2d gives it (in ceil mode one more
     row or column where a last window is cut by the edge, at 8 x 8 with a window of 3 at stride 2, say)."""
@@ -199,7 +213,7 @@ def _dense_max_of_cut_windows(x: torch.Tensor, kernel: int, padding: int, rows: 
     for i in range(rows):
         for j in range(cols):
             top, left = max(i - padding, 0), max(j - padding, 0)
-            window = x[:, :, top:i - padding + kernel, left:j - padding + kernel]
+            window = x[:, :, top : i - padding + kernel, left : j - padding + kernel]
             out[:, :, i, j] = window.amax(dim=(-2, -1))
     return out
 
@@ -217,8 +231,10 @@ def test_in_ceil_mode_the_last_row_and_column_blur_the_maximum_of_the_cut_window
     torch.testing.assert_close(out, _reference_blur(dense, stride=2), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize(("kernel_size", "stride", "padding", "dilation"),
-                         [(3, 2, 1, 1), (2, None, 0, 1), (3, 2, 1, 2), (3, (1, 2), (1, 0), (2, 1))])
+@pytest.mark.parametrize(
+    ("kernel_size", "stride", "padding", "dilation"),
+    [(3, 2, 1, 1), (2, None, 0, 1), (3, 2, 1, 2), (3, (1, 2), (1, 0), (2, 1))],
+)
 def test_blur_max_pool_is_a_dense_max_then_a_strided_blur(kernel_size, stride, padding, dilation):
     """The max over the window (with its padding and dilation) at stride 1, then the blur
     subsampled by the stride, which is the window's size when none is given."""
@@ -227,15 +243,21 @@ def test_blur_max_pool_is_a_dense_max_then_a_strided_blur(kernel_size, stride, p
     blurred = BlurMaxPool2d.from_maxpool2d(pool).double()
     dense = F.max_pool2d(x, kernel_size, stride=1, padding=padding, dilation=dilation)
     step = pool.stride if isinstance(pool.stride, tuple) else (pool.stride, pool.stride)
-    expected = _reference_blur(dense)[:, :, ::step[0], ::step[1]]
+    expected = _reference_blur(dense)[:, :, :: step[0], :: step[1]]
     torch.testing.assert_close(blurred(x), expected, rtol=0, atol=1e-12)
     direct = BlurMaxPool2d(kernel_size, stride=stride, padding=padding, dilation=dilation).double()
     torch.testing.assert_close(direct(x), expected, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("pool", [torch.nn.MaxPool2d(3), torch.nn.MaxPool2d(2, stride=2, padding=1),
-                                  torch.nn.MaxPool2d(3, stride=(2, 1), padding=1, dilation=2, ceil_mode=True)],
-                         ids=["defaults", "padded", "every-setting"])
+@pytest.mark.parametrize(
+    "pool",
+    [
+        torch.nn.MaxPool2d(3),
+        torch.nn.MaxPool2d(2, stride=2, padding=1),
+        torch.nn.MaxPool2d(3, stride=(2, 1), padding=1, dilation=2, ceil_mode=True),
+    ],
+    ids=["defaults", "padded", "every-setting"],
+)
 def test_blur_max_pool_keeps_the_window_of_the_max_pool(pool):
     """from_maxpool2d keeps the window, stride, padding, dilation and ceil mode: the repr says so,
     as the pool's does."""
@@ -263,14 +285,21 @@ def _blur_conv_reference(conv: torch.nn.Conv2d, x: torch.Tensor, blur_first: boo
         return conv(_reference_blur(x))
     dense = copy.deepcopy(conv)
     dense.stride = (1, 1)
-    return _reference_blur(dense(x))[:, :, ::conv.stride[0], ::conv.stride[1]]
+    return _reference_blur(dense(x))[:, :, :: conv.stride[0], :: conv.stride[1]]
 
 
 @pytest.mark.parametrize("blur_first", [True, False])
-@pytest.mark.parametrize("settings", [
-    dict(stride=2, padding=1), dict(stride=2, padding=2, dilation=2), dict(stride=(2, 1), padding=1, groups=2),
-    dict(stride=2, padding=1, bias=False), dict(stride=2, padding=1, padding_mode="circular"),
-], ids=["plain", "dilated", "grouped", "no-bias", "circular"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(stride=2, padding=1),
+        dict(stride=2, padding=2, dilation=2),
+        dict(stride=(2, 1), padding=1, groups=2),
+        dict(stride=2, padding=1, bias=False),
+        dict(stride=2, padding=1, padding_mode="circular"),
+    ],
+    ids=["plain", "dilated", "grouped", "no-bias", "circular"],
+)
 def test_blur_conv_is_blur_then_conv_or_conv_then_strided_blur(blur_first, settings):
     """from_conv2d keeps every setting of the convolution: its padding (and padding mode),
     dilation, groups and bias, or the lack of one."""
@@ -319,9 +348,13 @@ def test_the_filters_are_not_saved_in_the_state_dict():
 
 # -- apply_blurpool -----------------------------------------------------------------------------
 
+
 def _strided_convs(model, min_channels=16):
-    return [n for n, m in model.named_modules()
-            if isinstance(m, torch.nn.Conv2d) and max(m.stride) > 1 and m.in_channels >= min_channels]
+    return [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Conv2d) and max(m.stride) > 1 and m.in_channels >= min_channels
+    ]
 
 
 @pytest.mark.parametrize("min_channels", [0, 16, 17, 32, 33])
@@ -363,8 +396,9 @@ def test_blur_first_decides_the_order_of_each_replaced_convolution(blur_first):
     torch.testing.assert_close(model.conv1(x), _blur_conv_reference(conv, x, blur_first), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("layers", [[], [torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)]],
-                         ids=["no-tensors", "one-tensor"])
+@pytest.mark.parametrize(
+    "layers", [[], [torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)]], ids=["no-tensors", "one-tensor"]
+)
 def test_a_model_with_few_or_no_tensors_gets_its_max_pool_blurred(layers):
     model = torch.nn.Sequential(*copy.deepcopy(layers), torch.nn.MaxPool2d(2))
     cf.apply_blurpool(model)
@@ -381,9 +415,17 @@ def test_on_resnet18_the_max_pool_is_replaced_too():
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
 
 
-@pytest.mark.parametrize(("replace_convs", "replace_maxpools", "blur_first"),
-                         [(True, True, True), (True, True, False), (True, False, True), (True, False, False),
-                          (False, True, True), (False, True, False)])
+@pytest.mark.parametrize(
+    ("replace_convs", "replace_maxpools", "blur_first"),
+    [
+        (True, True, True),
+        (True, True, False),
+        (True, False, True),
+        (True, False, False),
+        (False, True, True),
+        (False, True, False),
+    ],
+)
 def test_composers_conv_model(replace_convs, replace_maxpools, blur_first):
     """Composer's tests on its ConvModel: conv1 is replaced (32 input channels, stride 2), conv2
     (8 input channels) and conv3 (stride 1) are not, pool1 is replaced by the flag, conv1's
@@ -445,16 +487,21 @@ def test_channels_last_inputs_and_weights_work():
     torch.testing.assert_close(model(x), reference(x.contiguous()), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"min_channels": -1}, "min_channels=-1: must be an integer >= 0"),
-    ({"min_channels": 1.5}, "min_channels=1.5: must be an integer >= 0"),
-    ({"min_channels": True}, "min_channels=True: must be an integer >= 0"),
-    ({"blur_first": 1}, "blur_first=1: must be True or False"),
-    ({"replace_convs": "yes"}, "replace_convs='yes': must be True or False"),
-    ({"replace_maxpools": None}, "replace_maxpools=None: must be True or False"),
-    ({"replace_convs": False, "replace_maxpools": False},
-     "replace_convs=False and replace_maxpools=False: BlurPool would replace nothing; set one of them"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"min_channels": -1}, "min_channels=-1: must be an integer >= 0"),
+        ({"min_channels": 1.5}, "min_channels=1.5: must be an integer >= 0"),
+        ({"min_channels": True}, "min_channels=True: must be an integer >= 0"),
+        ({"blur_first": 1}, "blur_first=1: must be True or False"),
+        ({"replace_convs": "yes"}, "replace_convs='yes': must be True or False"),
+        ({"replace_maxpools": None}, "replace_maxpools=None: must be True or False"),
+        (
+            {"replace_convs": False, "replace_maxpools": False},
+            "replace_convs=False and replace_maxpools=False: BlurPool would replace nothing; set one of them",
+        ),
+    ],
+)
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     match = f"^{re.escape(message)}$"
     with pytest.raises(ValueError, match=match):
@@ -478,6 +525,7 @@ def test_a_model_without_strided_convolutions_or_max_pools_warns():
 
 # -- the class in the Trainer --------------------------------------------------------------------
 
+
 def test_it_matches_only_init():
     from algorithms.core import Event
 
@@ -485,8 +533,17 @@ def test_it_matches_only_init():
     assert [e for e in Event if algo.match(e, None)] == [Event.INIT]
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"replace_convs": False}, {"replace_maxpools": False},
-                                    {"blur_first": False}, {"min_channels": 0}, {"min_channels": 33}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"replace_convs": False},
+        {"replace_maxpools": False},
+        {"blur_first": False},
+        {"min_channels": 0},
+        {"min_channels": 33},
+    ],
+)
 def test_at_init_it_blurs_what_its_arguments_say(kwargs):
     """On Composer's ConvModel: conv1 (32 input channels, stride 2) and conv2 (8, stride 2) are
     blurred when they have min_channels (default 16) or more, pool1 unless replace_maxpools is
@@ -509,8 +566,7 @@ def test_in_the_trainer_the_model_trained_is_blurred_and_the_optimizer_holds_it(
     model = resnet20()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     seen = Observed()
-    trainer = Trainer(model, batches, "3ba", optimizer=optimizer, algorithms=[BlurPool(), seen], seed=0,
-                      device="cpu")
+    trainer = Trainer(model, batches, "3ba", optimizer=optimizer, algorithms=[BlurPool(), seen], seed=0, device="cpu")
     start = trainer.state.model.layer2[0].conv1.conv.weight.detach().clone()
     trainer.fit()
     trained = trainer.state.model

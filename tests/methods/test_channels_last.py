@@ -50,10 +50,12 @@ def test_every_4d_parameter_becomes_channels_last_contiguous_with_its_values():
     assert _infer_memory_format(model.layer1[0].conv1.weight) == "nhwc"
     assert _infer_memory_format(before.layer1[0].conv1.weight) == "nchw"
     # The rest is untouched: names, shapes, dtypes, values, module classes.
-    assert [(n, p.shape, p.dtype) for n, p in model.named_parameters()] == \
-           [(n, p.shape, p.dtype) for n, p in before.named_parameters()]
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), before.state_dict().values(),
-                                                 strict=True))
+    assert [(n, p.shape, p.dtype) for n, p in model.named_parameters()] == [
+        (n, p.shape, p.dtype) for n, p in before.named_parameters()
+    ]
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), before.state_dict().values(), strict=True)
+    )
     assert [type(m) for m in model.modules()] == [type(m) for m in before.modules()]
 
 
@@ -72,8 +74,9 @@ def test_outputs_are_unchanged_on_resnet20(dtype, tolerance):
     cf.apply_channels_last(model)
     x = torch.randn(4, 3, 16, 16, dtype=dtype)
     torch.testing.assert_close(model(x), reference(x), rtol=tolerance, atol=tolerance)
-    torch.testing.assert_close(model(x.contiguous(memory_format=torch.channels_last)), reference(x),
-                               rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(
+        model(x.contiguous(memory_format=torch.channels_last)), reference(x), rtol=tolerance, atol=tolerance
+    )
 
 
 def test_gradients_are_unchanged_and_keep_the_parameters_layout():
@@ -110,8 +113,10 @@ def test_a_model_without_4d_tensors_is_left_as_it_is_and_a_5d_one_is_refused():
     cf.apply_channels_last(linear)
     assert [p.stride() for p in linear.parameters()] == strides
     conv3d = torch.nn.Sequential(torch.nn.Conv2d(2, 2, 3), torch.nn.Conv3d(2, 2, 3))
-    five_d = ("model: 1.weight is 5-D, and channels_last is a layout of 4-D tensors; convert a 3-D convolutional "
-              "model with model.to(memory_format=torch.channels_last_3d)")
+    five_d = (
+        "model: 1.weight is 5-D, and channels_last is a layout of 4-D tensors; convert a 3-D convolutional "
+        "model with model.to(memory_format=torch.channels_last_3d)"
+    )
     with pytest.raises(ValueError, match=f"^{re.escape(five_d)}$"):
         cf.apply_channels_last(conv3d)
     assert conv3d[0].weight.is_contiguous()  # nothing changed
@@ -136,8 +141,9 @@ def test_in_the_trainer_the_model_is_channels_last_from_the_first_step():
         model = resnet20()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
         seen = Observed()
-        trainer = Trainer(model, batches, "3ba", optimizer=optimizer,
-                          algorithms=[*algorithms, seen], seed=0, device="cpu")
+        trainer = Trainer(
+            model, batches, "3ba", optimizer=optimizer, algorithms=[*algorithms, seen], seed=0, device="cpu"
+        )
         trainer.fit()
         return trainer.state.model, seen
 

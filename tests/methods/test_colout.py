@@ -27,8 +27,8 @@ from algorithms.core.time import Duration
 
 def _kept(generator: torch.Generator, height: int, width: int, p_row: float, p_col: float):
     """The kept rows and columns, replayed: a uniform subset of each, sorted."""
-    rows = sorted(torch.randperm(height, generator=generator)[:int((1 - p_row) * height)].tolist())
-    cols = sorted(torch.randperm(width, generator=generator)[:int((1 - p_col) * width)].tolist())
+    rows = sorted(torch.randperm(height, generator=generator)[: int((1 - p_row) * height)].tolist())
+    cols = sorted(torch.randperm(width, generator=generator)[: int((1 - p_col) * width)].tolist())
     return rows, cols
 
 
@@ -52,13 +52,17 @@ def test_colout_batch_matches_its_definition(p_row, p_col):
     assert torch.equal(out, _definition(images, *_kept(_seeded(7), 10, 14, p_row, p_col)))
 
 
-@pytest.mark.parametrize(("height", "width", "p_row", "p_col"), [
-    (32, 32, 0.15, 0.15),  # 27 x 27
-    (8, 8, 0.15, 0.15),  # int(6.8) = 6 kept: the kept count is floored, not the dropped count rounded
-    (10, 10, 0.3, 0.7),  # (1 - 0.3) * 10 = 7.000000000000001 and (1 - 0.7) * 10 = 3.0000000000000004
-    (32, 48, 0.0, 0.25), (32, 48, 0.15, 0.05),  # rectangles and unequal fractions, as Composer tests
-    (7, 5, 0.5, 0.5),
-])
+@pytest.mark.parametrize(
+    ("height", "width", "p_row", "p_col"),
+    [
+        (32, 32, 0.15, 0.15),  # 27 x 27
+        (8, 8, 0.15, 0.15),  # int(6.8) = 6 kept: the kept count is floored, not the dropped count rounded
+        (10, 10, 0.3, 0.7),  # (1 - 0.3) * 10 = 7.000000000000001 and (1 - 0.7) * 10 = 3.0000000000000004
+        (32, 48, 0.0, 0.25),
+        (32, 48, 0.15, 0.05),  # rectangles and unequal fractions, as Composer tests
+        (7, 5, 0.5, 0.5),
+    ],
+)
 def test_the_output_size_is_the_kept_count_as_composer_computes_it(height, width, p_row, p_col):
     kept = (int((1 - p_row) * height), int((1 - p_col) * width))
     for channels in (1, 3):
@@ -105,8 +109,9 @@ def test_a_dense_target_loses_the_same_rows_and_columns():
     g = _seeded(2)
     images, masks = torch.rand(4, 3, 12, 10, generator=g), torch.randint(0, 5, (4, 12, 10), generator=g)
     for resize_target in ("auto", True):
-        x, y = cf.colout_batch((images, masks), p_row=0.25, p_col=0.2, resize_target=resize_target,
-                               generator=_seeded(9))
+        x, y = cf.colout_batch(
+            (images, masks), p_row=0.25, p_col=0.2, resize_target=resize_target, generator=_seeded(9)
+        )
         rows, cols = _kept(_seeded(9), 12, 10, 0.25, 0.2)
         assert torch.equal(x, _definition(images, rows, cols)) and torch.equal(y, _definition(masks, rows, cols))
         assert y.dtype == torch.long
@@ -115,13 +120,16 @@ def test_a_dense_target_loses_the_same_rows_and_columns():
     assert torch.equal(y, _definition(soft, *_kept(_seeded(9), 12, 10, 0.15, 0.15)))
 
 
-@pytest.mark.parametrize(("target", "resize_target"), [
-    (torch.randint(0, 4, (4,)), "auto"),  # class indices
-    (torch.rand(4, 12), "auto"),  # soft labels (N, K): two dims, even where K happened to be W
-    (torch.randint(0, 4, (4, 8, 10)), "auto"),  # a mask of another height
-    (torch.randint(0, 4, (4, 12, 10)), False),  # a mask, but resizing is off
-    (torch.Tensor(), "auto"),  # the empty target of Composer's test
-])
+@pytest.mark.parametrize(
+    ("target", "resize_target"),
+    [
+        (torch.randint(0, 4, (4,)), "auto"),  # class indices
+        (torch.rand(4, 12), "auto"),  # soft labels (N, K): two dims, even where K happened to be W
+        (torch.randint(0, 4, (4, 8, 10)), "auto"),  # a mask of another height
+        (torch.randint(0, 4, (4, 12, 10)), False),  # a mask, but resizing is off
+        (torch.Tensor(), "auto"),  # the empty target of Composer's test
+    ],
+)
 def test_a_target_not_to_resize_is_the_same_object(target, resize_target):
     images = torch.rand(4, 3, 12, 12) if target.ndim == 2 else torch.rand(4, 3, 12, 10)
     x, y = cf.colout_batch((images, target), resize_target=resize_target, generator=_seeded(4))
@@ -151,8 +159,9 @@ def test_seeded_calls_repeat_on_the_generator_and_on_torchs_global_seed():
     assert torch.equal(b, cf.colout_batch(images))
 
 
-@pytest.mark.parametrize("dtype",
-                         [torch.float32, torch.uint8, torch.bool, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.uint8, torch.bool, torch.float16, torch.bfloat16, torch.float64]
+)
 def test_dtype_and_memory_format_are_kept_and_the_input_is_not_modified(dtype):
     images = (torch.rand(4, 3, 12, 12, generator=_seeded(1)) * 200).to(dtype)
     rows, cols = _kept(_seeded(6), 12, 12, 0.15, 0.15)
@@ -177,18 +186,21 @@ def _whole(message: str) -> str:
     return f"^{re.escape(message)}$"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"p_row": 1.5}, "p_row=1.5: the fraction of rows to drop, in [0, 1)"),
-    ({"p_col": 1.5}, "p_col=1.5: the fraction of columns to drop, in [0, 1)"),
-    ({"p_row": -0.1}, "p_row=-0.1: the fraction of rows to drop, in [0, 1)"),
-    ({"p_col": 1}, "p_col=1: the fraction of columns to drop, in [0, 1)"),
-    ({"p_row": float("nan")}, "p_row=nan: the fraction of rows to drop, in [0, 1)"),
-    ({"p_row": "0.15"}, "p_row='0.15': the fraction of rows to drop, in [0, 1)"),
-    ({"p_col": True}, "p_col=True: the fraction of columns to drop, in [0, 1)"),
-    ({"resize_target": "yes"}, "resize_target='yes': must be True, False or 'auto'"),
-    ({"resize_target": None}, "resize_target=None: must be True, False or 'auto'"),
-    ({"resize_target": 1}, "resize_target=1: must be True, False or 'auto'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"p_row": 1.5}, "p_row=1.5: the fraction of rows to drop, in [0, 1)"),
+        ({"p_col": 1.5}, "p_col=1.5: the fraction of columns to drop, in [0, 1)"),
+        ({"p_row": -0.1}, "p_row=-0.1: the fraction of rows to drop, in [0, 1)"),
+        ({"p_col": 1}, "p_col=1: the fraction of columns to drop, in [0, 1)"),
+        ({"p_row": float("nan")}, "p_row=nan: the fraction of rows to drop, in [0, 1)"),
+        ({"p_row": "0.15"}, "p_row='0.15': the fraction of rows to drop, in [0, 1)"),
+        ({"p_col": True}, "p_col=True: the fraction of columns to drop, in [0, 1)"),
+        ({"resize_target": "yes"}, "resize_target='yes': must be True, False or 'auto'"),
+        ({"resize_target": None}, "resize_target=None: must be True, False or 'auto'"),
+        ({"resize_target": 1}, "resize_target=1: must be True, False or 'auto'"),
+    ],
+)
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=_whole(message)):
         ColOut(**kwargs)
@@ -198,42 +210,67 @@ def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
 
 @pytest.mark.parametrize("batch", [False, 0, "True"])
 def test_only_the_batch_mode_is_offered(batch):
-    message = (f"batch={batch!r}: only batch=True is supported (ColOut on the batch after the data loader); for "
-               "per-sample ColOut call colout_batch on each image in the dataset's transform")
+    message = (
+        f"batch={batch!r}: only batch=True is supported (ColOut on the batch after the data loader); for "
+        "per-sample ColOut call colout_batch on each image in the dataset's transform"
+    )
     with pytest.raises(ValueError, match=_whole(message)):
         ColOut(batch=batch)
 
 
 def test_the_repr_names_every_hyperparameter():
     assert repr(ColOut()) == (
-        "ColOut(p_row=0.15, p_col=0.15, batch=True, resize_target='auto', input_key=0, target_key=1)")
+        "ColOut(p_row=0.15, p_col=0.15, batch=True, resize_target='auto', input_key=0, target_key=1)"
+    )
     assert repr(ColOut(0.25, 0.5, resize_target=True, input_key="image", target_key="mask")) == (
-        "ColOut(p_row=0.25, p_col=0.5, batch=True, resize_target=True, input_key='image', target_key='mask')")
+        "ColOut(p_row=0.25, p_col=0.5, batch=True, resize_target=True, input_key='image', target_key='mask')"
+    )
 
 
 IMAGES_OR_BATCH = "sample: ColOut needs an image tensor (C, H, W) or a batch (N, C, H, W), got "
 
 
-@pytest.mark.parametrize(("sample", "kwargs", "message"), [
-    (torch.rand(4, 5), {}, IMAGES_OR_BATCH + "shape (4, 5)"),
-    (torch.rand(1, 2, 3, 8, 8), {}, IMAGES_OR_BATCH + "shape (1, 2, 3, 8, 8)"),
-    ("images", {}, IMAGES_OR_BATCH + "a str"),
-    (([[0.5]], torch.zeros(1)), {}, IMAGES_OR_BATCH + "a list"),
-    ((torch.rand(2, 3, 8, 8),) * 3, {}, "sample: a tensor or an (input, target) pair, got a tuple of 3 items"),
-    ([], {}, "sample: a tensor or an (input, target) pair, got a list of 0 items"),
-    (torch.rand(2, 3, 8, 8), {"resize_target": True},
-     "resize_target=True: the sample has no target to resize; pass (input, target)"),
-    ((torch.rand(2, 3, 8, 8), torch.zeros(2)), {"resize_target": True},
-     "resize_target=True: the target's last two dims must be the input's (8, 8), got shape (2,)"),
-    ((torch.rand(3, 8, 6), torch.zeros(8, 5)), {"resize_target": True},
-     "resize_target=True: the target's last two dims must be the input's (8, 6), got shape (8, 5)"),
-    ((torch.rand(2, 3, 8, 8), [0, 1]), {"resize_target": True},
-     "resize_target=True: the target's last two dims must be the input's (8, 8), got a list"),
-    (torch.rand(2, 3, 8, 8), {"p_row": 0.9},
-     "p_row=0.9: keeps int((1 - p_row) * 8) = 0 of the 8 rows; use a smaller p_row or larger images"),
-    (torch.rand(2, 3, 8, 4), {"p_col": 0.8},
-     "p_col=0.8: keeps int((1 - p_col) * 4) = 0 of the 4 columns; use a smaller p_col or larger images"),
-])
+@pytest.mark.parametrize(
+    ("sample", "kwargs", "message"),
+    [
+        (torch.rand(4, 5), {}, IMAGES_OR_BATCH + "shape (4, 5)"),
+        (torch.rand(1, 2, 3, 8, 8), {}, IMAGES_OR_BATCH + "shape (1, 2, 3, 8, 8)"),
+        ("images", {}, IMAGES_OR_BATCH + "a str"),
+        (([[0.5]], torch.zeros(1)), {}, IMAGES_OR_BATCH + "a list"),
+        ((torch.rand(2, 3, 8, 8),) * 3, {}, "sample: a tensor or an (input, target) pair, got a tuple of 3 items"),
+        ([], {}, "sample: a tensor or an (input, target) pair, got a list of 0 items"),
+        (
+            torch.rand(2, 3, 8, 8),
+            {"resize_target": True},
+            "resize_target=True: the sample has no target to resize; pass (input, target)",
+        ),
+        (
+            (torch.rand(2, 3, 8, 8), torch.zeros(2)),
+            {"resize_target": True},
+            "resize_target=True: the target's last two dims must be the input's (8, 8), got shape (2,)",
+        ),
+        (
+            (torch.rand(3, 8, 6), torch.zeros(8, 5)),
+            {"resize_target": True},
+            "resize_target=True: the target's last two dims must be the input's (8, 6), got shape (8, 5)",
+        ),
+        (
+            (torch.rand(2, 3, 8, 8), [0, 1]),
+            {"resize_target": True},
+            "resize_target=True: the target's last two dims must be the input's (8, 8), got a list",
+        ),
+        (
+            torch.rand(2, 3, 8, 8),
+            {"p_row": 0.9},
+            "p_row=0.9: keeps int((1 - p_row) * 8) = 0 of the 8 rows; use a smaller p_row or larger images",
+        ),
+        (
+            torch.rand(2, 3, 8, 4),
+            {"p_col": 0.8},
+            "p_col=0.8: keeps int((1 - p_col) * 4) = 0 of the 4 columns; use a smaller p_col or larger images",
+        ),
+    ],
+)
 def test_bad_input_fails_with_a_clear_error(sample, kwargs, message):
     with pytest.raises(ValueError, match=_whole(message)):
         cf.colout_batch(sample, **kwargs)
@@ -262,11 +299,18 @@ def test_in_the_trainer_images_are_dropped_and_class_labels_kept(resize_target):
     batches = [(torch.rand(6, 3, 12, 10, generator=g), torch.randint(0, 4, (6,), generator=g)) for _ in range(3)]
     seen = Observed()
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
-    Trainer(model, batches, "3ba", algorithms=[ColOut(p_row=0.25, p_col=0.3, resize_target=resize_target), seen],
-            seed=0, device="cpu").fit()
+    Trainer(
+        model,
+        batches,
+        "3ba",
+        algorithms=[ColOut(p_row=0.25, p_col=0.3, resize_target=resize_target), seen],
+        seed=0,
+        device="cpu",
+    ).fit()
     replayed = replayed_generator(ColOut, seed=0)
-    for (x, y), image, out, label, loss in zip(batches, seen.inputs, seen.outputs, seen.targets, seen.losses,
-                                               strict=True):
+    for (x, y), image, out, label, loss in zip(
+        batches, seen.inputs, seen.outputs, seen.targets, seen.losses, strict=True
+    ):
         assert torch.equal(image, _definition(x, *_kept(replayed, 12, 10, 0.25, 0.3)))
         assert torch.equal(label, y)
         torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(out, y))
@@ -278,15 +322,26 @@ def test_in_the_trainer_a_segmentation_mask_in_a_dict_batch_is_dropped_alike(res
     dropped. With resize_target=False the mask would no longer match the output, so the loss
     could not be computed: the test sees the mask resized or fails."""
     g = _seeded(1)
-    batches = [{"image": torch.rand(4, 3, 12, 12, generator=g), "mask": torch.randint(0, 3, (4, 12, 12), generator=g)}
-               for _ in range(2)]
+    batches = [
+        {"image": torch.rand(4, 3, 12, 12, generator=g), "mask": torch.randint(0, 3, (4, 12, 12), generator=g)}
+        for _ in range(2)
+    ]
     seen = Observed(input_key="image", target_key="mask")
     algo = ColOut(p_row=0.25, p_col=0.5, resize_target=resize_target, input_key="image", target_key="mask")
-    Trainer(torch.nn.Conv2d(3, 3, 1), batches, "2ba", algorithms=[algo, seen], seed=3, input_key="image",
-            target_key="mask", device="cpu").fit()
+    Trainer(
+        torch.nn.Conv2d(3, 3, 1),
+        batches,
+        "2ba",
+        algorithms=[algo, seen],
+        seed=3,
+        input_key="image",
+        target_key="mask",
+        device="cpu",
+    ).fit()
     replayed = replayed_generator(ColOut, seed=3)
-    for batch, image, out, mask, loss in zip(batches, seen.inputs, seen.outputs, seen.targets, seen.losses,
-                                             strict=True):
+    for batch, image, out, mask, loss in zip(
+        batches, seen.inputs, seen.outputs, seen.targets, seen.losses, strict=True
+    ):
         rows, cols = _kept(replayed, 12, 12, 0.25, 0.5)
         assert torch.equal(image, _definition(batch["image"], rows, cols))
         assert torch.equal(mask, _definition(batch["mask"], rows, cols)) and mask.shape == (4, 9, 6)
@@ -323,13 +378,15 @@ def test_it_composes_with_cutout_in_either_order(colout_first):
     seen = Observed()
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
     pair = [ColOut(p_row=0.25, p_col=0.25), CutOut(length=0.5)]
-    Trainer(model, batches, "2ba", algorithms=[*(pair if colout_first else pair[::-1]), seen], seed=4,
-            device="cpu").fit()
+    Trainer(
+        model, batches, "2ba", algorithms=[*(pair if colout_first else pair[::-1]), seen], seed=4, device="cpu"
+    ).fit()
     colout_draws, cutout_draws = replayed_generator(ColOut, 4), replayed_generator(CutOut, 4)
     for (x, _), image in zip(batches, seen.inputs, strict=True):
         if colout_first:
-            expected = _cutout_definition(_definition(x, *_kept(colout_draws, 16, 12, 0.25, 0.25)), 1, 0.5, False,
-                                          generator=cutout_draws)
+            expected = _cutout_definition(
+                _definition(x, *_kept(colout_draws, 16, 12, 0.25, 0.25)), 1, 0.5, False, generator=cutout_draws
+            )
         else:
             cut = _cutout_definition(x, 1, 0.5, False, generator=cutout_draws)
             expected = _definition(cut, *_kept(colout_draws, 16, 12, 0.25, 0.25))
@@ -396,8 +453,9 @@ def test_on_cuda_the_batch_form_makes_no_host_sync():
 def test_it_reports_the_batches_that_lost_rows_or_columns(kwargs, cut):
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(2)]
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                torch.nn.Linear(4, 4))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 4)
+    )
     trainer = Trainer(model, batches, "1ep", algorithms=[ColOut(**kwargs)], seed=0, device="cpu")
     trainer.fit()
     assert trainer.method_log.records["ColOut"]["activity"] == {"batches_cut": cut}

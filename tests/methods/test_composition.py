@@ -62,8 +62,17 @@ def test_a_method_after_the_mixing_that_changes_the_batch_size_is_refused(cls, i
         def apply(self, event, state, logger=None):
             state.batch = tuple(item[: item.shape[0] // 2] for item in state.batch)
 
-    with pytest.raises(ValueError, match=rf"^{cls.__name__}: the batch has 3 targets (before|at) the loss but 6 "
-                                         rf"examples were mixed after the data loader: a method listed after "
-                                         rf"{cls.__name__} changed the batch size \(list it before {cls.__name__}\)$"):
-        Trainer(image_classifier(), image_batches(n=1), "1ba", algorithms=[cls(interpolate_loss=interpolate_loss),
-                                                                           DropHalf()], seed=0, device="cpu").fit()
+    with pytest.raises(
+        ValueError,
+        match=rf"^{cls.__name__}: the batch has 3 targets (before|at) the loss but 6 "
+        rf"examples were mixed after the data loader: a method listed after "
+        rf"{cls.__name__} changed the batch size \(list it before {cls.__name__}\)$",
+    ):
+        Trainer(
+            image_classifier(),
+            image_batches(n=1),
+            "1ba",
+            algorithms=[cls(interpolate_loss=interpolate_loss), DropHalf()],
+            seed=0,
+            device="cpu",
+        ).fit()

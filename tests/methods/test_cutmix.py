@@ -65,8 +65,9 @@ def test_box_pixels_come_from_the_partner(uniform_sampling):
     indices = torch.randperm(7, generator=g)
     for bbox in FIXED_BOXES + _sampled_boxes(3, 5, uniform_sampling):
         box = tuple(np.int64(v) for v in bbox)  # Composer's test passes NumPy integers
-        mixed, y_perm, area, used = cf.cutmix_batch(x, y, alpha=1.0, bbox=box, indices=indices,
-                                                    uniform_sampling=uniform_sampling)
+        mixed, y_perm, area, used = cf.cutmix_batch(
+            x, y, alpha=1.0, bbox=box, indices=indices, uniform_sampling=uniform_sampling
+        )
         validate_cutmix(x, y, indices, mixed, y_perm, bbox)
         assert used == tuple(bbox)
         assert area == pytest.approx(1 - (bbox[2] - bbox[0]) * (bbox[3] - bbox[1]) / 15)
@@ -85,8 +86,9 @@ def test_box_comes_from_partner_and_rest_is_unchanged():
 
 def test_length_sets_box_side():
     x = torch.randn(4, 1, 10, 10)
-    _, _, area, (x1, y1, x2, y2) = cf.cutmix_batch(x, torch.arange(4), length=0.4,
-                                                   generator=torch.Generator().manual_seed(0))
+    _, _, area, (x1, y1, x2, y2) = cf.cutmix_batch(
+        x, torch.arange(4), length=0.4, generator=torch.Generator().manual_seed(0)
+    )
     assert area == pytest.approx(1 - (x2 - x1) * (y2 - y1) / 100)
     assert (x2 - x1) <= 4 and (y2 - y1) <= 4
 
@@ -115,25 +117,43 @@ def test_any_target_is_permuted_with_the_images():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: cf.cutmix_batch(torch.randn(2, 3, 4), torch.arange(2)),
-         "input: CutMix needs an image batch (N, C, H, W), got shape (2, 3, 4)"),
-        (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(3)),
-         "input and target must have the same batch size: input shape (2, 1, 4, 4), target shape (3,)"),
-        (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), alpha=-1),
-         "alpha=-1: must be a finite number >= 0"),
-        (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 6), torch.arange(2), bbox=(0, 0, 9, 2)),
-         "bbox=(0, 0, 9, 2): need 0 <= x1 <= x2 <= 4 (height) and 0 <= y1 <= y2 <= 6 (width)"),
-        (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 6), torch.arange(2), bbox=(0, 3, 4, 2)),
-         "bbox=(0, 3, 4, 2): need 0 <= x1 <= x2 <= 4 (height) and 0 <= y1 <= y2 <= 6 (width)"),
-        (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), length=1.5),
-         "length=1.5: must be in (0, 1]"),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 3, 4), torch.arange(2)),
+            "input: CutMix needs an image batch (N, C, H, W), got shape (2, 3, 4)",
+        ),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(3)),
+            "input and target must have the same batch size: input shape (2, 1, 4, 4), target shape (3,)",
+        ),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), alpha=-1),
+            "alpha=-1: must be a finite number >= 0",
+        ),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 6), torch.arange(2), bbox=(0, 0, 9, 2)),
+            "bbox=(0, 0, 9, 2): need 0 <= x1 <= x2 <= 4 (height) and 0 <= y1 <= y2 <= 6 (width)",
+        ),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 6), torch.arange(2), bbox=(0, 3, 4, 2)),
+            "bbox=(0, 3, 4, 2): need 0 <= x1 <= x2 <= 4 (height) and 0 <= y1 <= y2 <= 6 (width)",
+        ),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), length=1.5),
+            "length=1.5: must be in (0, 1]",
+        ),
         (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), length=0), "length=0: must be in (0, 1]"),
-        (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), length=0.5, bbox=(0, 0, 1, 1)),
-         "length=0.5, bbox=(0, 0, 1, 1): give one of them, not both"),
-        (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), indices=torch.tensor([0.0, 1.0])),
-         "indices must be an integer tensor of shape (2,), got torch.float32 of shape (2,)"),
-        (lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), indices=[1, 0]),
-         "indices must be an integer tensor of shape (2,), got list"),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), length=0.5, bbox=(0, 0, 1, 1)),
+            "length=0.5, bbox=(0, 0, 1, 1): give one of them, not both",
+        ),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), indices=torch.tensor([0.0, 1.0])),
+            "indices must be an integer tensor of shape (2,), got torch.float32 of shape (2,)",
+        ),
+        (
+            lambda: cf.cutmix_batch(torch.randn(2, 1, 4, 4), torch.arange(2), indices=[1, 0]),
+            "indices must be an integer tensor of shape (2,), got list",
+        ),
     ],
 )
 def test_bad_input_raises_value_error_naming_the_argument(call, message):
@@ -148,9 +168,18 @@ def test_bad_alpha_fails_at_construction(alpha):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 9), st.integers(1, 4), st.integers(1, 17), st.integers(1, 17), st.integers(2, 11),
-       st.sampled_from([torch.float32, torch.bfloat16]), st.integers(0, 2**31 - 1), st.floats(0, 4),
-       st.booleans(), st.booleans())
+@given(
+    st.integers(1, 9),
+    st.integers(1, 4),
+    st.integers(1, 17),
+    st.integers(1, 17),
+    st.integers(2, 11),
+    st.sampled_from([torch.float32, torch.bfloat16]),
+    st.integers(0, 2**31 - 1),
+    st.floats(0, 4),
+    st.booleans(),
+    st.booleans(),
+)
 def test_properties(n, c, h, w, k, dtype, seed, alpha, uniform, channels_last):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, c, h, w, generator=g).to(dtype)
@@ -158,8 +187,7 @@ def test_properties(n, c, h, w, k, dtype, seed, alpha, uniform, channels_last):
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, k, (n,), generator=g)
     x0, y0 = x.clone(), y.clone()
-    mixed, y_perm, area, (x1, y1, x2, y2) = cf.cutmix_batch(
-        x, y, alpha=alpha, uniform_sampling=uniform, generator=g)
+    mixed, y_perm, area, (x1, y1, x2, y2) = cf.cutmix_batch(x, y, alpha=alpha, uniform_sampling=uniform, generator=g)
     assert torch.equal(x, x0) and torch.equal(y, y0)  # inputs untouched
     assert mixed.shape == x.shape and mixed.dtype == dtype
     if channels_last:
@@ -194,8 +222,7 @@ def test_inplace_writes_the_definition_into_the_input_and_returns_it(bbox, indic
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.uint8])
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("uniform_sampling", [False, True])
-def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dtype, channels_last,
-                                                                              uniform_sampling):
+def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dtype, channels_last, uniform_sampling):
     g = torch.Generator().manual_seed(1)
     x = (torch.rand(6, 3, 9, 11, generator=g) * 100).to(dtype)
     if channels_last:
@@ -203,15 +230,23 @@ def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dt
     y = torch.randint(0, 4, (6,), generator=g)
     for seed in range(8):
         before = x.clone()
-        copied = cf.cutmix_batch(x, y, alpha=1.0, uniform_sampling=uniform_sampling,
-                                 generator=torch.Generator().manual_seed(seed))
+        copied = cf.cutmix_batch(
+            x, y, alpha=1.0, uniform_sampling=uniform_sampling, generator=torch.Generator().manual_seed(seed)
+        )
         assert torch.equal(x, before)  # the default leaves the input as it was
-        written = cf.cutmix_batch(x, y, alpha=1.0, uniform_sampling=uniform_sampling,
-                                  generator=torch.Generator().manual_seed(seed), inplace=True)
+        written = cf.cutmix_batch(
+            x,
+            y,
+            alpha=1.0,
+            uniform_sampling=uniform_sampling,
+            generator=torch.Generator().manual_seed(seed),
+            inplace=True,
+        )
         assert written[0] is x and torch.equal(x, copied[0]) and written[2:] == copied[2:]
         assert torch.equal(written[1], copied[1])
         assert x.dtype == dtype and x.is_contiguous(
-            memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format
+        )
 
 
 @pytest.mark.parametrize("indices", INPLACE_INDICES + ([4, 3, 2, 1, 0],))
@@ -251,8 +286,9 @@ def test_permutation_cycles_visit_every_example_once_in_partner_order():
 def test_inplace_writes_nothing_outside_the_box():
     x = torch.randn(4, 2, 8, 8)
     outside = x.clone()
-    mixed, _, _, (x1, y1, x2, y2) = cf.cutmix_batch(x, torch.arange(4), bbox=(2, 3, 5, 7),
-                                                    indices=torch.tensor([3, 2, 1, 0]), inplace=True)
+    mixed, _, _, (x1, y1, x2, y2) = cf.cutmix_batch(
+        x, torch.arange(4), bbox=(2, 3, 5, 7), indices=torch.tensor([3, 2, 1, 0]), inplace=True
+    )
     keep = torch.ones(8, 8, dtype=torch.bool)
     keep[x1:x2, y1:y2] = False
     assert torch.equal(mixed[..., keep], outside[..., keep])
@@ -342,8 +378,14 @@ def test_boxes_are_sampled_as_defined(alpha, uniform_sampling):
     g = torch.Generator().manual_seed(0)
     cut, kept = [], []
     for _ in range(n):  # image 0 takes its box from image 1, which is all ones
-        mixed, _, area, _ = cf.cutmix_batch(x, torch.arange(2), alpha=alpha, indices=torch.tensor([1, 0]),
-                                            uniform_sampling=uniform_sampling, generator=g)
+        mixed, _, area, _ = cf.cutmix_batch(
+            x,
+            torch.arange(2),
+            alpha=alpha,
+            indices=torch.tensor([1, 0]),
+            uniform_sampling=uniform_sampling,
+            generator=g,
+        )
         cut.append(mixed[0, 0])
         kept.append(area)
     cut = torch.stack(cut)
@@ -354,8 +396,12 @@ def test_boxes_are_sampled_as_defined(alpha, uniform_sampling):
     if uniform_sampling:
         torch.testing.assert_close(pixel, torch.full_like(pixel, pixel[0, 0].item()))
     frequency = cut.double().mean(dim=0)
-    bad = [(r, c, frequency[r, c].item(), pixel[r, c].item()) for r in range(size) for c in range(size)
-           if not _within(frequency[r, c].item(), pixel[r, c].item(), n)]
+    bad = [
+        (r, c, frequency[r, c].item(), pixel[r, c].item())
+        for r in range(size)
+        for c in range(size)
+        if not _within(frequency[r, c].item(), pixel[r, c].item(), n)
+    ]
     assert not bad, f"pixels cut too often or too rarely (row, col, frequency, probability): {bad[:5]}"
 
     bins = 8  # cut area in eighths of the image
@@ -376,8 +422,19 @@ def test_with_a_fixed_side_every_row_and_column_is_cut_as_the_centre_range_impli
     size, n = 5, 4000
     x = torch.stack([torch.zeros(1, size, size), torch.ones(1, size, size)])
     g = torch.Generator().manual_seed(0)
-    cut = torch.stack([cf.cutmix_batch(x, torch.arange(2), length=1, indices=torch.tensor([1, 0]),
-                                       uniform_sampling=uniform_sampling, generator=g)[0][0, 0] for _ in range(n)])
+    cut = torch.stack(
+        [
+            cf.cutmix_batch(
+                x,
+                torch.arange(2),
+                length=1,
+                indices=torch.tensor([1, 0]),
+                uniform_sampling=uniform_sampling,
+                generator=g,
+            )[0][0, 0]
+            for _ in range(n)
+        ]
+    )
     centres = _centres(size, size, uniform_sampling)
     for axis in (1, 2):  # rows are cut where any column of theirs is, and the other way round
         frequency = (cut.amax(dim=axis) > 0).double().mean(dim=0)
@@ -402,12 +459,18 @@ def test_length_1_is_allowed():
 
 # -- the class in the Trainer -----------------------------------------------------------------
 
+
 def _replay_draws(generator, n, height, width, alpha, uniform_sampling):
     """The partners and the box a CutMix class draws next from ``generator``: the draws depend
     on the batch's shape alone, so the functional form run on stand-ins, with the class indices
     0..n-1 as labels, returns them."""
-    _, partners, _, bbox = cf.cutmix_batch(torch.zeros(n, 1, height, width), torch.arange(n), alpha=alpha,
-                                           uniform_sampling=uniform_sampling, generator=generator)
+    _, partners, _, bbox = cf.cutmix_batch(
+        torch.zeros(n, 1, height, width),
+        torch.arange(n),
+        alpha=alpha,
+        uniform_sampling=uniform_sampling,
+        generator=generator,
+    )
     return partners, bbox
 
 
@@ -438,8 +501,9 @@ def test_in_the_trainer_the_model_and_the_loss_see_the_definition(interpolate_lo
     trainer = Trainer(image_classifier(), batches, "3ba", algorithms=[algo, seen], seed=1, device="cpu")
     trainer.fit()
     generator, telling = replayed_generator(CutMix, seed=1), []
-    for (x, y), model_input, out, target, loss in zip(batches, seen.inputs, seen.outputs, seen.targets,
-                                                       seen.losses, strict=True):
+    for (x, y), model_input, out, target, loss in zip(
+        batches, seen.inputs, seen.outputs, seen.targets, seen.losses, strict=True
+    ):
         partners, bbox = _replay_draws(generator, len(y), 8, 8, 1.0, uniform_sampling)
         mixed, kept = _cutmix_definition(x, partners, bbox)
         assert torch.equal(model_input, mixed)
@@ -459,9 +523,15 @@ def test_in_the_trainer_the_model_and_the_loss_see_the_definition(interpolate_lo
 
 def test_label_smoothing_after_cutmix_smooths_the_mixed_target():
     batches, seen = image_batches(n=1), Observed()
-    Trainer(image_classifier(), batches, "1ba", algorithms=[CutMix(alpha=1.0), LabelSmoothing(0.2), seen],
-            seed=1, device="cpu").fit()
-    (x, y), = batches
+    Trainer(
+        image_classifier(),
+        batches,
+        "1ba",
+        algorithms=[CutMix(alpha=1.0), LabelSmoothing(0.2), seen],
+        seed=1,
+        device="cpu",
+    ).fit()
+    ((x, y),) = batches
     partners, bbox = _replay_draws(replayed_generator(CutMix, seed=1), len(y), 8, 8, 1.0, False)
     _, kept = _cutmix_definition(x, partners, bbox)
     mixed_target = kept * one_hot(y, 4) + (1 - kept) * one_hot(y[partners], 4)
@@ -472,9 +542,12 @@ def test_label_smoothing_after_cutmix_smooths_the_mixed_target():
 def test_dense_targets_are_refused_with_a_clear_error():
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(2, 3, 4, 4, generator=g), torch.randint(0, 3, (2, 4, 4), generator=g))]
-    with pytest.raises(ValueError, match=r"^target: CutMix mixes one label per image, class indices \(N,\) or "
-                       r"probabilities \(N, C\); got shape \(2, 4, 4\) \(dense targets such as segmentation "
-                       r"masks are not supported\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^target: CutMix mixes one label per image, class indices \(N,\) or "
+        r"probabilities \(N, C\); got shape \(2, 4, 4\) \(dense targets such as segmentation "
+        r"masks are not supported\)$",
+    ):
         Trainer(torch.nn.Conv2d(3, 3, 1), batches, "1ba", algorithms=[CutMix()], device="cpu").fit()
 
 
@@ -500,6 +573,7 @@ def test_on_cuda_without_changing_device_dtype_or_memory_format():
 
 def test_the_defaults_are_alpha_1_mixed_targets_and_centres_inside_the_image():
     """CutMix() draws and mixes as CutMix(alpha=1.0, interpolate_loss=False, uniform_sampling=False)."""
+
     def run(algo):
         seen = Observed()
         Trainer(image_classifier(), image_batches(n=2), "2ba", algorithms=[algo, seen], seed=3, device="cpu").fit()
@@ -511,11 +585,13 @@ def test_the_defaults_are_alpha_1_mixed_targets_and_centres_inside_the_image():
 
 
 def test_probability_targets_are_mixed_by_area():
-    batches = [(x, torch.softmax(torch.randn(len(y), 4, generator=torch.Generator().manual_seed(1)), dim=1))
-               for x, y in image_batches(n=1)]
+    batches = [
+        (x, torch.softmax(torch.randn(len(y), 4, generator=torch.Generator().manual_seed(1)), dim=1))
+        for x, y in image_batches(n=1)
+    ]
     seen = Observed()
     Trainer(image_classifier(), batches, "1ba", algorithms=[CutMix(), seen], seed=1, device="cpu").fit()
-    (x, p), = batches
+    ((x, p),) = batches
     partners, bbox = _replay_draws(replayed_generator(CutMix, seed=1), len(p), 8, 8, 1.0, False)
     _, kept = _cutmix_definition(x, partners, bbox)
     assert 0 < kept < 1
@@ -526,15 +602,24 @@ def test_dict_batches_are_mixed_by_key_with_the_classes_alpha():
     batches = [{"image": x, "label": y, "index": torch.arange(len(y))} for x, y in image_batches(n=4)]
     seen = Observed(input_key="image", target_key="label")
     algo = CutMix(alpha=0.5, input_key="image", target_key="label")
-    Trainer(image_classifier(), batches, "4ba", algorithms=[algo, seen], input_key="image", target_key="label",
-            seed=1, device="cpu").fit()
+    Trainer(
+        image_classifier(),
+        batches,
+        "4ba",
+        algorithms=[algo, seen],
+        input_key="image",
+        target_key="label",
+        seed=1,
+        device="cpu",
+    ).fit()
     generator = replayed_generator(CutMix, seed=1)
     for batch, model_input, target in zip(batches, seen.inputs, seen.targets, strict=True):
         partners, bbox = _replay_draws(generator, 6, 8, 8, 0.5, False)
         mixed, kept = _cutmix_definition(batch["image"], partners, bbox)
         assert torch.equal(model_input, mixed)
-        torch.testing.assert_close(target, kept * one_hot(batch["label"], 4)
-                                   + (1 - kept) * one_hot(batch["label"][partners], 4))
+        torch.testing.assert_close(
+            target, kept * one_hot(batch["label"], 4) + (1 - kept) * one_hot(batch["label"][partners], 4)
+        )
 
 
 def _check_the_batch_forms_on(device: torch.device) -> None:

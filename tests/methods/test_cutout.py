@@ -25,8 +25,14 @@ from algorithms.cutout.cutout import keep_mask
 pytestmark = pytest.mark.usefixtures("kernels_or_torch_ops")
 
 
-def _expected(images: torch.Tensor, num_holes: int, length: float, uniform_sampling: bool, seed: int | None = None,
-              generator: torch.Generator | None = None):
+def _expected(
+    images: torch.Tensor,
+    num_holes: int,
+    length: float,
+    uniform_sampling: bool,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+):
     """The definition, pixel by pixel, with the centres replayed from the same seeded generator."""
     n, _, h, w = images.shape
     side = int(length * min(h, w))
@@ -50,22 +56,38 @@ def _expected(images: torch.Tensor, num_holes: int, length: float, uniform_sampl
 @pytest.mark.parametrize("uniform_sampling", [False, True])
 def test_cutout_batch_matches_its_definition(num_holes, length, uniform_sampling):
     images = torch.rand(6, 3, 10, 12, generator=torch.Generator().manual_seed(1)) + 1  # no zero pixels
-    out = cf.cutout_batch(images, num_holes=num_holes, length=length, uniform_sampling=uniform_sampling,
-                          generator=torch.Generator().manual_seed(7))
+    out = cf.cutout_batch(
+        images,
+        num_holes=num_holes,
+        length=length,
+        uniform_sampling=uniform_sampling,
+        generator=torch.Generator().manual_seed(7),
+    )
     assert torch.equal(out, _expected(images, num_holes, length, uniform_sampling, seed=7))
 
 
-@pytest.mark.parametrize(("dtype", "outside"), [(torch.bool, True), (torch.float32, 1), (torch.bfloat16, 1),
-                                               (torch.uint8, 255), (torch.int8, -1), (torch.int32, -1)])
+@pytest.mark.parametrize(
+    ("dtype", "outside"),
+    [
+        (torch.bool, True),
+        (torch.float32, 1),
+        (torch.bfloat16, 1),
+        (torch.uint8, 255),
+        (torch.int8, -1),
+        (torch.int32, -1),
+    ],
+)
 @pytest.mark.parametrize(("height", "width", "uniform_sampling"), [(10, 12, False), (10, 12, True), (9, 9, False)])
 @pytest.mark.parametrize("num_holes", [1, 3])
-def test_the_keep_mask_is_the_definition_in_the_dtype_asked_for(dtype, outside, height, width, uniform_sampling,
-                                                                num_holes):
+def test_the_keep_mask_is_the_definition_in_the_dtype_asked_for(
+    dtype, outside, height, width, uniform_sampling, num_holes
+):
     """keep_mask, which cutout_batch fills by or ANDs a batch's bits with: zero inside the holes,
     (n, height, width), in the dtype asked for, and outside them one, true, or an integer with
     every bit set."""
-    keep = keep_mask(5, height, width, num_holes, 0.4, uniform_sampling, torch.device("cpu"), dtype,
-                     torch.Generator().manual_seed(3))
+    keep = keep_mask(
+        5, height, width, num_holes, 0.4, uniform_sampling, torch.device("cpu"), dtype, torch.Generator().manual_seed(3)
+    )
     expected = _expected(torch.ones(5, 1, height, width), num_holes, 0.4, uniform_sampling, seed=3)[:, 0]
     assert keep.shape == (5, height, width) and keep.dtype == dtype
     assert torch.equal(keep, (expected * outside).to(dtype)) and (expected == 0).any()
@@ -76,8 +98,12 @@ def test_without_holes_the_keep_mask_keeps_every_pixel(dtype):
     for num_holes, length in ((0, 0.5), (2, 0.05)):  # no hole, or a side of int(0.05 * 9) = 0 pixels
         keep = keep_mask(2, 9, 11, num_holes, length, False, torch.device("cpu"), dtype)
         assert keep.shape == (2, 9, 11) and keep.dtype == dtype
-        assert torch.equal(keep, torch.ones(2, 9, 11, dtype=dtype).neg() if dtype == torch.int64
-                           else torch.full((2, 9, 11), 255 if dtype == torch.uint8 else 1, dtype=dtype))
+        assert torch.equal(
+            keep,
+            torch.ones(2, 9, 11, dtype=dtype).neg()
+            if dtype == torch.int64
+            else torch.full((2, 9, 11), 255 if dtype == torch.uint8 else 1, dtype=dtype),
+        )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
@@ -110,10 +136,11 @@ def test_an_interior_hole_is_a_full_square_of_the_stated_side():
     """A hole away from the border is exactly side x side pixels (an odd side is not one short)."""
     images = torch.ones(400, 1, 32, 32)
     out = cf.cutout_batch(images, length=7 / 32, generator=torch.Generator().manual_seed(0))
-    zeros = (out[:, 0] == 0)
+    zeros = out[:, 0] == 0
     rows, cols = zeros.any(dim=2), zeros.any(dim=1)
-    interior = (rows[:, 0].logical_not() & rows[:, -1].logical_not() & cols[:, 0].logical_not()
-                & cols[:, -1].logical_not())
+    interior = (
+        rows[:, 0].logical_not() & rows[:, -1].logical_not() & cols[:, 0].logical_not() & cols[:, -1].logical_not()
+    )
     assert interior.sum() > 100
     assert (zeros[interior].sum(dim=(1, 2)) == 49).all()
     assert (rows[interior].sum(dim=1) == 7).all() and (cols[interior].sum(dim=1) == 7).all()
@@ -152,8 +179,9 @@ def test_inplace_zeroes_the_holes_of_the_input_and_returns_it(dtype, channels_la
     copied = cf.cutout_batch(images, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5))
     assert torch.equal(images, before)
     assert torch.equal(copied, _expected(before, num_holes, 0.4, uniform_sampling, seed=5))
-    out = cf.cutout_batch(images, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5),
-                          inplace=True)
+    out = cf.cutout_batch(
+        images, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5), inplace=True
+    )
     assert out is images and torch.equal(images, copied) and images.dtype == dtype
     assert images.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
@@ -179,21 +207,39 @@ def test_pixels_are_cut_with_the_probabilities_the_sampling_implies():
     is checked within 5 standard deviations (a false alarm rate below 1e-6 per check, and the
     seed is fixed, so the test cannot flake)."""
     n = 4000
-    for uniform, expected in ((False, {(8, 8): (8 / 16) ** 2, (0, 0): (5 / 16) ** 2}),
-                              (True, {(8, 8): (8 / 24) ** 2, (0, 0): (8 / 24) ** 2, (15, 4): (8 / 24) ** 2})):
-        cut = cf.cutout_batch(torch.ones(n, 1, 16, 16), length=0.5, uniform_sampling=uniform,
-                              generator=torch.Generator().manual_seed(11))[:, 0] == 0
+    for uniform, expected in (
+        (False, {(8, 8): (8 / 16) ** 2, (0, 0): (5 / 16) ** 2}),
+        (True, {(8, 8): (8 / 24) ** 2, (0, 0): (8 / 24) ** 2, (15, 4): (8 / 24) ** 2}),
+    ):
+        cut = (
+            cf.cutout_batch(
+                torch.ones(n, 1, 16, 16),
+                length=0.5,
+                uniform_sampling=uniform,
+                generator=torch.Generator().manual_seed(11),
+            )[:, 0]
+            == 0
+        )
         for (row, col), p in expected.items():
             frequency = cut[:, row, col].double().mean().item()
             assert abs(frequency - p) < 5 * math.sqrt(p * (1 - p) / n), (uniform, row, col, frequency, p)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"num_holes": -1}, "num_holes=-1"), ({"num_holes": 1.5}, "num_holes=1.5"), ({"length": 0}, "length=0"),
-    ({"length": 1.5}, "length=1.5"), ({"length": 16}, "pixel lengths are not accepted"),
-    ({"length": float("nan")}, "length=nan"), ({"length": "0.5"}, "length='0.5'"), ({"length": True}, "length=True"),
-    ({"num_holes": True}, "num_holes=True"), ({"num_holes": "1"}, "num_holes='1'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"num_holes": -1}, "num_holes=-1"),
+        ({"num_holes": 1.5}, "num_holes=1.5"),
+        ({"length": 0}, "length=0"),
+        ({"length": 1.5}, "length=1.5"),
+        ({"length": 16}, "pixel lengths are not accepted"),
+        ({"length": float("nan")}, "length=nan"),
+        ({"length": "0.5"}, "length='0.5'"),
+        ({"length": True}, "length=True"),
+        ({"num_holes": True}, "num_holes=True"),
+        ({"num_holes": "1"}, "num_holes='1'"),
+    ],
+)
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(")):
         CutOut(**kwargs)
@@ -223,16 +269,20 @@ def test_in_the_trainer_the_model_sees_the_definition_and_the_loss_the_labels(un
     """Each image the model sees is the definition applied with the centres replayed from the
     generator the class is defined to use; the loss is the cross entropy against the labels."""
     g = torch.Generator().manual_seed(0)
-    batches = [{"image": torch.rand(8, 3, 12, 12, generator=g) + 1, "label": torch.randint(0, 4, (8,), generator=g)}
-               for _ in range(3)]
+    batches = [
+        {"image": torch.rand(8, 3, 12, 12, generator=g) + 1, "label": torch.randint(0, 4, (8,), generator=g)}
+        for _ in range(3)
+    ]
     seen = Observed(input_key="image", target_key="label")
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 12 * 12, 4))
     algo = CutOut(num_holes=2, length=0.5, uniform_sampling=uniform_sampling, input_key="image")
-    Trainer(model, batches, "3ba", algorithms=[algo, seen], seed=0, input_key="image", target_key="label",
-            device="cpu").fit()
+    Trainer(
+        model, batches, "3ba", algorithms=[algo, seen], seed=0, input_key="image", target_key="label", device="cpu"
+    ).fit()
     replayed = replayed_generator(CutOut, seed=0)
-    for batch, image, out, label, loss in zip(batches, seen.inputs, seen.outputs, seen.targets, seen.losses,
-                                              strict=True):
+    for batch, image, out, label, loss in zip(
+        batches, seen.inputs, seen.outputs, seen.targets, seen.losses, strict=True
+    ):
         assert torch.equal(image, _expected(batch["image"], 2, 0.5, uniform_sampling, generator=replayed))
         assert torch.equal(label, batch["label"])
         torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(out, batch["label"]))
@@ -243,8 +293,16 @@ def test_seeded_runs_repeat_and_the_seed_matters():
         seen = _Seen()
         batches = [{"image": torch.ones(4, 3, 8, 8), "label": torch.zeros(4, dtype=torch.long)}]
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 2))
-        Trainer(model, batches, "1ba", algorithms=[CutOut(input_key="image"), seen], seed=seed,
-                input_key="image", target_key="label", device="cpu").fit()
+        Trainer(
+            model,
+            batches,
+            "1ba",
+            algorithms=[CutOut(input_key="image"), seen],
+            seed=seed,
+            input_key="image",
+            target_key="label",
+            device="cpu",
+        ).fit()
         return seen.inputs[0]
 
     assert torch.equal(run(0), run(0)) and not torch.equal(run(0), run(1))
@@ -259,8 +317,11 @@ def test_on_cuda_it_stays_on_the_device():
 
 
 def test_a_pixel_length_is_refused_with_the_whole_message():
-    with pytest.raises(ValueError, match=r"^length=16: the hole's side as a fraction of the image's shorter side, "
-                                         r"in \(0, 1\] \(pixel lengths are not accepted\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^length=16: the hole's side as a fraction of the image's shorter side, "
+        r"in \(0, 1\] \(pixel lengths are not accepted\)$",
+    ):
         CutOut(length=16)
 
 
@@ -295,8 +356,9 @@ def test_the_defaults_are_one_hole_of_half_the_side_centred_inside_the_image():
     seen = [Observed(), Observed()]
     for algo, probe in zip((CutOut(), CutOut(num_holes=1, length=0.5, uniform_sampling=False)), seen, strict=True):
         model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(300, 4))
-        Trainer(model, [(images, torch.zeros(6, dtype=torch.long))], "1ba", algorithms=[algo, probe], seed=2,
-                device="cpu").fit()
+        Trainer(
+            model, [(images, torch.zeros(6, dtype=torch.long))], "1ba", algorithms=[algo, probe], seed=2, device="cpu"
+        ).fit()
     assert torch.equal(seen[0].inputs[0], seen[1].inputs[0])
     assert torch.equal(seen[0].inputs[0], _expected(images, 1, 0.5, False, generator=replayed_generator(CutOut, 2)))
     out = cf.cutout_batch(images, generator=torch.Generator().manual_seed(4))
@@ -341,14 +403,16 @@ def test_the_fill_path_matches_the_definition(inplace, num_holes, uniform_sampli
     images = torch.rand(5, 3, 9, 12, generator=torch.Generator().manual_seed(2)) + 1  # no zero pixels
     expected = _expected(images, num_holes, 0.4, uniform_sampling, seed=5)
     complex_batch = images.to(torch.complex128)
-    out = cf.cutout_batch(complex_batch, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5),
-                          inplace=inplace)
+    out = cf.cutout_batch(
+        complex_batch, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5), inplace=inplace
+    )
     assert (out is complex_batch) == inplace and torch.equal(out, expected.to(torch.complex128))
     assert torch.equal(complex_batch, expected.to(torch.complex128) if inplace else images.to(torch.complex128))
     leaf = images.clone().requires_grad_()
     batch = leaf * 1
-    out = cf.cutout_batch(batch, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5),
-                          inplace=inplace)
+    out = cf.cutout_batch(
+        batch, num_holes, 0.4, uniform_sampling, generator=torch.Generator().manual_seed(5), inplace=inplace
+    )
     assert (out is batch) == inplace and torch.equal(out.detach(), expected)
     assert torch.equal(batch.detach(), expected if inplace else images)
     out.sum().backward()

@@ -34,8 +34,14 @@ def _tensors(model):
 
 def _bn_model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 3),
+    )
 
 
 def _batches(n=4, seed=1):
@@ -58,9 +64,13 @@ class _Weights(Algorithm):
 
 # -- the functional form ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("smoothing", [0, 0.5, 0.99, 1])
-@pytest.mark.parametrize("make", [_bn_model, lambda: resnet20(num_classes=10), lambda: transformer_tiny(11)],
-                         ids=["conv-bn", "resnet20", "transformer_tiny"])
+@pytest.mark.parametrize(
+    "make",
+    [_bn_model, lambda: resnet20(num_classes=10), lambda: transformer_tiny(11)],
+    ids=["conv-bn", "resnet20", "transformer_tiny"],
+)
 def test_compute_ema_is_the_weighted_sum_for_parameters_and_buffers(smoothing, make):
     model, ema_model = make(), make()
     with torch.no_grad():  # other weights and statistics than the average's
@@ -91,8 +101,11 @@ def test_compute_ema_smooths_by_099_by_default_as_composers():
 NOT_A_COPY = "ema_model: its parameters and buffers do not match model's — make it with copy.deepcopy(model)"
 
 
-@pytest.mark.parametrize("other", [lambda: torch.nn.Linear(2, 2, bias=False), lambda: torch.nn.Linear(3, 2), _bn_model],
-                         ids=["fewer-tensors", "other-shapes", "more-tensors"])  # of Linear(2, 2)'s
+@pytest.mark.parametrize(
+    "other",
+    [lambda: torch.nn.Linear(2, 2, bias=False), lambda: torch.nn.Linear(3, 2), _bn_model],
+    ids=["fewer-tensors", "other-shapes", "more-tensors"],
+)  # of Linear(2, 2)'s
 def test_compute_ema_keeps_dtype_and_refuses_a_model_that_is_not_a_copy(other):
     model = torch.nn.Linear(2, 2).double()
     ema_model = copy.deepcopy(model)
@@ -108,12 +121,15 @@ def test_compute_ema_keeps_dtype_and_refuses_a_model_that_is_not_a_copy(other):
 
 # -- the class: smoothing, updates, swaps ----------------------------------------------------------
 
-@pytest.mark.parametrize(("half_life", "interval", "updates_per_half_life"),
-                         [("10ba", None, 10), ("20ba", "5ba", 4), ("1ep", "1ep", 1), ("1000ba", "1ba", 1000)])
+
+@pytest.mark.parametrize(
+    ("half_life", "interval", "updates_per_half_life"),
+    [("10ba", None, 10), ("20ba", "5ba", 4), ("1ep", "1ep", 1), ("1000ba", "1ba", 1000)],
+)
 def test_smoothing_from_half_life_is_exp_of_minus_ln2_over_the_half_life(half_life, interval, updates_per_half_life):
     ema = EMA(half_life=half_life, update_interval=interval)
     assert ema.smoothing == pytest.approx(math.exp(-math.log(2) / updates_per_half_life), rel=1e-12)
-    assert ema.smoothing ** updates_per_half_life == pytest.approx(0.5)  # a term's weight halves in half_life
+    assert ema.smoothing**updates_per_half_life == pytest.approx(0.5)  # a term's weight halves in half_life
     assert EMA(half_life=None, smoothing=0.9).smoothing == 0.9
     assert EMA(half_life="0ba").smoothing == 0.0
 
@@ -121,8 +137,15 @@ def test_smoothing_from_half_life_is_exp_of_minus_ln2_over_the_half_life(half_li
 def _train(ema, n=4, epochs=1, extra=(), data=None, model=None):
     model = model or _bn_model()
     data = data or _batches(n)
-    trainer = Trainer(model, data, f"{epochs}ep", optimizer=torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9),
-                      algorithms=[ema, *extra] if ema else list(extra), seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        data,
+        f"{epochs}ep",
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9),
+        algorithms=[ema, *extra] if ema else list(extra),
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     return trainer
 
@@ -132,8 +155,10 @@ def _expected_average(weights, smoothing, updates):
     each index of ``updates``."""
     average = [t.clone() for t in weights[0]]
     for i in updates:
-        average = [a * smoothing + (1 - smoothing) * w if a.is_floating_point() else w.clone()
-                   for a, w in zip(average, weights[i], strict=True)]
+        average = [
+            a * smoothing + (1 - smoothing) * w if a.is_floating_point() else w.clone()
+            for a, w in zip(average, weights[i], strict=True)
+        ]
     return average
 
 
@@ -163,9 +188,15 @@ def test_buffers_are_averaged_and_the_batch_count_is_copied():
     assert int(bn_ema.num_batches_tracked) == int(bn.num_batches_tracked) == 3
 
 
-@pytest.mark.parametrize(("interval", "start", "first", "updates"),
-                         [("2ba", "0.0dur", 0, [1, 3, 5]), ("3ba", "0.0dur", 0, [2, 5]), ("1ba", "3ba", 2, [3, 4, 5]),
-                          ("1ba", "0.5dur", 2, [3, 4, 5])])
+@pytest.mark.parametrize(
+    ("interval", "start", "first", "updates"),
+    [
+        ("2ba", "0.0dur", 0, [1, 3, 5]),
+        ("3ba", "0.0dur", 0, [2, 5]),
+        ("1ba", "3ba", 2, [3, 4, 5]),
+        ("1ba", "0.5dur", 2, [3, 4, 5]),
+    ],
+)
 def test_update_interval_and_ema_start_choose_the_updates(interval, start, first, updates):
     recorder = _Weights()
     ema = EMA(half_life="4ba", update_interval=interval, ema_start=start)
@@ -208,8 +239,15 @@ def test_evaluation_uses_the_average_and_training_resumes_with_the_training_weig
     ema = EMA(half_life="2ba")
     recorder = _Weights(Event.EPOCH_END)
     model = _bn_model()
-    trainer = Trainer(model, data, "2ep", optimizer=torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9),
-                      algorithms=[ema, recorder, midway], seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        data,
+        "2ep",
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9),
+        algorithms=[ema, recorder, midway],
+        seed=0,
+        device="cpu",
+    )
     midway.trainer = trainer
     trainer.fit()
     # what the model evaluated with at the first epoch's end is the average then (not the training weights)
@@ -325,32 +363,48 @@ def test_loading_a_state_replaces_a_running_average_and_a_state_without_one_rese
 NOT_UNDERSTOOD = "duration {!r} is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(half_life=None), "half_life=None: give half_life (e.g. '1000ba') or smoothing (e.g. 0.999)"),
-    (dict(smoothing=0.9), "smoothing=0.9: give either half_life or smoothing, not both — pass half_life=None with "
-                          "smoothing"),
-    (dict(half_life="0.5dur"), "half_life='0.5dur': give it in 'ba' or 'ep', e.g. '10ba'"),
-    (dict(half_life="ten"), "half_life='ten': " + NOT_UNDERSTOOD.format("ten")),
-    (dict(half_life=None, smoothing=1.5), "smoothing=1.5: the share of the old average each update keeps, in [0, 1]"),
-    (dict(ema_start="soon"), "ema_start='soon': " + NOT_UNDERSTOOD.format("soon")),
-    (dict(update_interval="0ba"), "update_interval='0ba': must be at least one batch or epoch"),
-    (dict(update_interval="1ep"), "update_interval='1ep': must be in half_life's unit ('ba'), since the smoothing "
-                                  "is their ratio"),
-    (dict(update_interval="0.1dur"), "update_interval='0.1dur': give it in 'ba' or 'ep', e.g. '10ba'"),
-    (dict(half_life="2ep", update_interval="5sp"), "update_interval='5sp': give it in 'ba' or 'ep', e.g. '10ba'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(half_life=None), "half_life=None: give half_life (e.g. '1000ba') or smoothing (e.g. 0.999)"),
+        (
+            dict(smoothing=0.9),
+            "smoothing=0.9: give either half_life or smoothing, not both — pass half_life=None with smoothing",
+        ),
+        (dict(half_life="0.5dur"), "half_life='0.5dur': give it in 'ba' or 'ep', e.g. '10ba'"),
+        (dict(half_life="ten"), "half_life='ten': " + NOT_UNDERSTOOD.format("ten")),
+        (
+            dict(half_life=None, smoothing=1.5),
+            "smoothing=1.5: the share of the old average each update keeps, in [0, 1]",
+        ),
+        (dict(ema_start="soon"), "ema_start='soon': " + NOT_UNDERSTOOD.format("soon")),
+        (dict(update_interval="0ba"), "update_interval='0ba': must be at least one batch or epoch"),
+        (
+            dict(update_interval="1ep"),
+            "update_interval='1ep': must be in half_life's unit ('ba'), since the smoothing is their ratio",
+        ),
+        (dict(update_interval="0.1dur"), "update_interval='0.1dur': give it in 'ba' or 'ep', e.g. '10ba'"),
+        (dict(half_life="2ep", update_interval="5sp"), "update_interval='5sp': give it in 'ba' or 'ep', e.g. '10ba'"),
+    ],
+)
 def test_bad_arguments_are_refused_naming_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         EMA(**kwargs)
 
 
-@pytest.mark.parametrize(("kwargs", "attributes", "updates_per_half_life"), [
-    ({}, dict(half_life="1000ba", ema_start="0.0dur", update_interval="1ba"), 1000),
-    (dict(half_life="20ba", update_interval="5ba", ema_start="3ep"),
-     dict(half_life="20ba", ema_start="3ep", update_interval="5ba"), 4),
-    (dict(half_life="2ep"), dict(half_life="2ep", ema_start="0.0dur", update_interval="1ep"), 2),
-    (dict(half_life=None, smoothing=0.9), dict(half_life=None, ema_start="0.0dur", update_interval="1ba"), None),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "attributes", "updates_per_half_life"),
+    [
+        ({}, dict(half_life="1000ba", ema_start="0.0dur", update_interval="1ba"), 1000),
+        (
+            dict(half_life="20ba", update_interval="5ba", ema_start="3ep"),
+            dict(half_life="20ba", ema_start="3ep", update_interval="5ba"),
+            4,
+        ),
+        (dict(half_life="2ep"), dict(half_life="2ep", ema_start="0.0dur", update_interval="1ep"), 2),
+        (dict(half_life=None, smoothing=0.9), dict(half_life=None, ema_start="0.0dur", update_interval="1ba"), None),
+    ],
+)
 def test_the_hyperparameters_are_kept_with_composers_defaults(kwargs, attributes, updates_per_half_life):
     """Composer's EMA defaults to half_life='1000ba', ema_start='0.0dur' and an update every batch; the
     interval defaults to one of half_life's unit, or a batch with smoothing."""
@@ -358,8 +412,10 @@ def test_the_hyperparameters_are_kept_with_composers_defaults(kwargs, attributes
     assert {name: getattr(ema, name) for name in attributes} == attributes
     smoothing = 0.9 if updates_per_half_life is None else math.exp(-math.log(2) / updates_per_half_life)
     assert ema.smoothing == pytest.approx(smoothing, rel=1e-12)
-    assert repr(ema) == (f"EMA(half_life={attributes['half_life']!r}, smoothing={ema.smoothing!r}, "
-                         f"ema_start={attributes['ema_start']!r}, update_interval={attributes['update_interval']!r})")
+    assert repr(ema) == (
+        f"EMA(half_life={attributes['half_life']!r}, smoothing={ema.smoothing!r}, "
+        f"ema_start={attributes['ema_start']!r}, update_interval={attributes['update_interval']!r})"
+    )
 
 
 def test_the_figure_is_the_classs_average_of_a_noisy_weight():
@@ -377,7 +433,7 @@ def test_the_figure_is_the_classs_average_of_a_noisy_weight():
 
 # -- two ranks ----------------------------------------------------------------------------------------
 
-DDP_SCRIPT = textwrap.dedent('''
+DDP_SCRIPT = textwrap.dedent("""
     import sys
     import torch
     import torch.distributed as dist
@@ -410,15 +466,20 @@ DDP_SCRIPT = textwrap.dedent('''
     # where a rank can abort ("terminate called without an active exception"): 2 of 60 runs on a
     # loaded 2-core machine at module level, 0 of 60 in a function.
     main(sys.argv[1])
-''')
+""")
 
 
 def test_two_ddp_ranks_keep_the_same_average(tmp_path):
     script, out = tmp_path / "ema_ddp.py", tmp_path / "out.pt"
     script.write_text(DDP_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script), str(out)], capture_output=True, text=True, env=env, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rank0, rank1 = torch.load(out)
     assert rank0["ema"].keys() == rank1["ema"].keys()

@@ -41,13 +41,21 @@ def _functional(record):
 
 # -- workloads: a small model and batches per domain ------------------------------------------
 
+
 def _vision():
     """A small convolutional network holding the module classes vision methods change (a strided
     convolution 16 wide, batch norm, max pooling, group norm, dropout, a linear layer)."""
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
-                                torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                                torch.nn.GroupNorm(4, 16), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                                torch.nn.Dropout(0.1), torch.nn.Linear(16, NUM_CLASSES))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.GroupNorm(4, 16),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(16, NUM_CLASSES),
+    )
     return model, lambda g, bs: torch.randn(bs, 3, 8, 8, generator=g), {}
 
 
@@ -75,16 +83,18 @@ def _workload(record, n_batches=2, batch_size=6, seed=0):
     workload: tuple batches ``(input, class)`` or, for nlp, dict batches."""
     domain = next((d for d in WORKLOADS if d in record.domains), None)
     if domain is None:
-        pytest.fail(f"{record.key}: no workload for domains {list(record.domains)} — add one to "
-                    f"WORKLOADS in {__file__}")
+        pytest.fail(
+            f"{record.key}: no workload for domains {list(record.domains)} — add one to WORKLOADS in {__file__}"
+        )
     torch.manual_seed(seed)
     model, make_input, options = WORKLOADS[domain]()
     g = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(n_batches):
         inputs = make_input(g, batch_size)
-        batches.append(inputs if isinstance(inputs, dict) else
-                       (inputs, torch.randint(0, NUM_CLASSES, (batch_size,), generator=g)))
+        batches.append(
+            inputs if isinstance(inputs, dict) else (inputs, torch.randint(0, NUM_CLASSES, (batch_size,), generator=g))
+        )
     return model, batches, options
 
 
@@ -102,9 +112,11 @@ def _changes_the_model(record):
 def _build(record):
     """The class with its defaults; a parameter without one (Stochastic Depth's target layer) gets
     its metadata's suggested value."""
-    required = {name: record.hyperparameters[name].suggested
-                for name, p in inspect.signature(_cls(record)).parameters.items()
-                if p.default is inspect.Parameter.empty and name in record.hyperparameters}
+    required = {
+        name: record.hyperparameters[name].suggested
+        for name, p in inspect.signature(_cls(record)).parameters.items()
+        if p.default is inspect.Parameter.empty and name in record.hyperparameters
+    }
     return _cls(record)(**required)
 
 
@@ -144,8 +156,10 @@ def _functional_arguments(record):
         elif name in record.hyperparameters:
             args[name] = record.hyperparameters[name].suggested
         else:
-            pytest.fail(f"{record.functional}: no test input for parameter {name!r} — add it to "
-                        f"_functional_arguments in {__file__}")
+            pytest.fail(
+                f"{record.functional}: no test input for parameter {name!r} — add it to "
+                f"_functional_arguments in {__file__}"
+            )
     return args
 
 
@@ -176,6 +190,7 @@ class _SeenBatches(Algorithm):
 
 
 # -- the shared tests --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
 def test_constructs_with_its_defaults_and_trains_two_batches(record):
@@ -212,8 +227,9 @@ def test_every_algorithm_class_of_the_package_declares_its_activity():
             yield sub
             yield from subclasses(sub)
 
-    library = {cls for cls in subclasses(Algorithm)
-               if cls.__module__.startswith("algorithms.") and not inspect.isabstract(cls)}
+    library = {
+        cls for cls in subclasses(Algorithm) if cls.__module__.startswith("algorithms.") and not inspect.isabstract(cls)
+    }
     assert len(library) > len(WITH_CLASS)
     assert [cls.__qualname__ for cls in library if not cls.activity] == []
 
@@ -264,8 +280,10 @@ def test_functional_defaults_equal_the_class_defaults(record):
     assert {n: functional[n].default for n in shared} == {n: constructor[n].default for n in shared}
 
 
-@pytest.mark.skipif(not hasattr(Algorithm, "state_dict"),
-                    reason="Algorithm.state_dict()/load_state_dict() do not exist yet (algorithms/core/algorithm.py)")
+@pytest.mark.skipif(
+    not hasattr(Algorithm, "state_dict"),
+    reason="Algorithm.state_dict()/load_state_dict() do not exist yet (algorithms/core/algorithm.py)",
+)
 @pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
 def test_state_dict_round_trip_resumes_the_same_draws(record):
     """A copy restored from ``state_dict()`` has the same state and goes on exactly as the
@@ -279,8 +297,9 @@ def test_state_dict_round_trip_resumes_the_same_draws(record):
 
     def resume(algo):
         seen = _SeenBatches()
-        Trainer(copy.deepcopy(model), batches[1:], "2ba", algorithms=[algo, seen], seed=1, device="cpu",
-                **options).fit()
+        Trainer(
+            copy.deepcopy(model), batches[1:], "2ba", algorithms=[algo, seen], seed=1, device="cpu", **options
+        ).fit()
         return seen.batches
 
     for a, b in zip(resume(original), resume(restored), strict=True):

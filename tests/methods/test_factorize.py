@@ -49,13 +49,20 @@ def _saves_work(fan_in, out, rank):
 
 
 def _expected_convs(model, min_channels, latent):
-    return [n for n, m in model.named_modules()
-            if isinstance(m, torch.nn.Conv2d) and m.groups == 1 and min(m.in_channels, m.out_channels) >= min_channels
-            and _saves_work(m.in_channels * math.prod(m.kernel_size), m.out_channels,
-                            latent_size(latent, m.in_channels, m.out_channels))]
+    return [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Conv2d)
+        and m.groups == 1
+        and min(m.in_channels, m.out_channels) >= min_channels
+        and _saves_work(
+            m.in_channels * math.prod(m.kernel_size), m.out_channels, latent_size(latent, m.in_channels, m.out_channels)
+        )
+    ]
 
 
 # -- the factorization --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("n", "m", "bias"), [(12, 7, True), (7, 12, True), (9, 9, True), (9, 6, False)])
 def test_a_full_rank_linear_factorization_computes_what_the_original_does(n, m, bias):
@@ -68,18 +75,27 @@ def test_a_full_rank_linear_factorization_computes_what_the_original_does(n, m, 
     assert torch.equal(full.module1.bias, linear.bias) if bias else full.module1.bias is None
 
 
-@pytest.mark.parametrize(("c", "d", "k", "stride", "padding", "dilation", "bias", "padding_mode"),
-                         [(8, 6, 3, 1, 1, 1, False, "zeros"), (3, 16, 3, 2, 1, 1, True, "zeros"),
-                          (5, 5, (1, 3), 1, (0, 1), 1, True, "zeros"), (4, 7, 3, 2, 2, 2, True, "zeros"),
-                          (6, 6, 1, 2, 0, 1, False, "zeros"), (4, 6, 3, 1, 1, 1, True, "circular"),
-                          (4, 6, 3, 2, 2, 1, False, "reflect")])
-def test_a_full_rank_convolution_factorization_computes_what_the_original_does(c, d, k, stride, padding, dilation,
-                                                                                bias, padding_mode):
+@pytest.mark.parametrize(
+    ("c", "d", "k", "stride", "padding", "dilation", "bias", "padding_mode"),
+    [
+        (8, 6, 3, 1, 1, 1, False, "zeros"),
+        (3, 16, 3, 2, 1, 1, True, "zeros"),
+        (5, 5, (1, 3), 1, (0, 1), 1, True, "zeros"),
+        (4, 7, 3, 2, 2, 2, True, "zeros"),
+        (6, 6, 1, 2, 0, 1, False, "zeros"),
+        (4, 6, 3, 1, 1, 1, True, "circular"),
+        (4, 6, 3, 2, 2, 1, False, "reflect"),
+    ],
+)
+def test_a_full_rank_convolution_factorization_computes_what_the_original_does(
+    c, d, k, stride, padding, dilation, bias, padding_mode
+):
     """At full rank, min(d, c k k) latent channels, the pair is the original convolution
     exactly (within float64 rounding), whatever its stride, padding (and padding mode) or dilation."""
     torch.manual_seed(0)
-    conv = torch.nn.Conv2d(c, d, k, stride=stride, padding=padding, dilation=dilation, bias=bias,
-                           padding_mode=padding_mode).double()
+    conv = torch.nn.Conv2d(
+        c, d, k, stride=stride, padding=padding, dilation=dilation, bias=bias, padding_mode=padding_mode
+    ).double()
     full_rank = min(d, c * math.prod(conv.kernel_size))
     factorized = FactorizedConv2d.from_conv2d(conv, latent_channels=full_rank)
     x = torch.randn(2, c, 9, 10, dtype=torch.float64)
@@ -109,16 +125,17 @@ def test_at_lower_rank_the_linear_weight_is_the_best_rank_r_approximation(rank):
     s = torch.linalg.svdvals(linear.weight.detach())
     assert torch.linalg.matrix_rank(approx) == rank
     torch.testing.assert_close(torch.linalg.norm(linear.weight - approx), s[rank:].norm(), rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(torch.linalg.matrix_norm(linear.weight - approx, ord=2), s[rank], rtol=1e-10,
-                               atol=1e-12)
+    torch.testing.assert_close(torch.linalg.matrix_norm(linear.weight - approx, ord=2), s[rank], rtol=1e-10, atol=1e-12)
     g = torch.Generator().manual_seed(2)
     best = torch.linalg.norm(linear.weight - approx)
     for _ in range(20):
-        other = torch.randn(8, rank, generator=g, dtype=torch.float64) @ torch.randn(rank, 10, generator=g,
-                                                                                     dtype=torch.float64)
+        other = torch.randn(8, rank, generator=g, dtype=torch.float64) @ torch.randn(
+            rank, 10, generator=g, dtype=torch.float64
+        )
         assert torch.linalg.norm(linear.weight - other) > best
-        nudged = (factorized.module1.weight + 1e-3 * torch.randn(8, rank, generator=g, dtype=torch.float64)) @ \
-            factorized.module0.weight
+        nudged = (
+            factorized.module1.weight + 1e-3 * torch.randn(8, rank, generator=g, dtype=torch.float64)
+        ) @ factorized.module0.weight
         assert torch.linalg.norm(linear.weight - nudged) > best
 
 
@@ -128,19 +145,23 @@ def test_the_conv_factorization_is_the_truncated_svd_of_the_reshaped_weight():
     matrix = conv.weight.detach().reshape(10, -1)
     u, s, vh = torch.linalg.svd(matrix, full_matrices=False)
     factorized = FactorizedConv2d.from_conv2d(conv, latent_channels=4)
-    torch.testing.assert_close(_product(factorized).detach(), u[:, :4] @ torch.diag(s[:4]) @ vh[:4], rtol=1e-10,
-                               atol=1e-12)
+    torch.testing.assert_close(
+        _product(factorized).detach(), u[:, :4] @ torch.diag(s[:4]) @ vh[:4], rtol=1e-10, atol=1e-12
+    )
     # The two factors share the singular values' square roots (the same scale).
-    torch.testing.assert_close(factorized.module0.weight.reshape(4, -1).norm(dim=1), s[:4].sqrt(), rtol=1e-10,
-                               atol=1e-12)
+    torch.testing.assert_close(
+        factorized.module0.weight.reshape(4, -1).norm(dim=1), s[:4].sqrt(), rtol=1e-10, atol=1e-12
+    )
 
 
 def test_more_latent_dimensions_never_increase_the_error():
     """Composer's factorize_core test, for the SVD: the error falls as the rank grows."""
     torch.manual_seed(4)
     conv = torch.nn.Conv2d(8, 12, 3).double()
-    errors = [torch.linalg.norm(conv.weight.reshape(12, -1) - _product(FactorizedConv2d.from_conv2d(conv, r))).item()
-              for r in (1, 2, 4, 8, 12)]
+    errors = [
+        torch.linalg.norm(conv.weight.reshape(12, -1) - _product(FactorizedConv2d.from_conv2d(conv, r))).item()
+        for r in (1, 2, 4, 8, 12)
+    ]
     assert all(b <= a for a, b in itertools.pairwise(errors)) and errors[-1] < 1e-12
 
 
@@ -158,7 +179,8 @@ def test_the_multiply_add_rule():
     """r (F + O) < F O: a 1 x 1 (or linear) 64 -> 64 saves work below r = 32, a 3 x 3 one below
     r = 576 * 64 / 640 = 57.6; a grouped convolution never."""
     assert factorizing_could_speedup(torch.nn.Linear(64, 64), 31) and not factorizing_could_speedup(
-        torch.nn.Linear(64, 64), 32)
+        torch.nn.Linear(64, 64), 32
+    )
     # A fraction is of the smaller width: 0.25 of 64 is 16 latent features, 0.5 is 32.
     assert factorizing_could_speedup(torch.nn.Linear(64, 96), 0.25)
     assert not factorizing_could_speedup(torch.nn.Linear(64, 64), 0.5)
@@ -170,8 +192,10 @@ def test_the_multiply_add_rule():
     assert not factorizing_could_speedup(torch.nn.ReLU(), 2)
 
 
-@pytest.mark.parametrize(("batch_size", "in_channels", "out_channels", "kernel_size"),
-                         list(itertools.product([1, 2], [4, 8], [4, 8], [(1, 1), (2, 2), (3, 3), (1, 3), (5, 5)])))
+@pytest.mark.parametrize(
+    ("batch_size", "in_channels", "out_channels", "kernel_size"),
+    list(itertools.product([1, 2], [4, 8], [4, 8], [(1, 1), (2, 2), (3, 3), (1, 3), (5, 5)])),
+)
 def test_factorized_conv_shapes(batch_size, in_channels, out_channels, kernel_size):
     """Composer's shape test: the output has the batch and the output channels."""
     conv = FactorizedConv2d(in_channels, out_channels, kernel_size, latent_channels=2)
@@ -196,8 +220,9 @@ def test_the_module_defaults_are_a_quarter_of_the_smaller_width_and_torchs_layer
     assert FactorizedLinear.from_linear(torch.nn.Linear(12, 8)).latent_features == 2
 
 
-@pytest.mark.parametrize(("batch_size", "in_features", "out_features"),
-                         list(itertools.product([1, 2], [7, 8, 11], [4, 6, 8])))
+@pytest.mark.parametrize(
+    ("batch_size", "in_features", "out_features"), list(itertools.product([1, 2], [7, 8, 11], [4, 6, 8]))
+)
 def test_factorized_linear_shapes(batch_size, in_features, out_features):
     module = FactorizedLinear(in_features, out_features)
     assert module(torch.randn(batch_size, in_features)).shape == (batch_size, out_features)
@@ -205,6 +230,7 @@ def test_factorized_linear_shapes(batch_size, in_features, out_features):
 
 
 # -- apply_factorization ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("min_channels", "latent"), [(32, 0.25), (64, 0.25), (16, 0.25), (32, 8), (0, 0.4)])
 def test_on_resnet20_it_replaces_the_wide_convolutions_that_save_work(min_channels, latent):
@@ -229,11 +255,23 @@ def test_linear_layers_are_replaced_by_the_same_rule():
     """64 -> 48 and 48 -> 16 through 5 save work and are wide enough; 64 -> 8 is narrower than
     min_features; 10 -> 10 through 5 costs 5 * 20 = 100 multiply-adds, no fewer than 100."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 16),
-                                torch.nn.Linear(16, 10), torch.nn.Linear(10, 10), torch.nn.Linear(10, 8))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 48),
+        torch.nn.ReLU(),
+        torch.nn.Linear(48, 16),
+        torch.nn.Linear(16, 10),
+        torch.nn.Linear(10, 10),
+        torch.nn.Linear(10, 8),
+    )
     cf.apply_factorization(model, min_features=10, latent_features=5)
-    assert [type(m).__name__ for m in model] == ["FactorizedLinear", "ReLU", "FactorizedLinear", "FactorizedLinear",
-                                                 "Linear", "Linear"]
+    assert [type(m).__name__ for m in model] == [
+        "FactorizedLinear",
+        "ReLU",
+        "FactorizedLinear",
+        "FactorizedLinear",
+        "Linear",
+        "Linear",
+    ]
     assert [m.latent_features for m in model if isinstance(m, FactorizedLinear)] == [5, 5, 5]
 
 
@@ -244,13 +282,25 @@ def test_composers_counts_on_a_small_conv_model():
         if not (convs or linears):
             continue
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Conv2d(32, 8, 3), torch.nn.Conv2d(8, 32, 3),
-                                    torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 48),
-                                    torch.nn.Linear(48, 10))
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(32, 8, 3),
+            torch.nn.Conv2d(8, 32, 3),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(32, 48),
+            torch.nn.Linear(48, 10),
+        )
         x = torch.randn(2, 32, 9, 9)
         shape = model(x).shape
-        cf.apply_factorization(model, factorize_convs=convs, factorize_linears=linears, min_channels=3,
-                               latent_channels=2, min_features=8, latent_features=4)
+        cf.apply_factorization(
+            model,
+            factorize_convs=convs,
+            factorize_linears=linears,
+            min_channels=3,
+            latent_channels=2,
+            min_features=8,
+            latent_features=4,
+        )
         classes = [type(m) for m in model.modules()]
         assert classes.count(FactorizedConv2d) == (2 if convs else 0)
         assert classes.count(FactorizedLinear) == (2 if linears else 0)
@@ -275,8 +325,10 @@ def _wide_model():
 def test_by_default_512_channels_and_features_are_wide_enough():
     """Composer's defaults: min_channels=512 and min_features=512, a quarter of the width latent;
     the functional form and the class at Event.INIT alike."""
-    for apply in (cf.apply_factorization,
-                  lambda model: Factorize().apply(Event.INIT, State(model, Duration.parse("1ep")), None)):
+    for apply in (
+        cf.apply_factorization,
+        lambda model: Factorize().apply(Event.INIT, State(model, Duration.parse("1ep")), None),
+    ):
         model = _wide_model()
         apply(model)
         assert [type(m) for m in model] == [FactorizedConv2d, torch.nn.Flatten, FactorizedLinear]
@@ -299,8 +351,9 @@ def test_an_optimizer_built_before_holds_the_new_parameters_and_none_of_the_old(
 
 def test_a_float64_model_keeps_its_dtype_and_at_full_rank_its_outputs():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(4, 6, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(6 * 5 * 5, 7)).double()
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(4, 6, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(6 * 5 * 5, 7)
+    ).double()
     reference = copy.deepcopy(model)
     model[0] = FactorizedConv2d.from_conv2d(model[0], latent_channels=6)
     model[3] = FactorizedLinear.from_linear(model[3], latent_features=7)
@@ -318,19 +371,24 @@ def test_a_float64_model_keeps_its_dtype_and_at_full_rank_its_outputs():
 _LATENT = "must be a fraction in (0, 1) of the smaller width or a whole count >= 1"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"min_channels": -1}, "min_channels=-1: must be an integer >= 0"),
-    ({"min_features": 2.5}, "min_features=2.5: must be an integer >= 0"),
-    ({"latent_channels": 0}, f"latent_channels=0: {_LATENT}"),
-    ({"latent_channels": -0.5}, f"latent_channels=-0.5: {_LATENT}"),
-    ({"latent_channels": 1.5}, f"latent_channels=1.5: {_LATENT}"),
-    ({"latent_features": float("nan")}, f"latent_features=nan: {_LATENT}"),
-    ({"latent_features": True}, f"latent_features=True: {_LATENT}"),
-    ({"factorize_convs": 1}, "factorize_convs=1: must be True or False"),
-    ({"factorize_linears": "no"}, "factorize_linears='no': must be True or False"),
-    ({"factorize_convs": False, "factorize_linears": False},
-     "factorize_convs=False and factorize_linears=False: Factorize would replace nothing; set one of them"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"min_channels": -1}, "min_channels=-1: must be an integer >= 0"),
+        ({"min_features": 2.5}, "min_features=2.5: must be an integer >= 0"),
+        ({"latent_channels": 0}, f"latent_channels=0: {_LATENT}"),
+        ({"latent_channels": -0.5}, f"latent_channels=-0.5: {_LATENT}"),
+        ({"latent_channels": 1.5}, f"latent_channels=1.5: {_LATENT}"),
+        ({"latent_features": float("nan")}, f"latent_features=nan: {_LATENT}"),
+        ({"latent_features": True}, f"latent_features=True: {_LATENT}"),
+        ({"factorize_convs": 1}, "factorize_convs=1: must be True or False"),
+        ({"factorize_linears": "no"}, "factorize_linears='no': must be True or False"),
+        (
+            {"factorize_convs": False, "factorize_linears": False},
+            "factorize_convs=False and factorize_linears=False: Factorize would replace nothing; set one of them",
+        ),
+    ],
+)
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     match = f"^{re.escape(message)}$"
     with pytest.raises(ValueError, match=match):
@@ -342,23 +400,33 @@ def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     assert repr(model) == before
 
 
-@pytest.mark.parametrize(("build", "message"), [
-    (lambda: FactorizedLinear(8, 10, latent_features=9),
-     "latent_features=9: at most min(in_features, out_features) = 8"),
-    (lambda: FactorizedLinear(8, 10, latent_features=1.5), f"latent_features=1.5: {_LATENT}"),
-    # a 12 x 9 matrix has rank at most 9
-    (lambda: FactorizedConv2d(1, 12, 3, latent_channels=10),
-     "latent_channels=10: at most min(out_channels, in_channels * kH * kW) = 9"),
-    (lambda: FactorizedConv2d(1, 12, 3, latent_channels=2.5), f"latent_channels=2.5: {_LATENT}"),
-    (lambda: FactorizedConv2d.from_conv2d(torch.nn.Conv2d(4, 4, 3, groups=2), 2),
-     "conv: groups=2; only convolutions with groups=1 are factorized"),
-])
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: FactorizedLinear(8, 10, latent_features=9),
+            "latent_features=9: at most min(in_features, out_features) = 8",
+        ),
+        (lambda: FactorizedLinear(8, 10, latent_features=1.5), f"latent_features=1.5: {_LATENT}"),
+        # a 12 x 9 matrix has rank at most 9
+        (
+            lambda: FactorizedConv2d(1, 12, 3, latent_channels=10),
+            "latent_channels=10: at most min(out_channels, in_channels * kH * kW) = 9",
+        ),
+        (lambda: FactorizedConv2d(1, 12, 3, latent_channels=2.5), f"latent_channels=2.5: {_LATENT}"),
+        (
+            lambda: FactorizedConv2d.from_conv2d(torch.nn.Conv2d(4, 4, 3, groups=2), 2),
+            "conv: groups=2; only convolutions with groups=1 are factorized",
+        ),
+    ],
+)
 def test_module_constructors_refuse_a_bad_latent_size(build, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         build()
 
 
 # -- the class in the Trainer --------------------------------------------------------------------
+
 
 def test_it_matches_only_init():
     algo = Factorize()
@@ -368,24 +436,35 @@ def test_it_matches_only_init():
 _SMALL = dict(min_channels=3, latent_channels=2, min_features=8, latent_features=4)
 
 
-@pytest.mark.parametrize(("kwargs", "latents"), [
-    (_SMALL, [2, 2, 4, 4]),
-    ({**_SMALL, "factorize_convs": False}, [None, None, 4, 4]),
-    ({**_SMALL, "factorize_linears": False}, [2, 2, None, None]),
-    ({**_SMALL, "latent_channels": 3}, [3, 3, 4, 4]),
-    ({**_SMALL, "latent_features": 0.5}, [2, 2, 16, 5]),
-    ({**_SMALL, "min_channels": 9}, [None, None, 4, 4]),
-    ({**_SMALL, "min_features": 11}, [2, 2, 4, None]),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "latents"),
+    [
+        (_SMALL, [2, 2, 4, 4]),
+        ({**_SMALL, "factorize_convs": False}, [None, None, 4, 4]),
+        ({**_SMALL, "factorize_linears": False}, [2, 2, None, None]),
+        ({**_SMALL, "latent_channels": 3}, [3, 3, 4, 4]),
+        ({**_SMALL, "latent_features": 0.5}, [2, 2, 16, 5]),
+        ({**_SMALL, "min_channels": 9}, [None, None, 4, 4]),
+        ({**_SMALL, "min_features": 11}, [2, 2, 4, None]),
+    ],
+)
 def test_at_init_it_factorizes_what_its_arguments_say(kwargs, latents):
     """Composer's small model: convolutions 32 -> 8 and 8 -> 32 (3 x 3), linear layers 32 -> 48
     and 48 -> 10; each latent size (None: not replaced) follows from the arguments, every
     replacement saving multiply-adds here (2 (288 + 8) < 288 * 8, 16 (32 + 48) < 32 * 48, ...)."""
-    model = torch.nn.Sequential(torch.nn.Conv2d(32, 8, 3), torch.nn.Conv2d(8, 32, 3), torch.nn.AdaptiveAvgPool2d(1),
-                                torch.nn.Flatten(), torch.nn.Linear(32, 48), torch.nn.Linear(48, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(32, 8, 3),
+        torch.nn.Conv2d(8, 32, 3),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 48),
+        torch.nn.Linear(48, 10),
+    )
     Factorize(**kwargs).apply(Event.INIT, State(model=model, max_duration=Duration.parse("1ep")), None)
-    found = [getattr(m, "latent_channels", None) or getattr(m, "latent_features", None)
-             for m in (model[0], model[1], model[4], model[5])]
+    found = [
+        getattr(m, "latent_channels", None) or getattr(m, "latent_features", None)
+        for m in (model[0], model[1], model[4], model[5])
+    ]
     assert found == latents
 
 
@@ -395,8 +474,9 @@ def test_in_the_trainer_the_factorized_model_trains_with_the_optimizer_given():
     model = resnet20()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     seen = Observed()
-    trainer = Trainer(model, batches, "3ba", optimizer=optimizer, algorithms=[Factorize(min_channels=32), seen],
-                      seed=0, device="cpu")
+    trainer = Trainer(
+        model, batches, "3ba", optimizer=optimizer, algorithms=[Factorize(min_channels=32), seen], seed=0, device="cpu"
+    )
     start = trainer.state.model.layer3[1].conv1.module1.weight.detach().clone()
     trainer.fit()
     trained = trainer.state.model

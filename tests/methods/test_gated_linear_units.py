@@ -50,8 +50,9 @@ def _lm_batches(n=2, bs=4, length=16, seed=0):
 @pytest.mark.parametrize(("gated_layer_bias", "non_gated_layer_bias"), [(False, False), (True, False), (True, True)])
 def test_the_block_computes_the_glu_formula_from_its_own_weights(act_fn, gated_layer_bias, non_gated_layer_bias):
     model = _model()
-    cf.apply_gated_linear_units(model, act_fn=act_fn, gated_layer_bias=gated_layer_bias,
-                                non_gated_layer_bias=non_gated_layer_bias)
+    cf.apply_gated_linear_units(
+        model, act_fn=act_fn, gated_layer_bias=gated_layer_bias, non_gated_layer_bias=non_gated_layer_bias
+    )
     block = model.blocks[0].ffn.eval()
     with torch.no_grad():  # give every bias a value, so a bias left out of the formula would show
         for p in block.parameters():
@@ -137,8 +138,15 @@ def test_the_original_weights_are_loaded_into_up_and_down():
         for b in model.blocks:
             b.ffn.up.bias.normal_()
             b.ffn.down.bias.normal_()
-    old = [(b.ffn.up.weight.detach().clone(), b.ffn.up.bias.detach().clone(), b.ffn.down.weight.detach().clone(),
-            b.ffn.down.bias.detach().clone()) for b in model.blocks]
+    old = [
+        (
+            b.ffn.up.weight.detach().clone(),
+            b.ffn.up.bias.detach().clone(),
+            b.ffn.down.weight.detach().clone(),
+            b.ffn.down.bias.detach().clone(),
+        )
+        for b in model.blocks
+    ]
     cf.apply_gated_linear_units(model, non_gated_layer_bias=True, gated_layer_bias=True)
     for block, (up_w, up_b, down_w, down_b) in zip(model.blocks, old, strict=True):
         glu, width = block.ffn, 170  # round((33088 - 64) / (3 * 64 + 2)): the two biases cost two units
@@ -221,6 +229,7 @@ def test_a_block_s_own_learnable_activation_is_copied_into_its_gated_block():
 def test_an_activation_function_is_called_as_given_in_every_block():
     """act_fn that is not a module is used as it is, not copied: a callable object sees the call
     of every gated block."""
+
     class Counting:
         def __init__(self):
             self.calls = 0
@@ -287,8 +296,17 @@ def test_the_model_s_dtype_is_kept():
 
 def test_in_the_trainer_the_model_trained_has_gated_blocks():
     seen = Observed(input_key="input_ids", target_key="labels")
-    trainer = Trainer(_model(), _lm_batches(2), "2ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      algorithms=[GatedLinearUnits(), seen], seed=0, device="cpu")
+    trainer = Trainer(
+        _model(),
+        _lm_batches(2),
+        "2ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[GatedLinearUnits(), seen],
+        seed=0,
+        device="cpu",
+    )
     model = trainer.state.model
     assert sum(isinstance(m, GLUFeedForward) for m in model.modules()) == 2
     assert all(b.ffn.gate.bias is None and b.ffn.up.bias is None for b in model.blocks)  # the defaults: no biases
@@ -305,8 +323,17 @@ def test_in_the_trainer_the_model_trained_has_gated_blocks():
 @pytest.mark.parametrize(("gated_layer_bias", "non_gated_layer_bias"), [(True, False), (False, True)])
 def test_the_class_passes_its_hyperparameters_on(gated_layer_bias, non_gated_layer_bias):
     algo = GatedLinearUnits(act_fn=F.relu, gated_layer_bias=gated_layer_bias, non_gated_layer_bias=non_gated_layer_bias)
-    trainer = Trainer(_model(), _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      algorithms=[algo], seed=0, device="cpu")
+    trainer = Trainer(
+        _model(),
+        _lm_batches(1),
+        "1ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[algo],
+        seed=0,
+        device="cpu",
+    )
     block = trainer.state.model.blocks[0].ffn
     assert (block.gate.bias is not None) == gated_layer_bias and (block.up.bias is not None) == non_gated_layer_bias
     x = torch.randn(4, 64)
@@ -316,8 +343,18 @@ def test_the_class_passes_its_hyperparameters_on(gated_layer_bias, non_gated_lay
 def test_in_the_trainer_an_optimizer_given_to_it_trains_the_gated_blocks():
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    trainer = Trainer(model, _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      optimizer=optimizer, algorithms=[GatedLinearUnits()], seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        _lm_batches(1),
+        "1ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        optimizer=optimizer,
+        algorithms=[GatedLinearUnits()],
+        seed=0,
+        device="cpu",
+    )
     held = {id(p) for g in optimizer.param_groups for p in g["params"]}
     assert held == {id(p) for p in trainer.state.model.parameters()}
     gate = trainer.state.model.blocks[0].ffn.gate.weight.detach().clone()
@@ -325,12 +362,18 @@ def test_in_the_trainer_an_optimizer_given_to_it_trains_the_gated_blocks():
     assert not torch.equal(trainer.state.model.blocks[0].ffn.gate.weight, gate)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"act_fn": "gelu"}, "act_fn='gelu': must be None (keep each block's activation) or a function of a tensor, "
-                         "e.g. torch.nn.functional.silu"),
-    ({"gated_layer_bias": 1}, "gated_layer_bias=1: must be True or False"),
-    ({"non_gated_layer_bias": "yes"}, "non_gated_layer_bias='yes': must be True or False"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"act_fn": "gelu"},
+            "act_fn='gelu': must be None (keep each block's activation) or a function of a tensor, "
+            "e.g. torch.nn.functional.silu",
+        ),
+        ({"gated_layer_bias": 1}, "gated_layer_bias=1: must be True or False"),
+        ({"non_gated_layer_bias": "yes"}, "non_gated_layer_bias='yes': must be True or False"),
+    ],
+)
 def test_bad_arguments_fail_naming_the_argument(kwargs, message):
     whole = f"^{re.escape(message)}$"
     with pytest.raises(ValueError, match=whole):

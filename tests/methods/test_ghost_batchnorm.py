@@ -77,8 +77,7 @@ def test_in_training_each_chunk_is_batch_normalized_on_its_own(dims, ghost_batch
     out = ghost(x)
     sizes = _chunk_sizes(12, ghost_batch_size)
     assert max(sizes) <= ghost_batch_size and max(sizes) - min(sizes) <= 1
-    expected = torch.cat([F.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
-                          for c in x.split(sizes)])
+    expected = torch.cat([F.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps) for c in x.split(sizes)])
     torch.testing.assert_close(out, expected)
 
 
@@ -100,8 +99,9 @@ def test_a_two_dimensional_batch_norm1d_input_is_chunked_too():
     bn = nn.BatchNorm1d(5)
     ghost = _ghosted(bn, 4)
     x = torch.randn(10, 5, generator=torch.Generator().manual_seed(0))
-    expected = torch.cat([F.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
-                          for c in x.split(_chunk_sizes(10, 4))])
+    expected = torch.cat(
+        [F.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps) for c in x.split(_chunk_sizes(10, 4))]
+    )
     torch.testing.assert_close(ghost(x), expected)
 
 
@@ -170,15 +170,24 @@ def test_without_affine_or_running_statistics_chunks_are_still_normalized(affine
     bn = _trained_bn(2, affine=affine, track_running_stats=track_running_stats, eps=0.1)
     ghost = _ghosted(bn, 3)
     x = _batch(2)
-    expected = torch.cat([F.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps)
-                          for c in x.split(_chunk_sizes(12, 3))])
+    expected = torch.cat(
+        [F.batch_norm(c, None, None, bn.weight, bn.bias, True, 0.0, bn.eps) for c in x.split(_chunk_sizes(12, 3))]
+    )
     torch.testing.assert_close(ghost(x), expected)
     bn.load_state_dict(ghost.state_dict())  # the running statistics training gave the ghost
     assert torch.equal(ghost.eval()(x), bn.eval()(x))
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"affine": False}, {"track_running_stats": False},
-                                    {"eps": 0.1, "momentum": None}, {"affine": False, "track_running_stats": False}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"affine": False},
+        {"track_running_stats": False},
+        {"eps": 0.1, "momentum": None},
+        {"affine": False, "track_running_stats": False},
+    ],
+)
 def test_the_replacement_has_the_settings_of_the_batch_norm(kwargs):
     """The repr of a ghost batch norm is the batch norm's (its features, eps, momentum, affine and
     running statistics) with the ghost batch size added."""
@@ -192,8 +201,10 @@ def test_by_default_a_ghost_batch_holds_32_examples():
     """Composer's default, in the functional form and the class alike: a batch of 32 is one
     chunk, a batch of 33 two (17 and 16)."""
     x = _batch(2, n=33)
-    for apply in (cf.apply_ghost_batchnorm,
-                  lambda model: GhostBatchNorm().apply(Event.INIT, State(model, Duration.parse("1ep")))):
+    for apply in (
+        cf.apply_ghost_batchnorm,
+        lambda model: GhostBatchNorm().apply(Event.INIT, State(model, Duration.parse("1ep"))),
+    ):
         model = nn.Sequential(nn.BatchNorm2d(4))
         apply(model)
         assert model[0].ghost_batch_size == 32
@@ -206,14 +217,16 @@ def test_on_resnet20_every_batch_norm_is_replaced_keeping_its_tensors():
     torch.manual_seed(0)
     model = resnet20(10)
     batch_norms = {name: m for name, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)}
-    tensors = {name: {k: id(t) for k, t in [*m.named_parameters(), *m.named_buffers()]}
-               for name, m in batch_norms.items()}
+    tensors = {
+        name: {k: id(t) for k, t in [*m.named_parameters(), *m.named_buffers()]} for name, m in batch_norms.items()
+    }
     assert cf.apply_ghost_batchnorm(model, ghost_batch_size=16) == len(batch_norms) == 21
     modules = dict(model.named_modules())
     for name in batch_norms:
         assert type(modules[name]) is GhostBatchNorm2d and modules[name].ghost_batch_size == 16
-        assert {k: id(t) for k, t in [*modules[name].named_parameters(), *modules[name].named_buffers()]} \
-            == tensors[name]
+        assert {k: id(t) for k, t in [*modules[name].named_parameters(), *modules[name].named_buffers()]} == tensors[
+            name
+        ]
     assert not any(type(m) is nn.BatchNorm2d for m in model.modules())
     out = model(torch.randn(64, 3, 16, 16))
     out.sum().backward()
@@ -291,8 +304,15 @@ def test_in_the_trainer_the_model_is_ghost_batch_normalized_from_the_first_step(
     weight = model[1].weight.detach().clone()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1) if built_before else None
     seen = Observed()
-    trainer = Trainer(model, batches, "3ba", optimizer=optimizer, algorithms=[GhostBatchNorm(ghost_batch_size=4), seen],
-                      seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        batches,
+        "3ba",
+        optimizer=optimizer,
+        algorithms=[GhostBatchNorm(ghost_batch_size=4), seen],
+        seed=0,
+        device="cpu",
+    )
     assert type(trainer.state.model[1]) is GhostBatchNorm2d
     trainer.fit()
     torch.testing.assert_close(seen.outputs[0], reference.train()(batches[0][0]))
@@ -301,8 +321,9 @@ def test_in_the_trainer_the_model_is_ghost_batch_normalized_from_the_first_step(
 
 
 def test_the_figure_data_shows_each_ghost_batch_normalized():
-    out = ghost_chunk_statistics(ghost_batch_size=16, batch_size=64, channel=0,
-                                 generator=torch.Generator().manual_seed(0))
+    out = ghost_chunk_statistics(
+        ghost_batch_size=16, batch_size=64, channel=0, generator=torch.Generator().manual_seed(0)
+    )
     assert out["type"] == "bars" and out["labels"] == ["1-16", "17-32", "33-48", "49-64"]
     for name in ("GhostBatchNorm2d: mean", "GhostBatchNorm2d: std - 1"):
         assert all(abs(v) < 1e-3 for v in out["series"][name])

@@ -34,8 +34,15 @@ REPO = Path(__file__).resolve().parents[2]
 def _cnn_with_grads(scale=1.0, seed=0):
     """Composer's test model shape: a convolution, linear layers, biases; gradients from one batch."""
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                                torch.nn.Flatten(), torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 6),
+        torch.nn.ReLU(),
+        torch.nn.Linear(6, 3),
+    )
     g = torch.Generator().manual_seed(seed)
     x, y = torch.randn(8, 3, 10, 10, generator=g), torch.randint(0, 3, (8,), generator=g)
     (F.cross_entropy(model(x), y) * scale).backward()
@@ -101,19 +108,29 @@ def test_adaptive_clipping_is_agc_unit_by_unit(threshold):
     assert clipped > 0
 
 
-@pytest.mark.parametrize(("weights", "grad", "threshold", "expected"), [
-    # Composer's cases of _get_clipped_gradient_coeff, 1-D to 4-D.
-    ([3., 4.], [7., 24.], 0.5, [0.7, 2.4]),
-    ([[3., 4.], [9., 40.]], [[7., 24.], [5., 12.]], 0.5, [[0.7, 2.4], [5., 12.]]),
-    ([[[3., 8.], [2., 2.]], [[1., 3.], [3., 9.]]], [[[1., 1.], [3., 5.]], [[1., 1.], [1., 1.]]], 1 / 3,
-     [[[0.5, 0.5], [1.5, 2.5]], [[1.0, 1.0], [1.0, 1.0]]]),
-    ([[[[3.], [8.]], [[2.], [2.]]], [[[1.], [3.]], [[3.], [9.]]]],
-     [[[[1.], [1.]], [[3.], [5.]]], [[[1.], [1.]], [[1.], [1.]]]], 1 / 3,
-     [[[[0.5], [0.5]], [[1.5], [2.5]]], [[[1.0], [1.0]], [[1.0], [1.0]]]]),
-    # A zero gradient stays zero; a zero weight is floored at the paper's 1e-3 (Composer's gives 0).
-    ([1., 1.], [0., 0.], 1e-4, [0., 0.]),
-    ([0., 0.], [1., 1.], 0.5, [0.5e-3 / 2**0.5, 0.5e-3 / 2**0.5]),
-])
+@pytest.mark.parametrize(
+    ("weights", "grad", "threshold", "expected"),
+    [
+        # Composer's cases of _get_clipped_gradient_coeff, 1-D to 4-D.
+        ([3.0, 4.0], [7.0, 24.0], 0.5, [0.7, 2.4]),
+        ([[3.0, 4.0], [9.0, 40.0]], [[7.0, 24.0], [5.0, 12.0]], 0.5, [[0.7, 2.4], [5.0, 12.0]]),
+        (
+            [[[3.0, 8.0], [2.0, 2.0]], [[1.0, 3.0], [3.0, 9.0]]],
+            [[[1.0, 1.0], [3.0, 5.0]], [[1.0, 1.0], [1.0, 1.0]]],
+            1 / 3,
+            [[[0.5, 0.5], [1.5, 2.5]], [[1.0, 1.0], [1.0, 1.0]]],
+        ),
+        (
+            [[[[3.0], [8.0]], [[2.0], [2.0]]], [[[1.0], [3.0]], [[3.0], [9.0]]]],
+            [[[[1.0], [1.0]], [[3.0], [5.0]]], [[[1.0], [1.0]], [[1.0], [1.0]]]],
+            1 / 3,
+            [[[[0.5], [0.5]], [[1.5], [2.5]]], [[[1.0], [1.0]], [[1.0], [1.0]]]],
+        ),
+        # A zero gradient stays zero; a zero weight is floored at the paper's 1e-3 (Composer's gives 0).
+        ([1.0, 1.0], [0.0, 0.0], 1e-4, [0.0, 0.0]),
+        ([0.0, 0.0], [1.0, 1.0], 0.5, [0.5e-3 / 2**0.5, 0.5e-3 / 2**0.5]),
+    ],
+)
 def test_agc_on_composers_examples(weights, grad, threshold, expected):
     p = torch.nn.Parameter(torch.tensor(weights))
     p.grad = torch.tensor(grad)
@@ -184,9 +201,15 @@ def test_in_the_trainer_it_clips_the_unscaled_gradient_before_the_step(precision
     reference = copy.deepcopy(model)
     F.cross_entropy(reference(data[0][0]), data[0][1]).backward()
     threshold = _norm([p.grad for p in reference.parameters()]) / 4
-    trainer = Trainer(model, data, "1ba", precision=precision, device="cpu",
-                      algorithms=[seen, GradientClipping("norm", threshold), at_step],
-                      optimizer=lambda params: torch.optim.SGD(params, lr=0.5))
+    trainer = Trainer(
+        model,
+        data,
+        "1ba",
+        precision=precision,
+        device="cpu",
+        algorithms=[seen, GradientClipping("norm", threshold), at_step],
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.5),
+    )
     scale = trainer.scaler.get_scale() if precision == "amp_fp16" else 1.0
     start = [p.detach().clone() for p in trainer.state.model.parameters()]
     trainer.fit()
@@ -232,12 +255,17 @@ def test_it_changes_the_weights_the_run_ends_with():
 TYPES = "use one of 'adaptive', 'norm', 'value'"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("scale", 1.0), f"clipping_type='scale': {TYPES}"), (("Norm", 1.0), f"clipping_type='Norm': {TYPES}"),
-    (("norm", 0.0), "clipping_threshold=0.0: a number > 0"), (("norm", -1.0), "clipping_threshold=-1.0: a number > 0"),
-    (("value", float("inf")), "clipping_threshold=inf: a number > 0"),
-    (("value", "1"), "clipping_threshold='1': a number > 0"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("scale", 1.0), f"clipping_type='scale': {TYPES}"),
+        (("Norm", 1.0), f"clipping_type='Norm': {TYPES}"),
+        (("norm", 0.0), "clipping_threshold=0.0: a number > 0"),
+        (("norm", -1.0), "clipping_threshold=-1.0: a number > 0"),
+        (("value", float("inf")), "clipping_threshold=inf: a number > 0"),
+        (("value", "1"), "clipping_threshold='1': a number > 0"),
+    ],
+)
 def test_bad_arguments_fail_naming_the_argument(args, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         GradientClipping(*args)
@@ -246,8 +274,9 @@ def test_bad_arguments_fail_naming_the_argument(args, message):
 
 
 def test_adaptive_clipping_is_refused_with_fsdp():
-    message = ("clipping_type='adaptive': not with fsdp_enabled (a unit's gradient may span shards) "
-               "— use 'norm' or 'value'")
+    message = (
+        "clipping_type='adaptive': not with fsdp_enabled (a unit's gradient may span shards) — use 'norm' or 'value'"
+    )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         cf.apply_gradient_clipping(torch.nn.Linear(2, 2), "adaptive", 0.01, fsdp_enabled=True)
 
@@ -294,8 +323,11 @@ def test_an_fsdp1_model_is_clipped_by_fsdps_own_clip_grad_norm_on_each_root(monk
 
     calls = []
     clip = FullyShardedDataParallel.clip_grad_norm_
-    monkeypatch.setattr(FullyShardedDataParallel, "clip_grad_norm_",
-                        lambda self, *args, **kwargs: calls.append(self) or clip(self, *args, **kwargs))
+    monkeypatch.setattr(
+        FullyShardedDataParallel,
+        "clip_grad_norm_",
+        lambda self, *args, **kwargs: calls.append(self) or clip(self, *args, **kwargs),
+    )
     x = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
     plain = _fsdp1_layout(layout, lambda module: module)
     (plain(x).sum() * 10).backward()
@@ -337,22 +369,45 @@ def test_two_ranks_clip_the_same_averaged_gradients(tmp_path, clipping_type):
     those of one process clipping the whole batch's gradient (DDP averages before the clipping);
     FSDP's sharded run steps to the same weights."""
     out = tmp_path / "grads.pt"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           __file__, clipping_type, str(out)], capture_output=True, text=True, env=env, timeout=240)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            __file__,
+            clipping_type,
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = torch.load(out)
     x, y = _global_batch()
     at_step = _AtStep()
-    single = Trainer(_mlp(), [(x, y)], "1ba", algorithms=[GradientClipping(clipping_type, 0.05), at_step],
-                     optimizer=lambda params: torch.optim.SGD(params, lr=0.5), device="cpu")
+    single = Trainer(
+        _mlp(),
+        [(x, y)],
+        "1ba",
+        algorithms=[GradientClipping(clipping_type, 0.05), at_step],
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.5),
+        device="cpu",
+    )
     single.fit()
     names = [n for n, _ in single.state.model.named_parameters()]
     for rank in (0, 1):
         for name, want in zip(names, at_step.grads[0], strict=True):
             torch.testing.assert_close(got["ddp_grads"][rank][name], want, rtol=1e-5, atol=1e-7, msg=name)
-    for (name, p) in single.state.model.named_parameters():
+    for name, p in single.state.model.named_parameters():
         torch.testing.assert_close(got["ddp_params"][name], p.detach(), rtol=1e-5, atol=1e-7, msg=name)
         torch.testing.assert_close(got["fsdp_params"][name], p.detach(), rtol=1e-5, atol=1e-6, msg=name)
 
@@ -365,16 +420,25 @@ def _worker(clipping_type: str, out_path: str) -> None:
     rank, world = rank_and_world_size()
     x, y = _global_batch()
     per = GLOBAL_BATCH // world
-    data = [(x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])]
+    data = [(x[rank * per : (rank + 1) * per], y[rank * per : (rank + 1) * per])]
     result = {}
     for parallel in ("ddp", "fsdp"):
         at_step = _AtStep()
-        trainer = Trainer(_mlp(), data, "1ba", algorithms=[GradientClipping(clipping_type, 0.05), at_step],
-                          optimizer=lambda params: torch.optim.SGD(params, lr=0.5), parallel=parallel, device="cpu")
+        trainer = Trainer(
+            _mlp(),
+            data,
+            "1ba",
+            algorithms=[GradientClipping(clipping_type, 0.05), at_step],
+            optimizer=lambda params: torch.optim.SGD(params, lr=0.5),
+            parallel=parallel,
+            device="cpu",
+        )
         trainer.fit()
         model = trainer.state.model
-        params = {n.removeprefix("module."): (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
-                  for n, p in model.named_parameters()}
+        params = {
+            n.removeprefix("module."): (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+            for n, p in model.named_parameters()
+        }
         result[f"{parallel}_params"] = params
         if parallel == "ddp":
             names = [n.removeprefix("module.") for n, _ in model.named_parameters()]

@@ -28,8 +28,9 @@ from algorithms.surgery import NoModulesReplacedWarning, count_module_instances
 
 def _layer(p=0.5, sigma=256, tau=16, iters_per_epoch=196, max_epoch=100, seed=0):
     """Composer's test fixture: one dropout layer through the functional form."""
-    model = cf.apply_gyro_dropout(nn.Sequential(nn.Dropout(0.5)), iters_per_epoch=iters_per_epoch,
-                                  max_epoch=max_epoch, p=p, sigma=sigma, tau=tau)
+    model = cf.apply_gyro_dropout(
+        nn.Sequential(nn.Dropout(0.5)), iters_per_epoch=iters_per_epoch, max_epoch=max_epoch, p=p, sigma=sigma, tau=tau
+    )
     layer = model[0]
     layer.generator = torch.Generator().manual_seed(seed)
     return layer.train()
@@ -69,7 +70,7 @@ def test_each_run_of_examples_shares_one_of_tau_distinct_preselected_masks():
     assert layer.preselect_masks.shape == (256, 512)
     assert layer.selected.shape == (16,) and len(set(layer.selected.tolist())) == 16
     for k in range(16):
-        run = mask[16 * k:16 * (k + 1)]
+        run = mask[16 * k : 16 * (k + 1)]
         assert torch.equal(run, run[:1].expand_as(run))
         assert torch.equal(run[0], layer.preselect_masks[layer.selected[k]])
 
@@ -218,11 +219,22 @@ class _Layers(Algorithm):
 
 def test_in_the_trainer_it_replaces_the_transformers_dropout_with_the_runs_length():
     g = torch.Generator().manual_seed(0)
-    batches = [{"input_ids": torch.randint(0, 50, (8, 16), generator=g),
-                "labels": torch.randint(0, 50, (8, 16), generator=g)} for _ in range(4)]
+    batches = [
+        {"input_ids": torch.randint(0, 50, (8, 16), generator=g), "labels": torch.randint(0, 50, (8, 16), generator=g)}
+        for _ in range(4)
+    ]
     seen = _Layers()
-    trainer = Trainer(transformer_tiny(vocab_size=50), batches, "2ep", algorithms=[GyroDropout(0.1, 4, 2), seen],
-                      loss_fn=lm_loss, input_key="input_ids", target_key="labels", seed=0, device="cpu")
+    trainer = Trainer(
+        transformer_tiny(vocab_size=50),
+        batches,
+        "2ep",
+        algorithms=[GyroDropout(0.1, 4, 2), seen],
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     assert len(seen.layers) == 3
     # 4 batches x 2 epochs = 8 steps: iter_num = int(8 / 4) * 2 = 4; each layer ran 8 training calls
@@ -270,8 +282,10 @@ def test_the_defaults_are_composers():
 def test_a_run_in_samples_is_refused():
     batches = [(torch.randn(4, 6), torch.randint(0, 2, (4,)))]
     model = nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.5), nn.Linear(8, 2))
-    message = ("max_duration=8sp: GyroDropout needs the run's number of steps, so give it in epochs of a data loader "
-               "with a length, or in batches")
+    message = (
+        "max_duration=8sp: GyroDropout needs the run's number of steps, so give it in epochs of a data loader "
+        "with a length, or in batches"
+    )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         Trainer(model, batches, "8sp", algorithms=[GyroDropout(0.5, 2, 2)], seed=0, device="cpu")
 
@@ -287,14 +301,22 @@ def test_p_0_is_allowed():
     assert cf.apply_gyro_dropout(nn.Sequential(nn.Dropout()), 10, 1, p=0.0, sigma=4, tau=2)[0].p == 0.0
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"p": 1.0}, "p=1.0: a drop probability in [0, 1)"), ({"p": -0.1}, "p=-0.1: a drop probability in [0, 1)"),
-    ({"p": True}, "p=True: a drop probability in [0, 1)"), ({"p": "0.5"}, "p='0.5': a drop probability in [0, 1)"),
-    ({"sigma": 0}, "sigma=0: must be an integer >= 1"), ({"tau": 0}, "tau=0: must be an integer >= 1"),
-    ({"sigma": 2.5}, "sigma=2.5: must be an integer >= 1"),
-    ({"tau": 9, "sigma": 8},
-     "tau=9: each batch trains tau distinct masks of the sigma=8 pre-selected ones, so tau <= sigma"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"p": 1.0}, "p=1.0: a drop probability in [0, 1)"),
+        ({"p": -0.1}, "p=-0.1: a drop probability in [0, 1)"),
+        ({"p": True}, "p=True: a drop probability in [0, 1)"),
+        ({"p": "0.5"}, "p='0.5': a drop probability in [0, 1)"),
+        ({"sigma": 0}, "sigma=0: must be an integer >= 1"),
+        ({"tau": 0}, "tau=0: must be an integer >= 1"),
+        ({"sigma": 2.5}, "sigma=2.5: must be an integer >= 1"),
+        (
+            {"tau": 9, "sigma": 8},
+            "tau=9: each batch trains tau distinct masks of the sigma=8 pre-selected ones, so tau <= sigma",
+        ),
+    ],
+)
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     arguments = {"p": 0.5, "sigma": 8, "tau": 2, **kwargs}
     whole = f"^{re.escape(message)}$"
@@ -306,8 +328,13 @@ def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     assert type(model[0]) is nn.Dropout
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"iters_per_epoch": 0}, "iters_per_epoch=0: must be an integer >= 1"),
-                                                 ({"max_epoch": -1}, "max_epoch=-1: must be an integer >= 1")])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"iters_per_epoch": 0}, "iters_per_epoch=0: must be an integer >= 1"),
+        ({"max_epoch": -1}, "max_epoch=-1: must be an integer >= 1"),
+    ],
+)
 def test_bad_run_lengths_fail_with_a_clear_error(kwargs, message):
     """Refused before the model is looked at (a model without dropout too), and by the layer itself."""
     arguments = {"iters_per_epoch": 10, "max_epoch": 1, "p": 0.5, "sigma": 4, "tau": 2, **kwargs}

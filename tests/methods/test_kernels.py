@@ -56,22 +56,25 @@ def test_cutmix_writes_what_torchs_ops_write(ops, monkeypatch, shape, channels_l
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.arange(shape[0])
     for seed in range(6):
+
         def call(seed=seed):
             work = x.clone()
-            return cf.cutmix_batch(work, y, alpha=1.0, generator=torch.Generator().manual_seed(seed),
-                                   inplace=inplace)
+            return cf.cutmix_batch(work, y, alpha=1.0, generator=torch.Generator().manual_seed(seed), inplace=inplace)
+
         (a, ya, area_a, box_a), (b, yb, area_b, box_b) = both_ways(monkeypatch, call)
         assert torch.equal(a, b) and torch.equal(ya, yb) and (area_a, box_a) == (area_b, box_b)
         assert a.stride() == b.stride() == x.stride()
 
 
 @pytest.mark.parametrize("shape, channels_last", LAYOUTS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8, torch.bfloat16, torch.bool,
-                                   torch.complex128])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.uint8, torch.bfloat16, torch.bool, torch.complex128]
+)
 @pytest.mark.parametrize("inplace", [False, True])
 @pytest.mark.parametrize(("num_holes", "length", "uniform_sampling"), [(1, 0.5, False), (3, 0.3, True), (2, 1.0, True)])
-def test_cutout_writes_what_torchs_ops_write(ops, monkeypatch, shape, channels_last, dtype, inplace, num_holes,
-                                             length, uniform_sampling):
+def test_cutout_writes_what_torchs_ops_write(
+    ops, monkeypatch, shape, channels_last, dtype, inplace, num_holes, length, uniform_sampling
+):
     """Holes cut at the border included (uniform sampling, and holes as large as the image), and
     non-finite pixels: zero in the holes either way, bit for bit."""
     g = torch.Generator().manual_seed(0)
@@ -82,12 +85,20 @@ def test_cutout_writes_what_torchs_ops_write(ops, monkeypatch, shape, channels_l
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     for seed in range(4):
+
         def call(seed=seed):
             work = x.clone()
-            out = cf.cutout_batch(work, num_holes, length, uniform_sampling,
-                                  generator=torch.Generator().manual_seed(seed), inplace=inplace)
+            out = cf.cutout_batch(
+                work,
+                num_holes,
+                length,
+                uniform_sampling,
+                generator=torch.Generator().manual_seed(seed),
+                inplace=inplace,
+            )
             assert (out is work) == inplace
             return out
+
         a, b = both_ways(monkeypatch, call)
         assert a.stride() == b.stride() == x.stride() and a.dtype == b.dtype == dtype
         assert torch.equal(_bytes(a), _bytes(b))
@@ -143,7 +154,7 @@ def test_the_result_does_not_depend_on_the_number_of_threads(ops, threads):
     holed = x.clone()
     rows, cols = centres[0, :, 0, 0].long().tolist(), centres[1, :, 0, 0].long().tolist()
     for i, (row, col) in enumerate(zip(rows, cols, strict=True)):
-        holed[i, :, max(row - 2, 0):row + 2, max(col - 2, 0):col + 2] = 0
+        holed[i, :, max(row - 2, 0) : row + 2, max(col - 2, 0) : col + 2] = 0
     assert holes and holes_in_place and torch.equal(cut_out, holed) and torch.equal(x_in_place, holed)
 
 
@@ -206,23 +217,33 @@ DECLINED = [
     ("box past the border", lambda ops, x, out: ops.cutmix_inplace(x, torch.tensor([1, 0, 3, 2]), 1, 1, 6, 3)),
     ("box upside down", lambda ops, x, out: ops.cutmix_into(out, x, torch.tensor([1, 0, 3, 2]), 3, 1, 1, 3)),
     ("strided input", lambda ops, x, out: ops.cutmix_inplace(x[:, :, :, ::2], torch.tensor([1, 0, 3, 2]), 0, 0, 2, 2)),
-    ("output of another layout", lambda ops, x, out: ops.cutmix_into(
-        out.contiguous(memory_format=torch.channels_last), x, torch.tensor([1, 0, 3, 2]), 1, 1, 3, 3)),
+    (
+        "output of another layout",
+        lambda ops, x, out: ops.cutmix_into(
+            out.contiguous(memory_format=torch.channels_last), x, torch.tensor([1, 0, 3, 2]), 1, 1, 3, 3
+        ),
+    ),
     ("output is the input", lambda ops, x, out: ops.mixup_into(x, x, torch.tensor([1, 0, 3, 2]), 0.3)),
     ("float16, mixup", lambda ops, x, out: ops.mixup_inplace(x.half(), torch.tensor([1, 0, 3, 2]), 0.3)),
     ("not an image batch", lambda ops, x, out: ops.cutmix_inplace(x[0], torch.tensor([1, 0]), 0, 0, 1, 1)),
-    ("cutout: a NaN centre", lambda ops, x, out: ops.cutout_into(
-        out, x, _centres().index_fill_(1, _one, float("nan")), 2)),
-    ("cutout in place: an inf centre", lambda ops, x, out: ops.cutout_inplace(
-        x, _centres().index_fill_(2, _one, float("inf")), 2)),
+    (
+        "cutout: a NaN centre",
+        lambda ops, x, out: ops.cutout_into(out, x, _centres().index_fill_(1, _one, float("nan")), 2),
+    ),
+    (
+        "cutout in place: an inf centre",
+        lambda ops, x, out: ops.cutout_inplace(x, _centres().index_fill_(2, _one, float("inf")), 2),
+    ),
     ("cutout: float64 centres", lambda ops, x, out: ops.cutout_into(out, x, _centres().double(), 2)),
     ("cutout: centres for 3 images", lambda ops, x, out: ops.cutout_inplace(x, _centres()[:, :3], 2)),
     ("cutout: centres of 3 dimensions", lambda ops, x, out: ops.cutout_into(out, x, _centres()[..., 0], 2)),
     ("cutout: strided centres", lambda ops, x, out: ops.cutout_inplace(x, _centres(4)[:, :, ::2], 2)),
     ("cutout: a negative side", lambda ops, x, out: ops.cutout_inplace(x, _centres(), -1)),
     ("cutout: output is the input", lambda ops, x, out: ops.cutout_into(x, x, _centres(), 2)),
-    ("cutout: output of another layout", lambda ops, x, out: ops.cutout_into(
-        out.contiguous(memory_format=torch.channels_last), x, _centres(), 2)),
+    (
+        "cutout: output of another layout",
+        lambda ops, x, out: ops.cutout_into(out.contiguous(memory_format=torch.channels_last), x, _centres(), 2),
+    ),
     ("cutout: output of another dtype", lambda ops, x, out: ops.cutout_into(out.double(), x, _centres(), 2)),
     ("cutout: strided input", lambda ops, x, out: ops.cutout_inplace(x[:, :, :, ::2], _centres(), 2)),
     ("cutout: not an image batch", lambda ops, x, out: ops.cutout_inplace(x[0], _centres()[:, :2], 2)),
@@ -295,8 +316,10 @@ def test_a_failed_build_warns_once_with_the_reason_and_mixes_with_torchs_ops(mon
         expected = r"did not build \(no C\+\+ compiler found\).*METHODS_CPU_KERNELS=0"
         out = []
         with pytest.warns(RuntimeWarning, match=expected) as caught:
-            caller = line_that_called_into(mixup_module.__file__, lambda: out.append(
-                cf.mixup_batch(x, torch.arange(4), mixing=0.25, indices=idx)[0]))
+            caller = line_that_called_into(
+                mixup_module.__file__,
+                lambda: out.append(cf.mixup_batch(x, torch.arange(4), mixing=0.25, indices=idx)[0]),
+            )
         assert (caught[0].filename, caught[0].lineno) == caller  # names the call, not a line of the library
         mixed = out[0]
         assert torch.equal(mixed, torch.lerp(x, x[idx], 0.25))
@@ -347,26 +370,40 @@ def test_in_place_under_inference_mode(ops, form):
     assert torch.equal(x, expected)
 
 
-@pytest.mark.parametrize("message, line", [
-    ("Ninja is required to load C++ extensions (pip install ninja to get it)",
-     "Ninja is required to load C++ extensions (pip install ninja to get it)"),
-    ("Error building extension 'k': [1/2] c++ -DTORCH_EXTENSION_NAME=k -c a.cpp -o a.o\nFAILED: a.o\n"
-     "c++ -DTORCH_EXTENSION_NAME=k -c a.cpp -o a.o\nIn file included from a.cpp:1:\n"
-     "a.cpp:3:1: error: 'foo' does not name a type\nninja: build stopped: subcommand failed.\n",
-     "Error building extension 'k': a.cpp:3:1: error: 'foo' does not name a type"),
-    ("Error building extension 'k': [1/2] /no/c++ -DTORCH_EXTENSION_NAME=k -c a.cpp\nFAILED: a.o\n"
-     "/no/c++ -DTORCH_EXTENSION_NAME=k -c a.cpp\n/bin/sh: 1: /no/c++: not found\n"
-     "ninja: build stopped: subcommand failed.\n",
-     "Error building extension 'k': /bin/sh: 1: /no/c++: not found"),
-    ("Error building extension 'k': [1/2] c++ -DTORCH_EXTENSION_NAME=k -Werror -c a.cpp\n"
-     "c++ -DTORCH_EXTENSION_NAME=k -Werror -c a.cpp\nIn file included from a.cpp:1:\nwarning, treated as an ERROR\n",
-     "Error building extension 'k': warning, treated as an ERROR"),
-    ("Error building extension 'k'\n/bin/sh: 1: ninja: NOT FOUND",
-     "Error building extension 'k': /bin/sh: 1: ninja: NOT FOUND"),
-    ("Error building extension 'k'\nninja: build stopped: subcommand failed.", "Error building extension 'k'"),
-    ("x" * 400, "x" * 300),
-    ("", "RuntimeError"),
-])
+@pytest.mark.parametrize(
+    "message, line",
+    [
+        (
+            "Ninja is required to load C++ extensions (pip install ninja to get it)",
+            "Ninja is required to load C++ extensions (pip install ninja to get it)",
+        ),
+        (
+            "Error building extension 'k': [1/2] c++ -DTORCH_EXTENSION_NAME=k -c a.cpp -o a.o\nFAILED: a.o\n"
+            "c++ -DTORCH_EXTENSION_NAME=k -c a.cpp -o a.o\nIn file included from a.cpp:1:\n"
+            "a.cpp:3:1: error: 'foo' does not name a type\nninja: build stopped: subcommand failed.\n",
+            "Error building extension 'k': a.cpp:3:1: error: 'foo' does not name a type",
+        ),
+        (
+            "Error building extension 'k': [1/2] /no/c++ -DTORCH_EXTENSION_NAME=k -c a.cpp\nFAILED: a.o\n"
+            "/no/c++ -DTORCH_EXTENSION_NAME=k -c a.cpp\n/bin/sh: 1: /no/c++: not found\n"
+            "ninja: build stopped: subcommand failed.\n",
+            "Error building extension 'k': /bin/sh: 1: /no/c++: not found",
+        ),
+        (
+            "Error building extension 'k': [1/2] c++ -DTORCH_EXTENSION_NAME=k -Werror -c a.cpp\n"
+            "c++ -DTORCH_EXTENSION_NAME=k -Werror -c a.cpp\nIn file included from a.cpp:1:\n"
+            "warning, treated as an ERROR\n",
+            "Error building extension 'k': warning, treated as an ERROR",
+        ),
+        (
+            "Error building extension 'k'\n/bin/sh: 1: ninja: NOT FOUND",
+            "Error building extension 'k': /bin/sh: 1: ninja: NOT FOUND",
+        ),
+        ("Error building extension 'k'\nninja: build stopped: subcommand failed.", "Error building extension 'k'"),
+        ("x" * 400, "x" * 300),
+        ("", "RuntimeError"),
+    ],
+)
 def test_a_failed_build_is_summed_up_in_one_line_without_ninjas_command_lines(message, line):
     assert kernels_module.build_failure(RuntimeError(message)) == line
 
@@ -410,8 +447,9 @@ def test_turned_off_the_kernels_are_not_built(monkeypatch):
     monkeypatch.setattr(kernels_module, "_build", must_not_build)
     assert cpu_kernels() is None and kernel_status() == "off (METHODS_CPU_KERNELS=0)"
     x = torch.randn(2, 1, 2, 2)
-    assert torch.equal(cf.mixup_batch(x, torch.arange(2), mixing=0.5, indices=torch.tensor([1, 0]))[0],
-                       torch.lerp(x, x[[1, 0]], 0.5))
+    assert torch.equal(
+        cf.mixup_batch(x, torch.arange(2), mixing=0.5, indices=torch.tensor([1, 0]))[0], torch.lerp(x, x[[1, 0]], 0.5)
+    )
 
 
 @pytest.mark.parametrize("value, enabled", [("0", False), ("1", True), ("", True)])

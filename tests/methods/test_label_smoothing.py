@@ -94,8 +94,10 @@ def test_the_class_runs_before_and_after_the_loss_only():
 
 # -- target forms beyond Composer's tests -----------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64,
-                                   torch.int32, torch.uint8, torch.bool])
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.uint8, torch.bool]
+)
 def test_one_hot_or_probability_targets_in_any_dtype(dtype):
     logits, _, onehot = TENSORS["segmentation-10"]
     got = cf.smooth_labels(logits, onehot.to(dtype), 0.2)
@@ -135,14 +137,16 @@ def test_ignored_positions_stay_all_zero_and_add_no_loss(ignored):
     torch.testing.assert_close(s, expected)
     torch.testing.assert_close(
         F.cross_entropy(logits, s, reduction="sum"),
-        F.cross_entropy(logits, y, label_smoothing=0.3, ignore_index=ignored, reduction="sum"))
+        F.cross_entropy(logits, y, label_smoothing=0.3, ignore_index=ignored, reduction="sum"),
+    )
 
 
 @pytest.mark.parametrize("num_classes", [1, 10, 1000, 1024, 1025, 3000])
 @pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 1 / 3, 1.0])
-def test_class_indices_give_the_formula_bit_for_bit_whatever_the_number_of_classes(num_classes, logits_dtype,
-                                                                                    smoothing):
+def test_class_indices_give_the_formula_bit_for_bit_whatever_the_number_of_classes(
+    num_classes, logits_dtype, smoothing
+):
     """Class indices (N,) are smoothed by looking up each class's row (up to 1024 classes) or by the
     formula itself; either way the values are the formula's in the target dtype, bit for bit, and
     ignored positions (negative) stay all zero."""
@@ -158,9 +162,15 @@ def test_class_indices_give_the_formula_bit_for_bit_whatever_the_number_of_class
     assert torch.equal(got[1::3], formula[1::3]) and not got[::3].any()
 
 
-@pytest.mark.parametrize(("logits_dtype", "expected"), [
-    (torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float32),
-    (torch.float64, torch.float64)])
+@pytest.mark.parametrize(
+    ("logits_dtype", "expected"),
+    [
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
 def test_result_is_at_least_float32(logits_dtype, expected):
     s = cf.smooth_labels(torch.zeros(2, 3, dtype=logits_dtype), torch.tensor([0, 2]), 0.1)
     assert s.dtype == expected
@@ -169,8 +179,9 @@ def test_result_is_at_least_float32(logits_dtype, expected):
 def test_float64_logits_get_the_definition_in_float64():
     y = torch.tensor([0, 2, -100])
     s = cf.smooth_labels(torch.zeros(3, 3, dtype=torch.float64), y, 0.1)
-    expected = torch.tensor([[0.9 + 0.1 / 3, 0.1 / 3, 0.1 / 3], [0.1 / 3, 0.1 / 3, 0.9 + 0.1 / 3], [0, 0, 0]],
-                            dtype=torch.float64)
+    expected = torch.tensor(
+        [[0.9 + 0.1 / 3, 0.1 / 3, 0.1 / 3], [0.1 / 3, 0.1 / 3, 0.9 + 0.1 / 3], [0, 0, 0]], dtype=torch.float64
+    )
     torch.testing.assert_close(s, expected, rtol=0, atol=1e-15)
 
 
@@ -186,26 +197,44 @@ def test_neither_logits_nor_target_is_modified():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=1.5),
-         "smoothing=1.5: must be in [0, 1]"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=True),
-         "smoothing=True: must be in [0, 1]"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0, 3])),
-         "target: class indices must be in [0, 3) (negative: ignored), found [3]"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0.0, 1.0])),
-         "target: class indices must be an integer tensor, got torch.float32"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.zeros(2, 4)),
-         "target: shape (2, 4) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
-         "probabilities (2, 3)"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3, 4), torch.zeros(2, 5, dtype=torch.long)),
-         "target: shape (2, 5) fits logits of shape (2, 3, 4) neither as class indices (2, 4) nor as class "
-         "probabilities (2, 3, 4)"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(3)),
-         "input and target must have the same batch size: input shape (2, 3), target shape (3,)"),
-        (lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor(1)),
-         "input and target must have the same batch size: input shape (2, 3), target shape ()"),
-        (lambda: cf.smooth_labels(torch.randn(2), torch.arange(2)),
-         "logits: need classes on dim 1, (N, C, ...), got shape (2,)"),
+        (
+            lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=1.5),
+            "smoothing=1.5: must be in [0, 1]",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(2), smoothing=True),
+            "smoothing=True: must be in [0, 1]",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0, 3])),
+            "target: class indices must be in [0, 3) (negative: ignored), found [3]",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor([0.0, 1.0])),
+            "target: class indices must be an integer tensor, got torch.float32",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.randn(2, 3), torch.zeros(2, 4)),
+            "target: shape (2, 4) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
+            "probabilities (2, 3)",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.randn(2, 3, 4), torch.zeros(2, 5, dtype=torch.long)),
+            "target: shape (2, 5) fits logits of shape (2, 3, 4) neither as class indices (2, 4) nor as class "
+            "probabilities (2, 3, 4)",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.randn(2, 3), torch.arange(3)),
+            "input and target must have the same batch size: input shape (2, 3), target shape (3,)",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.randn(2, 3), torch.tensor(1)),
+            "input and target must have the same batch size: input shape (2, 3), target shape ()",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.randn(2), torch.arange(2)),
+            "logits: need classes on dim 1, (N, C, ...), got shape (2,)",
+        ),
     ],
 )
 def test_bad_input_raises_value_error_naming_the_argument(call, message):
@@ -220,8 +249,13 @@ def test_bad_smoothing_fails_at_construction(smoothing):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 9), st.integers(2, 11), st.sampled_from([torch.float32, torch.bfloat16]),
-       st.integers(0, 2**31 - 1), st.floats(0, 1))
+@given(
+    st.integers(1, 9),
+    st.integers(2, 11),
+    st.sampled_from([torch.float32, torch.bfloat16]),
+    st.integers(0, 2**31 - 1),
+    st.floats(0, 1),
+)
 def test_smoothed_rows_are_distributions(n, k, dtype, seed, smoothing):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(n, k, generator=g).to(dtype)
@@ -238,6 +272,7 @@ def test_smoothed_rows_are_distributions(n, k, dtype, seed, smoothing):
 
 # -- in the Trainer ---------------------------------------------------------------------------
 
+
 class _Spy(Algorithm):
     """Keeps the outputs, the loss and the target the batch holds after the loss."""
 
@@ -253,13 +288,13 @@ class _Spy(Algorithm):
 
 def _image_batches(n=2, bs=6, k=4, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(bs, 3, 8, 8, generator=g), torch.randint(0, k, (bs,), generator=g))
-            for _ in range(n)]
+    return [(torch.randn(bs, 3, 8, 8, generator=g), torch.randint(0, k, (bs,), generator=g)) for _ in range(n)]
 
 
 def _classifier(k=4):
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
-                               torch.nn.Flatten(), torch.nn.Linear(4, k))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, k)
+    )
 
 
 def test_in_the_trainer_the_loss_is_cross_entropy_against_the_smoothed_target():
@@ -276,7 +311,7 @@ def test_in_the_trainer_segmentation_targets_are_smoothed_per_pixel():
     batches = [(torch.randn(2, 3, 6, 6, generator=g), torch.randint(0, 5, (2, 6, 6), generator=g))]
     spy = _Spy()
     Trainer(torch.nn.Conv2d(3, 5, 1), batches, "1ba", algorithms=[LabelSmoothing(0.2), spy]).fit()
-    (out, loss, _), = spy.seen
+    ((out, loss, _),) = spy.seen
     torch.testing.assert_close(loss, F.cross_entropy(out, batches[0][1], label_smoothing=0.2))
 
 
@@ -313,8 +348,10 @@ def _check_the_functional_form_on(device: torch.device) -> None:
     masks = torch.randint(0, 5, (6, 4, 4), generator=g)
     masks[0, 0] = -100
     with no_host_sync() if device.type == "cuda" else contextlib.nullcontext():
-        smoothed = [cf.smooth_labels(logits.to(device), target.to(device), 0.2)
-                    for target in (y, masks[:, 0, 0], F.softmax(logits, dim=1))]
+        smoothed = [
+            cf.smooth_labels(logits.to(device), target.to(device), 0.2)
+            for target in (y, masks[:, 0, 0], F.softmax(logits, dim=1))
+        ]
         dense = cf.smooth_labels(torch.zeros(6, 5, 4, 4, device=device), masks.to(device), 0.2)
     for got, target in zip(smoothed, (y, masks[:, 0, 0], F.softmax(logits, dim=1)), strict=True):
         assert got.device.type == device.type

@@ -26,9 +26,18 @@ from algorithms.models import resnet20
 def _conv_model():
     """Composer's SimpleConvModel's shape: two convolutions with batch norm, then two linear layers."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                               torch.nn.Conv2d(8, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                               torch.nn.Flatten(), torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 8),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8, 4),
+    )
 
 
 def _leaf_layers(model):
@@ -71,13 +80,13 @@ def test_freeze_layers_logs_what_it_froze(caplog):
     with caplog.at_level(logging.INFO, logger="algorithms.layer_freezing.layer_freezing"):
         cf.freeze_layers(model, None, 0.75, freeze_start=0.5, freeze_level=1.0)
     assert [r.getMessage() for r in caplog.records] == [
-        "layer freezing (freeze_start=0.5, freeze_level=1.0): 2 of 5 layers frozen (50.0 % scheduled)"]
+        "layer freezing (freeze_start=0.5, freeze_level=1.0): 2 of 5 layers frozen (50.0 % scheduled)"
+    ]
 
 
 def test_frozen_parameters_leave_the_optimizers_and_lose_their_gradients():
     model = _conv_model()
-    opts = [torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-            torch.optim.Adam(model.parameters(), lr=0.1)]
+    opts = [torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), torch.optim.Adam(model.parameters(), lr=0.1)]
     for opt in opts:  # give them state to lose
         model.zero_grad()
         model(torch.randn(2, 3, 8, 8)).sum().backward()
@@ -128,9 +137,15 @@ def test_in_the_trainer_layers_freeze_epoch_by_epoch_and_then_stay_unchanged(lev
     data = [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(3)]
     model = _conv_model()
     probe = _Frozen()
-    trainer = Trainer(model, data, "4ep", algorithms=[LayerFreezing(freeze_start=0.25, freeze_level=level), probe],
-                      optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.1),
-                      device="cpu", seed=0)
+    trainer = Trainer(
+        model,
+        data,
+        "4ep",
+        algorithms=[LayerFreezing(freeze_start=0.25, freeze_level=level), probe],
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.1),
+        device="cpu",
+        seed=0,
+    )
     trainer.fit()
     layers = _leaf_layers(model)
     counts = [len(list(layer.parameters())) for layer in layers]
@@ -146,8 +161,11 @@ def test_in_the_trainer_layers_freeze_epoch_by_epoch_and_then_stay_unchanged(lev
         if frozen:
             assert torch.equal(value, final)
     assert any(not frozen for frozen, _ in probe.epochs[1])
-    unfrozen_moved = [not torch.equal(v, f) for (frozen, v), (_, f) in zip(probe.epochs[1], probe.epochs[-1],
-                                                                           strict=True) if not frozen]
+    unfrozen_moved = [
+        not torch.equal(v, f)
+        for (frozen, v), (_, f) in zip(probe.epochs[1], probe.epochs[-1], strict=True)
+        if not frozen
+    ]
     assert any(unfrozen_moved)
 
 
@@ -171,13 +189,19 @@ START = "the fraction of training before freezing, in [0, 1)"
 LEVEL = "the fraction of the layers frozen at the end, in [0, 1]"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"freeze_start": 1.0}, f"freeze_start=1.0: {START}"), ({"freeze_start": -0.1}, f"freeze_start=-0.1: {START}"),
-    ({"freeze_start": "0.5"}, f"freeze_start='0.5': {START}"), ({"freeze_start": True}, f"freeze_start=True: {START}"),
-    ({"freeze_level": 1.5}, f"freeze_level=1.5: {LEVEL}"),
-    ({"freeze_level": float("nan")}, f"freeze_level=nan: {LEVEL}"),
-    ({"freeze_level": "1.0"}, f"freeze_level='1.0': {LEVEL}"), ({"freeze_level": True}, f"freeze_level=True: {LEVEL}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"freeze_start": 1.0}, f"freeze_start=1.0: {START}"),
+        ({"freeze_start": -0.1}, f"freeze_start=-0.1: {START}"),
+        ({"freeze_start": "0.5"}, f"freeze_start='0.5': {START}"),
+        ({"freeze_start": True}, f"freeze_start=True: {START}"),
+        ({"freeze_level": 1.5}, f"freeze_level=1.5: {LEVEL}"),
+        ({"freeze_level": float("nan")}, f"freeze_level=nan: {LEVEL}"),
+        ({"freeze_level": "1.0"}, f"freeze_level='1.0': {LEVEL}"),
+        ({"freeze_level": True}, f"freeze_level=True: {LEVEL}"),
+    ],
+)
 def test_bad_hyperparameters_fail_naming_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         LayerFreezing(**kwargs)

@@ -35,15 +35,23 @@ except ImportError:  # the GroupNorm ResNet-20 is not in this checkout yet
     resnet20_gn = None
 
 #: Unit roundoff of each low precision dtype (half the distance from 1 to the next number).
-UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
 def _model():
     """A small convolutional network with two group norms (one without affine parameters, one with
     an eps other than the default)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8, eps=1e-3), nn.ReLU(), nn.Conv2d(8, 8, 3),
-                          nn.GroupNorm(2, 8, affine=False), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.GroupNorm(4, 8, eps=1e-3),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3),
+        nn.GroupNorm(2, 8, affine=False),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
     with torch.no_grad():
         model[1].weight.uniform_(0.5, 1.5)
         model[1].bias.uniform_(-0.5, 0.5)
@@ -52,8 +60,6 @@ def _model():
 
 def _plain_groupnorms(model):
     return [m for m in model.modules() if type(m) is nn.GroupNorm]
-
-
 
 
 @pytest.mark.parametrize("precision", ["amp_fp16", "amp_bf16"])
@@ -109,8 +115,11 @@ def test_under_autocast_the_output_has_the_autocast_dtype_and_is_close_to_float3
             out = low(x)
             plain = reference(x)
     assert out.dtype == dtype and plain.dtype == torch.float32
-    bound = 4 * UNIT_ROUNDOFF[dtype] * (expected.abs() + reference.weight.abs().view(1, -1, 1, 1)
-                                        + reference.bias.abs().view(1, -1, 1, 1))
+    bound = (
+        4
+        * UNIT_ROUNDOFF[dtype]
+        * (expected.abs() + reference.weight.abs().view(1, -1, 1, 1) + reference.bias.abs().view(1, -1, 1, 1))
+    )
     assert bool(((out.float() - expected).abs() <= bound).all())
 
 
@@ -149,8 +158,10 @@ def test_a_float64_model_keeps_float64_groupnorms():
 @pytest.mark.parametrize("precision", [None, "fp32", "fp16", "bf16"])
 def test_without_autocast_it_warns_and_changes_nothing(precision):
     model = _model()
-    message = (f"LowPrecisionGroupNorm: precision={precision!r} runs no autocast, where a low precision group norm "
-               "computes what nn.GroupNorm does; it applies to amp_fp16 and amp_bf16 only, so the model is unchanged")
+    message = (
+        f"LowPrecisionGroupNorm: precision={precision!r} runs no autocast, where a low precision group norm "
+        "computes what nn.GroupNorm does; it applies to amp_fp16 and amp_bf16 only, so the model is unchanged"
+    )
     with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$") as record:
         cf.apply_low_precision_groupnorm(model, precision=precision)
     assert len(_plain_groupnorms(model)) == 2
@@ -162,8 +173,9 @@ def test_the_warning_points_at_the_line_that_called_it():
     """The warning is reported at the line that called into the library, the caller's own line,
     not one frame further out."""
     model = _model()
-    assert_warns_at_the_calling_line(lp_module.__file__, lambda: cf.apply_low_precision_groupnorm(model, "fp32"),
-                                     NoModulesReplacedWarning)
+    assert_warns_at_the_calling_line(
+        lp_module.__file__, lambda: cf.apply_low_precision_groupnorm(model, "fp32"), NoModulesReplacedWarning
+    )
 
 
 def test_a_model_without_groupnorm_warns():
@@ -192,8 +204,16 @@ def test_in_the_trainer_an_optimizer_given_to_it_trains_the_new_parameters():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     old = {id(p) for m in _plain_groupnorms(model) for p in m.parameters()}
     batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, 4, (4,)))]
-    trainer = Trainer(model, batches, "1ba", optimizer=optimizer, algorithms=[LowPrecisionGroupNorm()],
-                      precision="amp_bf16", seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        batches,
+        "1ba",
+        optimizer=optimizer,
+        algorithms=[LowPrecisionGroupNorm()],
+        precision="amp_bf16",
+        seed=0,
+        device="cpu",
+    )
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     assert held == {id(p) for p in trainer.state.model.parameters()} and not old & held
     before = trainer.state.model[1].weight.detach().clone()
@@ -207,8 +227,9 @@ def test_in_the_trainer_it_acts_under_autocast_only(precision):
     batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(2)]
     expected = pytest.warns(NoModulesReplacedWarning) if precision == "fp32" else contextlib.nullcontext()
     with expected:
-        trainer = Trainer(_model(), batches, "2ba", algorithms=[LowPrecisionGroupNorm()], precision=precision,
-                          seed=0, device="cpu")
+        trainer = Trainer(
+            _model(), batches, "2ba", algorithms=[LowPrecisionGroupNorm()], precision=precision, seed=0, device="cpu"
+        )
     dtypes = []
     for m in trainer.state.model.modules():
         if isinstance(m, nn.GroupNorm):
@@ -220,7 +241,9 @@ def test_in_the_trainer_it_acts_under_autocast_only(precision):
     assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
     low = precision == "amp_bf16"
     assert trainer.method_log.records["LowPrecisionGroupNorm"]["activity"] == {
-        "modules_replaced": replaced, "batches_in_low_precision": 2 if low else 0}
+        "modules_replaced": replaced,
+        "batches_in_low_precision": 2 if low else 0,
+    }
     assert trainer.method_log.acted("LowPrecisionGroupNorm") is low
 
 

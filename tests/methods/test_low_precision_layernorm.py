@@ -31,7 +31,7 @@ from algorithms.surgery import NoModulesReplacedWarning
 VOCAB = 50
 #: Unit roundoff (half the distance from 1 to the next number): bfloat16 keeps 8 significant bits,
 #: float16 11.
-UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+UNIT_ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
 def _model(seed=0, builder=transformer_tiny):
@@ -58,7 +58,6 @@ def _pair(width=64, seed=0, eps=1e-5):
     return reference, low
 
 
-
 def test_every_layer_norm_is_replaced_and_its_weights_copied():
     model = _model()
     with torch.no_grad():
@@ -66,8 +65,11 @@ def test_every_layer_norm_is_replaced_and_its_weights_copied():
             if isinstance(m, nn.LayerNorm):
                 m.weight.normal_()
                 m.bias.normal_()
-    old = {n: (m.weight.detach().clone(), m.bias.detach().clone(), m.eps, m.normalized_shape)
-           for n, m in model.named_modules() if isinstance(m, nn.LayerNorm)}
+    old = {
+        n: (m.weight.detach().clone(), m.bias.detach().clone(), m.eps, m.normalized_shape)
+        for n, m in model.named_modules()
+        if isinstance(m, nn.LayerNorm)
+    }
     assert cf.apply_low_precision_layernorm(model, precision="amp_fp16") is model
     new = {n: m for n, m in model.named_modules() if isinstance(m, nn.LayerNorm)}
     assert sorted(new) == sorted(old) == ["blocks.0.ln1", "blocks.0.ln2", "blocks.1.ln1", "blocks.1.ln2", "ln_f"]
@@ -134,8 +136,11 @@ def test_under_cpu_autocast_its_output_is_low_precision_where_nn_layernorm_s_is_
 def test_in_the_model_under_autocast_every_layer_norm_gives_bfloat16():
     def dtypes(model):
         seen = {}
-        hooks = [m.register_forward_hook(lambda m, i, o, n=n: seen.__setitem__(n, o.dtype))
-                 for n, m in model.named_modules() if isinstance(m, nn.LayerNorm)]
+        hooks = [
+            m.register_forward_hook(lambda m, i, o, n=n: seen.__setitem__(n, o.dtype))
+            for n, m in model.named_modules()
+            if isinstance(m, nn.LayerNorm)
+        ]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             model(torch.randint(0, VOCAB, (2, 8)))
         for h in hooks:
@@ -162,8 +167,12 @@ def test_gradients_reach_the_float32_weights():
 
 
 def test_layer_norms_without_affine_or_bias_are_replaced_too():
-    model = nn.Sequential(nn.LayerNorm(8, elementwise_affine=False), nn.LayerNorm(8, bias=False), nn.LayerNorm([2, 4]),
-                          nn.LayerNorm(8, eps=0.25))
+    model = nn.Sequential(
+        nn.LayerNorm(8, elementwise_affine=False),
+        nn.LayerNorm(8, bias=False),
+        nn.LayerNorm([2, 4]),
+        nn.LayerNorm(8, eps=0.25),
+    )
     cf.apply_low_precision_layernorm(model, precision="amp_bf16")
     assert all(type(m) is LPLayerNorm for m in model)
     assert [m.eps for m in model] == [1e-5, 1e-5, 1e-5, 0.25]
@@ -177,8 +186,10 @@ def test_layer_norms_without_affine_or_bias_are_replaced_too():
 @pytest.mark.parametrize("precision", [None, "fp32", "fp16", "bf16"])
 def test_outside_autocast_precisions_it_warns_and_changes_nothing(precision):
     model = _model()
-    message = (f"LowPrecisionLayerNorm: precision={precision!r} runs no autocast, where a low precision layer norm "
-               "computes what nn.LayerNorm does; it applies to amp_fp16 and amp_bf16 only, so the model is unchanged")
+    message = (
+        f"LowPrecisionLayerNorm: precision={precision!r} runs no autocast, where a low precision layer norm "
+        "computes what nn.LayerNorm does; it applies to amp_fp16 and amp_bf16 only, so the model is unchanged"
+    )
     with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$") as record:
         assert cf.apply_low_precision_layernorm(model, precision=precision) is model
     assert not any(isinstance(m, LPLayerNorm) for m in model.modules())
@@ -190,8 +201,9 @@ def test_the_warning_points_at_the_line_that_called_it():
     """The warning is reported at the line that called into the library, the caller's own line,
     not one frame further out."""
     model = _model()
-    assert_warns_at_the_calling_line(lp_module.__file__, lambda: cf.apply_low_precision_layernorm(model, "fp32"),
-                                     NoModulesReplacedWarning)
+    assert_warns_at_the_calling_line(
+        lp_module.__file__, lambda: cf.apply_low_precision_layernorm(model, "fp32"), NoModulesReplacedWarning
+    )
 
 
 def test_an_unknown_precision_is_refused_naming_it():
@@ -240,8 +252,18 @@ def test_the_model_s_dtype_and_mode_are_kept():
 def test_in_the_trainer_under_autocast_the_model_trains_with_low_precision_layer_norms(precision):
     seen = Observed(input_key="input_ids", target_key="labels")
     batches = _lm_batches(2)
-    trainer = Trainer(_model(), batches, "2ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      algorithms=[LowPrecisionLayerNorm(), seen], precision=precision, seed=0, device="cpu")
+    trainer = Trainer(
+        _model(),
+        batches,
+        "2ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[LowPrecisionLayerNorm(), seen],
+        precision=precision,
+        seed=0,
+        device="cpu",
+    )
     model = trainer.state.model
     assert sum(type(m) is LPLayerNorm for m in model.modules()) == 5
     assert not any(type(m) is nn.LayerNorm for m in model.modules())
@@ -257,9 +279,19 @@ def test_in_the_trainer_an_optimizer_given_to_it_trains_the_new_parameters():
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     old = model.ln_f.weight
-    trainer = Trainer(model, _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                      optimizer=optimizer, algorithms=[LowPrecisionLayerNorm()], precision="amp_bf16", seed=0,
-                      device="cpu")
+    trainer = Trainer(
+        model,
+        _lm_batches(1),
+        "1ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        optimizer=optimizer,
+        algorithms=[LowPrecisionLayerNorm()],
+        precision="amp_bf16",
+        seed=0,
+        device="cpu",
+    )
     held = [p for g in optimizer.param_groups for p in g["params"]]
     assert {id(p) for p in held} == {id(p) for p in trainer.state.model.parameters()}
     assert all(p is not old for p in held)
@@ -271,9 +303,22 @@ def test_in_the_trainer_an_optimizer_given_to_it_trains_the_new_parameters():
 def test_in_the_trainer_in_fp32_it_warns_and_changes_nothing():
     made = []
     with pytest.warns(NoModulesReplacedWarning, match="precision='fp32'") as record:
-        caller = line_that_called_into(trainer_module.__file__, lambda: made.append(Trainer(
-            _model(), _lm_batches(1), "1ba", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-            algorithms=[LowPrecisionLayerNorm()], seed=0, device="cpu")))
+        caller = line_that_called_into(
+            trainer_module.__file__,
+            lambda: made.append(
+                Trainer(
+                    _model(),
+                    _lm_batches(1),
+                    "1ba",
+                    loss_fn=lm_loss,
+                    input_key="input_ids",
+                    target_key="labels",
+                    algorithms=[LowPrecisionLayerNorm()],
+                    seed=0,
+                    device="cpu",
+                )
+            ),
+        )
     assert (record[0].filename, record[0].lineno) == caller  # the call into the Trainer, not a line of the library
     [trainer] = made
     assert not any(isinstance(m, LPLayerNorm) for m in trainer.state.model.modules())
@@ -285,11 +330,23 @@ def test_it_reports_the_norms_it_replaced_and_the_batches_run_in_low_precision(p
     norms = sum(isinstance(m, nn.LayerNorm) for m in model.modules())
     low = precision == "amp_bf16"
     with pytest.warns(NoModulesReplacedWarning) if not low else contextlib.nullcontext():
-        trainer = Trainer(model, _lm_batches(3), "1ep", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-                          algorithms=[LowPrecisionLayerNorm()], precision=precision, seed=0, device="cpu")
+        trainer = Trainer(
+            model,
+            _lm_batches(3),
+            "1ep",
+            loss_fn=lm_loss,
+            input_key="input_ids",
+            target_key="labels",
+            algorithms=[LowPrecisionLayerNorm()],
+            precision=precision,
+            seed=0,
+            device="cpu",
+        )
     trainer.fit()
     assert trainer.method_log.records["LowPrecisionLayerNorm"]["activity"] == {
-        "modules_replaced": norms if low else 0, "batches_in_low_precision": 3 if low else 0}
+        "modules_replaced": norms if low else 0,
+        "batches_in_low_precision": 3 if low else 0,
+    }
     assert trainer.method_log.acted("LowPrecisionLayerNorm") is low
 
 

@@ -45,8 +45,10 @@ def test_apply_changes_nothing_at_events_the_method_does_not_match(cls, interpol
 
 def _refusal(cls, targets: int, where: str, mixed: int) -> str:
     name = cls.__name__
-    return re.escape(f"{name}: the batch has {targets} targets {where} but {mixed} examples were mixed after the "
-                     f"data loader: a method listed after {name} changed the batch size (list it before {name})")
+    return re.escape(
+        f"{name}: the batch has {targets} targets {where} but {mixed} examples were mixed after the "
+        f"data loader: a method listed after {name} changed the batch size (list it before {name})"
+    )
 
 
 @pytest.mark.parametrize("cls", [CutMix, MixUp])

@@ -89,20 +89,32 @@ def test_alpha_zero_mixes_nothing():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), alpha=-0.1),
-         "alpha=-0.1: must be a finite number >= 0"),
+        (
+            lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), alpha=-0.1),
+            "alpha=-0.1: must be a finite number >= 0",
+        ),
         (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), mixing=2.0), "mixing=2.0: must be in [0, 1]"),
         (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), mixing=-0.5), "mixing=-0.5: must be in [0, 1]"),
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=torch.tensor([0])),
-         "indices must be an integer tensor of shape (2,), got torch.int64 of shape (1,)"),
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(3)),
-         "input and target must have the same batch size: input shape (2, 3), target shape (3,)"),
-        (lambda: cf.mixup_batch(torch.tensor(1.0), torch.arange(1)),
-         "input and target must have the same batch size: input shape (), target shape (1,)"),
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.tensor(1)),
-         "input and target must have the same batch size: input shape (2, 3), target shape ()"),
-        (lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=[1, 0]),
-         "indices must be an integer tensor of shape (2,), got list"),
+        (
+            lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=torch.tensor([0])),
+            "indices must be an integer tensor of shape (2,), got torch.int64 of shape (1,)",
+        ),
+        (
+            lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(3)),
+            "input and target must have the same batch size: input shape (2, 3), target shape (3,)",
+        ),
+        (
+            lambda: cf.mixup_batch(torch.tensor(1.0), torch.arange(1)),
+            "input and target must have the same batch size: input shape (), target shape (1,)",
+        ),
+        (
+            lambda: cf.mixup_batch(torch.randn(2, 3), torch.tensor(1)),
+            "input and target must have the same batch size: input shape (2, 3), target shape ()",
+        ),
+        (
+            lambda: cf.mixup_batch(torch.randn(2, 3), torch.arange(2), indices=[1, 0]),
+            "indices must be an integer tensor of shape (2,), got list",
+        ),
     ],
 )
 def test_bad_input_raises_value_error_naming_the_argument(call, message):
@@ -117,8 +129,14 @@ def test_bad_alpha_fails_at_construction(alpha):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 9), st.integers(1, 17), st.integers(2, 11), st.sampled_from([torch.float32, torch.bfloat16]),
-       st.integers(0, 2**31 - 1), st.floats(0, 4))
+@given(
+    st.integers(1, 9),
+    st.integers(1, 17),
+    st.integers(2, 11),
+    st.sampled_from([torch.float32, torch.bfloat16]),
+    st.integers(0, 2**31 - 1),
+    st.floats(0, 4),
+)
 def test_properties(n, d, k, dtype, seed, alpha):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 1, d, 1, generator=g).to(dtype)
@@ -174,12 +192,13 @@ def test_inplace_draws_and_writes_what_the_copy_does_keeping_dtype_and_layout(dt
         copied, y_copied, m_copied = cf.mixup_batch(x, y, alpha=1.0, generator=torch.Generator().manual_seed(seed))
         assert torch.equal(x, before)  # the default leaves the input as it was
         assert copied.dtype == dtype and copied.is_contiguous(
-            memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-        mixed, y_perm, m = cf.mixup_batch(x, y, alpha=1.0, generator=torch.Generator().manual_seed(seed),
-                                          inplace=True)
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format
+        )
+        mixed, y_perm, m = cf.mixup_batch(x, y, alpha=1.0, generator=torch.Generator().manual_seed(seed), inplace=True)
         assert mixed is x and torch.equal(x, copied) and m == m_copied and torch.equal(y_perm, y_copied)
         assert x.dtype == dtype and x.is_contiguous(
-            memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format
+        )
 
 
 @pytest.mark.parametrize("indices", [[1, 2, 3, 4, 0], [0, 0, 4, 4, 1], [4, 3, 2, 1, 0]])
@@ -214,8 +233,11 @@ def test_an_integer_batch_mixes_into_floats_by_the_formula(dtype):
 
 def test_inplace_refuses_an_integer_batch_and_leaves_it_as_it_was():
     x = torch.arange(8).reshape(4, 2)
-    with pytest.raises(ValueError, match=r"^inplace=True: the mixed batch is floating point and cannot be written "
-                                         r"into the torch.int64 input; pass a floating batch or leave inplace=False$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^inplace=True: the mixed batch is floating point and cannot be written "
+        r"into the torch.int64 input; pass a floating batch or leave inplace=False$",
+    ):
         cf.mixup_batch(x, torch.arange(4), mixing=0.5, inplace=True)
     assert torch.equal(x, torch.arange(8).reshape(4, 2))
 
@@ -249,6 +271,7 @@ def test_the_mixing_weight_is_the_smaller_of_z_and_1_minus_z(alpha):
 
 # -- the class in the Trainer -----------------------------------------------------------------
 
+
 def _replay_draws(generator, n, alpha):
     """The partners and the weight a MixUp class draws next from ``generator``: the draws depend
     on the batch size alone, so the functional form run on a stand-in, with the class indices
@@ -274,8 +297,9 @@ def test_in_the_trainer_the_model_and_the_loss_see_the_definition(interpolate_lo
     trainer = Trainer(image_classifier(), batches, "3ba", algorithms=[algo, seen], seed=1, device="cpu")
     trainer.fit()
     generator, telling = replayed_generator(MixUp, seed=1), []
-    for (x, y), model_input, out, target, loss in zip(batches, seen.inputs, seen.outputs, seen.targets,
-                                                       seen.losses, strict=True):
+    for (x, y), model_input, out, target, loss in zip(
+        batches, seen.inputs, seen.outputs, seen.targets, seen.losses, strict=True
+    ):
         partners, m = _replay_draws(generator, len(y), 1.0)
         torch.testing.assert_close(model_input, (1 - m) * x + m * x[partners])
         if interpolate_loss:
@@ -297,9 +321,15 @@ def test_segmentation_targets_are_mixed_per_pixel(interpolate_loss):
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(4, 3, 5, 5, generator=g), torch.randint(0, 3, (4, 5, 5), generator=g))]
     seen = Observed()
-    Trainer(torch.nn.Conv2d(3, 3, 1), batches, "1ba", algorithms=[MixUp(alpha=1.0, interpolate_loss=interpolate_loss),
-                                                                   seen], seed=1, device="cpu").fit()
-    (x, y), = batches
+    Trainer(
+        torch.nn.Conv2d(3, 3, 1),
+        batches,
+        "1ba",
+        algorithms=[MixUp(alpha=1.0, interpolate_loss=interpolate_loss), seen],
+        seed=1,
+        device="cpu",
+    ).fit()
+    ((x, y),) = batches
     partners, m = _replay_draws(replayed_generator(MixUp, seed=1), 4, 1.0)
     assert _draws_show_a_swap(m, y, partners)
     mixed_target = (1 - m) * one_hot(y, 3) + m * one_hot(y[partners], 3)  # (N, C, H, W)
@@ -310,11 +340,20 @@ def test_segmentation_targets_are_mixed_per_pixel(interpolate_loss):
 
 def test_dict_batches_are_mixed_by_key():
     g = torch.Generator().manual_seed(0)
-    batches = [{"x": torch.randn(4, 5, generator=g), "y": torch.randint(0, 3, (4,), generator=g),
-                "id": torch.arange(4)}]
+    batches = [
+        {"x": torch.randn(4, 5, generator=g), "y": torch.randint(0, 3, (4,), generator=g), "id": torch.arange(4)}
+    ]
     seen = Observed(input_key="x", target_key="y")
-    Trainer(torch.nn.Linear(5, 3), batches, "1ba", algorithms=[MixUp(input_key="x", target_key="y"), seen],
-            input_key="x", target_key="y", seed=0, device="cpu").fit()
+    Trainer(
+        torch.nn.Linear(5, 3),
+        batches,
+        "1ba",
+        algorithms=[MixUp(input_key="x", target_key="y"), seen],
+        input_key="x",
+        target_key="y",
+        seed=0,
+        device="cpu",
+    ).fit()
     (batch,) = batches
     partners, m = _replay_draws(replayed_generator(MixUp, seed=0), 4, 0.2)
     assert 0 < m < 0.5
@@ -348,6 +387,7 @@ def test_the_functional_default_alpha_is_0_2():
 @pytest.mark.parametrize("precision", ["fp16", "fp32"])
 def test_mixed_targets_are_at_least_float32_and_follow_float64_outputs(precision):
     """The target the loss gets is float32 for half or float32 outputs, float64 for float64 ones."""
+
     class Double(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -360,8 +400,9 @@ def test_mixed_targets_are_at_least_float32_and_follow_float64_outputs(precision
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(4, 5, generator=g), torch.randint(0, 3, (4,), generator=g))]
     seen = Observed()
-    Trainer(Double(), batches, "1ba", algorithms=[MixUp(alpha=1.0), seen], precision=precision, seed=0,
-            device="cpu").fit()
+    Trainer(
+        Double(), batches, "1ba", algorithms=[MixUp(alpha=1.0), seen], precision=precision, seed=0, device="cpu"
+    ).fit()
     assert seen.targets[0].dtype == (torch.float64 if precision == "fp32" else torch.float32)
 
 

@@ -53,8 +53,12 @@ def exactly(message: str) -> str:
 
 
 def _state(progress_batches, total_batches, seed=0, device="cpu"):
-    state = State(model=torch.nn.Identity(), max_duration=Duration.parse(f"{total_batches}ba"), seed=seed,
-                  device=torch.device(device))
+    state = State(
+        model=torch.nn.Identity(),
+        max_duration=Duration.parse(f"{total_batches}ba"),
+        seed=seed,
+        device=torch.device(device),
+    )
     state.timestamp.batch = progress_batches
     return state
 
@@ -62,8 +66,12 @@ def _state(progress_batches, total_batches, seed=0, device="cpu"):
 def _find_window(big, small):
     """Every (t, l) with ``big[..., t:t + h, l:l + w] == small``."""
     h, w = small.shape[-2:]
-    return [(t, left) for t in range(big.shape[-2] - h + 1) for left in range(big.shape[-1] - w + 1)
-            if torch.equal(big[..., t:t + h, left:left + w], small)]
+    return [
+        (t, left)
+        for t in range(big.shape[-2] - h + 1)
+        for left in range(big.shape[-1] - w + 1)
+        if torch.equal(big[..., t : t + h, left : left + w], small)
+    ]
 
 
 def _distinct(n, c, h, w, dtype=torch.float32):
@@ -72,6 +80,7 @@ def _distinct(n, c, h, w, dtype=torch.float32):
 
 
 # -- Composer's tests of resize_batch and ProgressiveResizing, after a change of import --------
+
 
 @pytest.fixture
 def X():
@@ -117,8 +126,10 @@ def test_composer_resize_outputs_different_shape(X, mode, scale_factor):
     assert yc.shape == (16, 8, int(scale_factor * 16), int(scale_factor * 16))
 
 
-@pytest.mark.parametrize("args", [("foo", 0.5, 0.2, 0.2, 8), ("crop", 1.2, 0.2, 0.2, 8), ("crop", 0.5, 1.2, 0.2, 8),
-                                  ("resize", 0.5, 0.6, 0.5, 8)])
+@pytest.mark.parametrize(
+    "args",
+    [("foo", 0.5, 0.2, 0.2, 8), ("crop", 1.2, 0.2, 0.2, 8), ("crop", 0.5, 1.2, 0.2, 8), ("resize", 0.5, 0.6, 0.5, 8)],
+)
 def test_composer_invalid_hparams(args):
     with pytest.raises(ValueError):
         ProgressiveResizing(*args, False)
@@ -152,6 +163,7 @@ def test_composer_apply(X, mode, epoch_frac):
 
 # -- resize_batch against its definition --------------------------------------------------------
 
+
 @pytest.mark.parametrize("scale_factor", [0.5, 0.75, 0.3, 1 / 3, 0.9])
 @pytest.mark.parametrize(("height", "width"), [(32, 32), (31, 24), (17, 40)])
 def test_resize_is_nearest_neighbour_interpolation(scale_factor, height, width):
@@ -180,7 +192,7 @@ def test_crop_is_one_window_of_the_batch_at_the_drawn_corner():
         top = int(torch.randint(0, 20 - h + 1, (1,), generator=g))
         left = int(torch.randint(0, 16 - w + 1, (1,), generator=g))
         assert _find_window(images, out) == [(top, left)]
-        assert torch.equal(out, images[..., top:top + h, left:left + w])
+        assert torch.equal(out, images[..., top : top + h, left : left + w])
 
 
 def test_every_window_position_is_drawn_the_last_included():
@@ -250,13 +262,15 @@ def test_a_cropped_mask_is_the_same_window_and_a_smaller_mask_the_same_region():
     masks = torch.randint(0, 9, (2, 32, 32), generator=torch.Generator().manual_seed(2))
     half = torch.randint(0, 9, (2, 16, 16), generator=torch.Generator().manual_seed(3))
     for seed in range(4):
-        out, target = cf.resize_batch(images, masks, 0.5, "crop", resize_targets=True,
-                                      generator=torch.Generator().manual_seed(seed))
+        out, target = cf.resize_batch(
+            images, masks, 0.5, "crop", resize_targets=True, generator=torch.Generator().manual_seed(seed)
+        )
         [(top, left)] = _find_window(images, out)
-        assert torch.equal(target, masks[:, top:top + 16, left:left + 16])
-        _, small = cf.resize_batch(images, half, 0.5, "crop", resize_targets=True,
-                                   generator=torch.Generator().manual_seed(seed))
-        assert torch.equal(small, half[:, top // 2:top // 2 + 8, left // 2:left // 2 + 8])
+        assert torch.equal(target, masks[:, top : top + 16, left : left + 16])
+        _, small = cf.resize_batch(
+            images, half, 0.5, "crop", resize_targets=True, generator=torch.Generator().manual_seed(seed)
+        )
+        assert torch.equal(small, half[:, top // 2 : top // 2 + 8, left // 2 : left // 2 + 8])
 
 
 def test_a_larger_non_square_mask_is_cropped_at_the_scaled_corner_kept_inside_it():
@@ -267,12 +281,13 @@ def test_a_larger_non_square_mask_is_cropped_at_the_scaled_corner_kept_inside_it
     masks = torch.arange(2 * 20 * 24).view(2, 20, 24)
     corners = set()
     for seed in range(60):
-        out, target = cf.resize_batch(images, masks, 0.55, "crop", resize_targets=True,
-                                      generator=torch.Generator().manual_seed(seed))
+        out, target = cf.resize_batch(
+            images, masks, 0.55, "crop", resize_targets=True, generator=torch.Generator().manual_seed(seed)
+        )
         [(top, left)] = _find_window(images, out)
         corners.add((top, left))
         mask_top, mask_left = min(2 * top, 20 - 11), min(2 * left, 24 - 13)
-        assert torch.equal(target, masks[:, mask_top:mask_top + 11, mask_left:mask_left + 13]), (top, left)
+        assert torch.equal(target, masks[:, mask_top : mask_top + 11, mask_left : mask_left + 13]), (top, left)
     assert {top for top, _ in corners} >= {0, 5} and {left for _, left in corners} >= {0, 6}
 
 
@@ -295,38 +310,61 @@ def test_dtype_and_memory_format_are_kept_and_the_input_is_not_modified(mode, dt
 _FACTOR = "the factor both sides are multiplied by, a number > 0 (1 or more leaves the batch as it is)"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"mode": "foo"}, "mode='foo': must be one of 'resize', 'crop'"),
-    ({"mode": None}, "mode=None: must be one of 'resize', 'crop'"),
-    ({"scale_factor": 0}, f"scale_factor=0: {_FACTOR}"), ({"scale_factor": -0.5}, f"scale_factor=-0.5: {_FACTOR}"),
-    ({"scale_factor": float("nan")}, f"scale_factor=nan: {_FACTOR}"),
-    ({"scale_factor": "0.5"}, f"scale_factor='0.5': {_FACTOR}"),
-    ({"scale_factor": True}, f"scale_factor=True: {_FACTOR}"),
-    ({"scale_factor": 0.01},
-     "scale_factor=0.01: shrinks the images of 32 x 32 pixels to 0 x 0; each side needs at least one pixel"),
-    ({"scale_factor": 0.2, "input": torch.rand(2, 3, 32, 4)},
-     "scale_factor=0.2: shrinks the images of 32 x 4 pixels to 6 x 0; each side needs at least one pixel"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "foo"}, "mode='foo': must be one of 'resize', 'crop'"),
+        ({"mode": None}, "mode=None: must be one of 'resize', 'crop'"),
+        ({"scale_factor": 0}, f"scale_factor=0: {_FACTOR}"),
+        ({"scale_factor": -0.5}, f"scale_factor=-0.5: {_FACTOR}"),
+        ({"scale_factor": float("nan")}, f"scale_factor=nan: {_FACTOR}"),
+        ({"scale_factor": "0.5"}, f"scale_factor='0.5': {_FACTOR}"),
+        ({"scale_factor": True}, f"scale_factor=True: {_FACTOR}"),
+        (
+            {"scale_factor": 0.01},
+            "scale_factor=0.01: shrinks the images of 32 x 32 pixels to 0 x 0; each side needs at least one pixel",
+        ),
+        (
+            {"scale_factor": 0.2, "input": torch.rand(2, 3, 32, 4)},
+            "scale_factor=0.2: shrinks the images of 32 x 4 pixels to 6 x 0; each side needs at least one pixel",
+        ),
+    ],
+)
 def test_bad_functional_arguments_fail_with_a_clear_error(kwargs, message):
     arguments = {"input": torch.rand(2, 3, 32, 32), "target": None, "scale_factor": 0.5, **kwargs}
     with pytest.raises(ValueError, match=exactly(message)):
         cf.resize_batch(**arguments)
 
 
-_DENSE = ("target: resize_targets=True needs a dense target, a mask (N, H, W) or a tensor (N, C, H, W), got {}; "
-          "leave resize_targets=False for class targets")
+_DENSE = (
+    "target: resize_targets=True needs a dense target, a mask (N, H, W) or a tensor (N, C, H, W), got {}; "
+    "leave resize_targets=False for class targets"
+)
 
 
-@pytest.mark.parametrize(("input", "target", "scale_factor", "resize_targets", "message"), [
-    (torch.rand(3, 32, 32), None, 0.5, False,
-     "input: Progressive Resizing needs an image batch (N, C, H, W), got (3, 32, 32)"),
-    ([[0.5]], None, 0.5, False, "input: Progressive Resizing needs an image batch (N, C, H, W), got list"),
-    (torch.rand(2, 3, 8, 8), torch.tensor([0, 1]), 0.5, True, _DENSE.format("shape (2,)")),
-    (torch.rand(2, 3, 8, 8), None, 1.0, True, _DENSE.format("NoneType")),
-    (torch.rand(2, 3, 8, 8), [[0, 1]], 0.5, True, _DENSE.format("list")),
-    (torch.rand(2, 3, 32, 32), torch.zeros(2, 4, 4), 0.2, True,
-     "scale_factor=0.2: shrinks the target of 4 x 4 pixels to 0 x 0; each side needs at least one pixel"),
-])
+@pytest.mark.parametrize(
+    ("input", "target", "scale_factor", "resize_targets", "message"),
+    [
+        (
+            torch.rand(3, 32, 32),
+            None,
+            0.5,
+            False,
+            "input: Progressive Resizing needs an image batch (N, C, H, W), got (3, 32, 32)",
+        ),
+        ([[0.5]], None, 0.5, False, "input: Progressive Resizing needs an image batch (N, C, H, W), got list"),
+        (torch.rand(2, 3, 8, 8), torch.tensor([0, 1]), 0.5, True, _DENSE.format("shape (2,)")),
+        (torch.rand(2, 3, 8, 8), None, 1.0, True, _DENSE.format("NoneType")),
+        (torch.rand(2, 3, 8, 8), [[0, 1]], 0.5, True, _DENSE.format("list")),
+        (
+            torch.rand(2, 3, 32, 32),
+            torch.zeros(2, 4, 4),
+            0.2,
+            True,
+            "scale_factor=0.2: shrinks the target of 4 x 4 pixels to 0 x 0; each side needs at least one pixel",
+        ),
+    ],
+)
 def test_bad_inputs_and_targets_fail_with_a_clear_error(input, target, scale_factor, resize_targets, message):
     with pytest.raises(ValueError, match=exactly(message)):
         cf.resize_batch(input, target, scale_factor, resize_targets=resize_targets)
@@ -337,28 +375,41 @@ _FRACTION = "a fraction of training, in [0, 1]"
 _INCREMENT = "the multiple of pixels the width is rounded to, an integer >= 1"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"mode": "Bilinear"}, "mode='Bilinear': must be one of 'resize', 'crop'"),
-    ({"initial_scale": 0}, f"initial_scale=0: {_SCALE}"), ({"initial_scale": 1.2}, f"initial_scale=1.2: {_SCALE}"),
-    ({"initial_scale": float("nan")}, f"initial_scale=nan: {_SCALE}"),
-    ({"initial_scale": "0.5"}, f"initial_scale='0.5': {_SCALE}"),
-    ({"finetune_fraction": 1.2}, f"finetune_fraction=1.2: {_FRACTION}"),
-    ({"finetune_fraction": -0.1}, f"finetune_fraction=-0.1: {_FRACTION}"),
-    ({"delay_fraction": -0.1}, f"delay_fraction=-0.1: {_FRACTION}"),
-    ({"delay_fraction": True}, f"delay_fraction=True: {_FRACTION}"),
-    ({"delay_fraction": 0.5, "finetune_fraction": 0.6},
-     "delay_fraction=0.5, finetune_fraction=0.6: together 1.1 of training; they must add up to at most 1"),
-    ({"size_increment": 0}, f"size_increment=0: {_INCREMENT}"),
-    ({"size_increment": 2.5}, f"size_increment=2.5: {_INCREMENT}"),
-    ({"size_increment": True}, f"size_increment=True: {_INCREMENT}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "Bilinear"}, "mode='Bilinear': must be one of 'resize', 'crop'"),
+        ({"initial_scale": 0}, f"initial_scale=0: {_SCALE}"),
+        ({"initial_scale": 1.2}, f"initial_scale=1.2: {_SCALE}"),
+        ({"initial_scale": float("nan")}, f"initial_scale=nan: {_SCALE}"),
+        ({"initial_scale": "0.5"}, f"initial_scale='0.5': {_SCALE}"),
+        ({"finetune_fraction": 1.2}, f"finetune_fraction=1.2: {_FRACTION}"),
+        ({"finetune_fraction": -0.1}, f"finetune_fraction=-0.1: {_FRACTION}"),
+        ({"delay_fraction": -0.1}, f"delay_fraction=-0.1: {_FRACTION}"),
+        ({"delay_fraction": True}, f"delay_fraction=True: {_FRACTION}"),
+        (
+            {"delay_fraction": 0.5, "finetune_fraction": 0.6},
+            "delay_fraction=0.5, finetune_fraction=0.6: together 1.1 of training; they must add up to at most 1",
+        ),
+        ({"size_increment": 0}, f"size_increment=0: {_INCREMENT}"),
+        ({"size_increment": 2.5}, f"size_increment=2.5: {_INCREMENT}"),
+        ({"size_increment": True}, f"size_increment=True: {_INCREMENT}"),
+    ],
+)
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=exactly(message)):
         ProgressiveResizing(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{"initial_scale": 1}, {"delay_fraction": 0.0, "finetune_fraction": 1.0},
-                                    {"delay_fraction": 1.0, "finetune_fraction": 0.0}, {"size_increment": 1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"initial_scale": 1},
+        {"delay_fraction": 0.0, "finetune_fraction": 1.0},
+        {"delay_fraction": 1.0, "finetune_fraction": 0.0},
+        {"size_increment": 1},
+    ],
+)
 def test_the_ends_of_each_range_are_accepted(kwargs):
     """initial_scale in (0, 1], the fractions in [0, 1], size_increment from 1: each end that is
     in its range works. At full scale, or with the whole run fine-tuning, the batch keeps its
@@ -379,10 +430,17 @@ def test_modes_are_accepted_in_any_case_as_composer_s_functional_form_does():
 
 # -- the schedule ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("initial_scale", "delay", "finetune", "increment", "width"), [
-    (0.5, 0.5, 0.2, 4, 32), (0.25, 0.2, 0.3, 8, 64), (0.6, 0.0, 0.0, 4, 30), (0.5, 0.5, 0.5, 4, 32),
-    (0.3, 0.1, 0.2, 16, 48),
-])
+
+@pytest.mark.parametrize(
+    ("initial_scale", "delay", "finetune", "increment", "width"),
+    [
+        (0.5, 0.5, 0.2, 4, 32),
+        (0.25, 0.2, 0.3, 8, 64),
+        (0.6, 0.0, 0.0, 4, 30),
+        (0.5, 0.5, 0.5, 4, 32),
+        (0.3, 0.1, 0.2, 16, 48),
+    ],
+)
 def test_sizes_follow_the_schedule_at_its_landmarks(initial_scale, delay, finetune, increment, width):
     """At the start, the delay, the middle of the ramp, the fine-tune start and the end."""
     algorithm = ProgressiveResizing("resize", initial_scale, finetune, delay, increment)
@@ -403,15 +461,24 @@ def test_scheduled_scale_is_the_schedule_formula_and_exactly_1_once_fine_tuning_
     for progress in (0.0, 0.1, delay, (delay + 1 - finetune) / 2, 1 - finetune, 0.95, 1.0):
         expected = _schedule_scale(progress, initial_scale, delay, finetune)
         assert scheduled_scale(progress, initial_scale, delay, finetune) == pytest.approx(expected, abs=1e-12)
-    assert scheduled_scale(1 - finetune, initial_scale, delay, finetune) == scheduled_scale(1.0, initial_scale, delay,
-                                                                                           finetune) == 1.0
+    assert (
+        scheduled_scale(1 - finetune, initial_scale, delay, finetune)
+        == scheduled_scale(1.0, initial_scale, delay, finetune)
+        == 1.0
+    )
 
 
-@pytest.mark.parametrize(("height", "width", "initial_scale", "increment", "new_width"), [
-    (30, 47, 0.25, 4, 12), (90, 10, 0.7, 1, 7), (33, 16, 0.5, 4, 8),
-])
+@pytest.mark.parametrize(
+    ("height", "width", "initial_scale", "increment", "new_width"),
+    [
+        (30, 47, 0.25, 4, 12),
+        (90, 10, 0.7, 1, 7),
+        (33, 16, 0.5, 4, 8),
+    ],
+)
 def test_the_width_is_exactly_the_rounded_multiple_and_the_height_follows_by_the_same_factor(
-        height, width, initial_scale, increment, new_width):
+    height, width, initial_scale, increment, new_width
+):
     """The factor is new_width / width, as Composer's class passes it, and the height is
     int(factor * H), the size F.interpolate makes. 47 * 0.25 = 11.75 rounds to 12; 12 / 47 * 47
     is just below 12 in floating point, and the class still makes 12, not 11. At 7 / 10 of 90
@@ -438,8 +505,9 @@ def _segmenter(k=3):
 
 def _classifier(k=4):
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1),
-                               torch.nn.Flatten(), torch.nn.Linear(4, k))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, k)
+    )
 
 
 @pytest.mark.parametrize("mode", ["resize", "crop"])
@@ -451,12 +519,14 @@ def test_in_the_trainer_the_model_sees_the_schedule_batch_by_batch(mode):
     g = torch.Generator().manual_seed(0)
     batches = [(torch.rand(2, 3, 32, 32, generator=g), torch.randint(0, 4, (2,), generator=g)) for _ in range(20)]
     seen = Observed()
-    Trainer(_classifier(), batches, "20ba", algorithms=[ProgressiveResizing(mode=mode), seen], seed=0,
-            device="cpu").fit()
+    Trainer(
+        _classifier(), batches, "20ba", algorithms=[ProgressiveResizing(mode=mode), seen], seed=0, device="cpu"
+    ).fit()
     replayed = replayed_generator(ProgressiveResizing, seed=0)
     widths = []
-    for k, ((images, labels), image, out, label, loss) in enumerate(zip(batches, seen.inputs, seen.outputs,
-                                                                         seen.targets, seen.losses, strict=True)):
+    for k, ((images, labels), image, out, label, loss) in enumerate(
+        zip(batches, seen.inputs, seen.outputs, seen.targets, seen.losses, strict=True)
+    ):
         w = _schedule_width(k / 20, 32)
         widths.append(w)
         if w == 32:
@@ -466,7 +536,7 @@ def test_in_the_trainer_the_model_sees_the_schedule_batch_by_batch(mode):
         else:
             top = int(torch.randint(0, 32 - w + 1, (1,), generator=replayed))
             left = int(torch.randint(0, 32 - w + 1, (1,), generator=replayed))
-            expected = images[..., top:top + w, left:left + w]
+            expected = images[..., top : top + w, left : left + w]
         assert torch.equal(image, expected), k
         assert torch.equal(label, labels)
         torch.testing.assert_close(loss, F.cross_entropy(out, labels))
@@ -478,16 +548,37 @@ def test_dict_batches_resize_the_images_and_masks_by_their_keys():
     """A segmentation run: images and masks under their keys, the model predicting per pixel; the
     loss sees the mask resized alike, and a key the class does not name is left alone."""
     g = torch.Generator().manual_seed(0)
-    batches = [{"image": torch.rand(2, 3, 16, 16, generator=g), "mask": torch.randint(0, 3, (2, 16, 16), generator=g),
-                "id": torch.tensor([k, k])} for k in range(4)]
+    batches = [
+        {
+            "image": torch.rand(2, 3, 16, 16, generator=g),
+            "mask": torch.randint(0, 3, (2, 16, 16), generator=g),
+            "id": torch.tensor([k, k]),
+        }
+        for k in range(4)
+    ]
     seen = Observed(input_key="image", target_key="mask")
-    algorithm = ProgressiveResizing(initial_scale=0.5, delay_fraction=0.5, finetune_fraction=0.25,
-                                    resize_targets=True, input_key="image", target_key="mask")
-    Trainer(_segmenter(), batches, "4ba", algorithms=[algorithm, seen], seed=0, input_key="image",
-            target_key="mask", device="cpu").fit()
+    algorithm = ProgressiveResizing(
+        initial_scale=0.5,
+        delay_fraction=0.5,
+        finetune_fraction=0.25,
+        resize_targets=True,
+        input_key="image",
+        target_key="mask",
+    )
+    Trainer(
+        _segmenter(),
+        batches,
+        "4ba",
+        algorithms=[algorithm, seen],
+        seed=0,
+        input_key="image",
+        target_key="mask",
+        device="cpu",
+    ).fit()
     widths = []
-    for k, (batch, image, mask, out, loss) in enumerate(zip(batches, seen.inputs, seen.targets, seen.outputs,
-                                                            seen.losses, strict=True)):
+    for k, (batch, image, mask, out, loss) in enumerate(
+        zip(batches, seen.inputs, seen.targets, seen.outputs, seen.losses, strict=True)
+    ):
         w = _schedule_width(k / 4, 16, 0.5, 0.5, 0.25)  # 8, 8, 8 (at the delay), then 16 (fine-tuning)
         step = 16 // w
         assert torch.equal(image, batch["image"][..., ::step, ::step])
@@ -510,9 +601,16 @@ def test_by_default_the_images_are_first_and_the_masks_second_in_a_tuple_batch()
 def test_without_resize_targets_the_target_key_is_not_read():
     batches = [{"image": torch.rand(2, 3, 8, 8), "label": torch.tensor([0, 1])}]
     seen = Observed(input_key="image", target_key="label")
-    Trainer(_classifier(), batches, "1ba", algorithms=[ProgressiveResizing(input_key="image", target_key="missing"),
-                                                       seen], seed=0, input_key="image", target_key="label",
-            device="cpu").fit()
+    Trainer(
+        _classifier(),
+        batches,
+        "1ba",
+        algorithms=[ProgressiveResizing(input_key="image", target_key="missing"), seen],
+        seed=0,
+        input_key="image",
+        target_key="label",
+        device="cpu",
+    ).fit()
     assert seen.inputs[0].shape == (2, 3, 4, 4) and torch.equal(seen.targets[0], torch.tensor([0, 1]))
 
 
@@ -521,8 +619,14 @@ def test_seeded_crop_runs_repeat_and_the_seed_matters():
 
     def run(seed):
         seen = Observed()
-        Trainer(_classifier(), [(images, torch.tensor([0, 1]))] * 3, "3ba",
-                algorithms=[ProgressiveResizing(mode="crop"), seen], seed=seed, device="cpu").fit()
+        Trainer(
+            _classifier(),
+            [(images, torch.tensor([0, 1]))] * 3,
+            "3ba",
+            algorithms=[ProgressiveResizing(mode="crop"), seen],
+            seed=seed,
+            device="cpu",
+        ).fit()
         return [_find_window(images, x) for x in seen.inputs]
 
     assert run(0) == run(0) and run(0) != run(1)
@@ -553,8 +657,14 @@ def test_listed_before_cutout_the_holes_are_cut_in_the_smaller_images():
     16 x 16 images, its centres replayed from CutOut's own generator."""
     images = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(0)) + 1  # no zero pixels
     seen = Observed()
-    Trainer(_classifier(), [(images, torch.zeros(4, dtype=torch.long))], "1ba",
-            algorithms=[ProgressiveResizing(), CutOut(length=0.5), seen], seed=0, device="cpu").fit()
+    Trainer(
+        _classifier(),
+        [(images, torch.zeros(4, dtype=torch.long))],
+        "1ba",
+        algorithms=[ProgressiveResizing(), CutOut(length=0.5), seen],
+        seed=0,
+        device="cpu",
+    ).fit()
     small = images[..., ::2, ::2]
     g = replayed_generator(CutOut, seed=0)
     ys = torch.randint(0, 16, (4, 1), generator=g).tolist()
@@ -562,11 +672,12 @@ def test_listed_before_cutout_the_holes_are_cut_in_the_smaller_images():
     expected = small.clone()
     for i in range(4):
         top, left = ys[i][0] - 4, xs[i][0] - 4
-        expected[i, :, max(top, 0):max(top + 8, 0), max(left, 0):max(left + 8, 0)] = 0
+        expected[i, :, max(top, 0) : max(top + 8, 0), max(left, 0) : max(left + 8, 0)] = 0
     assert torch.equal(seen.inputs[0], expected)
 
 
 # -- on the GPU -------------------------------------------------------------------------------
+
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["resize", "crop"])
@@ -595,8 +706,9 @@ def test_on_cuda_the_class_makes_no_host_sync(mode):
     out, mask = state.batch
     assert out.device == images.device and out.dtype == torch.bfloat16 and out.shape == (4, 3, 16, 16)
     assert mask.device == images.device and mask.dtype == torch.int64 and mask.shape == (4, 16, 16)
-    expected = cf.resize_batch(images.cpu(), masks.cpu(), 0.5, mode, True,
-                               generator=replayed_generator(ProgressiveResizing, seed=0))
+    expected = cf.resize_batch(
+        images.cpu(), masks.cpu(), 0.5, mode, True, generator=replayed_generator(ProgressiveResizing, seed=0)
+    )
     assert torch.equal(out.cpu(), expected[0]) and torch.equal(mask.cpu(), expected[1])
 
 

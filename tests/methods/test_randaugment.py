@@ -22,8 +22,9 @@ from algorithms.core import Event, State, Trainer
 from algorithms.core.time import Duration
 
 
-def expected_randaugment(images: torch.Tensor, severity: float, depth: int, names, generator: torch.Generator
-                         ) -> torch.Tensor:
+def expected_randaugment(
+    images: torch.Tensor, severity: float, depth: int, names, generator: torch.Generator
+) -> torch.Tensor:
     """The definition, image by image, with the draws replayed from ``generator``."""
     peak = 255.0 if images.dtype == torch.uint8 else 1.0
     _, _, height, width = images.shape
@@ -41,13 +42,21 @@ def _seeded(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.mark.parametrize(("severity", "depth", "augmentation_set"), [
-    (9, 2, "all"), (4.5, 3, "safe"), (10, 1, "original"), (0, 2, "all"), (7, 2, ("rotate", "solarize", "color")),
-])
+@pytest.mark.parametrize(
+    ("severity", "depth", "augmentation_set"),
+    [
+        (9, 2, "all"),
+        (4.5, 3, "safe"),
+        (10, 1, "original"),
+        (0, 2, "all"),
+        (7, 2, ("rotate", "solarize", "color")),
+    ],
+)
 def test_randaugment_image_matches_its_definition(severity, depth, augmentation_set):
     images = torch.rand(8, 3, 7, 6, generator=_seeded(1))
-    out = cf.randaugment_image(images, severity=severity, depth=depth, augmentation_set=augmentation_set,
-                               generator=_seeded(5))
+    out = cf.randaugment_image(
+        images, severity=severity, depth=depth, augmentation_set=augmentation_set, generator=_seeded(5)
+    )
     names = AUGMENTATION_SETS.get(augmentation_set, augmentation_set)
     expected = expected_randaugment(images, severity, depth, names, _seeded(5))
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=0)
@@ -63,8 +72,9 @@ def test_images_that_all_drew_geometric_operations_in_another_order_keep_their_o
     for seed in range(8):
         swapped += torch.randint(2, (2,), generator=_seeded(seed)).tolist() == [1, 0]
         out = cf.randaugment_image(images, severity=9, depth=1, augmentation_set=names, generator=_seeded(seed))
-        torch.testing.assert_close(out.double(), expected_randaugment(images, 9, 1, names, _seeded(seed)),
-                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            out.double(), expected_randaugment(images, 9, 1, names, _seeded(seed)), atol=1e-5, rtol=0
+        )
     assert swapped  # the order above was drawn
 
 
@@ -78,8 +88,9 @@ def test_uint8_images_match_the_definition_within_one_level():
     assert (out.double() - expected).abs().max() <= 1
 
 
-@pytest.mark.parametrize("augmentation_set", [("equalize", "posterize", "solarize"),
-                                              ("color", "contrast", "brightness", "sharpness")])
+@pytest.mark.parametrize(
+    "augmentation_set", [("equalize", "posterize", "solarize"), ("color", "contrast", "brightness", "sharpness")]
+)
 def test_uint8_images_hold_whole_levels_between_operations(augmentation_set):
     """Three pixelwise operations in a row match the definition exactly: each result is rounded
     to a whole level before the next operation, as PIL holds 8-bit images."""
@@ -96,8 +107,11 @@ def test_shape_and_dtype_are_kept(dtype, single):
     shape; here the dtype is kept too."""
     g = _seeded(123)
     shape = (3, 6, 5) if single else (4, 3, 6, 5)
-    images = (torch.randint(0, 256, shape, dtype=torch.uint8, generator=g) if dtype == torch.uint8
-              else torch.rand(shape, generator=g).to(dtype))
+    images = (
+        torch.randint(0, 256, shape, dtype=torch.uint8, generator=g)
+        if dtype == torch.uint8
+        else torch.rand(shape, generator=g).to(dtype)
+    )
     before = images.clone()
     out = cf.randaugment_image(images, generator=_seeded(0))
     assert isinstance(out, torch.Tensor) and out.shape == images.shape and out.dtype == dtype
@@ -136,20 +150,29 @@ def test_depth_0_is_an_unchanged_copy():
 def test_the_defaults_are_composers():
     images = torch.rand(5, 3, 6, 6, generator=_seeded(0))
     out = cf.randaugment_image(images, generator=_seeded(2))
-    torch.testing.assert_close(out.double(), expected_randaugment(images, 9, 2, AUGMENTATION_SETS["all"], _seeded(2)),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        out.double(), expected_randaugment(images, 9, 2, AUGMENTATION_SETS["all"], _seeded(2)), atol=1e-5, rtol=0
+    )
     algo = RandAugment()
     assert (algo.severity, algo.depth, algo.augmentation_set, algo.value_range) == (9, 2, "all", None)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"severity": -1}, "severity=-1"), ({"severity": 11}, "severity=11"), ({"severity": float("nan")}, "severity=nan"),
-    ({"severity": "9"}, "severity='9'"), ({"severity": True}, "severity=True"),
-    ({"depth": -1}, "depth=-1"), ({"depth": 1.5}, "depth=1.5"), ({"depth": True}, "depth=True"),
-    ({"augmentation_set": "everything"}, "augmentation_set='everything'"),
-    ({"augmentation_set": ["rotate", "blur"]}, "'blur' is not an operation"),
-    ({"augmentation_set": []}, r"augmentation_set=\[\]"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"severity": -1}, "severity=-1"),
+        ({"severity": 11}, "severity=11"),
+        ({"severity": float("nan")}, "severity=nan"),
+        ({"severity": "9"}, "severity='9'"),
+        ({"severity": True}, "severity=True"),
+        ({"depth": -1}, "depth=-1"),
+        ({"depth": 1.5}, "depth=1.5"),
+        ({"depth": True}, "depth=True"),
+        ({"augmentation_set": "everything"}, "augmentation_set='everything'"),
+        ({"augmentation_set": ["rotate", "blur"]}, "'blur' is not an operation"),
+        ({"augmentation_set": []}, r"augmentation_set=\[\]"),
+    ],
+)
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, words):
     with pytest.raises(ValueError, match=words):
         RandAugment(**kwargs)
@@ -198,13 +221,16 @@ def test_in_the_trainer_the_model_sees_the_definition_on_standardized_dict_batch
     with the values outside it clipped), augmented with the draws replayed from the class's
     generator, and mapped back; the labels are untouched."""
     g = _seeded(0)
-    batches = [{"image": torch.randn(6, 3, 8, 8, generator=g), "label": torch.randint(0, 4, (6,), generator=g)}
-               for _ in range(3)]
+    batches = [
+        {"image": torch.randn(6, 3, 8, 8, generator=g), "label": torch.randint(0, 4, (6,), generator=g)}
+        for _ in range(3)
+    ]
     seen = Observed(input_key="image", target_key="label")
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
     algo = RandAugment(severity=8, depth=2, value_range=value_range, input_key="image")
-    Trainer(model, batches, "3ba", algorithms=[algo, seen], seed=0, input_key="image", target_key="label",
-            device="cpu").fit()
+    Trainer(
+        model, batches, "3ba", algorithms=[algo, seen], seed=0, input_key="image", target_key="label", device="cpu"
+    ).fit()
     replayed = replayed_generator(RandAugment, seed=0)
     for batch, image, label in zip(batches, seen.inputs, seen.targets, strict=True):
         unit, low, span = _unit(batch["image"], value_range)
@@ -217,12 +243,14 @@ def test_the_class_passes_uint8_batches_through_as_0_to_255():
     images = torch.randint(0, 256, (6, 3, 8, 8), dtype=torch.uint8, generator=_seeded(1))
     state = State(model=torch.nn.Identity(), max_duration=Duration.parse("1ep"), seed=3)
     state.batch = (images, torch.zeros(6, dtype=torch.long))
-    algo = RandAugment(severity=5, depth=1, augmentation_set=["equalize", "posterize", "solarize"],
-                       value_range=(-1.0, 1.0))
+    algo = RandAugment(
+        severity=5, depth=1, augmentation_set=["equalize", "posterize", "solarize"], value_range=(-1.0, 1.0)
+    )
     assert algo.match(Event.AFTER_DATALOADER, state) and not algo.match(Event.BEFORE_FORWARD, state)
     algo.apply(Event.AFTER_DATALOADER, state)
-    expected = expected_randaugment(images, 5, 1, ("equalize", "posterize", "solarize"),
-                                    replayed_generator(RandAugment, 3))
+    expected = expected_randaugment(
+        images, 5, 1, ("equalize", "posterize", "solarize"), replayed_generator(RandAugment, 3)
+    )
     assert state.batch[0].dtype == torch.uint8 and torch.equal(state.batch[0].double(), expected)
 
 
@@ -230,8 +258,11 @@ def test_the_class_passes_uint8_batches_through_as_0_to_255():
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16, torch.float32])
 def test_on_cuda_it_stays_on_the_device_and_agrees_with_the_cpu(dtype):
     g = _seeded(0)
-    images = (torch.randint(0, 256, (16, 3, 12, 12), dtype=torch.uint8, generator=g) if dtype == torch.uint8
-              else torch.rand(16, 3, 12, 12, generator=g).to(dtype))
+    images = (
+        torch.randint(0, 256, (16, 3, 12, 12), dtype=torch.uint8, generator=g)
+        if dtype == torch.uint8
+        else torch.rand(16, 3, 12, 12, generator=g).to(dtype)
+    )
     out = cf.randaugment_image(images.cuda(), generator=_seeded(1))
     assert out.device.type == "cuda" and out.dtype == dtype
     cpu = cf.randaugment_image(images, generator=_seeded(1))

@@ -104,8 +104,15 @@ def test_the_step_takes_the_gradient_at_w_plus_e_from_w_restored(kwargs, rho):
     model = torch.nn.Linear(3, 1, bias=False)
     probe = _AtStep(model)
     lr = 0.1
-    trainer = Trainer(model, batches, "3ba", optimizer=torch.optim.SGD(model.parameters(), lr=lr), device="cpu",
-                      loss_fn=lambda out, y: F.mse_loss(out[:, 0], y), algorithms=[SAM(**kwargs), probe])
+    trainer = Trainer(
+        model,
+        batches,
+        "3ba",
+        optimizer=torch.optim.SGD(model.parameters(), lr=lr),
+        device="cpu",
+        loss_fn=lambda out, y: F.mse_loss(out[:, 0], y),
+        algorithms=[SAM(**kwargs), probe],
+    )
     w = model.weight.detach().clone()[0]
     trainer.fit()
     for (x, y), seen_w, seen_g, after in zip(batches, probe.weights, probe.grads, probe.after, strict=True):
@@ -126,8 +133,15 @@ def test_interval_takes_the_sam_gradient_every_interval_th_step_only():
     batches = [(torch.randn(8, 3, generator=g), torch.randn(8, generator=g)) for _ in range(5)]
     model = torch.nn.Linear(3, 1, bias=False)
     probe = _AtStep(model)
-    Trainer(model, batches, "5ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), device="cpu",
-            loss_fn=lambda out, y: F.mse_loss(out[:, 0], y), algorithms=[SAM(rho=0.3, interval=2), probe]).fit()
+    Trainer(
+        model,
+        batches,
+        "5ba",
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        device="cpu",
+        loss_fn=lambda out, y: F.mse_loss(out[:, 0], y),
+        algorithms=[SAM(rho=0.3, interval=2), probe],
+    ).fit()
     for step, ((x, y), seen_w, seen_g) in enumerate(zip(batches, probe.weights, probe.grads, strict=True), start=1):
         x, y, w = x.double(), y.double(), seen_w[0][0].double()
         g1 = _mse_grad(w, x, y)
@@ -145,17 +159,22 @@ def _one_weight(**kwargs):
 
 def _closure(w, seen):
     """The Trainer's closure: forward, loss L = |w|^2 / 2 (so the gradient is w) and backward."""
+
     def closure():
         seen.append(w.detach().clone())
-        (w ** 2).sum().div(2).backward()
+        (w**2).sum().div(2).backward()
         return "loss"
+
     return closure
 
 
-@pytest.mark.parametrize(("kwargs", "e"), [
-    ({}, [0.03, 0.04]),  # the defaults, rho=0.05 and epsilon=1e-12: 0.05 * (3, 4) / 5
-    ({"rho": 1.0, "epsilon": 5.0}, [0.3, 0.4]),  # 1.0 * (3, 4) / (5 + 5)
-])
+@pytest.mark.parametrize(
+    ("kwargs", "e"),
+    [
+        ({}, [0.03, 0.04]),  # the defaults, rho=0.05 and epsilon=1e-12: 0.05 * (3, 4) / 5
+        ({"rho": 1.0, "epsilon": 5.0}, [0.3, 0.4]),  # 1.0 * (3, 4) / (5 + 5)
+    ],
+)
 def test_first_step_runs_the_closure_at_w_plus_e_and_puts_w_back(kwargs, e):
     w, opt = _one_weight(**kwargs)
     seen = []
@@ -166,8 +185,9 @@ def test_first_step_runs_the_closure_at_w_plus_e_and_puts_w_back(kwargs, e):
     assert torch.equal(w.grad, seen[0])  # the gradient at w + e(w) alone, the one at w cleared
 
 
-@pytest.mark.parametrize(("global_step", "sam_steps"), [(0, [False, True, False, True]),
-                                                        (1, [True, False, True, False])])
+@pytest.mark.parametrize(
+    ("global_step", "sam_steps"), [(0, [False, True, False, True]), (1, [True, False, True, False])]
+)
 def test_first_step_keeps_the_intervals_phase_from_the_steps_already_taken(global_step, sam_steps):
     """interval=2: every second call is a SAM step; the others change nothing and return None."""
     w, opt = _one_weight(interval=2, **({"global_step": global_step} if global_step else {}))  # 0 by default
@@ -212,13 +232,28 @@ def test_a_copy_is_a_sam_optimizer_around_a_copy_of_the_base_optimizer():
 
 def _image_run(algorithms, precision="fp32", steps=3, data=None):
     g = torch.Generator().manual_seed(3)
-    data = data or [(torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 4, (8,), generator=g))
-                    for _ in range(steps)]
+    data = data or [
+        (torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(steps)
+    ]
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4))
-    trainer = Trainer(model, data, f"{len(data)}ba", algorithms=algorithms, precision=precision, device="cpu",
-                      seed=0, optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+    )
+    trainer = Trainer(
+        model,
+        data,
+        f"{len(data)}ba",
+        algorithms=algorithms,
+        precision=precision,
+        device="cpu",
+        seed=0,
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+    )
     trainer.fit()
     return trainer
 
@@ -229,8 +264,10 @@ def test_in_the_trainer_it_wraps_the_built_optimizer_and_changes_the_weights():
     opt = sam.state.optimizer
     assert isinstance(opt, SAMOptimizer) and type(opt.base_optimizer) is torch.optim.SGD
     assert all(torch.isfinite(p).all() for p in sam.state.model.parameters())
-    assert any(not torch.allclose(a, b) for a, b in zip(plain.state.model.parameters(),
-                                                       sam.state.model.parameters(), strict=True))
+    assert any(
+        not torch.allclose(a, b)
+        for a, b in zip(plain.state.model.parameters(), sam.state.model.parameters(), strict=True)
+    )
     # The state (momentum) and the state dict are the base optimizer's own.
     assert opt.state is opt.base_optimizer.state and len(opt.state) == len(list(sam.state.model.parameters()))
     assert opt.state_dict().keys() == opt.base_optimizer.state_dict().keys()
@@ -278,8 +315,16 @@ def test_a_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
     def trainer(duration, **kwargs):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-        return Trainer(model, data, duration, algorithms=[SAM(rho=0.3, interval=2)], device="cpu", seed=0,
-                       optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9), **kwargs)
+        return Trainer(
+            model,
+            data,
+            duration,
+            algorithms=[SAM(rho=0.3, interval=2)],
+            device="cpu",
+            seed=0,
+            optimizer=lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+            **kwargs,
+        )
 
     whole = trainer("4ba")
     whole.fit()
@@ -298,14 +343,22 @@ EPSILON = "added to the gradient norm, a number >= 0"
 INTERVAL = "SAM runs every interval-th step, an integer >= 1"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"rho": -0.1}, f"rho=-0.1: {RHO}"), ({"rho": float("nan")}, f"rho=nan: {RHO}"),
-    ({"rho": "0.05"}, f"rho='0.05': {RHO}"), ({"rho": True}, f"rho=True: {RHO}"),
-    ({"epsilon": -1.0}, f"epsilon=-1.0: {EPSILON}"), ({"epsilon": float("inf")}, f"epsilon=inf: {EPSILON}"),
-    ({"epsilon": "1e-12"}, f"epsilon='1e-12': {EPSILON}"), ({"epsilon": True}, f"epsilon=True: {EPSILON}"),
-    ({"interval": 0}, f"interval=0: {INTERVAL}"), ({"interval": 1.5}, f"interval=1.5: {INTERVAL}"),
-    ({"interval": True}, f"interval=True: {INTERVAL}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rho": -0.1}, f"rho=-0.1: {RHO}"),
+        ({"rho": float("nan")}, f"rho=nan: {RHO}"),
+        ({"rho": "0.05"}, f"rho='0.05': {RHO}"),
+        ({"rho": True}, f"rho=True: {RHO}"),
+        ({"epsilon": -1.0}, f"epsilon=-1.0: {EPSILON}"),
+        ({"epsilon": float("inf")}, f"epsilon=inf: {EPSILON}"),
+        ({"epsilon": "1e-12"}, f"epsilon='1e-12': {EPSILON}"),
+        ({"epsilon": True}, f"epsilon=True: {EPSILON}"),
+        ({"interval": 0}, f"interval=0: {INTERVAL}"),
+        ({"interval": 1.5}, f"interval=1.5: {INTERVAL}"),
+        ({"interval": True}, f"interval=True: {INTERVAL}"),
+    ],
+)
 def test_bad_hyperparameters_fail_naming_the_argument(kwargs, message):
     match = f"^{re.escape(message)}$"
     with pytest.raises(ValueError, match=match):
@@ -337,8 +390,10 @@ def _ddp_model():
 
 def _global_batches():
     g = torch.Generator().manual_seed(5)
-    return [(torch.randn(GLOBAL_BATCH, 6, generator=g), torch.randint(0, 3, (GLOBAL_BATCH,), generator=g))
-            for _ in range(STEPS)]
+    return [
+        (torch.randn(GLOBAL_BATCH, 6, generator=g), torch.randint(0, 3, (GLOBAL_BATCH,), generator=g))
+        for _ in range(STEPS)
+    ]
 
 
 def _sgd(params):
@@ -349,22 +404,33 @@ def test_two_ranks_take_the_single_process_steps(tmp_path):
     """Under DDP both passes' gradients are averaged over the ranks, so e(w) is the global batch's:
     two ranks with half the batch each end where one process on the whole batch does."""
     out = tmp_path / "params.pt"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           __file__, str(out)], capture_output=True, text=True, env=env, timeout=240)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__, str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = torch.load(out)
-    single = Trainer(_ddp_model(), _global_batches(), f"{STEPS}ba", optimizer=_sgd, algorithms=[SAM(rho=0.5)],
-                     device="cpu", seed=0)
+    single = Trainer(
+        _ddp_model(), _global_batches(), f"{STEPS}ba", optimizer=_sgd, algorithms=[SAM(rho=0.5)], device="cpu", seed=0
+    )
     single.fit()
     plain = Trainer(_ddp_model(), _global_batches(), f"{STEPS}ba", optimizer=_sgd, device="cpu", seed=0)
     plain.fit()
     for name, p in single.state.model.named_parameters():
         torch.testing.assert_close(got[0][name], p.detach(), rtol=1e-5, atol=1e-6, msg=name)
         torch.testing.assert_close(got[1][name], p.detach(), rtol=1e-5, atol=1e-6, msg=name)
-    assert any(not torch.allclose(p, q) for p, q in zip(single.state.model.parameters(),
-                                                       plain.state.model.parameters(), strict=True))
+    assert any(
+        not torch.allclose(p, q)
+        for p, q in zip(single.state.model.parameters(), plain.state.model.parameters(), strict=True)
+    )
 
 
 def _ddp_main(out_path: str) -> None:
@@ -374,10 +440,20 @@ def _ddp_main(out_path: str) -> None:
 
     rank, world = rank_and_world_size()
     per_rank = GLOBAL_BATCH // world
-    data = [(x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank])
-            for x, y in _global_batches()]
-    trainer = Trainer(_ddp_model(), data, f"{STEPS}ba", optimizer=_sgd, algorithms=[SAM(rho=0.5)],
-                      parallel="ddp", device="cpu", seed=0)
+    data = [
+        (x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank])
+        for x, y in _global_batches()
+    ]
+    trainer = Trainer(
+        _ddp_model(),
+        data,
+        f"{STEPS}ba",
+        optimizer=_sgd,
+        algorithms=[SAM(rho=0.5)],
+        parallel="ddp",
+        device="cpu",
+        seed=0,
+    )
     trainer.fit()
     params = {name.removeprefix("module."): p.detach().clone() for name, p in trainer.state.model.named_parameters()}
     gathered = [None] * world

@@ -60,8 +60,9 @@ def _definition(x, target, losses, keep, generator):
     """The rows kept: ranks drawn without replacement by the weights, replayed from ``generator``."""
     n = x.shape[0]
     by_loss = sorted(range(n), key=lambda i: (float(losses[i]), i))  # ties: the earlier row first
-    ranks = torch.multinomial(torch.tensor(_weights(n, keep), dtype=torch.float64), _count(n, keep),
-                              replacement=False, generator=generator).tolist()
+    ranks = torch.multinomial(
+        torch.tensor(_weights(n, keep), dtype=torch.float64), _count(n, keep), replacement=False, generator=generator
+    ).tolist()
     rows = [by_loss[r] for r in ranks]
     return x[rows], target[rows]
 
@@ -86,28 +87,32 @@ def exactly(message: str) -> str:
 
 # -- the functional form against its definition --------------------------------------------------
 
+
 @pytest.mark.parametrize("keep", [0.25, 0.3, 0.5, 0.75])
 @pytest.mark.parametrize("n", [8, 10, 13])
 def test_select_using_loss_matches_its_definition(n, keep):
     """A model with batch norm and dropout, in train mode: the ranking is by its eval-mode losses."""
     x, y = _batch(n, seed=n)
     model = _classifier(bn=True).train()
-    kept_x, kept_y = cf.select_using_loss(x, y, model, F.cross_entropy, keep=keep,
-                                          generator=torch.Generator().manual_seed(3))
+    kept_x, kept_y = cf.select_using_loss(
+        x, y, model, F.cross_entropy, keep=keep, generator=torch.Generator().manual_seed(3)
+    )
     want_x, want_y = _definition(x, y, _eval_losses(model, x, y), keep, torch.Generator().manual_seed(3))
     assert torch.equal(kept_x, want_x) and torch.equal(kept_y, want_y)
 
 
-@pytest.mark.parametrize(("n", "keep"), [(16, 0.5), (16, 0.75), (10, 0.25), (5, 0.5), (7, 0.5), (9, 0.3),
-                                         (4, 0.1), (1, 0.5), (3, 0.9)])
+@pytest.mark.parametrize(
+    ("n", "keep"), [(16, 0.5), (16, 0.75), (10, 0.25), (5, 0.5), (7, 0.5), (9, 0.3), (4, 0.1), (1, 0.5), (3, 0.9)]
+)
 def test_round_keep_n_rows_are_kept_each_a_row_of_the_batch_once_with_its_target(n, keep):
     """round(keep * n), Python's rounding (2.5 -> 2, 3.5 -> 4), and at least one row."""
     x = torch.randn(n, 3, generator=torch.Generator().manual_seed(0))
     x[:, 0] = torch.arange(n)  # each row carries its index
     ids = torch.arange(n)
     for seed in range(5):
-        kept_x, kept_ids = cf.select_using_loss(x, ids, lambda v: v[:, 1:], _loss_of_first_output, keep=keep,
-                                                generator=torch.Generator().manual_seed(seed))
+        kept_x, kept_ids = cf.select_using_loss(
+            x, ids, lambda v: v[:, 1:], _loss_of_first_output, keep=keep, generator=torch.Generator().manual_seed(seed)
+        )
         expected = {(5, 0.5): 2, (7, 0.5): 4, (4, 0.1): 1, (1, 0.5): 1, (3, 0.9): 3}.get((n, keep), round(keep * n))
         assert kept_x.shape == (expected, 3) and kept_ids.shape == (expected,)
         assert len(set(kept_ids.tolist())) == expected  # no duplicates
@@ -125,8 +130,9 @@ def test_tied_losses_rank_the_earlier_row_first():
     x = torch.stack([torch.arange(n, dtype=torch.float32), torch.arange(n).remainder(3).float()], dim=1)
     ids = torch.arange(n)
     for seed in range(3):
-        kept_x, kept_ids = cf.select_using_loss(x, ids, lambda v: v[:, 1:], _loss_of_first_output, keep=0.5,
-                                                generator=torch.Generator().manual_seed(seed))
+        kept_x, kept_ids = cf.select_using_loss(
+            x, ids, lambda v: v[:, 1:], _loss_of_first_output, keep=0.5, generator=torch.Generator().manual_seed(seed)
+        )
         want_x, want_ids = _definition(x, ids, x[:, 1], 0.5, torch.Generator().manual_seed(seed))
         assert torch.equal(kept_ids, want_ids) and torch.equal(kept_x, want_x)
 
@@ -134,8 +140,9 @@ def test_tied_losses_rank_the_earlier_row_first():
 def test_a_batch_of_scalars_is_selected_like_any_other():
     """Input (N,): one number per example (here the example's loss itself)."""
     x, ids = torch.tensor([0.3, 2.0, 0.1, 1.2, 0.7, 3.5, 0.5, 1.6]), torch.arange(8)
-    kept_x, kept_ids = cf.select_using_loss(x, ids, lambda v: v[:, None], _loss_of_first_output, keep=0.5,
-                                            generator=torch.Generator().manual_seed(1))
+    kept_x, kept_ids = cf.select_using_loss(
+        x, ids, lambda v: v[:, None], _loss_of_first_output, keep=0.5, generator=torch.Generator().manual_seed(1)
+    )
     want_x, want_ids = _definition(x, ids, x, 0.5, torch.Generator().manual_seed(1))
     assert torch.equal(kept_x, want_x) and torch.equal(kept_ids, want_ids)
 
@@ -231,8 +238,9 @@ class _SizeRecorder(torch.nn.Module):
         return pooled @ self.weight.t()
 
 
-@pytest.mark.parametrize(("shape", "mode"), [((6, 3, 16), "linear"), ((6, 3, 16, 12), "bilinear"),
-                                             ((6, 3, 8, 8, 8), "trilinear")])
+@pytest.mark.parametrize(
+    ("shape", "mode"), [((6, 3, 16), "linear"), ((6, 3, 16, 12), "bilinear"), ((6, 3, 8, 8, 8), "trilinear")]
+)
 @pytest.mark.parametrize("scale_factor", [0.5, 0.75, 0.3])
 def test_scale_factor_below_1_scores_on_the_interpolated_input_and_keeps_full_size_rows(shape, mode, scale_factor):
     """Interpolated at the given factor, as Composer does (not at the factor of the rounded
@@ -241,15 +249,14 @@ def test_scale_factor_below_1_scores_on_the_interpolated_input_and_keeps_full_si
     x = x * torch.linspace(0.1, 3, shape[0]).view(-1, *[1] * (len(shape) - 1))  # distinct losses
     y = torch.randint(0, 3, (shape[0],), generator=torch.Generator().manual_seed(1))
     model = _SizeRecorder()
-    kept_x, kept_y = cf.select_using_loss(x, y, model, F.cross_entropy, keep=0.5, scale_factor=scale_factor,
-                                          generator=torch.Generator().manual_seed(2))
-    small = F.interpolate(x, scale_factor=scale_factor, mode=mode, align_corners=False,
-                          recompute_scale_factor=False)
+    kept_x, kept_y = cf.select_using_loss(
+        x, y, model, F.cross_entropy, keep=0.5, scale_factor=scale_factor, generator=torch.Generator().manual_seed(2)
+    )
+    small = F.interpolate(x, scale_factor=scale_factor, mode=mode, align_corners=False, recompute_scale_factor=False)
     (seen,) = model.seen
     assert seen.shape == (shape[0], 3, *(int(s * scale_factor) for s in shape[2:]))
     torch.testing.assert_close(seen, small)
-    want_x, want_y = _definition(x, y, _eval_losses(_SizeRecorder(), small, y), 0.5,
-                                 torch.Generator().manual_seed(2))
+    want_x, want_y = _definition(x, y, _eval_losses(_SizeRecorder(), small, y), 0.5, torch.Generator().manual_seed(2))
     assert torch.equal(kept_x, want_x) and torch.equal(kept_y, want_y) and kept_x.shape[1:] == x.shape[1:]
 
 
@@ -257,8 +264,9 @@ def test_dense_losses_are_averaged_per_example():
     """A loss of shape (N, L) (a token or pixel loss) ranks each example by its mean."""
     g = torch.Generator().manual_seed(0)
     logits, target = torch.randn(10, 3, 5, generator=g), torch.randint(0, 3, (10, 5), generator=g)
-    kept_x, kept_y = cf.select_using_loss(logits, target, lambda v: v, F.cross_entropy, keep=0.4,
-                                          generator=torch.Generator().manual_seed(4))
+    kept_x, kept_y = cf.select_using_loss(
+        logits, target, lambda v: v, F.cross_entropy, keep=0.4, generator=torch.Generator().manual_seed(4)
+    )
     per_example = F.cross_entropy(logits, target, reduction="none").mean(dim=1)
     want_x, want_y = _definition(logits, target, per_example, 0.4, torch.Generator().manual_seed(4))
     assert torch.equal(kept_x, want_x) and torch.equal(kept_y, want_y)
@@ -280,8 +288,9 @@ def test_dtype_memory_format_and_the_callers_tensors_are_kept(dtype):
     y = torch.randint(0, 3, (6,))
     before_x, before_y = x.clone(), y.clone()
     model = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 3)).to(dtype)
-    kept_x, kept_y = cf.select_using_loss(x, y, model, F.cross_entropy, keep=0.5, scale_factor=0.5,
-                                          generator=torch.Generator().manual_seed(0))
+    kept_x, kept_y = cf.select_using_loss(
+        x, y, model, F.cross_entropy, keep=0.5, scale_factor=0.5, generator=torch.Generator().manual_seed(0)
+    )
     assert kept_x.dtype == dtype and kept_y.dtype == torch.long
     assert kept_x.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(x, before_x) and torch.equal(y, before_y)
@@ -290,8 +299,13 @@ def test_dtype_memory_format_and_the_callers_tensors_are_kept(dtype):
 def test_scoring_leaves_the_models_modes_and_batch_norm_statistics_as_they_were():
     """Scored in eval mode: running statistics and the batch-norm counter unchanged, dropout off,
     and each submodule's own mode given back (here one batch norm is frozen in eval mode)."""
-    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.Dropout(0.5),
-                                torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 3)).train()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(6, 8),
+        torch.nn.BatchNorm1d(8),
+        torch.nn.Dropout(0.5),
+        torch.nn.BatchNorm1d(8),
+        torch.nn.Linear(8, 3),
+    ).train()
     model[3].eval()
     x, y = _batch(16)
     buffers = {k: v.clone() for k, v in model.state_dict().items()}
@@ -306,6 +320,7 @@ def test_scoring_leaves_the_models_modes_and_batch_norm_statistics_as_they_were(
 
 # -- bad input ------------------------------------------------------------------------------------
 
+
 def _bad_loss(output, target):
     return 0
 
@@ -313,10 +328,14 @@ def _bad_loss(output, target):
 def test_a_loss_without_reduction_is_refused_naming_loss_fun():
     """Composer's test: a TypeError that says the loss must take `reduction`."""
     x, y = _batch(4)
-    with pytest.raises(TypeError, match=exactly(
+    with pytest.raises(
+        TypeError,
+        match=exactly(
             "loss_fun=_bad_loss: the loss function must take a keyword argument `reduction`. Selective Backprop calls "
             "it as loss(outputs, target, reduction='none') for per-example losses "
-            "(torch.nn.functional.cross_entropy does)")):
+            "(torch.nn.functional.cross_entropy does)"
+        ),
+    ):
         cf.select_using_loss(x, y, _classifier(), _bad_loss, keep=1, scale_factor=1)
     with pytest.raises(TypeError, match=r"^loss_fun=3: the loss function must be callable"):
         cf.select_using_loss(x, y, _classifier(), 3)
@@ -326,21 +345,33 @@ def test_a_loss_without_reduction_is_refused_naming_loss_fun():
     assert kept[0].shape == (2, 6)  # a loss taking **kwargs is accepted
 
 
-@pytest.mark.parametrize(("loss_fun", "got"), [(lambda o, t, reduction: F.cross_entropy(o, t), "()"),
-                                              (lambda o, t, reduction: 0.5, "float")])
+@pytest.mark.parametrize(
+    ("loss_fun", "got"), [(lambda o, t, reduction: F.cross_entropy(o, t), "()"), (lambda o, t, reduction: 0.5, "float")]
+)
 def test_a_loss_that_does_not_give_one_loss_per_example_is_refused(loss_fun, got):
     x, y = _batch(4)
-    with pytest.raises(ValueError, match=exactly("loss_fun: with reduction='none' it must give one loss per example, "
-                                                 f"shape (4,) or (4, ...), got {got}")):
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            f"loss_fun: with reduction='none' it must give one loss per example, shape (4,) or (4, ...), got {got}"
+        ),
+    ):
         cf.select_using_loss(x, y, _classifier(), loss_fun)
 
 
-@pytest.mark.parametrize(("input", "target", "message"), [
-    (torch.tensor(1.0), torch.tensor([0]), "input: a batch tensor (N, ...) is needed, got ()"),
-    ([[0.5] * 6] * 4, torch.tensor([0, 1, 2, 0]), "input: a batch tensor (N, ...) is needed, got list"),
-    (torch.zeros(4, 6), torch.tensor(1), "target: a tensor with one row per example of input (4) is needed, got ()"),
-    (torch.zeros(4, 6), [0, 1, 2, 0], "target: a tensor with one row per example of input (4) is needed, got list"),
-])
+@pytest.mark.parametrize(
+    ("input", "target", "message"),
+    [
+        (torch.tensor(1.0), torch.tensor([0]), "input: a batch tensor (N, ...) is needed, got ()"),
+        ([[0.5] * 6] * 4, torch.tensor([0, 1, 2, 0]), "input: a batch tensor (N, ...) is needed, got list"),
+        (
+            torch.zeros(4, 6),
+            torch.tensor(1),
+            "target: a tensor with one row per example of input (4) is needed, got ()",
+        ),
+        (torch.zeros(4, 6), [0, 1, 2, 0], "target: a tensor with one row per example of input (4) is needed, got list"),
+    ],
+)
 def test_an_input_or_target_that_is_not_a_batch_is_refused(input, target, message):
     with pytest.raises(ValueError, match=exactly(message)):
         cf.select_using_loss(input, target, _classifier(), F.cross_entropy)
@@ -350,12 +381,20 @@ _KEEP = "the fraction of the batch kept, in (0, 1]"
 _SCALE = "the resize of the input for scoring, in (0, 1] (1 scores at full size)"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"keep": 0}, f"keep=0: {_KEEP}"), ({"keep": 1.5}, f"keep=1.5: {_KEEP}"), ({"keep": -0.5}, f"keep=-0.5: {_KEEP}"),
-    ({"keep": float("nan")}, f"keep=nan: {_KEEP}"), ({"keep": "0.5"}, f"keep='0.5': {_KEEP}"),
-    ({"keep": True}, f"keep=True: {_KEEP}"), ({"scale_factor": 0}, f"scale_factor=0: {_SCALE}"),
-    ({"scale_factor": 2}, f"scale_factor=2: {_SCALE}"), ({"scale_factor": None}, f"scale_factor=None: {_SCALE}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"keep": 0}, f"keep=0: {_KEEP}"),
+        ({"keep": 1.5}, f"keep=1.5: {_KEEP}"),
+        ({"keep": -0.5}, f"keep=-0.5: {_KEEP}"),
+        ({"keep": float("nan")}, f"keep=nan: {_KEEP}"),
+        ({"keep": "0.5"}, f"keep='0.5': {_KEEP}"),
+        ({"keep": True}, f"keep=True: {_KEEP}"),
+        ({"scale_factor": 0}, f"scale_factor=0: {_SCALE}"),
+        ({"scale_factor": 2}, f"scale_factor=2: {_SCALE}"),
+        ({"scale_factor": None}, f"scale_factor=None: {_SCALE}"),
+    ],
+)
 def test_bad_selection_hyperparameters_fail_with_a_clear_error(kwargs, message):
     x, y = _batch(4)
     with pytest.raises(ValueError, match=exactly(message)):
@@ -364,15 +403,21 @@ def test_bad_selection_hyperparameters_fail_with_a_clear_error(kwargs, message):
         cf.select_using_loss(x, y, _classifier(), F.cross_entropy, **kwargs)
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"start": -0.1}, r"start=-0.1, end=0.9: fractions of training with 0 <= start < end <= 1"),
-    ({"start": 0.9}, r"start=0.9, end=0.9: fractions"), ({"end": 1.5}, r"start=0.5, end=1.5: fractions"),
-    ({"start": 0.95}, r"start=0.95, end=0.9: the interval must not end before it starts"),
-    ({"start": "0.5"}, r"start='0.5': must be a number"), ({"end": None}, r"end=None: must be a number"),
-    ({"interrupt": 1}, r"interrupt=1: a full batch every `interrupt` batches, an integer 0 \(never\) or >= 2"),
-    ({"interrupt": -1}, r"interrupt=-1"), ({"interrupt": 2.0}, r"interrupt=2.0"),
-    ({"interrupt": True}, "interrupt=True"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"start": -0.1}, r"start=-0.1, end=0.9: fractions of training with 0 <= start < end <= 1"),
+        ({"start": 0.9}, r"start=0.9, end=0.9: fractions"),
+        ({"end": 1.5}, r"start=0.5, end=1.5: fractions"),
+        ({"start": 0.95}, r"start=0.95, end=0.9: the interval must not end before it starts"),
+        ({"start": "0.5"}, r"start='0.5': must be a number"),
+        ({"end": None}, r"end=None: must be a number"),
+        ({"interrupt": 1}, r"interrupt=1: a full batch every `interrupt` batches, an integer 0 \(never\) or >= 2"),
+        ({"interrupt": -1}, r"interrupt=-1"),
+        ({"interrupt": 2.0}, r"interrupt=2.0"),
+        ({"interrupt": True}, "interrupt=True"),
+    ],
+)
 def test_bad_schedules_fail_with_a_clear_error(kwargs, words):
     with pytest.raises(ValueError, match="^" + words):
         SelectiveBackprop(**kwargs)
@@ -388,19 +433,26 @@ def test_should_selective_backprop_refuses_a_bad_interrupt_or_interval():
 def test_resizing_a_batch_that_is_not_3_to_5_d_is_refused():
     """Composer's test: scale_factor < 1 on a 2-D input is a ValueError."""
     x, y = _batch(4)
-    with pytest.raises(ValueError, match=r"^scale_factor=0.5: resizing needs an input \(N, C, L\), \(N, C, H, W\) "
-                                         r"or \(N, C, D, H, W\), got shape \(4, 6\); use scale_factor=1$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^scale_factor=0.5: resizing needs an input \(N, C, L\), \(N, C, H, W\) "
+        r"or \(N, C, D, H, W\), got shape \(4, 6\); use scale_factor=1$",
+    ):
         cf.select_using_loss(x, y, _classifier(), F.cross_entropy, 1, 0.5)
 
 
 def test_a_target_of_another_batch_size_is_refused():
     x, y = _batch(4)
-    with pytest.raises(ValueError, match=r"^target: a tensor with one row per example of input \(4\) is needed, "
-                                         r"got \(3,\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^target: a tensor with one row per example of input \(4\) is needed, "
+        r"got \(3,\)$",
+    ):
         cf.select_using_loss(x, y[:3], _classifier(), F.cross_entropy)
 
 
 # -- Composer's tests, with our import ------------------------------------------------------------
+
 
 @pytest.mark.parametrize(("epoch", "batch", "interrupt"), [(10, 0, 0), (10, 0, 2), (10, 2, 2)])
 def test_composer_should_select_in_its_interval(epoch, batch, interrupt):
@@ -435,6 +487,7 @@ def test_composer_output_shape_scaled(keep, scale_factor):
 
 # -- the schedule ---------------------------------------------------------------------------------
 
+
 def test_should_selective_backprop_matches_its_definition_on_a_grid():
     durations = [0.0, 0.1, 0.3, 0.49, 0.5, 0.51, 0.7, 0.89, 0.9, 0.95, 1.0]
     for start, end, interrupt in itertools.product([0.0, 0.3, 0.5], [0.5, 0.9, 1.0], [0, 2, 3, 5]):
@@ -446,8 +499,13 @@ def test_should_selective_backprop_matches_its_definition_on_a_grid():
 
 
 def _state_at(batch, total, batch_in_epoch, model=None, precision="fp32"):
-    state = State(model=model if model is not None else torch.nn.Identity(), max_duration=Duration.parse(f"{total}ba"),
-                  loss_fn=F.cross_entropy, precision=precision, seed=0)
+    state = State(
+        model=model if model is not None else torch.nn.Identity(),
+        max_duration=Duration.parse(f"{total}ba"),
+        loss_fn=F.cross_entropy,
+        precision=precision,
+        seed=0,
+    )
     state.timestamp.batch, state.timestamp.batch_in_epoch = batch, batch_in_epoch
     return state
 
@@ -463,6 +521,7 @@ def test_the_defaults_select_on_every_other_batch_from_half_to_nine_tenths():
 
 
 # -- in the Trainer -------------------------------------------------------------------------------
+
 
 class _Snapshot(Algorithm):
     """Listed before SelectiveBackprop: the model (weights and modes) and batch it scores with."""
@@ -481,8 +540,7 @@ class _Snapshot(Algorithm):
 def _selecting_batches(total, per_epoch, start, end, interrupt):
     """Which batches select, by the definition: progress (batches done / total) in [start, end)
     and not an interrupting batch of its epoch."""
-    return [start <= b / total < end and (interrupt == 0 or (b % per_epoch + 1) % interrupt != 0)
-            for b in range(total)]
+    return [start <= b / total < end and (interrupt == 0 or (b % per_epoch + 1) % interrupt != 0) for b in range(total)]
 
 
 @pytest.mark.parametrize(("start", "end", "interrupt"), [(0.3, 0.8, 2), (0.0, 1.0, 0), (0.2, 0.7, 3)])
@@ -529,9 +587,15 @@ def test_in_the_trainer_scoring_leaves_train_mode_and_batch_norm_statistics_as_t
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(4)]
     snapshot, after, seen = _Snapshot(), _After(), Observed()
-    Trainer(_classifier(bn=True), batches, "4ba", algorithms=[snapshot, SelectiveBackprop(start=0.0, interrupt=0),
-                                                             after, seen], seed=0, device="cpu",
-            parallel=parallel).fit()
+    Trainer(
+        _classifier(bn=True),
+        batches,
+        "4ba",
+        algorithms=[snapshot, SelectiveBackprop(start=0.0, interrupt=0), after, seen],
+        seed=0,
+        device="cpu",
+        parallel=parallel,
+    ).fit()
     assert [len(x) for x in seen.inputs] == [4, 4, 4, 4]
     for model, modes, buffers in zip(snapshot.models, after.modes, after.buffers, strict=True):
         assert modes == [m.training for m in model.modules()] and all(modes)
@@ -540,15 +604,28 @@ def test_in_the_trainer_scoring_leaves_train_mode_and_batch_norm_statistics_as_t
 
 def test_dict_batches_are_selected_by_key_and_their_other_items_left_alone():
     g = torch.Generator().manual_seed(0)
-    batches = [{"features": torch.randn(8, 6, generator=g), "label": torch.randint(0, 3, (8,), generator=g),
-                "note": "kept as it is"} for _ in range(2)]
+    batches = [
+        {
+            "features": torch.randn(8, 6, generator=g),
+            "label": torch.randint(0, 3, (8,), generator=g),
+            "note": "kept as it is",
+        }
+        for _ in range(2)
+    ]
     snapshot, seen = _Snapshot(), Observed(input_key="features", target_key="label")
     algo = SelectiveBackprop(start=0.0, keep=0.5, interrupt=0, input_key="features", target_key="label")
-    Trainer(_classifier(), batches, "2ba", algorithms=[snapshot, algo, seen], seed=0, device="cpu",
-            input_key="features", target_key="label").fit()
+    Trainer(
+        _classifier(),
+        batches,
+        "2ba",
+        algorithms=[snapshot, algo, seen],
+        seed=0,
+        device="cpu",
+        input_key="features",
+        target_key="label",
+    ).fit()
     replayed = replayed_generator(SelectiveBackprop, seed=0)
-    for batch, model, x_seen, y_seen in zip(snapshot.batches, snapshot.models, seen.inputs, seen.targets,
-                                            strict=True):
+    for batch, model, x_seen, y_seen in zip(snapshot.batches, snapshot.models, seen.inputs, seen.targets, strict=True):
         x, y = batch["features"], batch["label"]
         want_x, want_y = _definition(x, y, _eval_losses(model, x, y), 0.5, replayed)
         assert torch.equal(x_seen, want_x) and torch.equal(y_seen, want_y)
@@ -559,8 +636,14 @@ def test_keep_1_in_the_trainer_never_scores():
     calls = []
     model = _classifier()
     model.register_forward_hook(lambda m, i, o: calls.append(len(i[0])))
-    trainer = Trainer(model, [_batch(6)] * 3, "3ba", algorithms=[SelectiveBackprop(start=0.0, keep=1, interrupt=0)],
-                      seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        [_batch(6)] * 3,
+        "3ba",
+        algorithms=[SelectiveBackprop(start=0.0, keep=1, interrupt=0)],
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     assert calls == [6, 6, 6]  # the training forward passes alone
     assert [t.event for t in trainer.engine.trace if "SelectiveBackprop" in t.algorithms] == [Event.INIT]
@@ -576,8 +659,9 @@ def test_the_class_scores_on_the_input_resized_by_its_scale_factor():
     assert algo.match(Event.AFTER_DATALOADER, state)
     algo.apply(Event.AFTER_DATALOADER, state)
     (seen,) = recorder.seen
-    torch.testing.assert_close(seen, F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=False,
-                                                   recompute_scale_factor=False))
+    torch.testing.assert_close(
+        seen, F.interpolate(x, scale_factor=0.5, mode="bilinear", align_corners=False, recompute_scale_factor=False)
+    )
     assert state.batch[0].shape == (4, 3, 8, 6)
 
 
@@ -586,8 +670,15 @@ def test_under_amp_bf16_the_scoring_pass_runs_in_the_trainers_autocast():
     dtypes = []
     model = _classifier()
     model.register_forward_hook(lambda m, i, o: dtypes.append((torch.is_grad_enabled(), o.dtype)))
-    Trainer(model, [_batch(8)], "1ba", algorithms=[SelectiveBackprop(start=0.0, interrupt=0)], seed=0, device="cpu",
-            precision="amp_bf16").fit()
+    Trainer(
+        model,
+        [_batch(8)],
+        "1ba",
+        algorithms=[SelectiveBackprop(start=0.0, interrupt=0)],
+        seed=0,
+        device="cpu",
+        precision="amp_bf16",
+    ).fit()
     assert dtypes == [(False, torch.bfloat16), (True, torch.bfloat16)]  # the scoring pass, then the training one
 
 
@@ -595,16 +686,25 @@ def test_a_trainer_loss_without_reduction_is_refused_before_training():
     def loss(outputs, target):
         return F.cross_entropy(outputs, target)
 
-    with pytest.raises(TypeError, match=r"^Trainer loss_fn=loss: the loss function must take a keyword argument "
-                                        r"`reduction`\."):
+    with pytest.raises(
+        TypeError,
+        match=r"^Trainer loss_fn=loss: the loss function must take a keyword argument "
+        r"`reduction`\.",
+    ):
         Trainer(_classifier(), [_batch(6)], "1ba", loss_fn=loss, algorithms=[SelectiveBackprop()], device="cpu")
 
 
 def test_seeded_runs_repeat_and_the_seed_matters():
     def run(seed):
         seen = Observed()
-        Trainer(_classifier(), [_batch(16, seed=s) for s in range(2)], "2ba", seed=seed, device="cpu",
-                algorithms=[SelectiveBackprop(start=0.0, interrupt=0), seen]).fit()
+        Trainer(
+            _classifier(),
+            [_batch(16, seed=s) for s in range(2)],
+            "2ba",
+            seed=seed,
+            device="cpu",
+            algorithms=[SelectiveBackprop(start=0.0, interrupt=0), seen],
+        ).fit()
         return seen.targets
 
     first = run(0)
@@ -618,19 +718,38 @@ def test_listed_before_mixup_the_kept_rows_are_mixed_and_after_it_the_mixing_ref
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(10, 6, generator=g), torch.randint(0, 3, (10,), generator=g)) for _ in range(2)]
     seen = Observed()
-    Trainer(_classifier(), batches, "2ba", seed=0, device="cpu",
-            algorithms=[SelectiveBackprop(start=0.0, keep=0.4, interrupt=0), MixUp(alpha=1.0), seen]).fit()
+    Trainer(
+        _classifier(),
+        batches,
+        "2ba",
+        seed=0,
+        device="cpu",
+        algorithms=[SelectiveBackprop(start=0.0, keep=0.4, interrupt=0), MixUp(alpha=1.0), seen],
+    ).fit()
     assert [len(x) for x in seen.inputs] == [4, 4] and all(t.shape == (4, 3) for t in seen.targets)
     with pytest.raises(ValueError, match="a method listed after MixUp changed the batch size"):
-        Trainer(_classifier(), batches, "2ba", seed=0, device="cpu",
-                algorithms=[MixUp(alpha=1.0), SelectiveBackprop(start=0.0, keep=0.4, interrupt=0)]).fit()
+        Trainer(
+            _classifier(),
+            batches,
+            "2ba",
+            seed=0,
+            device="cpu",
+            algorithms=[MixUp(alpha=1.0), SelectiveBackprop(start=0.0, keep=0.4, interrupt=0)],
+        ).fit()
 
 
 # -- on a GPU -------------------------------------------------------------------------------------
 
+
 def _cuda_state(model, batch, precision="fp32"):
-    state = State(model=model, max_duration=Duration.parse("10ba"), loss_fn=F.cross_entropy, precision=precision,
-                  device=torch.device("cuda"), seed=0)
+    state = State(
+        model=model,
+        max_duration=Duration.parse("10ba"),
+        loss_fn=F.cross_entropy,
+        precision=precision,
+        device=torch.device("cuda"),
+        seed=0,
+    )
     state.timestamp.batch = state.timestamp.batch_in_epoch = 6  # progress 0.6, batch 7 of the epoch: it selects
     state.batch = batch
     return state
@@ -641,8 +760,14 @@ def _cuda_state(model, batch, precision="fp32"):
 def test_on_cuda_the_selection_stays_on_the_device_and_matches_the_cpu(dtype):
     x, y = _batch(16)
     model = _classifier(bn=True)
-    kept_x, kept_y = cf.select_using_loss(x.cuda().to(dtype), y.cuda(), copy.deepcopy(model).cuda().to(dtype),
-                                          F.cross_entropy, keep=0.5, generator=torch.Generator().manual_seed(0))
+    kept_x, kept_y = cf.select_using_loss(
+        x.cuda().to(dtype),
+        y.cuda(),
+        copy.deepcopy(model).cuda().to(dtype),
+        F.cross_entropy,
+        keep=0.5,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert kept_x.device.type == "cuda" and kept_x.dtype == dtype and kept_y.device.type == "cuda"
     if dtype == torch.float32:  # float16 losses may tie or reorder
         want_x, want_y = _definition(x, y, _eval_losses(model, x, y), 0.5, torch.Generator().manual_seed(0))
@@ -654,8 +779,13 @@ def test_on_cuda_the_selection_stays_on_the_device_and_matches_the_cpu(dtype):
 @pytest.mark.parametrize("precision", ["fp32", "amp_bf16"])
 def test_on_cuda_the_class_makes_no_host_sync(precision):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.AdaptiveAvgPool2d(1),
-                                torch.nn.Flatten(), torch.nn.Linear(8, 4)).cuda()
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+    ).cuda()
     batch = (torch.randn(32, 3, 16, 16, device="cuda"), torch.randint(0, 4, (32,), device="cuda"))
     algo = SelectiveBackprop(keep=0.25, scale_factor=0.5)
     state = _cuda_state(model, batch, precision)
@@ -672,19 +802,18 @@ def test_on_cuda_the_class_makes_no_host_sync(precision):
     assert all(torch.equal(v, buffers[k]) for k, v in model.state_dict().items()) and model.training
 
 
-
 def test_it_reports_the_batches_it_cut_and_the_examples_they_lost():
     batches = [_batch(8, seed=i) for i in range(4)]
     # interval [0, 1), a full batch every other batch: batches 1 and 3 are selected, keeping 4 of 8
     algo = SelectiveBackprop(start=0.0, end=1.0, keep=0.5, interrupt=2)
     trainer = Trainer(_classifier(), batches, "4ba", algorithms=[algo], seed=0, device="cpu")
     trainer.fit()
-    assert trainer.method_log.records["SelectiveBackprop"]["activity"] == {"batches_selected": 2,
-                                                                          "examples_dropped": 8}
+    assert trainer.method_log.records["SelectiveBackprop"]["activity"] == {"batches_selected": 2, "examples_dropped": 8}
 
 
 def test_keeping_every_example_did_not_act():
-    trainer = Trainer(_classifier(), [_batch(8)], "1ba", algorithms=[SelectiveBackprop(start=0.0, keep=1.0)],
-                      seed=0, device="cpu")
+    trainer = Trainer(
+        _classifier(), [_batch(8)], "1ba", algorithms=[SelectiveBackprop(start=0.0, keep=1.0)], seed=0, device="cpu"
+    )
     trainer.fit()
     assert not trainer.method_log.acted("SelectiveBackprop")

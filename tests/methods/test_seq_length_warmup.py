@@ -35,10 +35,14 @@ def _lm_batch(n=4, length=32, seed=0, padded=False):
 
 # -- Composer's checks (tests/algorithms/test_seq_length_warmup.py), re-expressed ----------------
 
+
 def _check_truncation(before, after, length, preserve_end_of_sequence):
     assert set(after) == set(before)  # no key removed or added
-    lengths = ([int(m.sum()) for m in before["attention_mask"]] if "attention_mask" in before
-               else [before["input_ids"].shape[1]] * before["input_ids"].shape[0])
+    lengths = (
+        [int(m.sum()) for m in before["attention_mask"]]
+        if "attention_mask" in before
+        else [before["input_ids"].shape[1]] * before["input_ids"].shape[0]
+    )
     for k in before:
         assert after[k].shape[0] == before[k].shape[0]  # batch size unchanged
         assert after[k].shape[1] == min(before[k].shape[1], length)
@@ -53,7 +57,7 @@ def _check_reshaping(before, after, length):
     for k in before:
         assert after[k].shape == shape  # every tensor the same shape
         assert after[k].numel() >= before[k].numel() - length  # at most one row's worth dropped
-        assert torch.equal(after[k][0], before[k][0, :shape[1]])  # order kept
+        assert torch.equal(after[k][0], before[k][0, : shape[1]])  # order kept
 
 
 @pytest.mark.parametrize(("truncate", "preserve"), [(True, True), (True, False), (False, False)])
@@ -73,8 +77,9 @@ def test_composers_functional_checks(curr_seq_len, truncate, preserve):
 def test_composers_algorithm_checks(truncate, preserve):
     """Two batches, duration 0.5, lengths 8 then 16: the minimum at the first batch, the maximum at
     the second."""
-    warmup = SeqLengthWarmup(duration=0.5, min_seq_length=8, max_seq_length=16, truncate=truncate,
-                             preserve_end_of_sequence=preserve)
+    warmup = SeqLengthWarmup(
+        duration=0.5, min_seq_length=8, max_seq_length=16, truncate=truncate, preserve_end_of_sequence=preserve
+    )
     state = State(model=torch.nn.Identity(), max_duration=Duration.parse("2ba"), dataloader_len=2)
     for length in (8, 16):
         before = _lm_batch(length=32, padded=True)
@@ -89,6 +94,7 @@ def test_composers_algorithm_checks(truncate, preserve):
 
 
 # -- the functional form against its definition ------------------------------------------------
+
 
 @pytest.mark.parametrize("curr_seq_len", [1, 5, 16, 31])
 def test_truncating_keeps_the_first_positions_of_every_tensor(curr_seq_len):
@@ -138,8 +144,7 @@ def test_labels_stay_aligned_with_the_inputs(curr_seq_len, truncate):
     batch = _lm_batch(length=32)
     pairs = set(zip(batch["input_ids"].reshape(-1).tolist(), batch["labels"].reshape(-1).tolist(), strict=True))
     out = cf.set_batch_sequence_length(batch, curr_seq_len, truncate)
-    assert set(zip(out["input_ids"].reshape(-1).tolist(), out["labels"].reshape(-1).tolist(),
-                   strict=True)) <= pairs
+    assert set(zip(out["input_ids"].reshape(-1).tolist(), out["labels"].reshape(-1).tolist(), strict=True)) <= pairs
     if truncate:
         assert torch.equal(out["labels"][:, :-1], out["input_ids"][:, 1:])
     flat_in, flat_lab = batch["input_ids"].reshape(-1), batch["labels"].reshape(-1)
@@ -158,8 +163,10 @@ def test_preserve_end_of_sequence_is_composers_example():
 
 
 def test_preserve_end_of_sequence_reads_the_end_from_the_attention_mask():
-    batch = {"input_ids": torch.tensor([[1, 2, 3, 4, 5, 0], [6, 7, 0, 0, 0, 0]]),
-             "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0]])}
+    batch = {
+        "input_ids": torch.tensor([[1, 2, 3, 4, 5, 0], [6, 7, 0, 0, 0, 0]]),
+        "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 0, 0, 0, 0]]),
+    }
     out = cf.set_batch_sequence_length(batch, 3, preserve_end_of_sequence=True)
     assert out["input_ids"].tolist() == [[1, 2, 5], [6, 7, 0]]  # a row already short is kept as it is
     assert out["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
@@ -173,40 +180,57 @@ def test_preserve_end_of_sequence_is_ignored_when_reshaping():
 
 
 def test_keeps_dtype_and_device_of_every_tensor():
-    batch = {"input_ids": torch.randint(0, 9, (2, 16), dtype=torch.int32),
-             "weights": torch.rand(2, 16, dtype=torch.float64)}
+    batch = {
+        "input_ids": torch.randint(0, 9, (2, 16), dtype=torch.int32),
+        "weights": torch.rand(2, 16, dtype=torch.float64),
+    }
     for truncate in (True, False):
         out = cf.set_batch_sequence_length(batch, 8, truncate)
         assert out["input_ids"].dtype == torch.int32 and out["weights"].dtype == torch.float64
 
 
-NEEDS_A_MAPPING = ("batch: Sequence Length Warmup needs a mapping of tensors such as "
-                   "{'input_ids': (N, T), 'labels': (N, T)}")
+NEEDS_A_MAPPING = (
+    "batch: Sequence Length Warmup needs a mapping of tensors such as {'input_ids': (N, T), 'labels': (N, T)}"
+)
 DURATION = "the fraction of training to warm up over, in [0, 1]"
 
 
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda b: cf.set_batch_sequence_length(b, 0), "curr_seq_len=0: must be an integer >= 1"),
-    (lambda b: cf.set_batch_sequence_length(b, 2.5), "curr_seq_len=2.5: must be an integer >= 1"),
-    (lambda b: cf.set_batch_sequence_length([b["input_ids"]], 4), f"{NEEDS_A_MAPPING}, got list"),
-    (lambda b: cf.set_batch_sequence_length({"ids": [1, 2]}, 4), f"{NEEDS_A_MAPPING}, got dict"),
-    (lambda b: cf.set_batch_sequence_length({**b, "class": torch.zeros(4)}, 4),
-     "batch['class']: shape (4,); truncating needs every tensor to have a sequence dimension (N, T, ...)"),
-    (lambda b: cf.set_batch_sequence_length({"class": torch.zeros(4), **b}, 4),  # the 1-D tensor first
-     "batch['class']: shape (4,); truncating needs every tensor to have a sequence dimension (N, T, ...)"),
-    (lambda b: cf.set_batch_sequence_length({"labels": b["labels"]}, 4, truncate=False),
-     "batch: reshaping (truncate=False) needs 'input_ids', whose shape every tensor shares"),
-    (lambda b: cf.set_batch_sequence_length({**b, "labels": b["labels"][:, :5]}, 4, truncate=False),
-     "batch['labels']: shape (4, 5); reshaping (truncate=False) needs every tensor to have input_ids' shape (4, 16)"),
-    (lambda b: SeqLengthWarmup(duration=1.5), f"duration=1.5: {DURATION}"),
-    (lambda b: SeqLengthWarmup(duration=True), f"duration=True: {DURATION}"),
-    (lambda b: SeqLengthWarmup(duration="0.5"), f"duration='0.5': {DURATION}"),
-    (lambda b: SeqLengthWarmup(min_seq_length=0), "min_seq_length=0: must be an integer >= 1"),
-    (lambda b: SeqLengthWarmup(max_seq_length=0), "max_seq_length=0: must be an integer >= 1"),
-    (lambda b: SeqLengthWarmup(min_seq_length=64, max_seq_length=32),
-     "max_seq_length=32: must be >= min_seq_length=64"),
-    (lambda b: SeqLengthWarmup(step_size=0), "step_size=0: must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda b: cf.set_batch_sequence_length(b, 0), "curr_seq_len=0: must be an integer >= 1"),
+        (lambda b: cf.set_batch_sequence_length(b, 2.5), "curr_seq_len=2.5: must be an integer >= 1"),
+        (lambda b: cf.set_batch_sequence_length([b["input_ids"]], 4), f"{NEEDS_A_MAPPING}, got list"),
+        (lambda b: cf.set_batch_sequence_length({"ids": [1, 2]}, 4), f"{NEEDS_A_MAPPING}, got dict"),
+        (
+            lambda b: cf.set_batch_sequence_length({**b, "class": torch.zeros(4)}, 4),
+            "batch['class']: shape (4,); truncating needs every tensor to have a sequence dimension (N, T, ...)",
+        ),
+        (
+            lambda b: cf.set_batch_sequence_length({"class": torch.zeros(4), **b}, 4),  # the 1-D tensor first
+            "batch['class']: shape (4,); truncating needs every tensor to have a sequence dimension (N, T, ...)",
+        ),
+        (
+            lambda b: cf.set_batch_sequence_length({"labels": b["labels"]}, 4, truncate=False),
+            "batch: reshaping (truncate=False) needs 'input_ids', whose shape every tensor shares",
+        ),
+        (
+            lambda b: cf.set_batch_sequence_length({**b, "labels": b["labels"][:, :5]}, 4, truncate=False),
+            "batch['labels']: shape (4, 5); reshaping (truncate=False) needs every tensor to have "
+            "input_ids' shape (4, 16)",
+        ),
+        (lambda b: SeqLengthWarmup(duration=1.5), f"duration=1.5: {DURATION}"),
+        (lambda b: SeqLengthWarmup(duration=True), f"duration=True: {DURATION}"),
+        (lambda b: SeqLengthWarmup(duration="0.5"), f"duration='0.5': {DURATION}"),
+        (lambda b: SeqLengthWarmup(min_seq_length=0), "min_seq_length=0: must be an integer >= 1"),
+        (lambda b: SeqLengthWarmup(max_seq_length=0), "max_seq_length=0: must be an integer >= 1"),
+        (
+            lambda b: SeqLengthWarmup(min_seq_length=64, max_seq_length=32),
+            "max_seq_length=32: must be >= min_seq_length=64",
+        ),
+        (lambda b: SeqLengthWarmup(step_size=0), "step_size=0: must be an integer >= 1"),
+    ],
+)
 def test_bad_input_is_a_value_error_naming_the_argument(call, message):
     batch = _lm_batch(length=16)
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
@@ -223,6 +247,7 @@ def test_a_batch_without_a_sequence_dimension_is_left_as_it_is(truncate):
 
 # -- the schedule ------------------------------------------------------------------------------
 
+
 def _formula(b, total, duration, low, high, step):
     """The length at batch b of total: linear from low at 0 to high at duration, in steps."""
     warm = duration * total  # batches of warmup
@@ -231,10 +256,19 @@ def _formula(b, total, duration, low, high, step):
     return min(low + step * math.floor(b * ((high - low) // step) / warm), high)
 
 
-@pytest.mark.parametrize(("total", "duration", "low", "high", "step"), [
-    (100, 0.3, 8, 128, 8), (10, 0.5, 16, 128, 16), (7, 1.0, 8, 64, 8), (40, 0.25, 5, 100, 7), (6, 0.3, 8, 128, 8),
-    (3, 0.3, 8, 1024, 8), (5, 0.0, 8, 128, 8), (8, 0.5, 32, 32, 8),
-])
+@pytest.mark.parametrize(
+    ("total", "duration", "low", "high", "step"),
+    [
+        (100, 0.3, 8, 128, 8),
+        (10, 0.5, 16, 128, 16),
+        (7, 1.0, 8, 64, 8),
+        (40, 0.25, 5, 100, 7),
+        (6, 0.3, 8, 128, 8),
+        (3, 0.3, 8, 1024, 8),
+        (5, 0.0, 8, 128, 8),
+        (8, 0.5, 32, 32, 8),
+    ],
+)
 def test_the_length_at_each_batch_is_the_formula(total, duration, low, high, step):
     warmup = SeqLengthWarmup(duration=duration, min_seq_length=low, max_seq_length=high, step_size=step)
     got = [warmup.sequence_length(Fraction(b, total)) for b in range(total)]
@@ -316,15 +350,23 @@ def test_in_the_trainer_each_batch_has_the_schedules_length(truncate):
     kept = copy.deepcopy(batches)
     warmup = SeqLengthWarmup(duration=0.75, min_seq_length=16, max_seq_length=128, step_size=16, truncate=truncate)
     recorder = _Recorder()
-    trainer = Trainer(transformer_tiny(VOCAB), batches, "4ba", loss_fn=lm_loss, input_key="input_ids",
-                      target_key="labels", algorithms=[warmup, recorder], seed=0)
+    trainer = Trainer(
+        transformer_tiny(VOCAB),
+        batches,
+        "4ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[warmup, recorder],
+        seed=0,
+    )
     trainer.fit()
     lengths = [_formula(b, 4, Fraction(3, 4), 16, 128, 16) for b in range(4)]
     assert lengths == [16, 48, 80, 128]  # 16 + 16 * floor(b * 7 / 3)
     for seen, length, given in zip(recorder.seen, lengths, batches, strict=True):
         assert seen["input_ids"].shape[1] == length
         assert seen["input_ids"].shape[0] == (2 if truncate else 2 * 128 // length)
-        want = given["labels"][:, :length] if truncate else given["labels"].reshape(-1)[:seen["labels"].numel()]
+        want = given["labels"][:, :length] if truncate else given["labels"].reshape(-1)[: seen["labels"].numel()]
         assert torch.equal(seen["labels"].reshape(-1), want.reshape(-1))
     assert all(torch.equal(a[k], b[k]) for a, b in zip(batches, kept, strict=True) for k in a)
 
@@ -333,10 +375,19 @@ def test_in_the_trainer_an_epoch_duration_counts_batches_of_the_loader():
     batches = [_lm_batch(n=2, length=64, seed=s) for s in range(2)]
     warmup = SeqLengthWarmup(duration=0.5, min_seq_length=16, max_seq_length=64, step_size=16)
     recorder = _Recorder()
-    Trainer(transformer_tiny(VOCAB), batches, "2ep", loss_fn=lm_loss, input_key="input_ids", target_key="labels",
-            algorithms=[warmup, recorder], seed=0).fit()
-    assert [s["input_ids"].shape[1] for s in recorder.seen] == [_formula(b, 4, Fraction(1, 2), 16, 64, 16)
-                                                             for b in range(4)]
+    Trainer(
+        transformer_tiny(VOCAB),
+        batches,
+        "2ep",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[warmup, recorder],
+        seed=0,
+    ).fit()
+    assert [s["input_ids"].shape[1] for s in recorder.seen] == [
+        _formula(b, 4, Fraction(1, 2), 16, 64, 16) for b in range(4)
+    ]
 
 
 def test_the_figure_is_the_schedule():
@@ -351,7 +402,16 @@ def test_it_reports_the_batches_it_shortened():
     """Over 4 batches warming up over the first half: 8, then 16 tokens of 32, then the full 32."""
     batches = [_lm_batch(seed=i) for i in range(4)]
     warmup = SeqLengthWarmup(duration=0.5, min_seq_length=8, max_seq_length=32, step_size=8)
-    trainer = Trainer(transformer_tiny(VOCAB), batches, "4ba", loss_fn=lm_loss, input_key="input_ids",
-                      target_key="labels", algorithms=[warmup], seed=0, device="cpu")
+    trainer = Trainer(
+        transformer_tiny(VOCAB),
+        batches,
+        "4ba",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[warmup],
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     assert trainer.method_log.records["SeqLengthWarmup"]["activity"] == {"batches_shortened": 2}

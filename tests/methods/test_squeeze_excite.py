@@ -35,8 +35,9 @@ def _definition(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Te
 
 def _simple_conv_model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(4, 2))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)
+    )
 
 
 def test_the_block_is_the_definition():
@@ -64,8 +65,11 @@ def test_a_replaced_convolution_is_the_convolution_then_the_block():
 def test_on_resnet20_the_convolutions_wide_enough_on_both_sides_get_a_block(min_channels, expected):
     torch.manual_seed(0)
     model = resnet20(10)
-    wide = [name for name, m in model.named_modules()
-            if isinstance(m, nn.Conv2d) and min(m.in_channels, m.out_channels) >= min_channels]
+    wide = [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Conv2d) and min(m.in_channels, m.out_channels) >= min_channels
+    ]
     assert len(wide) == expected
     assert cf.apply_squeeze_excite(model, latent_channels=0.25, min_channels=min_channels) == expected
     modules = dict(model.named_modules())
@@ -100,9 +104,10 @@ def test_the_modules_default_to_an_eighth_of_the_channels():
     assert SqueezeExciteConv2d(nn.Conv2d(8, 32, 3)).se.latent_channels == 4
 
 
-@pytest.mark.parametrize(("latent_channels", "channels", "expected"),
-                         [(64, 32, 64), (8, 32, 8), (0.25, 32, 8), (0.25, 64, 16), (0.125, 6, 1), (0.01, 16, 1),
-                          (1, 16, 1), (3.0, 16, 3)])
+@pytest.mark.parametrize(
+    ("latent_channels", "channels", "expected"),
+    [(64, 32, 64), (8, 32, 8), (0.25, 32, 8), (0.25, 64, 16), (0.125, 6, 1), (0.01, 16, 1), (1, 16, 1), (3.0, 16, 3)],
+)
 def test_latent_channels_are_a_count_or_a_fraction_of_at_least_one(latent_channels, channels, expected):
     assert SqueezeExcite2d(channels, latent_channels).latent_channels == expected
 
@@ -179,16 +184,20 @@ _LATENT = "must be a whole number of channels >= 1 or a fraction in (0, 1) of th
 _MIN = "must be an integer >= 0 (channels a convolution needs on both sides to get a block)"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"latent_channels": 0}, f"latent_channels=0: {_LATENT}"),
-    ({"latent_channels": -0.5}, f"latent_channels=-0.5: {_LATENT}"),
-    ({"latent_channels": 1.5}, f"latent_channels=1.5: {_LATENT}"),
-    ({"latent_channels": True}, f"latent_channels=True: {_LATENT}"),
-    ({"latent_channels": float("nan")}, f"latent_channels=nan: {_LATENT}"),
-    ({"latent_channels": "8"}, f"latent_channels='8': {_LATENT}"),
-    ({"min_channels": -1}, f"min_channels=-1: {_MIN}"), ({"min_channels": 2.0}, f"min_channels=2.0: {_MIN}"),
-    ({"min_channels": None}, f"min_channels=None: {_MIN}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"latent_channels": 0}, f"latent_channels=0: {_LATENT}"),
+        ({"latent_channels": -0.5}, f"latent_channels=-0.5: {_LATENT}"),
+        ({"latent_channels": 1.5}, f"latent_channels=1.5: {_LATENT}"),
+        ({"latent_channels": True}, f"latent_channels=True: {_LATENT}"),
+        ({"latent_channels": float("nan")}, f"latent_channels=nan: {_LATENT}"),
+        ({"latent_channels": "8"}, f"latent_channels='8': {_LATENT}"),
+        ({"min_channels": -1}, f"min_channels=-1: {_MIN}"),
+        ({"min_channels": 2.0}, f"min_channels=2.0: {_MIN}"),
+        ({"min_channels": None}, f"min_channels=None: {_MIN}"),
+    ],
+)
 def test_bad_hyperparameters_are_refused_naming_them(kwargs, message):
     match = f"^{re.escape(message)}$"
     with pytest.raises(ValueError, match=match):
@@ -226,9 +235,15 @@ def test_in_the_trainer_the_blocks_are_added_at_init_and_trained(built_before):
     model = _simple_conv_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5) if built_before else None
     snapshot, seen = _SnapshotAtInit(), Observed()
-    trainer = Trainer(model, batches, "3ba", optimizer=optimizer,
-                      algorithms=[SqueezeExcite(latent_channels=0.5, min_channels=3), snapshot, seen], seed=0,
-                      device="cpu")
+    trainer = Trainer(
+        model,
+        batches,
+        "3ba",
+        optimizer=optimizer,
+        algorithms=[SqueezeExcite(latent_channels=0.5, min_channels=3), snapshot, seen],
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     trained = trainer.state.model
     assert isinstance(trained[0], SqueezeExciteConv2d) and isinstance(trained[2], SqueezeExciteConv2d)

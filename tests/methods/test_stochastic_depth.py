@@ -128,8 +128,9 @@ def test_drop_rate_one_returns_the_input_and_zero_never_does():
     """Composer's test_stochastic_bottleneck_drop / _keep, for both block classes."""
     x = torch.relu(torch.randn(4, 8, 6, 6))
     for block in (BasicBlock(8, 8), Bottleneck(8, 2)):
-        dropping = cf.apply_stochastic_depth(nn.Sequential(block), type(block).__name__, drop_rate=1.0,
-                                             drop_distribution="uniform")[0]
+        dropping = cf.apply_stochastic_depth(
+            nn.Sequential(block), type(block).__name__, drop_rate=1.0, drop_distribution="uniform"
+        )[0]
         assert dropping(x) is x
         dropping.drop_rate = 0.0
         assert dropping(x) is not x
@@ -157,6 +158,7 @@ def test_empirical_drop_frequency_matches_each_blocks_rate():
                 dropped[i] += output is inputs[0]
             else:  # a dropped projection block returns ReLU of the projection
                 dropped[i] += torch.equal(output, torch.relu(block.downsample(inputs[0])))
+
         return hook
 
     for i, block in enumerate(blocks):
@@ -205,8 +207,9 @@ def test_sample_mode_drops_the_branch_per_example():
     both occur in one batch, and the share dropped is binomial around the rate."""
     torch.manual_seed(0)
     block = BasicBlock(4, 4)
-    model = cf.apply_stochastic_depth(nn.Sequential(block), "BasicBlock", "sample", drop_rate=0.5,
-                                      drop_distribution="uniform")
+    model = cf.apply_stochastic_depth(
+        nn.Sequential(block), "BasicBlock", "sample", drop_rate=0.5, drop_distribution="uniform"
+    )
     x = torch.relu(torch.randn(2000, 4, 5, 5))
     with torch.no_grad():
         full = torch.relu(block.bn2(block.conv2(torch.relu(block.bn1(block.conv1(x))))) + x)
@@ -225,8 +228,9 @@ def test_sample_mode_draws_from_the_blocks_own_generator():
     """With a generator of its own a sample-mode block repeats its per-example draws for the same
     seed, whatever torch's global generator holds, and leaves the global generator alone."""
     block = BasicBlock(4, 4)
-    model = cf.apply_stochastic_depth(nn.Sequential(block), "BasicBlock", "sample", drop_rate=0.5,
-                                      drop_distribution="uniform")
+    model = cf.apply_stochastic_depth(
+        nn.Sequential(block), "BasicBlock", "sample", drop_rate=0.5, drop_distribution="uniform"
+    )
     x = torch.relu(torch.randn(64, 4, 3, 3, generator=torch.Generator().manual_seed(0)))
 
     def dropped(seed, global_seed):
@@ -255,10 +259,18 @@ class _Rates(Algorithm):
         self.rates.append([b.drop_rate for b in _blocks(state.model)])
 
 
-@pytest.mark.parametrize(("drop_warmup", "factors"), [(0.5, [0, 0.5, 1, 1]), ("2ba", [0, 0.5, 1, 1]),
-                                                     (1.0, [0, 0.25, 0.5, 0.75]), (1, [0, 0.25, 0.5, 0.75]),
-                                                     ("2ep", [0, 0.125, 0.25, 0.375]),
-                                                     (0.0, [1, 1, 1, 1]), (None, [1, 1, 1, 1])])
+@pytest.mark.parametrize(
+    ("drop_warmup", "factors"),
+    [
+        (0.5, [0, 0.5, 1, 1]),
+        ("2ba", [0, 0.5, 1, 1]),
+        (1.0, [0, 0.25, 0.5, 0.75]),
+        (1, [0, 0.25, 0.5, 0.75]),
+        ("2ep", [0, 0.125, 0.25, 0.375]),
+        (0.0, [1, 1, 1, 1]),
+        (None, [1, 1, 1, 1]),
+    ],
+)
 def test_in_the_trainer_the_drop_rates_warm_up(drop_warmup, factors):
     """Four batches, one epoch: at each BATCH_START every block's rate is its full rate times
     min(elapsed / drop_warmup, 1), Composer's test_drop_rate_warmup (in epochs, the batches of
@@ -267,8 +279,14 @@ def test_in_the_trainer_the_drop_rates_warm_up(drop_warmup, factors):
     batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 10, (4,), generator=g)) for _ in range(4)]
     rates = _Rates()
     warmup = {} if drop_warmup is None else {"drop_warmup": drop_warmup}
-    trainer = Trainer(resnet20(), batches, "4ba", seed=0, device="cpu", algorithms=[
-        StochasticDepth("BasicBlock", drop_rate=0.4, **warmup), rates])
+    trainer = Trainer(
+        resnet20(),
+        batches,
+        "4ba",
+        seed=0,
+        device="cpu",
+        algorithms=[StochasticDepth("BasicBlock", drop_rate=0.4, **warmup), rates],
+    )
     trainer.fit()
     full = _expected_rates(9, 0.4, "linear")
     assert len(rates.rates) == 4
@@ -279,16 +297,22 @@ def test_in_the_trainer_the_drop_rates_warm_up(drop_warmup, factors):
     assert [b.drop_rate for b in _blocks(trainer.state.model)] == pytest.approx([factors[-1] * r for r in full])
 
 
-@pytest.mark.parametrize(("drop_warmup", "events"), [(0.0, [Event.INIT]), ("2ba", [Event.INIT, Event.BATCH_START]),
-                                                     (0.5, [Event.INIT, Event.BATCH_START])])
+@pytest.mark.parametrize(
+    ("drop_warmup", "events"),
+    [(0.0, [Event.INIT]), ("2ba", [Event.INIT, Event.BATCH_START]), (0.5, [Event.INIT, Event.BATCH_START])],
+)
 def test_it_matches_init_and_with_a_warmup_each_batch_start(drop_warmup, events):
     algo = StochasticDepth("BasicBlock", drop_warmup=drop_warmup)
     assert [e for e in Event if algo.match(e, None)] == events
 
 
-@pytest.mark.parametrize(("kwargs", "rates"), [
-    ({}, [0.4 / 3, 0.8 / 3, 0.4]), ({"drop_distribution": "uniform"}, [0.4] * 3),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "rates"),
+    [
+        ({}, [0.4 / 3, 0.8 / 3, 0.4]),
+        ({"drop_distribution": "uniform"}, [0.4] * 3),
+    ],
+)
 def test_at_init_the_class_gives_the_rates_its_arguments_say(kwargs, rates):
     from algorithms.core import State
     from algorithms.core.time import Duration
@@ -335,15 +359,20 @@ def test_nothing_to_replace_warns_and_applying_twice_changes_nothing():
     assert _blocks(model)[-1].drop_rate == pytest.approx(0.2)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"target_layer_name": "nonsense_pt2"},
-     "target_layer_name='nonsense_pt2': use one of BasicBlock, Bottleneck, ResNetBottleneck"),
-    ({"stochastic_method": "nonsense"}, "stochastic_method='nonsense': use 'block' or 'sample'"),
-    ({"drop_rate": -0.5}, "drop_rate=-0.5: a probability in [0, 1]"),
-    ({"drop_rate": 1.7}, "drop_rate=1.7: a probability in [0, 1]"),
-    ({"drop_rate": True}, "drop_rate=True: a probability in [0, 1]"),
-    ({"drop_distribution": "nonsense_pt3"}, "drop_distribution='nonsense_pt3': use 'linear' or 'uniform'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"target_layer_name": "nonsense_pt2"},
+            "target_layer_name='nonsense_pt2': use one of BasicBlock, Bottleneck, ResNetBottleneck",
+        ),
+        ({"stochastic_method": "nonsense"}, "stochastic_method='nonsense': use 'block' or 'sample'"),
+        ({"drop_rate": -0.5}, "drop_rate=-0.5: a probability in [0, 1]"),
+        ({"drop_rate": 1.7}, "drop_rate=1.7: a probability in [0, 1]"),
+        ({"drop_rate": True}, "drop_rate=True: a probability in [0, 1]"),
+        ({"drop_distribution": "nonsense_pt3"}, "drop_distribution='nonsense_pt3': use 'linear' or 'uniform'"),
+    ],
+)
 def test_bad_arguments_fail_with_a_clear_error(kwargs, message):
     arguments = {"target_layer_name": "BasicBlock", **kwargs}
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
@@ -357,21 +386,32 @@ def test_bad_arguments_fail_with_a_clear_error(kwargs, message):
 _WARMUP = "a fraction of training in [0, 1] or a duration such as '2ep'"
 
 
-@pytest.mark.parametrize(("drop_warmup", "message"), [
-    (-0.5, f"drop_warmup=-0.5: {_WARMUP}"), (1.7, f"drop_warmup=1.7: {_WARMUP}"),
-    (float("inf"), f"drop_warmup=inf: {_WARMUP}"), (True, f"drop_warmup=True: {_WARMUP}"),
-    ("soon", "drop_warmup='soon': duration 'soon' is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'"),
-])
+@pytest.mark.parametrize(
+    ("drop_warmup", "message"),
+    [
+        (-0.5, f"drop_warmup=-0.5: {_WARMUP}"),
+        (1.7, f"drop_warmup=1.7: {_WARMUP}"),
+        (float("inf"), f"drop_warmup=inf: {_WARMUP}"),
+        (True, f"drop_warmup=True: {_WARMUP}"),
+        (
+            "soon",
+            "drop_warmup='soon': duration 'soon' is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'",
+        ),
+    ],
+)
 def test_a_bad_warmup_is_refused(drop_warmup, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         StochasticDepth("BasicBlock", drop_warmup=drop_warmup)
 
 
 def test_the_repr_names_every_argument():
-    algo = StochasticDepth("Bottleneck", stochastic_method="sample", drop_rate=0.1, drop_distribution="uniform",
-                           drop_warmup="2ba")
-    assert repr(algo) == ("StochasticDepth(target_layer_name='Bottleneck', stochastic_method='sample', drop_rate=0.1, "
-                          "drop_distribution='uniform', drop_warmup='2ba')")
+    algo = StochasticDepth(
+        "Bottleneck", stochastic_method="sample", drop_rate=0.1, drop_distribution="uniform", drop_warmup="2ba"
+    )
+    assert repr(algo) == (
+        "StochasticDepth(target_layer_name='Bottleneck', stochastic_method='sample', drop_rate=0.1, "
+        "drop_distribution='uniform', drop_warmup='2ba')"
+    )
 
 
 def test_the_figure_shows_the_rates_the_code_gives_resnet20():
@@ -391,8 +431,14 @@ def test_no_warning_is_raised_on_a_model_with_blocks():
 @pytest.mark.parametrize(("drop_rate", "acted"), [(0.4, True), (0.0, False)])
 def test_it_reports_the_blocks_it_made_stochastic_and_acts_only_with_a_drop_rate(drop_rate, acted):
     batches = [(torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,)))]
-    trainer = Trainer(resnet20(), batches, "1ba", seed=0, device="cpu",
-                      algorithms=[StochasticDepth("BasicBlock", drop_rate=drop_rate)])
+    trainer = Trainer(
+        resnet20(),
+        batches,
+        "1ba",
+        seed=0,
+        device="cpu",
+        algorithms=[StochasticDepth("BasicBlock", drop_rate=drop_rate)],
+    )
     trainer.fit()
     assert trainer.method_log.records["StochasticDepth"]["activity"] == {"modules_replaced": 9}
     assert trainer.method_log.acted("StochasticDepth") is acted

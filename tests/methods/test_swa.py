@@ -28,9 +28,17 @@ from algorithms.swa.swa import swa_trajectory
 
 def _model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                               torch.nn.Conv2d(4, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(4, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 3),
+    )
 
 
 def _batches(n=10, seed=1, size=8):
@@ -55,13 +63,21 @@ class _Params(Algorithm):
 def _train(swa, duration="10ba", data=None, model=None, before=(), after=()):
     model = model or _model()
     data = data or _batches()
-    trainer = Trainer(model, data, duration, optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                      algorithms=[*before, swa, *after], seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        data,
+        duration,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        algorithms=[*before, swa, *after],
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     return trainer
 
 
 # -- the functional form ----------------------------------------------------------------------------
+
 
 def test_update_swa_average_is_the_mean_of_the_snapshots_and_copies_the_buffers():
     snapshots = [resnet20(num_classes=10) for _ in range(4)]  # each its own random weights
@@ -104,8 +120,9 @@ def test_update_swa_average_of_no_snapshots_is_a_copy_of_the_model_whatever_the_
         for t in swa_model.parameters():
             t.fill_(math.nan)  # a mean of nothing yet: its values are not read
     assert cf.update_swa_average(swa_model, model, 0) == 1
-    assert all(torch.equal(a, b) for a, b in zip(swa_model.state_dict().values(), model.state_dict().values(),
-                                                 strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(swa_model.state_dict().values(), model.state_dict().values(), strict=True)
+    )
 
 
 def test_update_swa_average_keeps_dtype_and_refuses_bad_arguments():
@@ -122,6 +139,7 @@ def test_update_swa_average_keeps_dtype_and_refuses_bad_arguments():
 
 # -- the class ---------------------------------------------------------------------------------------
 
+
 def _bn_statistics_of_a_pass(model, data):
     """Each batch norm's running mean and (unbiased) variance as update_bn defines them: the mean over
     the batches of each batch's statistics of the layer's input, the model in training mode."""
@@ -134,8 +152,13 @@ def _bn_statistics_of_a_pass(model, data):
             model(x)
     for h in hooks:
         h.remove()
-    return [(torch.stack([x.mean((0, 2, 3)) for x in seen[m]]).mean(0),
-             torch.stack([x.var((0, 2, 3), unbiased=True) for x in seen[m]]).mean(0)) for m in norms]
+    return [
+        (
+            torch.stack([x.mean((0, 2, 3)) for x in seen[m]]).mean(0),
+            torch.stack([x.var((0, 2, 3), unbiased=True) for x in seen[m]]).mean(0),
+        )
+        for m in norms
+    ]
 
 
 def test_swa_loads_the_mean_of_its_snapshots_with_batch_norm_statistics_of_a_pass_over_the_data():
@@ -164,21 +187,36 @@ def test_the_batch_norm_pass_uses_the_states_train_dataloader_and_warns_without_
     data = _batches(6)
     model = _model()
     swa = SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba")
-    trainer = Trainer(model, data, "6ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), algorithms=[swa],
-                      seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        data,
+        "6ba",
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        algorithms=[swa],
+        seed=0,
+        device="cpu",
+    )
     assert trainer.state.train_dataloader is data  # the Trainer puts its loader on the State
     trainer.fit()
-    with_loader = [m.running_mean.clone() for m in trainer.state.model.modules()
-                   if isinstance(m, torch.nn.BatchNorm2d)]
+    with_loader = [m.running_mean.clone() for m in trainer.state.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     expected = _bn_statistics_of_a_pass(copy.deepcopy(trainer.state.model), data)
     for got, (want, _) in zip(with_loader, expected, strict=True):
         torch.testing.assert_close(got, want)
     model = _model()
-    trainer = Trainer(model, data, "6ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), seed=0, device="cpu",
-                      algorithms=[SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba")])
+    trainer = Trainer(
+        model,
+        data,
+        "6ba",
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        seed=0,
+        device="cpu",
+        algorithms=[SWA(swa_start="2ba", swa_end="6ba", update_interval="1ba")],
+    )
     trainer.state.train_dataloader = None  # a State without the loader (one built by hand)
-    message = ("SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that puts train_dataloader "
-               "on its State); the mean keeps the last snapshot's batch-norm statistics")
+    message = (
+        "SWA: no batches for the batch-norm pass (give bn_dataloader=, or a Trainer that puts train_dataloader "
+        "on its State); the mean keeps the last snapshot's batch-norm statistics"
+    )
     with pytest.warns(UserWarning, match=f"^{re.escape(message)}$") as record:
         caller = line_that_called_into(trainer_module.__file__, trainer.fit)
     assert (record[0].filename, record[0].lineno) == caller  # the call into the Trainer, not a line of SWA's
@@ -224,8 +262,9 @@ def test_a_run_that_ends_before_swa_start_is_left_alone_with_a_warning():
     reference.fit()
     message = "SWA: training ended before swa_start='20ba'; nothing was averaged"
     with pytest.warns(UserWarning, match=f"^{re.escape(message)}$") as record:
-        trainer = Trainer(_model(), _batches(3), "3ba", seed=0, device="cpu",
-                          algorithms=[SWA(swa_start="20ba", swa_end="30ba")])
+        trainer = Trainer(
+            _model(), _batches(3), "3ba", seed=0, device="cpu", algorithms=[SWA(swa_start="20ba", swa_end="30ba")]
+        )
         caller = line_that_called_into(trainer_module.__file__, trainer.fit)
     # the line that called into the Trainer, however deep its engine calls SWA
     assert (record[0].filename, record[0].lineno) == caller
@@ -236,8 +275,16 @@ def test_a_run_that_ends_before_swa_start_is_left_alone_with_a_warning():
 @pytest.mark.parametrize("strategy", ["linear", "cos"])
 def test_schedule_swa_lr_anneals_to_swa_lr_over_anneal_steps_snapshots(strategy):
     after = _Params()
-    swa = SWA(swa_start="2ba", swa_end="9ba", update_interval="2ba", schedule_swa_lr=True, anneal_strategy=strategy,
-              anneal_steps=3, swa_lr=0.01, bn_dataloader=_batches())
+    swa = SWA(
+        swa_start="2ba",
+        swa_end="9ba",
+        update_interval="2ba",
+        schedule_swa_lr=True,
+        anneal_strategy=strategy,
+        anneal_steps=3,
+        swa_lr=0.01,
+        bn_dataloader=_batches(),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # SWALR, made after this batch's optimizer step, is not warned about
         _train(swa, "10ba", after=[after])
@@ -275,8 +322,10 @@ def test_only_swalrs_warning_about_its_first_step_is_silenced(monkeypatch):
 
 def test_without_swa_lr_the_schedule_keeps_the_rate_at_swa_start():
     after = _Params()
-    _train(SWA(swa_start="2ba", swa_end="9ba", update_interval="1ba", schedule_swa_lr=True, bn_dataloader=_batches()),
-           after=[after])
+    _train(
+        SWA(swa_start="2ba", swa_end="9ba", update_interval="1ba", schedule_swa_lr=True, bn_dataloader=_batches()),
+        after=[after],
+    )
     assert after.lrs == pytest.approx([0.1] * 10)
 
 
@@ -308,15 +357,20 @@ def test_state_dict_keeps_the_mean_count_and_schedule_and_a_fresh_swa_resumes_th
     data = _batches()
 
     def make():
-        return SWA(swa_start="2ba", swa_end="9ba", update_interval="1ba", schedule_swa_lr=True, swa_lr=0.05,
-                   bn_dataloader=data)
+        return SWA(
+            swa_start="2ba", swa_end="9ba", update_interval="1ba", schedule_swa_lr=True, swa_lr=0.05, bn_dataloader=data
+        )
 
     swa = make()
     capture = _Capture(swa, 5)
     trainer = _train(swa, "6ba", data, after=[capture])
     saved = capture.saved
-    assert {k: saved[k] for k in ("num_averaged", "step_counter", "swa_started", "swa_completed")} == \
-        {"num_averaged": 4, "step_counter": 4, "swa_started": True, "swa_completed": False}
+    assert {k: saved[k] for k in ("num_averaged", "step_counter", "swa_started", "swa_completed")} == {
+        "num_averaged": 4,
+        "step_counter": 4,
+        "swa_started": True,
+        "swa_completed": False,
+    }
     assert saved["swa_scheduler"]["_step_count"] == 5  # SWALR's own first step, then one per snapshot
     fresh = make()
     fresh.load_state_dict(saved)
@@ -335,9 +389,18 @@ def test_state_dict_keeps_the_mean_count_and_schedule_and_a_fresh_swa_resumes_th
     assert SWA().state_dict()["swa_model"] is None
     # a state without SWA's keys (a checkpoint whose algorithm state was left out) starts it afresh
     fresh.load_state_dict({})
-    assert fresh.state_dict() == SWA().state_dict() == {
-        "swa_model": None, "swa_scheduler": None, "num_averaged": 0, "step_counter": 0, "swa_started": False,
-        "swa_completed": False}
+    assert (
+        fresh.state_dict()
+        == SWA().state_dict()
+        == {
+            "swa_model": None,
+            "swa_scheduler": None,
+            "num_averaged": 0,
+            "step_counter": 0,
+            "swa_started": False,
+            "swa_completed": False,
+        }
+    )
     with pytest.raises(ValueError, match=r"unknown key\(s\) 'snapshots'"):
         fresh.load_state_dict({"snapshots": 3})
 
@@ -358,12 +421,23 @@ def test_a_resumed_swa_that_ends_before_its_next_snapshot_loads_the_checkpoints_
 
 def test_the_batch_norm_pass_reads_the_input_at_input_key():
     g = torch.Generator().manual_seed(3)
-    data = [{"label": torch.randint(0, 3, (8,), generator=g), "image": torch.randn(8, 3, 7, 7, generator=g)}
-            for _ in range(4)]
+    data = [
+        {"label": torch.randint(0, 3, (8,), generator=g), "image": torch.randn(8, 3, 7, 7, generator=g)}
+        for _ in range(4)
+    ]
     model = _model()
     swa = SWA(swa_start="2ba", swa_end="4ba", update_interval="1ba", input_key="image")
-    trainer = Trainer(model, data, "4ba", optimizer=torch.optim.SGD(model.parameters(), lr=0.1), algorithms=[swa],
-                      input_key="image", target_key="label", seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        data,
+        "4ba",
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        algorithms=[swa],
+        input_key="image",
+        target_key="label",
+        seed=0,
+        device="cpu",
+    )
     trainer.fit()
     norms = [m for m in trainer.state.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     pairs = [(b["image"], b["label"]) for b in data]
@@ -389,27 +463,30 @@ NOT_A_RATE = "a learning rate > 0, or None to keep the rate at swa_start"
 NOT_A_STEP_COUNT = "the number of snapshots to anneal over, an integer > 0"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(swa_start="later"), f"swa_start='later': {NOT_UNDERSTOOD}"),
-    (dict(swa_end="later"), f"swa_end='later': {NOT_UNDERSTOOD}"),
-    (dict(swa_start="100sp"), "swa_start='100sp': give it in 'dur' or 'ep' or 'ba', e.g. '0.5dur'"),
-    (dict(swa_end="9ep"), "swa_end='9ep': must be in swa_start's unit ('dur')"),
-    (dict(swa_end="0.5dur"), "swa_end='0.5dur': must come after swa_start='0.7dur'"),
-    (dict(swa_end="0.7dur"), "swa_end='0.7dur': must come after swa_start='0.7dur'"),
-    (dict(update_interval="0.1dur"), "update_interval='0.1dur': give it in 'ba' or 'ep', e.g. '10ba'"),
-    (dict(update_interval="0ba"), "update_interval='0ba': must be at least one batch or epoch"),
-    (dict(schedule_swa_lr="yes"), "schedule_swa_lr='yes': True or False"),
-    (dict(anneal_strategy="step"), "anneal_strategy='step': 'linear' or 'cos'"),
-    (dict(anneal_strategy=3), "anneal_strategy=3: 'linear' or 'cos'"),
-    (dict(anneal_steps=0), f"anneal_steps=0: {NOT_A_STEP_COUNT}"),
-    (dict(anneal_steps=True), f"anneal_steps=True: {NOT_A_STEP_COUNT}"),
-    (dict(anneal_steps=2.0), f"anneal_steps=2.0: {NOT_A_STEP_COUNT}"),
-    (dict(swa_lr=-0.1), f"swa_lr=-0.1: {NOT_A_RATE}"),
-    (dict(swa_lr=0), f"swa_lr=0: {NOT_A_RATE}"),
-    (dict(swa_lr=math.inf), f"swa_lr=inf: {NOT_A_RATE}"),
-    (dict(swa_lr=True), f"swa_lr=True: {NOT_A_RATE}"),
-    (dict(swa_lr="0.1"), f"swa_lr='0.1': {NOT_A_RATE}"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(swa_start="later"), f"swa_start='later': {NOT_UNDERSTOOD}"),
+        (dict(swa_end="later"), f"swa_end='later': {NOT_UNDERSTOOD}"),
+        (dict(swa_start="100sp"), "swa_start='100sp': give it in 'dur' or 'ep' or 'ba', e.g. '0.5dur'"),
+        (dict(swa_end="9ep"), "swa_end='9ep': must be in swa_start's unit ('dur')"),
+        (dict(swa_end="0.5dur"), "swa_end='0.5dur': must come after swa_start='0.7dur'"),
+        (dict(swa_end="0.7dur"), "swa_end='0.7dur': must come after swa_start='0.7dur'"),
+        (dict(update_interval="0.1dur"), "update_interval='0.1dur': give it in 'ba' or 'ep', e.g. '10ba'"),
+        (dict(update_interval="0ba"), "update_interval='0ba': must be at least one batch or epoch"),
+        (dict(schedule_swa_lr="yes"), "schedule_swa_lr='yes': True or False"),
+        (dict(anneal_strategy="step"), "anneal_strategy='step': 'linear' or 'cos'"),
+        (dict(anneal_strategy=3), "anneal_strategy=3: 'linear' or 'cos'"),
+        (dict(anneal_steps=0), f"anneal_steps=0: {NOT_A_STEP_COUNT}"),
+        (dict(anneal_steps=True), f"anneal_steps=True: {NOT_A_STEP_COUNT}"),
+        (dict(anneal_steps=2.0), f"anneal_steps=2.0: {NOT_A_STEP_COUNT}"),
+        (dict(swa_lr=-0.1), f"swa_lr=-0.1: {NOT_A_RATE}"),
+        (dict(swa_lr=0), f"swa_lr=0: {NOT_A_RATE}"),
+        (dict(swa_lr=math.inf), f"swa_lr=inf: {NOT_A_RATE}"),
+        (dict(swa_lr=True), f"swa_lr=True: {NOT_A_RATE}"),
+        (dict(swa_lr="0.1"), f"swa_lr='0.1': {NOT_A_RATE}"),
+    ],
+)
 def test_bad_arguments_are_refused_naming_the_argument(kwargs, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         SWA(**kwargs)
@@ -419,8 +496,10 @@ def test_the_defaults_are_composers_constructor():
     """The card: Composer's SWA(swa_start='0.7dur', swa_end='0.97dur', update_interval='1ep',
     schedule_swa_lr=False, anneal_strategy='linear', anneal_steps=10, swa_lr=None), with input_key and
     bn_dataloader for the batch-norm pass."""
-    assert repr(SWA()) == ("SWA(swa_start='0.7dur', swa_end='0.97dur', update_interval='1ep', schedule_swa_lr=False, "
-                           "anneal_strategy='linear', anneal_steps=10, swa_lr=None, input_key=0)")
+    assert repr(SWA()) == (
+        "SWA(swa_start='0.7dur', swa_end='0.97dur', update_interval='1ep', schedule_swa_lr=False, "
+        "anneal_strategy='linear', anneal_steps=10, swa_lr=None, input_key=0)"
+    )
     assert SWA(swa_lr=1).swa_lr == 1 and SWA(swa_lr=0.5, anneal_steps=1).anneal_steps == 1
 
 
@@ -432,8 +511,13 @@ def test_anneal_strategy_takes_composers_spellings():
 def test_the_figure_is_the_classs_mean_of_a_noisy_weight():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a model without batch norm needs no pass over the data
-        out = swa_trajectory(steps=40, swa_start="10ba", swa_end="30ba", update_interval="5ba",
-                             generator=torch.Generator().manual_seed(0))
+        out = swa_trajectory(
+            steps=40,
+            swa_start="10ba",
+            swa_end="30ba",
+            update_interval="5ba",
+            generator=torch.Generator().manual_seed(0),
+        )
     weight, mean = out["series"].values()
     assert out["type"] == "lines" and len(weight) == len(mean) == 40
     assert all(math.isnan(m) for m in mean[:9] + mean[30:])
@@ -441,12 +525,13 @@ def test_the_figure_is_the_classs_mean_of_a_noisy_weight():
     assert mean[28] == pytest.approx(sum(snapshots) / 4, abs=1e-6)  # batch 29: four snapshots
 
 
-
 def test_it_reports_its_snapshots_and_the_mean_loaded_once():
     swa = SWA(swa_start="5ba", swa_end="8ba", update_interval="1ba")
     trainer = _train(swa)
-    assert trainer.method_log.records["SWA"]["activity"] == {"snapshots_averaged": swa.num_averaged,
-                                                            "averages_loaded": 1}
+    assert trainer.method_log.records["SWA"]["activity"] == {
+        "snapshots_averaged": swa.num_averaged,
+        "averages_loaded": 1,
+    }
     assert swa.num_averaged == 4 and "num_averaged" not in trainer.method_log.records["SWA"]["hyperparameters"]
 
 

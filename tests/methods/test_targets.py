@@ -92,51 +92,82 @@ def test_interpolate_targets_in_float64_is_exact_to_float64():
 def test_smooth_targets_definition():
     p = torch.tensor([[0.5, 0.5, 0.0]])
     torch.testing.assert_close(smooth_targets(p, 0.3, 3), 0.7 * p + 0.1)
-    torch.testing.assert_close(smooth_targets(torch.tensor([2, -100]), 0.3, 3),
-                               torch.tensor([[0.1, 0.1, 0.8], [0.0, 0.0, 0.0]]))
+    torch.testing.assert_close(
+        smooth_targets(torch.tensor([2, -100]), 0.3, 3), torch.tensor([[0.1, 0.1, 0.8], [0.0, 0.0, 0.0]])
+    )
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: interpolate_targets(torch.tensor([0, 5]), torch.tensor([0, 1]), 0.5, 3),
-         "target: class indices must be in [0, 3) (negative: ignored), found [5]"),
-        (lambda: interpolate_targets(torch.tensor([0, 1]), torch.tensor([0, 1]), 0.5),
-         "num_classes is required when targets are class indices"),
-        (lambda: interpolate_targets(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), 0.5),
-         "num_classes is required when targets are class indices"),  # (N, L) integer targets hold indices
-        (lambda: one_hot(torch.arange(10), 3),
-         "target: class indices must be in [0, 3) (negative: ignored), found [3, 4, 5, 6, 7]"),
-        (lambda: cf.smooth_labels(torch.zeros(2, 3), torch.tensor([True, False])),
-         "target: class indices must be an integer tensor, got torch.bool"),
-        (lambda: is_class_indices(torch.tensor([0.0, 1.0]), (2, 3)),
-         "target: class indices must be an integer tensor, got torch.float32"),
-        (lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32),
-         "target: probabilities must have 3 classes on dim 1, (N, 3, ...), got shape (2, 4)"),
-        (lambda: to_distribution(torch.zeros(4), 3, torch.float32),
-         "target: probabilities must have 3 classes on dim 1, (N, 3, ...), got shape (4,)"),
-        (lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32, (2, 3)),
-         "target: shape (2, 4) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
-         "probabilities (2, 3)"),
+        (
+            lambda: interpolate_targets(torch.tensor([0, 5]), torch.tensor([0, 1]), 0.5, 3),
+            "target: class indices must be in [0, 3) (negative: ignored), found [5]",
+        ),
+        (
+            lambda: interpolate_targets(torch.tensor([0, 1]), torch.tensor([0, 1]), 0.5),
+            "num_classes is required when targets are class indices",
+        ),
+        (
+            lambda: interpolate_targets(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), 0.5),
+            "num_classes is required when targets are class indices",
+        ),  # (N, L) integer targets hold indices
+        (
+            lambda: one_hot(torch.arange(10), 3),
+            "target: class indices must be in [0, 3) (negative: ignored), found [3, 4, 5, 6, 7]",
+        ),
+        (
+            lambda: cf.smooth_labels(torch.zeros(2, 3), torch.tensor([True, False])),
+            "target: class indices must be an integer tensor, got torch.bool",
+        ),
+        (
+            lambda: is_class_indices(torch.tensor([0.0, 1.0]), (2, 3)),
+            "target: class indices must be an integer tensor, got torch.float32",
+        ),
+        (
+            lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32),
+            "target: probabilities must have 3 classes on dim 1, (N, 3, ...), got shape (2, 4)",
+        ),
+        (
+            lambda: to_distribution(torch.zeros(4), 3, torch.float32),
+            "target: probabilities must have 3 classes on dim 1, (N, 3, ...), got shape (4,)",
+        ),
+        (
+            lambda: to_distribution(torch.zeros(2, 4), 3, torch.float32, (2, 3)),
+            "target: shape (2, 4) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
+            "probabilities (2, 3)",
+        ),
         (lambda: smooth_targets(torch.tensor([0]), 1.5, 3), "smoothing=1.5: must be in [0, 1]"),
-        (lambda: smooth_targets(torch.tensor([0, 1]), 0.1, 3, logits_shape=(2, 3, 4)),
-         "target: shape (2,) fits logits of shape (2, 3, 4) neither as class indices (2, 4) nor as class "
-         "probabilities (2, 3, 4)"),
-        (lambda: smooth_targets(torch.tensor([0, 1, 2]), 0.1, 3, logits_shape=(2, 3)),
-         "target: shape (3,) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
-         "probabilities (2, 3)"),
-        (lambda: one_hot(torch.tensor([3]), 3),
-         "target: class indices must be in [0, 3) (negative: ignored), found [3]"),
+        (
+            lambda: smooth_targets(torch.tensor([0, 1]), 0.1, 3, logits_shape=(2, 3, 4)),
+            "target: shape (2,) fits logits of shape (2, 3, 4) neither as class indices (2, 4) nor as class "
+            "probabilities (2, 3, 4)",
+        ),
+        (
+            lambda: smooth_targets(torch.tensor([0, 1, 2]), 0.1, 3, logits_shape=(2, 3)),
+            "target: shape (3,) fits logits of shape (2, 3) neither as class indices (2,) nor as class "
+            "probabilities (2, 3)",
+        ),
+        (
+            lambda: one_hot(torch.tensor([3]), 3),
+            "target: class indices must be in [0, 3) (negative: ignored), found [3]",
+        ),
         # a single index, not a batch: the error names it and the fix, for every form that takes indices
-        (lambda: one_hot(torch.tensor(2), 3),
-         "target: class indices need a batch dimension, (N, ...), got a single index 2 of shape (); pass "
-         "target.reshape(1) for a batch of one"),
-        (lambda: smooth_targets(torch.tensor(1), 0.1, 3),
-         "target: class indices need a batch dimension, (N, ...), got a single index 1 of shape (); pass "
-         "target.reshape(1) for a batch of one"),
-        (lambda: interpolate_targets(torch.tensor(0), torch.tensor(1), 0.5, 3),
-         "target: class indices need a batch dimension, (N, ...), got a single index 0 of shape (); pass "
-         "target.reshape(1) for a batch of one"),
+        (
+            lambda: one_hot(torch.tensor(2), 3),
+            "target: class indices need a batch dimension, (N, ...), got a single index 2 of shape (); pass "
+            "target.reshape(1) for a batch of one",
+        ),
+        (
+            lambda: smooth_targets(torch.tensor(1), 0.1, 3),
+            "target: class indices need a batch dimension, (N, ...), got a single index 1 of shape (); pass "
+            "target.reshape(1) for a batch of one",
+        ),
+        (
+            lambda: interpolate_targets(torch.tensor(0), torch.tensor(1), 0.5, 3),
+            "target: class indices need a batch dimension, (N, ...), got a single index 0 of shape (); pass "
+            "target.reshape(1) for a batch of one",
+        ),
     ],
 )
 def test_bad_input_raises_value_error(call, message):
@@ -161,15 +192,18 @@ def test_smoothed_rows_are_kept_for_up_to_1024_classes():
     assert smoothed_rows.cache_info().maxsize == 8  # at most 8 MiB each (float64), 64 MiB in all
 
 
-@pytest.mark.parametrize(("target", "logits_shape"), [
-    (torch.tensor([[1, 2]]), None),  # not (N,)
-    (torch.tensor([1.0, 2.0]), None),  # not indices
-    (torch.tensor([1, 2], dtype=torch.uint8), None),  # an index dtype a gather does not take
-    (torch.tensor([1, 2]), (2, 3, 4)),  # logits with more than (N, C)
-    (torch.tensor([1, 2]), (3, 3)),  # another batch size
-    (torch.tensor([1, -100]), (2, 3)),  # an ignored position
-    (torch.tensor([1, 3]), (2, 3)),  # out of range
-])
+@pytest.mark.parametrize(
+    ("target", "logits_shape"),
+    [
+        (torch.tensor([[1, 2]]), None),  # not (N,)
+        (torch.tensor([1.0, 2.0]), None),  # not indices
+        (torch.tensor([1, 2], dtype=torch.uint8), None),  # an index dtype a gather does not take
+        (torch.tensor([1, 2]), (2, 3, 4)),  # logits with more than (N, C)
+        (torch.tensor([1, 2]), (3, 3)),  # another batch size
+        (torch.tensor([1, -100]), (2, 3)),  # an ignored position
+        (torch.tensor([1, 3]), (2, 3)),  # out of range
+    ],
+)
 def test_lookup_is_left_to_the_formula_where_it_does_not_apply(target, logits_shape):
     assert lookup_smoothed(target, 0.1, 3, torch.float32, logits_shape) is None
 
@@ -178,5 +212,7 @@ def test_lookup_is_left_to_the_formula_where_it_does_not_apply(target, logits_sh
 def test_lookup_gives_the_formula_for_class_indices(dtype):
     y = torch.tensor([2, 0, 1, 2], dtype=dtype)
     for logits_shape in (None, (4, 3)):
-        assert torch.equal(lookup_smoothed(y, 0.3, 3, torch.float64, logits_shape),
-                           F.one_hot(y.long(), 3).double() * (1 - 0.3) + 0.3 / 3)
+        assert torch.equal(
+            lookup_smoothed(y, 0.3, 3, torch.float64, logits_shape),
+            F.one_hot(y.long(), 3).double() * (1 - 0.3) + 0.3 / 3,
+        )

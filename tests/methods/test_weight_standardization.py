@@ -43,8 +43,9 @@ def _definition(raw: torch.Tensor) -> torch.Tensor:
 def _simple_conv_model() -> nn.Module:
     """Composer's SimpleConvModel: two convolutions, a pool and a linear layer."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(4, 2))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)
+    )
 
 
 def _standardized(model: nn.Module) -> list[str]:
@@ -112,8 +113,11 @@ def test_the_last_convolutions_are_the_last_the_forward_calls():
     torch.manual_seed(0)
     model = resnet20(10)
     called = []
-    hooks = [m.register_forward_hook(lambda m, i, o, name=name: called.append(name))
-             for name, m in model.named_modules() if isinstance(m, nn.Conv2d)]
+    hooks = [
+        m.register_forward_hook(lambda m, i, o, name=name: called.append(name))
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Conv2d)
+    ]
     model(torch.randn(2, 3, 16, 16))
     for hook in hooks:
         hook.remove()
@@ -124,7 +128,7 @@ def test_the_last_convolutions_are_the_last_the_forward_calls():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NoModulesReplacedWarning)
             assert cf.apply_weight_standardization(fresh, n_last_layers_ignore=n) == 21 - n
-        assert set(_standardized(fresh)) == set(called[:21 - n])
+        assert set(_standardized(fresh)) == set(called[: 21 - n])
 
 
 class _Untraceable(nn.Module):
@@ -142,13 +146,16 @@ class _Untraceable(nn.Module):
 
 def test_an_untraceable_model_falls_back_to_the_definition_order_with_a_warning():
     model = _Untraceable()
-    message = ("WeightStandardization: the model could not be traced with torch.fx, so n_last_layers_ignore=1 leaves "
-               "the last 1 convolutions in the order the model defines them, which may not be the order its forward "
-               "calls them")
+    message = (
+        "WeightStandardization: the model could not be traced with torch.fx, so n_last_layers_ignore=1 leaves "
+        "the last 1 convolutions in the order the model defines them, which may not be the order its forward "
+        "calls them"
+    )
     counts = []
     with pytest.warns(UserWarning, match=f"^{re.escape(message)}$") as record:
-        caller = line_that_called_into(ws_module.__file__, lambda: counts.append(
-            cf.apply_weight_standardization(model, n_last_layers_ignore=1)))
+        caller = line_that_called_into(
+            ws_module.__file__, lambda: counts.append(cf.apply_weight_standardization(model, n_last_layers_ignore=1))
+        )
     assert counts == [1]
     # The warning names the line that called into the library, however deep the helper that warns
     assert (record[0].filename, record[0].lineno) == caller
@@ -218,17 +225,23 @@ def test_it_changes_the_models_outputs():
 def test_it_keeps_float64_and_standardizes_half_weights_in_float32():
     model = nn.Sequential(nn.Conv2d(3, 4, 3)).double()
     cf.apply_weight_standardization(model)
-    assert model[0].weight.dtype == torch.float64 and model(torch.randn(1, 3, 5, 5, dtype=torch.float64)).dtype \
-        == torch.float64
+    assert (
+        model[0].weight.dtype == torch.float64
+        and model(torch.randn(1, 3, 5, 5, dtype=torch.float64)).dtype == torch.float64
+    )
     half = nn.Sequential(nn.Conv2d(3, 4, 3)).half()
     with torch.no_grad():
         half[0].weight[0].zero_()  # a dead filter: 1e-10 underflows in float16, not in float32
     cf.apply_weight_standardization(half)
     weight = half[0].weight
-    assert weight.dtype == torch.float16 and torch.isfinite(weight).all() and torch.equal(weight[0],
-                                                                                         torch.zeros_like(weight[0]))
-    torch.testing.assert_close(weight[1:].float(), _definition(half[0].parametrizations.weight.original.float())[1:],
-                               atol=2e-3, rtol=2e-3)
+    assert (
+        weight.dtype == torch.float16
+        and torch.isfinite(weight).all()
+        and torch.equal(weight[0], torch.zeros_like(weight[0]))
+    )
+    torch.testing.assert_close(
+        weight[1:].float(), _definition(half[0].parametrizations.weight.original.float())[1:], atol=2e-3, rtol=2e-3
+    )
 
 
 def test_applying_it_twice_changes_nothing_the_second_time():
@@ -262,8 +275,10 @@ def test_a_model_without_convolutions_warns_and_is_unchanged():
 
 @pytest.mark.parametrize("bad", [-1, 1.0, True, "1", None])
 def test_a_bad_n_last_layers_ignore_is_refused_naming_it(bad):
-    message = f"n_last_layers_ignore={bad!r}: must be an integer >= 0 (convolutions at the end of the model to " \
+    message = (
+        f"n_last_layers_ignore={bad!r}: must be an integer >= 0 (convolutions at the end of the model to "
         "leave unstandardized)"
+    )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         WeightStandardization(n_last_layers_ignore=bad)
     model = _simple_conv_model()
@@ -287,8 +302,9 @@ def test_in_the_trainer_the_model_computes_with_standardized_weights(built_befor
     raw = model[0].weight.detach().clone()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1) if built_before else None
     seen = Observed()
-    trainer = Trainer(model, batches, "3ba", optimizer=optimizer, algorithms=[WeightStandardization(), seen], seed=0,
-                      device="cpu")
+    trainer = Trainer(
+        model, batches, "3ba", optimizer=optimizer, algorithms=[WeightStandardization(), seen], seed=0, device="cpu"
+    )
     trainer.fit()
     assert _standardized(trainer.state.model) == ["0", "2"]
     torch.testing.assert_close(seen.outputs[0], reference(batches[0][0]))

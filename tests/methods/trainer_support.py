@@ -61,15 +61,14 @@ def soft_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tens
 
 def image_batches(n: int = 3, bs: int = 6, k: int = 4, size: int = 8, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(bs, 3, size, size, generator=g), torch.randint(0, k, (bs,), generator=g))
-            for _ in range(n)]
+    return [(torch.randn(bs, 3, size, size, generator=g), torch.randint(0, k, (bs,), generator=g)) for _ in range(n)]
 
 
 def image_classifier(k: int = 4) -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1),
-                               torch.nn.Flatten(), torch.nn.Linear(4, k))
-
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, k)
+    )
 
 
 @contextlib.contextmanager

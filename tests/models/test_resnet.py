@@ -68,8 +68,10 @@ def test_224_pixel_models_have_torchvision_names_and_shapes(name):
     assert len(got) == n_entries
     assert sum(p.numel() for p in model.parameters()) == n_params
     # A state dict in torchvision's layout (here: the written-out shapes) loads strictly.
-    fake = {k: torch.zeros(s, dtype=torch.long if k.endswith("num_batches_tracked") else torch.float32)
-            for k, s in expected.items()}
+    fake = {
+        k: torch.zeros(s, dtype=torch.long if k.endswith("num_batches_tracked") else torch.float32)
+        for k, s in expected.items()
+    }
     model.load_state_dict(fake, strict=True)
 
 

@@ -101,8 +101,17 @@ def test_it_trains_and_evaluates_through_the_trainer_on_dict_batches():
     model = TransformerLM(7, d_model=16, n_heads=2, n_layers=1, max_seq_len=16, dropout=0.0)
     tokens = torch.arange(9).remainder(7).repeat(4, 1)
     batch = {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
-    trainer = Trainer(model, [batch] * 30, "30ba", optimizer=torch.optim.Adam(model.parameters(), lr=0.02),
-                      loss_fn=lm_loss, input_key="input_ids", target_key="labels", seed=0, device="cpu")
+    trainer = Trainer(
+        model,
+        [batch] * 30,
+        "30ba",
+        optimizer=torch.optim.Adam(model.parameters(), lr=0.02),
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        seed=0,
+        device="cpu",
+    )
     before = trainer.eval([batch])
     trainer.fit()
     after = trainer.eval([batch])

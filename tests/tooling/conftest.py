@@ -23,4 +23,3 @@ def scratch(tmp_path: Path) -> tuple[Path, Path]:
         shutil.copy(path, target)
     shutil.copytree(REPO_ROOT / "docs" / "source" / "templates", repo / "docs" / "source" / "templates")
     return repo, package
-

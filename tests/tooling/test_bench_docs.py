@@ -49,16 +49,22 @@ def test_the_synthetic_checkout_has_code_metadata_a_figure_and_a_card_per_method
         assert "```{card-facts} figure\n```" in card and "<!-- generated:" not in card  # rendered at build
         assert "TODO(new_card)" not in card and "$$" in card  # the prompts are prose, with display math
     assert kinds == {"batch", "plot"}
-    assert "interactions" in json.loads((catalog.package / "synthetic_0008" / "metadata.json").read_text())[
-        "synthetic_0008"]
+    assert (
+        "interactions"
+        in json.loads((catalog.package / "synthetic_0008" / "metadata.json").read_text())["synthetic_0008"]
+    )
     # none of this checkout's real methods came along; its best practices and their cards did
     assert not (catalog.package / "cutmix").exists() and not catalog.card("cutmix").exists()
     assert catalog.card("mixed_precision").exists() and (catalog.package / "core" / "trainer.py").exists()
 
 
 def test_every_check_passes_on_the_synthetic_checkout(catalog):
-    for argv in (["tools/validate_metadata.py"], ["tools/check_functional.py"], ["tools/check_cards.py"],
-                 ["tools/generate_pages.py", "--check"]):
+    for argv in (
+        ["tools/validate_metadata.py"],
+        ["tools/check_functional.py"],
+        ["tools/check_cards.py"],
+        ["tools/generate_pages.py", "--check"],
+    ):
         out = _tool(catalog.root, *argv)
         assert out.returncode == 0, (argv, out.stderr)
     # the tools read the checkout's own methods, not this one's
@@ -92,8 +98,10 @@ build succeeded.
 
 
 def test_the_pages_read_and_written_are_taken_from_sphinx_output():
-    assert docs_scale.pages_in_output(SPHINX_OUTPUT) == (("method_cards/synthetic_0002",),
-                                                         ("index", "method_cards/synthetic_0002"))
+    assert docs_scale.pages_in_output(SPHINX_OUTPUT) == (
+        ("method_cards/synthetic_0002",),
+        ("index", "method_cards/synthetic_0002"),
+    )
     assert docs_scale.pages_in_output("reading sources... \nno targets are out of date.\n") == ((), ())
 
 
@@ -142,8 +150,11 @@ def test_a_quick_docs_scale_run_reports_every_figure_and_the_edited_card_alone()
     result = docs_scale.run(quick=True, log=lines.append)
     _well_formed(result["rows"])
     rows = {row["what"]: row for row in result["rows"]}
-    assert {"full docs build, 2 synthetic methods / 1", "docs build / bare Sphinx build of the same pages",
-            "pages read after a prose edit of one card"} <= set(rows)
+    assert {
+        "full docs build, 2 synthetic methods / 1",
+        "docs build / bare Sphinx build of the same pages",
+        "pages read after a prose edit of one card",
+    } <= set(rows)
     incremental = result["details"]["incremental"]
     assert incremental["after_a_prose_edit"]["read"] == ["method_cards/synthetic_0000"]
     assert "method_cards/synthetic_0000" in incremental["after_a_prose_edit"]["written"]
@@ -205,10 +216,27 @@ def test_a_card_lists_only_the_pairs_that_do_not_simply_run_and_names_the_rest_w
         for b in records:
             if a != b and set(records[a].domains) & set(records[b].domains):
                 cells[("pair", (a, b), None)] = {"outcome": "runs", "note": None, "detail": None, "missing": []}
-    cells[("pair", (other, first), None)] = {"outcome": "refused", "note": None, "detail": "ValueError: no",
-                                            "missing": []}
-    matrix = Matrix(file="m.json", hardware="h", date="2026-01-01", device_type="cpu", torch="t", deepspeed=None,
-                    settings={}, command="", wall_s=1.0, counts={}, precisions=(), parallels=(), cells=cells)
+    cells[("pair", (other, first), None)] = {
+        "outcome": "refused",
+        "note": None,
+        "detail": "ValueError: no",
+        "missing": [],
+    }
+    matrix = Matrix(
+        file="m.json",
+        hardware="h",
+        date="2026-01-01",
+        device_type="cpu",
+        torch="t",
+        deepspeed=None,
+        settings={},
+        command="",
+        wall_s=1.0,
+        counts={},
+        precisions=(),
+        parallels=(),
+        cells=cells,
+    )
     row = method_row(matrix, records[first], methods)
     assert [name for name, *_ in row.others] == [records[other].name]
     assert row.others[0][2].label == OUTCOMES["refused"]
@@ -225,7 +253,7 @@ def test_a_card_lists_only_the_pairs_that_do_not_simply_run_and_names_the_rest_w
 def _naive_prose_lines(text: str, own: str, records) -> set[tuple[int, str]]:
     """``(line, method key)`` of every other method's term in the Composability section, term by term."""
     section = text.split("## Composability\n", 1)[1].split("\n## ", 1)[0]
-    offset = text[:text.index("## Composability\n")].count("\n") + 2
+    offset = text[: text.index("## Composability\n")].count("\n") + 2
     found = set()
     for other in records.values():
         if other.key == own:
@@ -239,13 +267,19 @@ def _naive_prose_lines(text: str, own: str, records) -> set[tuple[int, str]]:
 def test_the_prose_check_finds_the_names_a_search_of_every_term_finds(tmp_path):
     records = _records(tmp_path, 12)
     card = tmp_path / "card.md"
-    text = ("# Synthetic Method 0000\n\n## Composability\n\nIt works with Synthetic\nMethod 0005, with "
-            "`Synthetic0010` and with synthetic_0011, unlike SYNTHETIC METHOD 00055 or Synthetic Method 0000.\n\n"
-            "## Side Effects\n\nSynthetic Method 0001 is named outside the section.\n")
+    text = (
+        "# Synthetic Method 0000\n\n## Composability\n\nIt works with Synthetic\nMethod 0005, with "
+        "`Synthetic0010` and with synthetic_0011, unlike SYNTHETIC METHOD 00055 or Synthetic Method 0000.\n\n"
+        "## Side Effects\n\nSynthetic Method 0001 is named outside the section.\n"
+    )
     card.write_text(text)
     found = checks.check_composability_prose(card, text, records["synthetic_0000"], records)
-    assert found == checks.check_composability_prose(card, text, records["synthetic_0000"], records,
-                                                     checks.MethodTerms(records))
+    assert found == checks.check_composability_prose(
+        card, text, records["synthetic_0000"], records, checks.MethodTerms(records)
+    )
     keys = {r.name: k for k, r in records.items()}
-    assert {(p.line, keys[p.message.split("names ")[1].split(" in the card")[0]]) for p in found} == _naive_prose_lines(
-        text, "synthetic_0000", records) == {(5, "synthetic_0005"), (6, "synthetic_0010"), (6, "synthetic_0011")}
+    assert (
+        {(p.line, keys[p.message.split("names ")[1].split(" in the card")[0]]) for p in found}
+        == _naive_prose_lines(text, "synthetic_0000", records)
+        == {(5, "synthetic_0005"), (6, "synthetic_0010"), (6, "synthetic_0011")}
+    )

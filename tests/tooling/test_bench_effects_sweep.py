@@ -26,5 +26,6 @@ def test_the_slice_reports_the_time_outside_training_and_the_full_sweeps_size():
     vision = details["full_sweeps"]["vision"]
     assert vision["jobs"] > 10 * 20  # ten seeds of the baseline and every vision method
     assert vision["estimated_seconds"] == pytest.approx(vision["jobs"] * details["median_job_s"], rel=0.01)
-    assert set(details["committed_sweeps"]) == {p.name for p in (effects_sweep.REPO_ROOT / "results" /
-                                                                  "effects").glob("*.json")}
+    assert set(details["committed_sweeps"]) == {
+        p.name for p in (effects_sweep.REPO_ROOT / "results" / "effects").glob("*.json")
+    }

@@ -21,19 +21,31 @@ import trainer_overhead  # noqa: E402
 
 
 def _row(what, value, target, compare="<", met=None):
-    return {"what": what, "value": value, "unit": "x", "spread": [value, value], "target": target,
-            "compare": compare, "met": met if met is not None else True}
+    return {
+        "what": what,
+        "value": value,
+        "unit": "x",
+        "spread": [value, value],
+        "target": target,
+        "compare": compare,
+        "met": met if met is not None else True,
+    }
 
 
 @pytest.fixture
 def fake_sections(monkeypatch):
     """Two sections whose rows claim 'met' whatever their values say, as a buggy section might."""
     modules = {
-        "alpha": types.SimpleNamespace(run=lambda quick: {"title": "Alpha", "details": {"quick": quick},
-                                                          "rows": [_row("a below", 1.5, 2.0, met=False),
-                                                                   _row("a above", 2.5, 2.0, met=True)]}),
-        "beta": types.SimpleNamespace(run=lambda quick: {"title": "Beta", "details": {},
-                                                         "rows": [_row("b at the bound", 6.0, 6.0, "<=")]}),
+        "alpha": types.SimpleNamespace(
+            run=lambda quick: {
+                "title": "Alpha",
+                "details": {"quick": quick},
+                "rows": [_row("a below", 1.5, 2.0, met=False), _row("a above", 2.5, 2.0, met=True)],
+            }
+        ),
+        "beta": types.SimpleNamespace(
+            run=lambda quick: {"title": "Beta", "details": {}, "rows": [_row("b at the bound", 6.0, 6.0, "<=")]}
+        ),
     }
     monkeypatch.setattr(bench_run, "SECTIONS", tuple(modules))
     monkeypatch.setattr(bench_run, "load_section", modules.__getitem__)
@@ -75,8 +87,13 @@ def test_an_existing_results_file_is_kept_without_force_and_bad_sections_are_ref
 
 
 def test_a_section_that_breaks_the_schema_writes_nothing(monkeypatch, tmp_path):
-    broken = types.SimpleNamespace(run=lambda quick: {"title": "Broken", "details": {},
-                                                      "rows": [{**_row("no unit", 1.0, 2.0), "unit": "furlongs"}]})
+    broken = types.SimpleNamespace(
+        run=lambda quick: {
+            "title": "Broken",
+            "details": {},
+            "rows": [{**_row("no unit", 1.0, 2.0), "unit": "furlongs"}],
+        }
+    )
     monkeypatch.setattr(bench_run, "SECTIONS", ("broken",))
     monkeypatch.setattr(bench_run, "load_section", lambda name: broken)
     with pytest.raises(SystemExit, match="unit"):
@@ -87,8 +104,14 @@ def test_a_section_that_breaks_the_schema_writes_nothing(monkeypatch, tmp_path):
 def test_the_trainer_overhead_rows_compare_the_trainer_with_the_plain_loop():
     section = trainer_overhead.run(quick=True)
     assert [r["target"] for r in section["rows"]] == [2.0, 3.0] and all(r["unit"] == "%" for r in section["rows"])
-    document = {"schema_version": 1, "environment": {}, "quick": True, "command": "x",
-                "targets": {"met": 0, "total": 0}, "sections": {"s": section}}
+    document = {
+        "schema_version": 1,
+        "environment": {},
+        "quick": True,
+        "command": "x",
+        "targets": {"met": 0, "total": 0},
+        "sections": {"s": section},
+    }
     assert not [line for line in bench_problems(document) if "/sections" in line]  # a valid section
     per_round = section["details"]["seconds_per_batch"]["resnet20"]
     assert set(per_round) == {"plain", "trainer", "trainer + 28 idle algorithms"}
@@ -129,8 +152,9 @@ def test_the_readmes_performance_table_is_the_committed_results_rendered(tmp_pat
     a copy of the README is already current, so the committed one has not drifted."""
     copy = tmp_path / "README.md"
     copy.write_text(bench_run.README.read_text(encoding="utf-8"), encoding="utf-8")
-    assert not bench_run.update_readme(copy, bench_run.committed_results(), root=PACKAGE_ROOT.parent), \
+    assert not bench_run.update_readme(copy, bench_run.committed_results(), root=PACKAGE_ROOT.parent), (
         "README.md: run python benchmarks/run.py --readme"
+    )
 
 
 def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(fake_sections, tmp_path):
@@ -138,8 +162,10 @@ def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(f
     results.parent.mkdir(parents=True)
     assert bench_run.main(["--output", str(results)]) == 1
     readme = tmp_path / "README.md"
-    readme.write_text("# Title\n\nbefore\n\n<!-- generated: performance -->\nold\n<!-- end generated: performance -->\n"
-                      "\nafter | with a pipe\n")
+    readme.write_text(
+        "# Title\n\nbefore\n\n<!-- generated: performance -->\nold\n<!-- end generated: performance -->\n"
+        "\nafter | with a pipe\n"
+    )
     assert bench_run.update_readme(readme, [results]) and not bench_run.update_readme(readme, [results])
     text = readme.read_text()
     assert text.startswith("# Title\n\nbefore\n\n<!-- generated: performance -->\n")
@@ -154,19 +180,35 @@ def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(f
     assert readme.read_text() == "no markers\n"
 
 
-@pytest.mark.parametrize("kernels, says", [
-    ("built", "CutMix, MixUp, CutOut and label smoothing ran with their CPU kernels."),
-    ("no compiler <b>",
-     "CutMix, MixUp, CutOut and label smoothing ran without their CPU kernels (no compiler \\<b\\>)."),
-])
+@pytest.mark.parametrize(
+    "kernels, says",
+    [
+        ("built", "CutMix, MixUp, CutOut and label smoothing ran with their CPU kernels."),
+        (
+            "no compiler <b>",
+            "CutMix, MixUp, CutOut and label smoothing ran without their CPU kernels (no compiler \\<b\\>).",
+        ),
+    ],
+)
 def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(monkeypatch, tmp_path, kernels, says):
-    parts = {"256x3x32x32": [{"what": "box copy", "of": "cutmix_batch", "floor": "clone", "value": 0.9,
-                              "spread": [0.85, 1.25]}]}
-    section = types.SimpleNamespace(run=lambda quick: {
-        "title": "Batch", "rows": [_row("cutmix_batch / floor (clone), 256x3x32x32", 2.2, 2.0, met=False)],
-        "details": {"parts": parts, "cpu_kernels": kernels,
-                    "part_calls": {"box copy": {"call": "out[:, :, box].copy_(x[:, :, box]) <b>",
-                                                "about": "the box <i>alone</i>"}}}})
+    parts = {
+        "256x3x32x32": [
+            {"what": "box copy", "of": "cutmix_batch", "floor": "clone", "value": 0.9, "spread": [0.85, 1.25]}
+        ]
+    }
+    section = types.SimpleNamespace(
+        run=lambda quick: {
+            "title": "Batch",
+            "rows": [_row("cutmix_batch / floor (clone), 256x3x32x32", 2.2, 2.0, met=False)],
+            "details": {
+                "parts": parts,
+                "cpu_kernels": kernels,
+                "part_calls": {
+                    "box copy": {"call": "out[:, :, box].copy_(x[:, :, box]) <b>", "about": "the box <i>alone</i>"}
+                },
+            },
+        }
+    )
     monkeypatch.setattr(bench_run, "SECTIONS", ("batch_methods",))
     monkeypatch.setattr(bench_run, "load_section", {"batch_methods": section}.__getitem__)
     results = tmp_path / "results" / "bench" / "cpu-test.json"
@@ -176,8 +218,10 @@ def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(mo
     readme.write_text("<!-- generated: performance -->\n<!-- end generated: performance -->\n")
     bench_run.update_readme(readme, [results])
     text = readme.read_text()
-    assert ("| box copy: `out[:, :, box].copy_(x[:, :, box]) <b>`, the box \\<i\\>alone\\</i\\> | cutmix\\_batch | "
-            "256x3x32x32 | 0.90x | 0.85x to 1.25x |") in text
+    assert (
+        "| box copy: `out[:, :, box].copy_(x[:, :, box]) <b>`, the box \\<i\\>alone\\</i\\> | cutmix\\_batch | "
+        "256x3x32x32 | 0.90x | 0.85x to 1.25x |"
+    ) in text
     assert says in text
 
 
@@ -187,9 +231,10 @@ def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(mo
 @pytest.fixture
 def peers_section(monkeypatch):
     """batch_methods as a fake section, and a peer that imports."""
-    section = types.SimpleNamespace(run=lambda quick: {"title": "Batch", "details": {},
-                                                       "rows": [_row("ours / peer", 0.5, 1.0)]},
-                                    PEER_MODULES=batch_methods.PEER_MODULES)
+    section = types.SimpleNamespace(
+        run=lambda quick: {"title": "Batch", "details": {}, "rows": [_row("ours / peer", 0.5, 1.0)]},
+        PEER_MODULES=batch_methods.PEER_MODULES,
+    )
     monkeypatch.setattr(bench_run, "load_section", {"batch_methods": section}.__getitem__)
     monkeypatch.setattr(bench_run, "_imports", lambda module: module == "timm.data.mixup")
     return section
@@ -197,8 +242,9 @@ def peers_section(monkeypatch):
 
 def test_peers_runs_the_batch_methods_alone_into_the_peers_folder(peers_section, tmp_path, monkeypatch):
     env = {"device_name": "AMD EPYC 7B13", "device_type": "cpu", "date": "2026-12-05T01:00:00Z"}
-    assert bench_run.default_output(env, peers=True) == (PACKAGE_ROOT.parent / "results" / "bench" / "peers"
-                                                         / "cpu-amd-epyc-7b13.json")
+    assert bench_run.default_output(env, peers=True) == (
+        PACKAGE_ROOT.parent / "results" / "bench" / "peers" / "cpu-amd-epyc-7b13.json"
+    )
     out = tmp_path / "results" / "bench" / "peers" / "cpu-test.json"
     assert bench_run.main(["--peers", "--output", str(out)]) == 0
     document = load_bench(out)
@@ -211,14 +257,20 @@ def test_peers_refuses_where_no_peer_imports_and_beside_only(peers_section, tmp_
     out = tmp_path / "peers.json"
     with pytest.raises(SystemExit) as exit_info:
         bench_run.main(["--peers", "--only", "docs_scale", "--output", str(out)])
-    assert exit_info.value.code == 2 and "--peers runs the batch methods alone: leave out --only" in \
-        capsys.readouterr().err
+    assert (
+        exit_info.value.code == 2
+        and "--peers runs the batch methods alone: leave out --only" in capsys.readouterr().err
+    )
     monkeypatch.setattr(bench_run, "_imports", lambda module: False)
     with pytest.raises(SystemExit) as exit_info:
         bench_run.main(["--peers", "--output", str(out)])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "none of torchvision.transforms.v2, timm.data.mixup, composer.functional " \
-        "imports here; run it as nox -s bench_peers" in err
+    assert (
+        exit_info.value.code == 2
+        and "none of torchvision.transforms.v2, timm.data.mixup, composer.functional "
+        "imports here; run it as nox -s bench_peers"
+        in err
+    )
     assert not out.exists()
 
 

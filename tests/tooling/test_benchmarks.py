@@ -44,8 +44,15 @@ def test_batch_methods_quick_run_has_a_ratio_to_its_floor_for_every_method_and_s
             row = rows[f"{name} / floor ({floor}), {shape}"]
             _assert_well_formed(row)
             assert row["target"] == target
-    assert {"cutmix_batch", "cutmix_batch(inplace=True)", "mixup_batch", "mixup_batch(inplace=True)", "cutout_batch",
-            "colout_batch", "smooth_labels"} <= {name for name, _, _ in batch_methods.OURS}
+    assert {
+        "cutmix_batch",
+        "cutmix_batch(inplace=True)",
+        "mixup_batch",
+        "mixup_batch(inplace=True)",
+        "cutout_batch",
+        "colout_batch",
+        "smooth_labels",
+    } <= {name for name, _, _ in batch_methods.OURS}
     json.dumps(batch_report)  # the runner writes it as it is
 
 
@@ -54,8 +61,9 @@ def test_batch_methods_quick_run_states_its_floors_and_the_peers_it_left_out(bat
     assert set(details["floors"]) == {floor for _, floor, _ in batch_methods.OURS}
     assert all(details["floors"].values())
     for shape in batch_methods.SHAPES:
-        assert set(details["median_ms"][shape]) == (set(details["floors"]) | {n for n, _, _ in batch_methods.OURS}
-                                                    | {n for n, _, _, _ in batch_methods.PARTS})
+        assert set(details["median_ms"][shape]) == (
+            set(details["floors"]) | {n for n, _, _ in batch_methods.OURS} | {n for n, _, _, _ in batch_methods.PARTS}
+        )
     assert set(details["peers_missing"]) == {"torchvision", "timm", "composer"}
     assert details["threads"] == 1 and details["rounds"] == 2 and details["calls_per_round"] == 2
     assert details["processes"] == 1  # a quick run stays in this process
@@ -105,8 +113,10 @@ def test_each_part_writes_what_the_method_it_belongs_to_writes():
     assert torch.equal(written("box gather and write-back"), cut[:, :, x1:x2, y1:y2])
     mixed = cf.mixup_batch(x.clone(), y, mixing=batch_methods.PART_MIXING, indices=perm, inplace=True)[0]
     assert torch.equal(written("gather and in-place lerp"), mixed)
-    assert torch.equal(written("gather of the smoothed rows"),
-                       cf.smooth_labels(torch.zeros(6, 5), y, smoothing=batch_methods.SMOOTHING))
+    assert torch.equal(
+        written("gather of the smoothed rows"),
+        cf.smooth_labels(torch.zeros(6, 5), y, smoothing=batch_methods.SMOOTHING),
+    )
     assert torch.equal(x, before)
 
 
@@ -137,8 +147,9 @@ def test_the_batch_benchmark_serves_outputs_from_the_heap_and_keeps_them_when_fr
 
     runs = {}
     for how in ("keep", "default"):
-        out = subprocess.run([sys.executable, "-c", MALLOC_SCRIPT, str(BENCHMARKS), how], capture_output=True,
-                             text=True).stdout.splitlines()
+        out = subprocess.run(
+            [sys.executable, "-c", MALLOC_SCRIPT, str(BENCHMARKS), how], capture_output=True, text=True
+        ).stdout.splitlines()
         if len(out) != 2:
             pytest.skip("not glibc 2.33 or newer (no mallinfo2)")
         runs[how] = (out[0], *map(int, out[1].split()))
@@ -182,9 +193,13 @@ def test_batch_methods_compares_ours_with_each_peer_found_and_reports_the_others
 
 
 def test_batch_methods_writes_its_report_only_when_asked_and_never_over_a_file(monkeypatch, tmp_path, capsys):
-    report = {"title": "T", "details": {"median_ms": {}, "peer_calls": {}, "peers_missing": {"timm": "why"}},
-              "rows": [{"what": "a", "value": 1.5, "unit": "x", "spread": [1.0, 2.0], "target": 2.0, "compare": "<",
-                        "met": True}]}
+    report = {
+        "title": "T",
+        "details": {"median_ms": {}, "peer_calls": {}, "peers_missing": {"timm": "why"}},
+        "rows": [
+            {"what": "a", "value": 1.5, "unit": "x", "spread": [1.0, 2.0], "target": 2.0, "compare": "<", "met": True}
+        ],
+    }
     monkeypatch.setattr(batch_methods, "run", lambda **kwargs: report)
     assert batch_methods.main(["--quick"]) == 0
     assert list(tmp_path.iterdir()) == []

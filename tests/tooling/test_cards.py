@@ -44,7 +44,10 @@ z = x + y
 
 def test_sections_skip_code():
     assert [(s.level, s.title, s.line) for s in cards.sections(CARD)] == [
-        (1, "Title", 1), (2, "Suggested Hyperparameters", 11), (2, "Next", 33)]
+        (1, "Title", 1),
+        (2, "Suggested Hyperparameters", 11),
+        (2, "Next", 33),
+    ]
 
 
 def test_code_blocks_in_order_with_hidden_setup():
@@ -75,13 +78,19 @@ def test_replace_regions_keeps_everything_outside_them_byte_for_byte():
     assert cards.replace_regions(out, cards.regions(CARD)) == CARD  # and back
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("<!-- generated: a -->\n", "region 'a' is never closed"),
-    ("<!-- end generated: a -->\n", "'end generated: a' closes no open region"),
-    ("<!-- generated: a -->\n\n<!-- generated: b -->\n", "region 'b' opens inside region 'a'"),
-    ("<!-- generated: a -->\n\n<!-- end generated: a -->\n\n<!-- generated: a -->\n\n<!-- end generated: a -->\n",
-     "a second region 'a'"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("<!-- generated: a -->\n", "region 'a' is never closed"),
+        ("<!-- end generated: a -->\n", "'end generated: a' closes no open region"),
+        ("<!-- generated: a -->\n\n<!-- generated: b -->\n", "region 'b' opens inside region 'a'"),
+        (
+            "<!-- generated: a -->\n\n<!-- end generated: a -->\n\n"
+            "<!-- generated: a -->\n\n<!-- end generated: a -->\n",
+            "a second region 'a'",
+        ),
+    ],
+)
 def test_unpaired_markers_say_where(text, message):
     with pytest.raises(cards.RegionError, match=message) as info:
         cards.regions(text)
@@ -89,6 +98,7 @@ def test_unpaired_markers_say_where(text, message):
 
 
 # -- a best practice that is an optimizer: trainer_option {"optimizer": "<dotted class>"} ------
+
 
 def _optimizer_practice():
     from pathlib import Path
@@ -131,8 +141,11 @@ def test_an_optimizer_practices_card_is_checked_against_its_optimizers_signature
 
     def problems(extra: str) -> list[str]:
         card.write_text(text.replace("## Considerations\n", f"## Considerations\n\n{extra}\n", 1))
-        return [str(p) for p in check_cards(repo, package, results_root=tmp_path / "results")
-                if "decoupled_weight_decay.md" in str(p)]
+        return [
+            str(p)
+            for p in check_cards(repo, package, results_root=tmp_path / "results")
+            if "decoupled_weight_decay.md" in str(p)
+        ]
 
     assert problems("") == []
     assert problems("Keep `momentum=0.9` and `DecoupledAdamW(eps=1e-8)`, the default.") == []

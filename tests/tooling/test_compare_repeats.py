@@ -12,17 +12,38 @@ FP32, DDP = compare.Config("fp32", "single"), compare.Config("fp32", "ddp")
 
 
 def _options(configs: str, repeats: int = 3, **kw) -> compare.CompareOptions:
-    base = dict(model="resnet20", data="digits", image_size=8, epochs=2, batch_size=32, max_batches=20,
-                nproc=2, configs=compare.parse_configs(configs), repeats=repeats)
+    base = dict(
+        model="resnet20",
+        data="digits",
+        image_size=8,
+        epochs=2,
+        batch_size=32,
+        max_batches=20,
+        nproc=2,
+        configs=compare.parse_configs(configs),
+        repeats=repeats,
+    )
     return compare.CompareOptions(**{**base, **kw})
 
 
 def _run(config: compare.Config, epoch_s, samples=640, round_=1, world_size=1, **extra):
     run = compare._empty_run(config, world_size, "ok", None)
-    run.update({"round": round_, "wall_s": sum(epoch_s), "epoch_s": list(epoch_s), "samples": samples,
-                "throughput": samples / sum(epoch_s), "peak_memory_bytes": 400 * 2**20,
-                "memory_kind": "cpu_peak_rss", "peak_memory_per_device_bytes": [400 * 2**20] * world_size,
-                "model_memory_bytes": 2**20, "accuracy": 0.5, "loss": 1.0, **extra})
+    run.update(
+        {
+            "round": round_,
+            "wall_s": sum(epoch_s),
+            "epoch_s": list(epoch_s),
+            "samples": samples,
+            "throughput": samples / sum(epoch_s),
+            "peak_memory_bytes": 400 * 2**20,
+            "memory_kind": "cpu_peak_rss",
+            "peak_memory_per_device_bytes": [400 * 2**20] * world_size,
+            "model_memory_bytes": 2**20,
+            "accuracy": 0.5,
+            "loss": 1.0,
+            **extra,
+        }
+    )
     return run
 
 
@@ -45,10 +66,12 @@ def fake(monkeypatch):
         runner = FakeRunner(plan)
         monkeypatch.setattr(compare, "run_config", runner)
         return runner
+
     return install
 
 
 # ------------------------------------------------------------------------------------------- rounds
+
 
 def test_rounds_interleave_every_configuration_once_per_round(fake):
     runner = fake(lambda config, n: _run(config, [2.0, 1.0], world_size=2 if config.parallel == "ddp" else 1))
@@ -72,8 +95,15 @@ def test_a_skipped_configuration_is_recorded_once_and_a_failed_one_is_tried_ever
 
     runner = fake(plan)
     document = compare.run_comparison(_options("fp32:single,fp32:fsdp,fp32:deepspeed", repeats=3))
-    assert runner.calls == ["fp32:single", "fp32:fsdp", "fp32:deepspeed:2", "fp32:single", "fp32:fsdp",
-                            "fp32:single", "fp32:fsdp"]
+    assert runner.calls == [
+        "fp32:single",
+        "fp32:fsdp",
+        "fp32:deepspeed:2",
+        "fp32:single",
+        "fp32:fsdp",
+        "fp32:single",
+        "fp32:fsdp",
+    ]
     summary = {s["config"]: s for s in document["summary"]}
     assert summary["fp32:deepspeed:2"]["status"] == "skipped" and summary["fp32:deepspeed:2"]["runs"] == 1
     fsdp = summary["fp32:fsdp"]
@@ -87,6 +117,7 @@ def test_repeats_below_one_is_a_bad_option():
 
 
 # ------------------------------------------------------------------------------------------- figures
+
 
 def test_steady_state_is_the_epochs_after_the_first():
     # 3 epochs of 640 samples (1,920 in all): epochs 2 and 3 took 1.0 and 3.0 s.
@@ -127,14 +158,16 @@ def test_with_one_epoch_steady_state_is_not_separated_and_throughput_is_the_whol
 
 
 def test_speedup_is_paired_by_round():
-    runs = [_run(FP32, [9.0, 2.0], round_=1), _run(FP32, [9.0, 1.0], round_=2),
-            # 2 processes: 1,280 samples, 640 per epoch.
-            _run(DDP, [9.0, 2.0], samples=1280, round_=1, world_size=2),
-            _run(DDP, [9.0, 1.0], samples=1280, round_=2, world_size=2)]
+    runs = [
+        _run(FP32, [9.0, 2.0], round_=1),
+        _run(FP32, [9.0, 1.0], round_=2),
+        # 2 processes: 1,280 samples, 640 per epoch.
+        _run(DDP, [9.0, 2.0], samples=1280, round_=1, world_size=2),
+        _run(DDP, [9.0, 1.0], samples=1280, round_=2, world_size=2),
+    ]
     summary = {s["config"]: s for s in compare.summarize(runs, [FP32, DDP])}
     # Round 1: 320/s against 160/s; round 2: 640/s against 320/s.
-    assert summary["fp32:ddp"]["speedup"] == {"over": "fp32:single", "median": 2.0, "min": 2.0, "max": 2.0,
-                                              "rounds": 2}
+    assert summary["fp32:ddp"]["speedup"] == {"over": "fp32:single", "median": 2.0, "min": 2.0, "max": 2.0, "rounds": 2}
     assert summary["fp32:ddp"]["super_linear"] is None
 
 
@@ -150,13 +183,16 @@ def test_a_multi_process_speedup_is_over_the_single_process_run_of_its_precision
 
 # ------------------------------------------------------------------------------------------- super-linear
 
+
 def _ddp_plan(ddp_second_epochs):
     """fp32:single's second epoch always takes 2.0 s (160 samples/s); ddp's n-th run takes
     ``ddp_second_epochs[n]`` for twice the samples."""
+
     def plan(config, n):
         if config.parallel == "single":
             return _run(config, [16.0, 2.0])
         return _run(config, [1.0, ddp_second_epochs[n]], samples=1280, world_size=2)
+
     return plan
 
 

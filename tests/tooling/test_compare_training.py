@@ -25,8 +25,17 @@ def _cli():
 
 
 def _options(configs: str, **kw) -> compare.CompareOptions:
-    base = dict(model="resnet20", data="digits", image_size=8, epochs=1, batch_size=8, max_batches=2,
-                nproc=2, configs=compare.parse_configs(configs), timeout_s=300)
+    base = dict(
+        model="resnet20",
+        data="digits",
+        image_size=8,
+        epochs=1,
+        batch_size=8,
+        max_batches=2,
+        nproc=2,
+        configs=compare.parse_configs(configs),
+        timeout_s=300,
+    )
     return compare.CompareOptions(**{**base, **kw})
 
 
@@ -35,9 +44,28 @@ def small_run(tmp_path_factory):
     """fp32 and amp_bf16, one process and 2-rank DDP, plus 2-rank DeepSpeed ZeRO-2 (skipped, with
     the reason, where DeepSpeed cannot run)."""
     out = tmp_path_factory.mktemp("results") / "small.json"
-    argv = ["--model", "resnet20", "--data", "digits", "--image-size", "8", "--epochs", "1",
-            "--batch-size", "8", "--max-batches", "2", "--nproc", "2", "--repeats", "1", "--out", str(out),
-            "--configs", "fp32:single,amp_bf16:single,fp32:ddp,amp_bf16:ddp,fp32:deepspeed"]
+    argv = [
+        "--model",
+        "resnet20",
+        "--data",
+        "digits",
+        "--image-size",
+        "8",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--max-batches",
+        "2",
+        "--nproc",
+        "2",
+        "--repeats",
+        "1",
+        "--out",
+        str(out),
+        "--configs",
+        "fp32:single,amp_bf16:single,fp32:ddp,amp_bf16:ddp,fp32:deepspeed",
+    ]
     status = _cli().main(argv)
     assert status == 0
     return out
@@ -75,8 +103,9 @@ def test_small_run_finishes_and_validates(small_run):
         entry = next(s for s in document["summary"] if s["config"] == label)
         assert entry["status"] == "ok" and entry["steady_state"] is False  # one epoch: no steady state
         assert entry["first_epoch_s"]["median"] == run["epoch_s"][0] or entry["runs"] == 2
-        assert entry["speedup"]["over"] == ("fp32:single" if label.endswith("single") or "fp32" in label
-                                            else "amp_bf16:single")
+        assert entry["speedup"]["over"] == (
+            "fp32:single" if label.endswith("single") or "fp32" in label else "amp_bf16:single"
+        )
     # All ranks together evaluated each test image once: accuracy is a multiple of 1 / 359.
     assert (runs["fp32:ddp"]["accuracy"] * 359) == pytest.approx(round(runs["fp32:ddp"]["accuracy"] * 359))
     env = document["environment"]
@@ -88,8 +117,10 @@ def test_deepspeed_rows_are_skipped_with_the_reason_where_it_cannot_run(monkeypa
     with monkeypatch.context() as hidden:
         hidden.setitem(sys.modules, "deepspeed", None)  # as if the package were not installed
         runs = compare.run_comparison(_options(configs))["runs"]
-    assert [(r["config"], r["status"]) for r in runs] == [("fp32:deepspeed:1", "skipped"),
-                                                          ("fp32:deepspeed:2", "skipped")]
+    assert [(r["config"], r["status"]) for r in runs] == [
+        ("fp32:deepspeed:1", "skipped"),
+        ("fp32:deepspeed:2", "skipped"),
+    ]
     assert all("deepspeed is not installed" in r["reason"] and r["wall_s"] is None for r in runs)
     if DEEPSPEED_MISSING is not None:
         return
@@ -117,7 +148,10 @@ def test_a_failing_configuration_is_recorded_and_the_rest_go_on(tmp_path):
 
 def test_parse_configs():
     assert compare.parse_configs("fp32:single, amp_bf16:ddp,fp16:deepspeed:1") == (
-        compare.Config("fp32", "single"), compare.Config("amp_bf16", "ddp"), compare.Config("fp16", "deepspeed", 1))
+        compare.Config("fp32", "single"),
+        compare.Config("amp_bf16", "ddp"),
+        compare.Config("fp16", "deepspeed", 1),
+    )
     with pytest.raises(ValueError) as info:
         compare.parse_configs("fp8:single,fp32:tp,fp32,fp32:ddp:2")
     lines = str(info.value).splitlines()
@@ -127,8 +161,9 @@ def test_parse_configs():
 
 def test_bad_options_exit_1_with_one_line_each_and_write_nothing(tmp_path, capsys):
     out = tmp_path / "r.json"
-    status = _cli().main(["--model", "vgg", "--data", "cifar10", "--epochs", "0", "--configs", "fp8:single",
-                          "--out", str(out)])
+    status = _cli().main(
+        ["--model", "vgg", "--data", "cifar10", "--epochs", "0", "--configs", "fp8:single", "--out", str(out)]
+    )
     assert status == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert [line.split(":")[0] for line in err] == ["--model", "--data-root", "--epochs", "--configs"]
@@ -147,17 +182,20 @@ def test_the_schema_rejects_an_ok_run_without_measurements(small_run):
     assert any(p.startswith(f"x.json: /runs/{len(document['runs']) - 1}/reason:") for p in problems)
 
 
-
 def test_a_configuration_that_runs_too_long_is_stopped_and_recorded():
     document = compare.run_comparison(_options("fp32:ddp", epochs=50, max_batches=None, timeout_s=3))
     (run,) = document["runs"]
     assert run["status"] == "failed" and run["reason"] == "timed out after 3 s"
 
 
-@pytest.mark.parametrize(("worker", "expected"), [
-    ('raise RuntimeError("boom from the worker")\n', "RuntimeError: boom from the worker"),
-    ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "Signal 11 (SIGSEGV)"),
-], ids=["exception", "signal"])
+@pytest.mark.parametrize(
+    ("worker", "expected"),
+    [
+        ('raise RuntimeError("boom from the worker")\n', "RuntimeError: boom from the worker"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n", "Signal 11 (SIGSEGV)"),
+    ],
+    ids=["exception", "signal"],
+)
 def test_failure_reason_is_the_root_cause_in_torchruns_output(worker, expected, tmp_path):
     """A failed distributed run is recorded with the line that says why, taken from torchrun's real
     stderr: the worker's exception or the signal that killed it, not torchrun's closing banner."""
@@ -165,7 +203,12 @@ def test_failure_reason_is_the_root_cause_in_torchruns_output(worker, expected, 
     import sys
 
     (tmp_path / "worker.py").write_text(worker, "utf-8")
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-                          "worker.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "worker.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert expected in compare.failure_line(out.stderr.splitlines())

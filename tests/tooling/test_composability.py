@@ -28,11 +28,16 @@ RERUN = "run `nox -s matrix` and commit the results file it writes"
 
 def _batch(n=4, size=8, *, model=None, target=None):
     loader = torch.rand(n, 3, size, size, generator=torch.Generator().manual_seed(0))
-    return Batch(loader_input=loader, model_input=loader.clone() if model is None else model,
-                 loss_target=torch.arange(n) % 3 if target is None else target, loss=1.0)
+    return Batch(
+        loader_input=loader,
+        model_input=loader.clone() if model is None else model,
+        loss_target=torch.arange(n) % 3 if target is None else target,
+        loss=1.0,
+    )
 
 
 # --------------------------------------------------------------------------------------------- effects
+
 
 def test_an_unchanged_batch_shows_no_effect():
     assert effects_seen([_batch(), _batch()]) == []
@@ -44,8 +49,9 @@ def test_changed_inputs_needs_the_loaders_shape_and_other_values():
     changed[0, 0, 0, 0] += 1
     assert "changed_inputs" in effects_seen([_batch(), Batch(b.loader_input, changed, b.loss_target, 1.0)])
     # a smaller image differs from the loader's, but not at the loader's shape
-    assert "changed_inputs" not in effects_seen([Batch(b.loader_input, b.loader_input[:, :, :4, :4] + 1,
-                                                       b.loss_target, 1.0)])
+    assert "changed_inputs" not in effects_seen(
+        [Batch(b.loader_input, b.loader_input[:, :, :4, :4] + 1, b.loss_target, 1.0)]
+    )
     # the same values in another dtype (a precision's cast) are no change the method made
     assert "changed_inputs" not in effects_seen([Batch(b.loader_input, b.loader_input.double(), b.loss_target, 1.0)])
 
@@ -64,8 +70,9 @@ def test_smaller_inputs_needs_a_smaller_spatial_size():
 
 def test_fewer_examples_needs_fewer_rows():
     b = _batch(n=4)
-    assert effects_seen([_batch(), Batch(b.loader_input, b.loader_input[:3], b.loss_target[:3], 1.0)]) \
-        == ["fewer_examples"]
+    assert effects_seen([_batch(), Batch(b.loader_input, b.loader_input[:3], b.loss_target[:3], 1.0)]) == [
+        "fewer_examples"
+    ]
     assert "fewer_examples" not in effects_seen([_batch(n=4), _batch(n=2)])  # the loader's own size varies
 
 
@@ -105,6 +112,7 @@ def test_smoothed_targets_needs_every_target_float_and_above_zero():
 def test_changed_model_needs_a_module_class_or_a_parameters_shape_dtype_or_layout_to_differ():
     """By the schema's definition, against the model the run began with (alone) or the other
     method's model alone (in a pair)."""
+
     def model():
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten())
@@ -157,12 +165,16 @@ def test_a_cell_evaluates_after_training_and_trains_a_baseline_for_changed_weigh
     effect is changed_weights is decided against the same run without it."""
     records = {k: r for k, r in load_all_metadata().items() if r.kind == "method"}
     # a method that leaves the model's modules as they are, so its weights and the baseline's match by name
-    key = next(k for k in sorted(records) if "vision" in records[k].domains
-               and "changed_model" not in records[k].observable)
+    key = next(
+        k for k in sorted(records) if "vision" in records[k].domains and "changed_model" not in records[k].observable
+    )
     run = matrix.run_cell(Cell("solo", (key,)), Settings(steps=2, epochs=1), records)
     assert run.error_type is None and run.batches[-1].eval_weights and run.batches[-1].baseline_weights is None
-    monkeypatch.setitem(records, key, SimpleNamespace(**{**vars(records[key]),
-                                                         "observable": (*records[key].observable, "changed_weights")}))
+    monkeypatch.setitem(
+        records,
+        key,
+        SimpleNamespace(**{**vars(records[key]), "observable": (*records[key].observable, "changed_weights")}),
+    )
     monkeypatch.setattr(matrix, "_BASELINE_WEIGHTS", {})
     run = matrix.run_cell(Cell("solo", (key,)), Settings(steps=2, epochs=1), records)
     baseline = run.batches[-1].baseline_weights
@@ -177,8 +189,15 @@ def test_the_workloads_models_hold_what_their_domains_methods_change():
 
     work = matrix.WORKLOADS["vision"](Settings(), 0)
     classes = {type(m) for m in work.model.modules()}
-    for cls in (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.MaxPool2d, BasicBlock, torch.nn.GroupNorm,
-                torch.nn.Dropout, torch.nn.Linear):
+    for cls in (
+        torch.nn.Conv2d,
+        torch.nn.BatchNorm2d,
+        torch.nn.MaxPool2d,
+        BasicBlock,
+        torch.nn.GroupNorm,
+        torch.nn.Dropout,
+        torch.nn.Linear,
+    ):
         assert cls in classes
     assert work.model(work.batches[0][0]).shape == (Settings().batch_size, matrix.NUM_CLASSES)
     assert work.model(torch.rand(2, 3, 5, 5)).shape == (2, matrix.NUM_CLASSES)  # any image size
@@ -217,8 +236,10 @@ def test_a_pairs_effects_are_named_per_method(monkeypatch):
     changed = b.loader_input.clone()
     changed[0, 0, 0, 0] += 1
     pair = CellRun(batches=[Batch(b.loader_input, changed, b.loss_target, 1.0)])
-    references = {"a": [Batch(b.loader_input, changed, b.loss_target, 1.0)],  # a alone made the change
-                  "b": [Batch(b.loader_input, b.loader_input, b.loss_target, 1.0)]}
+    references = {
+        "a": [Batch(b.loader_input, changed, b.loss_target, 1.0)],  # a alone made the change
+        "b": [Batch(b.loader_input, b.loader_input, b.loss_target, 1.0)],
+    }
     entry = decide(Cell("pair", ("b", "a")), pair, RECORDS, references)
     # a's change is seen against b alone; b's mixed targets are not seen against a alone
     assert entry["seen"] == ["a.changed_inputs"] and entry["missing"] == ["b.mixed_targets"]
@@ -227,20 +248,29 @@ def test_a_pairs_effects_are_named_per_method(monkeypatch):
 def test_nonfinite_losses_are_named_with_their_batch():
     good = _batch()
     assert matrix.nonfinite_loss([good, good]) is None
-    assert matrix.nonfinite_loss([good, Batch(good.loader_input, good.model_input, good.loss_target, float("nan"))]) \
+    assert (
+        matrix.nonfinite_loss([good, Batch(good.loader_input, good.model_input, good.loss_target, float("nan"))])
         == "loss nan at batch 2"
+    )
 
 
 # --------------------------------------------------------------------------------------------- plan and outcomes
 
+
 def _record(domains=("vision",), observable=("changed_inputs",), interactions=None, kind="method"):
-    return SimpleNamespace(kind=kind, domains=tuple(domains), observable=tuple(observable),
-                           interactions=MappingProxyType(dict(interactions or {})))
+    return SimpleNamespace(
+        kind=kind,
+        domains=tuple(domains),
+        observable=tuple(observable),
+        interactions=MappingProxyType(dict(interactions or {})),
+    )
 
 
 RECORDS = {
-    "a": _record(observable=("changed_inputs",), interactions={"b": "A and B: a note.", "precision=fp16": "A in fp16.",
-                                                               "parallel=ddp": "A under DDP."}),
+    "a": _record(
+        observable=("changed_inputs",),
+        interactions={"b": "A and B: a note.", "precision=fp16": "A in fp16.", "parallel=ddp": "A under DDP."},
+    ),
     "b": _record(domains=("vision", "nlp"), observable=("mixed_targets",), interactions={"a": "B and A: a note."}),
     "c": _record(domains=("nlp",), observable=("smoothed_targets",)),
     "practice": _record(kind="best_practice"),
@@ -266,27 +296,41 @@ def test_each_cell_takes_the_note_that_names_it():
     assert matrix.cell_note(Cell("parallel", ("a",), parallel="ddp"), RECORDS) == "A under DDP."
     assert matrix.cell_note(Cell("solo", ("a",)), RECORDS) is None
     # a precision's note explains every cell at that precision: alone, in a pair, in parallel
-    fp32 = {**RECORDS, "a": SimpleNamespace(**{**vars(RECORDS["a"]), "interactions": {
-        **RECORDS["a"].interactions, "precision=fp32": "A does nothing in fp32."}})}
+    fp32 = {
+        **RECORDS,
+        "a": SimpleNamespace(
+            **{
+                **vars(RECORDS["a"]),
+                "interactions": {**RECORDS["a"].interactions, "precision=fp32": "A does nothing in fp32."},
+            }
+        ),
+    }
     assert matrix.cell_note(Cell("solo", ("a",)), fp32) == "A does nothing in fp32."
     assert matrix.cell_note(Cell("pair", ("c", "a")), fp32) == "A does nothing in fp32."
     assert matrix.cell_note(Cell("parallel", ("a",), parallel="ddp"), fp32) == "A does nothing in fp32. A under DDP."
     assert matrix.cell_note(Cell("precision", ("a",), precision="fp16"), fp32) == "A in fp16."
 
 
-@pytest.mark.parametrize(("cell", "run", "outcome", "missing"), [
-    (Cell("pair", ("b", "c")), CellRun(seen=["mixed_targets", "smoothed_targets"]), "runs", []),
-    (Cell("pair", ("b", "c")), CellRun(seen=["changed_inputs", "mixed_targets"]), "fails", ["c.smoothed_targets"]),
-    (Cell("pair", ("a", "b")), CellRun(seen=["mixed_targets"]), "interaction", ["a.changed_inputs"]),
-    (Cell("pair", ("b", "c")), CellRun(seen=["mixed_targets", "smoothed_targets"], detail="loss nan at batch 2"),
-     "fails", []),
-    (Cell("pair", ("b", "c")), CellRun(error_type="ValueError", detail="ValueError: list it first"), "refused", []),
-    (Cell("pair", ("b", "c")), CellRun(error_type="TypeError", detail="TypeError: not callable"), "refused", []),
-    (Cell("pair", ("b", "c")), CellRun(error_type="RuntimeError", detail="RuntimeError: boom"), "fails", []),
-    (Cell("pair", ("a", "b")), CellRun(error_type="RuntimeError", detail="RuntimeError: boom"), "interaction", []),
-    (Cell("precision", ("a",), precision="fp16"), CellRun(seen=[]), "interaction", ["a.changed_inputs"]),
-    (Cell("precision", ("a",), precision="bf16"), CellRun(seen=[]), "fails", ["a.changed_inputs"]),
-])
+@pytest.mark.parametrize(
+    ("cell", "run", "outcome", "missing"),
+    [
+        (Cell("pair", ("b", "c")), CellRun(seen=["mixed_targets", "smoothed_targets"]), "runs", []),
+        (Cell("pair", ("b", "c")), CellRun(seen=["changed_inputs", "mixed_targets"]), "fails", ["c.smoothed_targets"]),
+        (Cell("pair", ("a", "b")), CellRun(seen=["mixed_targets"]), "interaction", ["a.changed_inputs"]),
+        (
+            Cell("pair", ("b", "c")),
+            CellRun(seen=["mixed_targets", "smoothed_targets"], detail="loss nan at batch 2"),
+            "fails",
+            [],
+        ),
+        (Cell("pair", ("b", "c")), CellRun(error_type="ValueError", detail="ValueError: list it first"), "refused", []),
+        (Cell("pair", ("b", "c")), CellRun(error_type="TypeError", detail="TypeError: not callable"), "refused", []),
+        (Cell("pair", ("b", "c")), CellRun(error_type="RuntimeError", detail="RuntimeError: boom"), "fails", []),
+        (Cell("pair", ("a", "b")), CellRun(error_type="RuntimeError", detail="RuntimeError: boom"), "interaction", []),
+        (Cell("precision", ("a",), precision="fp16"), CellRun(seen=[]), "interaction", ["a.changed_inputs"]),
+        (Cell("precision", ("a",), precision="bf16"), CellRun(seen=[]), "fails", ["a.changed_inputs"]),
+    ],
+)
 def test_outcomes_follow_the_schemas_definitions(cell, run, outcome, missing):
     entry = decide(cell, run, RECORDS)
     assert entry["outcome"] == outcome
@@ -299,8 +343,14 @@ def test_a_launch_that_ends_early_fails_each_of_its_cells_with_the_reason(monkey
     first = Cell("parallel", ("a",), parallel="ddp")
     second = Cell("parallel", ("b",), parallel="ddp")
     reason = "the ddp launch exited with status 1: RuntimeError: Connection reset by peer"
-    monkeypatch.setattr(matrix, "_launch", lambda mode, cells, settings, timeout_s, progress: {
-        "runs": {first.label: CellRun(seen=["changed_inputs"], wall_s=1.0)}, "failure": reason})
+    monkeypatch.setattr(
+        matrix,
+        "_launch",
+        lambda mode, cells, settings, timeout_s, progress: {
+            "runs": {first.label: CellRun(seen=["changed_inputs"], wall_s=1.0)},
+            "failure": reason,
+        },
+    )
     entries = matrix.run_cells([first, second], Settings(), records=RECORDS)
     assert [e["outcome"] for e in entries] == ["runs", "fails"]
     assert entries[0]["seen"] == ["a.changed_inputs"] and entries[1]["detail"] == reason
@@ -317,8 +367,12 @@ def test_a_pairs_reference_runs_on_the_pairs_workload(monkeypatch):
 
     monkeypatch.setattr(matrix, "run_cell", fake_run_cell)
     matrix.run_cells([Cell("solo", ("b",)), Cell("pair", ("b", "c"))], Settings(), records=RECORDS)
-    assert calls == [("solo", ("b",), "vision"), ("pair", ("b", "c"), "nlp"), ("solo", ("b",), "nlp"),
-                     ("solo", ("c",), "nlp")]
+    assert calls == [
+        ("solo", ("b",), "vision"),
+        ("pair", ("b", "c"), "nlp"),
+        ("solo", ("b",), "nlp"),
+        ("solo", ("c",), "nlp"),
+    ]
 
 
 def test_methods_get_the_workloads_batch_keys_where_their_plumbing_takes_them():
@@ -329,6 +383,7 @@ def test_methods_get_the_workloads_batch_keys_where_their_plumbing_takes_them():
 
 
 # --------------------------------------------------------------------------------------------- command line
+
 
 def test_bad_options_are_one_line_each_and_write_nothing(tmp_path, capsys):
     assert matrix.main(["--kinds", "solo,pairs", "--out", str(tmp_path / "m.json")]) == 1
@@ -357,6 +412,7 @@ def test_a_subset_writes_a_valid_file_with_progress_lines(tmp_path, capsys):
 
 # --------------------------------------------------------------------------------------------- the committed matrix
 
+
 def _committed() -> tuple[Path, dict]:
     kind = "cuda" if torch.cuda.is_available() else "cpu"
     files = [(p, load_composability(p)) for p in discover_composability()]
@@ -374,8 +430,11 @@ def test_the_sample_keeps_every_single_method_cell_every_noted_pair_and_a_fixed_
     assert sample == matrix.sample_cells(plan, records)  # the same cells every run, in plan order
     assert [c for c in sample if c.kind != "pair"] == [c for c in plan if c.kind != "pair"]
     pairs = [c for c in plan if c.kind == "pair"]
-    noted = [c for c in pairs if records[c.methods[0]].interactions.get(c.methods[1])
-             or records[c.methods[1]].interactions.get(c.methods[0])]
+    noted = [
+        c
+        for c in pairs
+        if records[c.methods[0]].interactions.get(c.methods[1]) or records[c.methods[1]].interactions.get(c.methods[0])
+    ]
     assert noted and set(noted) <= set(sample)
     others = [c for c in sample if c.kind == "pair" and c not in noted]
     assert len(others) == matrix.SAMPLED_PAIRS < len(pairs) - len(noted)
@@ -400,10 +459,14 @@ def test_the_committed_matrix_is_the_current_codes(computed):
     here = {key(c): c for c in computed}
     planned = {key(c.as_dict()) for c in matrix.plan_cells(parallels=matrix.runnable_parallels()[0])}
     runnable = set(matrix.runnable_parallels()[0]) | {"single"}
-    problems = [f"{Cell.from_dict(c).label}: computed here, not in {path}" for k, c in here.items()
-                if k not in committed]
-    problems += [f"{Cell.from_dict(c).label}: in {path}, not in the current matrix" for k, c in committed.items()
-                 if k not in planned and c["parallel"] in runnable]
+    problems = [
+        f"{Cell.from_dict(c).label}: computed here, not in {path}" for k, c in here.items() if k not in committed
+    ]
+    problems += [
+        f"{Cell.from_dict(c).label}: in {path}, not in the current matrix"
+        for k, c in committed.items()
+        if k not in planned and c["parallel"] in runnable
+    ]
     for k, cell in here.items():
         old = committed.get(k)
         for name in ("outcome", "seen", "missing"):
@@ -415,8 +478,13 @@ def test_the_committed_matrix_is_the_current_codes(computed):
 @pytest.mark.slow
 def test_no_cell_of_the_matrix_fails(computed):
     failed = [f"{Cell.from_dict(c).label}: {matrix.describe(c)}" for c in computed if c["outcome"] == "fails"]
-    assert not failed, "\n".join([*failed, "fix the bug, or explain the interaction with a note in the metadata's "
-                                  "interactions (then rerun `nox -s matrix`)"])
+    assert not failed, "\n".join(
+        [
+            *failed,
+            "fix the bug, or explain the interaction with a note in the metadata's "
+            "interactions (then rerun `nox -s matrix`)",
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -435,8 +503,11 @@ def test_every_method_acts_alone_and_every_distributed_mode_runs(computed):
             idle[key] = c
             assert c["outcome"] == "interaction" and c["note"] == records[key].interactions.get("precision=fp32"), c
     for key in idle:
-        acting = [c["precision"] for c in computed if c["kind"] == "precision" and c["methods"] == [key]
-                  and c["outcome"] == "runs"]
+        acting = [
+            c["precision"]
+            for c in computed
+            if c["kind"] == "precision" and c["methods"] == [key] and c["outcome"] == "runs"
+        ]
         assert acting, f"{key} acts in no precision cell"
     parallels, skipped = matrix.runnable_parallels()
     assert set(parallels) | set(skipped) == set(DISTRIBUTED)

@@ -25,8 +25,12 @@ TOOL = REPO_ROOT / "tools" / "measure_methods.py"
 def _record(domains, model=None, kind="method", precision=None, **suggested):
     workload = {k: v for k, v in (("model", model), ("precision", precision)) if v}
     raw = {"workload": workload} if workload else {}
-    return SimpleNamespace(kind=kind, domains=tuple(domains), raw=raw,
-                           hyperparameters={k: SimpleNamespace(suggested=v) for k, v in suggested.items()})
+    return SimpleNamespace(
+        kind=kind,
+        domains=tuple(domains),
+        raw=raw,
+        hyperparameters={k: SimpleNamespace(suggested=v) for k, v in suggested.items()},
+    )
 
 
 RECORDS = {
@@ -38,8 +42,10 @@ RECORDS = {
     "token_trick": _record(["nlp"], p=0.1),
     "wide_trick": _record(["nlp", "vision"], width=2),
 }
-GN_RECORDS = {"cutmix": RECORDS["cutmix"],
-              "gn_trick": _record(["vision"], model="resnet20_gn", precision="amp_bf16", eps=1e-5)}
+GN_RECORDS = {
+    "cutmix": RECORDS["cutmix"],
+    "gn_trick": _record(["vision"], model="resnet20_gn", precision="amp_bf16", eps=1e-5),
+}
 METHODS = measure.domain_methods("vision", RECORDS)
 
 
@@ -52,22 +58,53 @@ def synthetic_methods(monkeypatch):
 
 
 ENV = {
-    "hardware": "Test CPU, 2 cores (CPU only)", "device_type": "cpu", "device_name": "Test CPU", "device_count": 1,
-    "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.0.0", "cuda": None, "python": "3.11.0",
-    "platform": "Linux", "date": "2026-01-02T03:04:05Z", "load_average": [1.0, 1.0, 1.0],
+    "hardware": "Test CPU, 2 cores (CPU only)",
+    "device_type": "cpu",
+    "device_name": "Test CPU",
+    "device_count": 1,
+    "cpu_model": "Test CPU",
+    "cpu_count": 2,
+    "torch": "2.0.0",
+    "cuda": None,
+    "python": "3.11.0",
+    "platform": "Linux",
+    "date": "2026-01-02T03:04:05Z",
+    "load_average": [1.0, 1.0, 1.0],
 }
 
 
 def _options(**kw) -> measure.MeasureOptions:
-    base = {"workload": "vision", "model": "resnet20", "data": "digits", "image_size": 8, "epochs": 1,
-            "batch_size": 16, "seeds": (0, 1, 2), "max_batches": 1, "command": "python tools/measure_methods.py"}
+    base = {
+        "workload": "vision",
+        "model": "resnet20",
+        "data": "digits",
+        "image_size": 8,
+        "epochs": 1,
+        "batch_size": 16,
+        "seeds": (0, 1, 2),
+        "max_batches": 1,
+        "command": "python tools/measure_methods.py",
+    }
     return measure.MeasureOptions(**{**base, **kw})
 
 
 def _nlp_options(**kw) -> measure.MeasureOptions:
-    base = {"workload": "nlp", "model": "transformer_tiny", "data": "stdlib_text", "image_size": None,
-            "seq_len": 16, "epochs": 1, "batch_size": 4, "seeds": (0, 1), "max_batches": 2, "lr": 3e-3,
-            "optimizer": "adamw", "eval_examples": 8, "metric": "loss", "command": "python tools/measure_methods.py"}
+    base = {
+        "workload": "nlp",
+        "model": "transformer_tiny",
+        "data": "stdlib_text",
+        "image_size": None,
+        "seq_len": 16,
+        "epochs": 1,
+        "batch_size": 4,
+        "seeds": (0, 1),
+        "max_batches": 2,
+        "lr": 3e-3,
+        "optimizer": "adamw",
+        "eval_examples": 8,
+        "metric": "loss",
+        "command": "python tools/measure_methods.py",
+    }
     return measure.MeasureOptions(**{**base, **kw})
 
 
@@ -86,26 +123,56 @@ class FakeRunner:
     def __call__(self, job, options, env, progress):
         self.jobs.append(job)
         progress(f"{job.label} epoch 1/1 0.1 s")
-        base = {"method": job.method, "model": job.model, "precision": job.precision, "seed": job.seed,
-                "hparams": dict(job.hparams), "date": env["date"], "load_average": [1.0, 1.0, 1.0],
-                "command": options.command, "eval_s": 1.0, "job_s": 15.0, "tokens": None}
+        base = {
+            "method": job.method,
+            "model": job.model,
+            "precision": job.precision,
+            "seed": job.seed,
+            "hparams": dict(job.hparams),
+            "date": env["date"],
+            "load_average": [1.0, 1.0, 1.0],
+            "command": options.command,
+            "eval_s": 1.0,
+            "job_s": 15.0,
+            "tokens": None,
+        }
         if job.method in self.fail:
-            return {**base, "status": "failed", "reason": "RuntimeError: boom", "wall_s": None, "eval_s": None,
-                    "samples": None, "throughput": None, "peak_memory_bytes": None, "memory_kind": None,
-                    "accuracy": None, "loss": None, "activity": None, "acted": None}
+            return {
+                **base,
+                "status": "failed",
+                "reason": "RuntimeError: boom",
+                "wall_s": None,
+                "eval_s": None,
+                "samples": None,
+                "throughput": None,
+                "peak_memory_bytes": None,
+                "memory_kind": None,
+                "accuracy": None,
+                "loss": None,
+                "activity": None,
+                "acted": None,
+            }
         method = job.method != measure.BASELINE
         speed = (80.0 if method else 100.0) / (2 if job.model else 1)
         text = options.metric == "loss"
         accuracy = 0.9 + job.seed / 100 + (ACCURACY_CHANGE[job.seed] if method else 0.0)
         acted = job.method not in self.idle
         tokens = 1000 * options.seq_len if text else None
-        return {**base, "status": "ok", "reason": None, "wall_s": 1000 / (speed + job.seed), "samples": 1000,
-                "tokens": tokens, "throughput": (tokens or 1000) / (1000 / (speed + job.seed)),
-                "peak_memory_bytes": 1000 + job.seed, "memory_kind": "cpu_peak_rss",
-                "accuracy": None if text else accuracy,
-                "loss": (2.0 if not method else 1.9 - job.seed / 100) + job.seed / 10 if text else 0.5,
-                "activity": {"things_done": 5 if acted else 0} if method else None,
-                "acted": acted if method else None}
+        return {
+            **base,
+            "status": "ok",
+            "reason": None,
+            "wall_s": 1000 / (speed + job.seed),
+            "samples": 1000,
+            "tokens": tokens,
+            "throughput": (tokens or 1000) / (1000 / (speed + job.seed)),
+            "peak_memory_bytes": 1000 + job.seed,
+            "memory_kind": "cpu_peak_rss",
+            "accuracy": None if text else accuracy,
+            "loss": (2.0 if not method else 1.9 - job.seed / 100) + job.seed / 10 if text else 0.5,
+            "activity": {"things_done": 5 if acted else 0} if method else None,
+            "acted": acted if method else None,
+        }
 
 
 def _measure(out: Path, runner: FakeRunner, **kw) -> dict:
@@ -115,6 +182,7 @@ def _measure(out: Path, runner: FakeRunner, **kw) -> dict:
 
 # --------------------------------------------------------------------------------------------- jobs
 
+
 def test_the_sweep_interleaves_the_baseline_and_every_vision_method_per_seed():
     assert set(METHODS) >= {"cutmix", "mixup", "label_smoothing", "cutout"}
     assert METHODS["cutout"] == {"num_holes": 1, "length": 0.5, "uniform_sampling": False}
@@ -122,14 +190,23 @@ def test_the_sweep_interleaves_the_baseline_and_every_vision_method_per_seed():
     assert len(jobs) == 3 * (1 + len(METHODS))
     per_seed = 1 + len(METHODS)
     for s in range(3):  # each seed's baseline, then its methods: they take turns through the sweep
-        block = jobs[s * per_seed:(s + 1) * per_seed]
+        block = jobs[s * per_seed : (s + 1) * per_seed]
         assert [j.method for j in block] == [measure.BASELINE, *METHODS] and {j.seed for j in block} == {s}
 
 
 def test_select_jobs_resumes_reruns_only_with_its_baseline_and_shards():
     jobs = measure.plan_jobs({"a": {"x": 1}, "b": {}}, (0, 1))
-    done = [{"method": j.method, "model": None, "precision": None, "seed": j.seed, "hparams": dict(j.hparams),
-             "status": "ok"} for j in jobs[:3]]
+    done = [
+        {
+            "method": j.method,
+            "model": None,
+            "precision": None,
+            "seed": j.seed,
+            "hparams": dict(j.hparams),
+            "status": "ok",
+        }
+        for j in jobs[:3]
+    ]
     assert measure.select_jobs(jobs, done) == jobs[3:]
     # hyperparameters that changed since: measured again
     stale = [{**done[1], "hparams": {"x": 2}}]
@@ -146,6 +223,7 @@ def test_select_jobs_resumes_reruns_only_with_its_baseline_and_shards():
 
 
 # --------------------------------------------------------------------------------------------- evidence
+
 
 def test_a_sweep_writes_paired_intervals_and_verdicts(tmp_path):
     out = tmp_path / "effects" / "vision.json"
@@ -186,8 +264,9 @@ def test_a_method_that_never_acted_is_recorded_so_not_as_an_effect(tmp_path):
     document = _measure(tmp_path / "v.json", FakeRunner(idle={"cutout"}))
     cutout = {e["method"]: e for e in document["summary"]}["cutout"]
     assert cutout["status"] == "did_not_act"
-    assert cutout["reason"] == ("its recorded activity shows it did not act in any of its 3 runs "
-                                "(things done 0 per run)")
+    assert cutout["reason"] == (
+        "its recorded activity shows it did not act in any of its 3 runs (things done 0 per run)"
+    )
     assert cutout["quality"] is None and cutout["throughput"] is None and cutout["memory"] is None
 
 
@@ -210,8 +289,7 @@ def test_no_detectable_difference_when_the_interval_spans_zero():
     assert evidence.paired_change([1.0], [0.5], higher_is_better=True) is None  # one pair: no interval
     # a loss that falls in every pair is better
     assert evidence.paired_change([1.8, 1.7, 1.9], [2.0, 1.95, 2.1], higher_is_better=False)["verdict"] == "better"
-    ratio = evidence.ratio_of_medians([99.0, 101.0, 100.0, 98.0], [100.0, 99.0, 101.0, 100.0],
-                                      higher_is_better=True)
+    ratio = evidence.ratio_of_medians([99.0, 101.0, 100.0, 98.0], [100.0, 99.0, 101.0, 100.0], higher_is_better=True)
     assert ratio["low"] <= 1.0 <= ratio["high"] and ratio["verdict"] == "no detectable difference"
 
 
@@ -222,8 +300,9 @@ def test_a_rerun_resumes_and_only_remeasures_one_method_beside_its_baseline(tmp_
     _measure(out, again)
     assert again.jobs == []  # every job has a successful run in the file
     only = FakeRunner()
-    document = _measure(out, only, only=["cutmix"], options=_options(command="python tools/measure_methods.py "
-                                                                             "--only cutmix"))
+    document = _measure(
+        out, only, only=["cutmix"], options=_options(command="python tools/measure_methods.py --only cutmix")
+    )
     assert [j.method for j in only.jobs] == ["baseline", "cutmix"] * 3
     assert len(document["runs"]) == 3 * (1 + len(METHODS))  # replaced, not added
     rows = {e["method"]: e for e in document["summary"]}
@@ -257,8 +336,9 @@ def test_shards_merge_into_the_whole_sweep(tmp_path):
     merged = measure.merge_documents(pieces)
     whole = _measure(tmp_path / "whole.json", FakeRunner())
     assert merged["summary"] == whole["summary"]
-    assert sorted((r["method"], r["seed"]) for r in merged["runs"]) == sorted((r["method"], r["seed"])
-                                                                             for r in whole["runs"])
+    assert sorted((r["method"], r["seed"]) for r in merged["runs"]) == sorted(
+        (r["method"], r["seed"]) for r in whole["runs"]
+    )
 
 
 def test_merge_refuses_pieces_with_other_settings(tmp_path):
@@ -270,6 +350,7 @@ def test_merge_refuses_pieces_with_other_settings(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- command
+
 
 def _cli(*args: str) -> SimpleNamespace:
     """The command line in this process (so it sees the synthetic methods): exit status and stderr."""
@@ -289,14 +370,37 @@ def test_the_command_line_runs_as_a_script():
 
 def test_bad_options_exit_1_with_one_line_each_and_write_nothing(tmp_path):
     out = tmp_path / "out.json"
-    result = _cli("--only", "cutmix,nope", "--shard", "4/4", "--seeds", "1", "--epochs", "0", "--batch-size", "-1",
-                  "--data", "imagenet", "--test-fraction", "1.5", "--out", str(out))
+    result = _cli(
+        "--only",
+        "cutmix,nope",
+        "--shard",
+        "4/4",
+        "--seeds",
+        "1",
+        "--epochs",
+        "0",
+        "--batch-size",
+        "-1",
+        "--data",
+        "imagenet",
+        "--test-fraction",
+        "1.5",
+        "--out",
+        str(out),
+    )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 7, result.stderr
     assert "Traceback" not in result.stderr
-    for expected in ("--only: 'nope' is not a vision method", "--shard: '4/4'", "--seeds: 1", "--epochs: 0",
-                     "--batch-size: -1", "--data: 'imagenet'", "--test-fraction: 1.5"):
+    for expected in (
+        "--only: 'nope' is not a vision method",
+        "--shard: '4/4'",
+        "--seeds: 1",
+        "--epochs: 0",
+        "--batch-size: -1",
+        "--data: 'imagenet'",
+        "--test-fraction: 1.5",
+    ):
         assert any(line.startswith(expected) for line in lines), (expected, lines)
     assert not out.exists()
 
@@ -305,15 +409,20 @@ def test_merge_options_and_refusal_to_overwrite(tmp_path):
     a, b, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "merged.json"
     result = _cli("--merge", str(a), "--only", "cutmix")
     assert result.returncode == 1
-    assert result.stderr.splitlines() == ["--only: not with --merge, which runs nothing",
-                                          "--merge: give --out, the merged file", f"{a}: no such file"]
+    assert result.stderr.splitlines() == [
+        "--only: not with --merge, which runs nothing",
+        "--merge: give --out, the merged file",
+        f"{a}: no such file",
+    ]
     _measure(a, FakeRunner(), shard=(0, 2))
     _measure(b, FakeRunner(), shard=(1, 2))
     assert _cli("--merge", str(a), str(b), "--out", str(out)).returncode == 0
     assert len(load_effects(out)["runs"]) == 3 * (1 + len(METHODS))
     result = _cli("--merge", str(a), str(b), "--out", str(out))
-    assert result.returncode == 1 and result.stderr.strip() == f"{out}: exists — pass --force to overwrite it, " \
-                                                               "or choose --out"
+    assert (
+        result.returncode == 1
+        and result.stderr.strip() == f"{out}: exists — pass --force to overwrite it, or choose --out"
+    )
     assert _cli("--merge", str(a), str(b), "--out", str(out), "--force").returncode == 0
 
 
@@ -324,6 +433,7 @@ def test_shard_needs_its_own_output():
 
 
 # --------------------------------------------------------------------------------------------- files
+
 
 def test_the_schema_rejects_an_ok_run_without_measurements(tmp_path):
     document = _measure(tmp_path / "v.json", FakeRunner())
@@ -354,6 +464,7 @@ def test_default_output_names_the_workload_and_machine_without_a_date():
 
 # --------------------------------------------------------------------------------------------- workloads
 
+
 def test_the_vision_workload_leaves_room_below_its_ceiling_on_a_fifth_of_the_digits():
     problems, options = measure.check_args(measure._parser(measure.__doc__).parse_args([]))
     assert problems == []
@@ -365,17 +476,24 @@ def test_the_vision_workload_leaves_room_below_its_ceiling_on_a_fifth_of_the_dig
 def test_the_nlp_workload_is_the_transformer_on_the_stdlib_corpus_by_tokens():
     problems, options = measure.check_args(measure._parser(measure.__doc__).parse_args(["--workload", "nlp"]))
     assert problems == []
-    assert (options.model, options.data, options.seq_len, options.image_size) == ("transformer_tiny", "stdlib_text",
-                                                                                  128, None)
+    assert (options.model, options.data, options.seq_len, options.image_size) == (
+        "transformer_tiny",
+        "stdlib_text",
+        128,
+        None,
+    )
     assert (options.optimizer, options.metric, options.eval_examples) == ("adamw", "loss", 256)
     assert options.test_fraction is None
     settings = options.settings()
     assert settings["throughput_unit"] == "tokens" and settings["chance_accuracy"] is None
     assert measure.domain_methods("nlp", RECORDS) == {"token_trick": {"p": 0.1}, "wide_trick": {"width": 2}}
-    problems, _ = measure.check_args(measure._parser(measure.__doc__).parse_args(
-        ["--workload", "nlp", "--image-size", "16", "--only", "cutmix"]))
-    assert problems == ["--image-size: not for the nlp workload, whose data are text: give --seq-len",
-                        "--only: 'cutmix' is not a nlp method — use one of token_trick, wide_trick"]
+    problems, _ = measure.check_args(
+        measure._parser(measure.__doc__).parse_args(["--workload", "nlp", "--image-size", "16", "--only", "cutmix"])
+    )
+    assert problems == [
+        "--image-size: not for the nlp workload, whose data are text: give --seq-len",
+        "--only: 'cutmix' is not a nlp method — use one of token_trick, wide_trick",
+    ]
 
 
 def test_an_nlp_sweep_measures_every_nlp_method_by_validation_loss(tmp_path):
@@ -395,14 +513,21 @@ def test_a_method_with_its_own_model_and_precision_is_compared_with_a_baseline_o
     assert workloads == {"gn_trick": ("resnet20_gn", "amp_bf16")}
     jobs = measure.plan_jobs(measure.domain_methods("vision", GN_RECORDS), (0, 1), workloads)
     assert [(j.method, j.model, j.precision) for j in jobs[:4]] == [
-        ("baseline", None, None), ("baseline", "resnet20_gn", "amp_bf16"), ("cutmix", None, None),
-        ("gn_trick", "resnet20_gn", "amp_bf16")]
+        ("baseline", None, None),
+        ("baseline", "resnet20_gn", "amp_bf16"),
+        ("cutmix", None, None),
+        ("gn_trick", "resnet20_gn", "amp_bf16"),
+    ]
     out = tmp_path / "v.json"
     document = _measure(out, FakeRunner(), records=GN_RECORDS, options=_options(seeds=(0, 1)))
     assert load_effects(out) == document
     summary = {(e["method"], e["model"], e["precision"]): e for e in document["summary"]}
-    assert set(summary) == {("baseline", None, None), ("baseline", "resnet20_gn", "amp_bf16"),
-                            ("cutmix", None, None), ("gn_trick", "resnet20_gn", "amp_bf16")}
+    assert set(summary) == {
+        ("baseline", None, None),
+        ("baseline", "resnet20_gn", "amp_bf16"),
+        ("cutmix", None, None),
+        ("gn_trick", "resnet20_gn", "amp_bf16"),
+    }
     # against its own model's baseline (half as fast as resnet20's in the fake): 40.5/50.5, not 40.5/100.5
     assert summary[("gn_trick", "resnet20_gn", "amp_bf16")]["throughput"]["ratio"] == pytest.approx(40.5 / 50.5)
     again = FakeRunner()
@@ -413,14 +538,17 @@ def test_a_method_with_its_own_model_and_precision_is_compared_with_a_baseline_o
 def test_a_method_naming_an_unknown_model_is_one_line(monkeypatch):
     import algorithms.metadata
 
-    monkeypatch.setattr(algorithms.metadata, "load_all_metadata",
-                        lambda root=None: {"gn_trick": _record(["vision"], model="resnet21")})
+    monkeypatch.setattr(
+        algorithms.metadata, "load_all_metadata", lambda root=None: {"gn_trick": _record(["vision"], model="resnet21")}
+    )
     problems, _ = measure.check_args(measure._parser(measure.__doc__).parse_args([]))
     assert len(problems) == 1 and problems[0].startswith(
-        "algorithms/gn_trick/metadata.json: workload: model 'resnet21' is not a reference model — use one of ")
+        "algorithms/gn_trick/metadata.json: workload: model 'resnet21' is not a reference model — use one of "
+    )
 
 
 # --------------------------------------------------------------------------------------------- real runs
+
 
 @pytest.fixture
 def library_methods(monkeypatch):
@@ -451,9 +579,16 @@ def test_layer_freezing_in_a_one_epoch_run_did_not_act(library_methods, tmp_path
     to train frozen, so the run is recorded as not acting, never as an effect."""
     hparams = measure.domain_methods("vision", library_methods)["layer_freezing"]
     options = _options(seeds=(0, 1), epochs=1, max_batches=2)
-    runs = [measure.run_job(measure.Job(m, s, hparams if m != measure.BASELINE else {}), options,
-                            compare.environment(), lambda line: None)
-            for s in (0, 1) for m in (measure.BASELINE, "layer_freezing")]
+    runs = [
+        measure.run_job(
+            measure.Job(m, s, hparams if m != measure.BASELINE else {}),
+            options,
+            compare.environment(),
+            lambda line: None,
+        )
+        for s in (0, 1)
+        for m in (measure.BASELINE, "layer_freezing")
+    ]
     assert all(r["status"] == "ok" for r in runs), [r["reason"] for r in runs]
     frozen = [r for r in runs if r["method"] == "layer_freezing"]
     assert all(r["acted"] is False and r["activity"] == {"layers_frozen": 0} for r in frozen)
@@ -469,8 +604,12 @@ def test_the_text_workload_scores_emas_averaged_weights(library_methods):
     Trainer.eval; before, the harness scored the training weights and EMA matched bit for bit."""
     options = _nlp_options(max_batches=4)
     base = measure.run_job(measure.Job(measure.BASELINE, 0), options, compare.environment(), lambda line: None)
-    ema = measure.run_job(measure.Job("ema", 0, {"half_life": "2ba", "update_interval": "1ba"}), options,
-                          compare.environment(), lambda line: None)
+    ema = measure.run_job(
+        measure.Job("ema", 0, {"half_life": "2ba", "update_interval": "1ba"}),
+        options,
+        compare.environment(),
+        lambda line: None,
+    )
     assert base["status"] == ema["status"] == "ok", (base["reason"], ema["reason"])
     assert ema["acted"] is True
     assert ema["loss"] != base["loss"]
@@ -492,6 +631,7 @@ def test_alibis_throughput_counts_the_tokens_it_trained(library_methods):
 
 
 # --------------------------------------------------------------------------------------------- the check
+
 
 def test_the_check_names_each_way_a_file_would_mislead_a_reader(tmp_path):
     from methods_tools import evidence
@@ -519,16 +659,29 @@ def test_the_check_names_each_way_a_file_would_mislead_a_reader(tmp_path):
         assert sum(p.startswith(start) for p in problems) == 1, (start, problems)
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(broken))
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "check_effects.py"), str(path)],
-                            capture_output=True, text=True, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools" / "check_effects.py"), str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == len(problems)
 
 
 @pytest.mark.slow
 def test_the_worker_trains_the_language_model_on_dict_batches_and_reports_its_validation_loss():
-    options = compare.CompareOptions(model="transformer_tiny", data="stdlib_text", epochs=1, batch_size=4,
-                                     configs=(compare.Config("fp32", "single"),), nproc=1, max_batches=2,
-                                     seq_len=16, eval_examples=8, optimizer="adamw")
+    options = compare.CompareOptions(
+        model="transformer_tiny",
+        data="stdlib_text",
+        epochs=1,
+        batch_size=4,
+        configs=(compare.Config("fp32", "single"),),
+        nproc=1,
+        max_batches=2,
+        seq_len=16,
+        eval_examples=8,
+        optimizer="adamw",
+    )
     command = compare.worker_command(options.configs[0], options, Path("/tmp/x"), 1)
     assert command[command.index("--seq-len") + 1] == "16" and command[command.index("--optimizer") + 1] == "adamw"
     run = measure.run_job(measure.Job(measure.BASELINE, 0), _nlp_options(), compare.environment(), lambda line: None)
@@ -544,5 +697,7 @@ def test_an_effects_file_of_an_older_version_is_one_line_saying_to_measure_again
     path.write_text(json.dumps({"schema_version": 2, "runs": []}))
     with pytest.raises(Exception) as caught:
         load_effects(path)
-    assert str(caught.value) == (f"{path}: /schema_version: 2 is no longer read (no intervals, verdicts or record "
-                                 "of what the methods did) — measure again with tools/measure_methods.py")
+    assert str(caught.value) == (
+        f"{path}: /schema_version: 2 is no longer read (no intervals, verdicts or record "
+        "of what the methods did) — measure again with tools/measure_methods.py"
+    )

@@ -26,8 +26,11 @@ from algorithms.metadata import PACKAGE_ROOT, Kind, load_all_datasets, load_all_
 
 REPO_ROOT = PACKAGE_ROOT.parent
 
-ALL_CARDS = ([("method", k) for k in load_all_metadata()] + [("dataset", k) for k in load_all_datasets()]
-             + [("model_family", k) for k in load_all_model_families()])
+ALL_CARDS = (
+    [("method", k) for k in load_all_metadata()]
+    + [("dataset", k) for k in load_all_datasets()]
+    + [("model_family", k) for k in load_all_model_families()]
+)
 
 
 def _scaffold_everything(repo: Path, package: Path) -> None:
@@ -75,8 +78,9 @@ def test_generated_method_examples_run_as_written(scratch, key, tmp_path, monkey
 def test_scaffold_table_comes_from_code_and_metadata(scratch):
     repo, package = scratch
     body = cards.regions(render_card("method", "cutmix", repo_root=repo, package_root=package))["hyperparameters"].body
-    rows = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in body.splitlines()
-            if line.startswith("| `")}
+    rows = {
+        line.split(" | ")[0].strip("| `"): line.split(" | ") for line in body.splitlines() if line.startswith("| `")
+    }
     assert set(rows) == {"alpha", "interpolate_loss", "uniform_sampling"}  # input_key/target_key are plumbing
     assert rows["alpha"][1:4] == ["`1.0`", "`1.0`", "`[0, inf)`"]  # alpha = 0 is allowed
     assert "Beta concentration" in rows["alpha"][4]  # the docstring's Args description
@@ -90,8 +94,9 @@ def test_a_card_holds_directives_so_a_metadata_change_needs_no_card_change(scrat
     path = card_path("method", "mixup", repo)
     card = path.read_text()
     assert "<!-- generated:" not in card and "Trains on convex" not in card  # no fact is committed
-    assert [name for _, name in directives(card)] == list(cards.regions(render_card("method", "mixup", repo_root=repo,
-                                                                                   package_root=package)))
+    assert [name for _, name in directives(card)] == list(
+        cards.regions(render_card("method", "mixup", repo_root=repo, package_root=package))
+    )
     metadata = package / "mixup" / "metadata.json"
     metadata.write_text(metadata.read_text().replace('"tldr": "Trains', '"tldr": "Now trains'))
     assert not any("mixup.md" in p and "TODO" not in p for p in _problems(repo, package))
@@ -118,8 +123,9 @@ def test_update_turns_an_old_cards_regions_into_directives_and_keeps_the_prose(s
     # every line outside the regions is kept, in order
     kept = [line for line in updated.splitlines() if not line.startswith(("```{card-facts}", "```"))]
     region_lines = {n for r in cards.regions(old).values() for n in range(r.line, r.end + 1)}
-    assert kept == [line for n, line in enumerate(old.splitlines(), 1)
-                    if n not in region_lines and not line.startswith("```")]
+    assert kept == [
+        line for n, line in enumerate(old.splitlines(), 1) if n not in region_lines and not line.startswith("```")
+    ]
     assert not any("mixup.md" in p and "TODO" not in p for p in _problems(repo, package))
     assert new_card_main(["mixup", "--update"], repo_root=repo, package_root=package) == 0
     assert capsys.readouterr().out.startswith("up to date:")
@@ -171,9 +177,11 @@ def test_unknown_name_lists_known_names_closest_first(scratch, capsys):
 
 # Every free-text field of every card kind, and each kind's links; the schema says which fields are
 # text (its "text" definition) and which are links (the "^https://" pattern).
-ESCAPED_CARDS = [("method", "mixup", "mixup/metadata.json", "metadata.schema.json"),
-                 ("dataset", "digits", "data/digits.metadata.json", "dataset.schema.json"),
-                 ("model_family", "resnet", "models/resnet.metadata.json", "model_family.schema.json")]
+ESCAPED_CARDS = [
+    ("method", "mixup", "mixup/metadata.json", "metadata.schema.json"),
+    ("dataset", "digits", "data/digits.metadata.json", "dataset.schema.json"),
+    ("model_family", "resnet", "models/resnet.metadata.json", "model_family.schema.json"),
+]
 PAPER = {"title": "t", "authors": ["a", "b"], "venue": "v", "year": 2020, "url": "https://example.org"}
 # Fields the templates are known not to escape: none (the paper's venue, which starts a line, once
 # went through md_text instead of md_paragraph; the test insists the set stays empty).
@@ -183,12 +191,14 @@ KNOWN_UNESCAPED: set[str] = set()
 def _hostile(tag: str) -> str:
     """Text that is markup in every way MyST reads it: a comment, list or heading where it starts
     a line, HTML, emphasis, code, a link, a role, math, a table cell's end, a backslash."""
-    return (f"% {tag} <script>alert({tag})</script> *{tag}* _{tag}_ `{tag}` [{tag}](https://x.org) "
-            f"{{eval-rst}}`{tag}` ${tag}$ |{tag}| \\{tag}\n- {tag} 1. {tag} # {tag}")
+    return (
+        f"% {tag} <script>alert({tag})</script> *{tag}* _{tag}_ `{tag}` [{tag}](https://x.org) "
+        f"{{eval-rst}}`{tag}` ${tag}$ |{tag}| \\{tag}\n- {tag} 1. {tag} # {tag}"
+    )
 
 
 def _hostile_url(tag: str) -> str:
-    return f"https://example.org/{tag}?q=<script>&r=a b)(c>\"d"
+    return f'https://example.org/{tag}?q=<script>&r=a b)(c>"d'
 
 
 def _fields(schema: dict, node: dict, value, path=()):
@@ -204,9 +214,11 @@ def _fields(schema: dict, node: dict, value, path=()):
         for key, item in value.items():
             if path[-1:] and key == "at_scale":  # shown beside the measured effects, whose snippet renders it
                 continue  # (tests/docs/test_effects_pages.py checks that it is escaped there)
-            child = node.get("properties", {}).get(key) or next(
-                (s for p, s in node.get("patternProperties", {}).items() if re.match(p, key)), None) \
+            child = (
+                node.get("properties", {}).get(key)
+                or next((s for p, s in node.get("patternProperties", {}).items() if re.match(p, key)), None)
                 or node.get("additionalProperties")
+            )
             if isinstance(child, dict):
                 yield from _fields(schema, child, item, (*path, key))
     elif isinstance(value, list) and isinstance(node.get("items"), dict):
@@ -252,8 +264,9 @@ def test_metadata_text_is_escaped_in_the_scaffold(scratch, kind, key, file, sche
         for field, (what, value) in values.items():
             every.add(field)  # a paper's fields exist only in the first rendering
             # text reads back as itself on one line (line breaks are spaces), HTML-escaped by the renderer
-            if (what == "text" and html.escape(" ".join(value.split()), quote=False) in page) \
-                    or (what == "url" and value in hrefs):
+            if (what == "text" and html.escape(" ".join(value.split()), quote=False) in page) or (
+                what == "url" and value in hrefs
+            ):
                 shown.add(field)
     missing = {".".join(map(str, field[1:])) for field in every - shown}
     assert missing == KNOWN_UNESCAPED, f"not shown as the plain text or the one link they are: {sorted(missing)}"
@@ -267,26 +280,49 @@ def _walk(tokens):
 
 
 def test_cli_script_runs_from_the_checkout():
-    out = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "new_card.py"), "label_smoothing", "--dry-run"],
-                         capture_output=True, text=True, cwd=REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools" / "new_card.py"), "label_smoothing", "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("# Label Smoothing\n") and "```{card-facts} hyperparameters\n```" in out.stdout
 
 
-@pytest.mark.parametrize("option", [{"precision": "amp_bf16"}, {"precision": "bf16"}, {"parallel": "ddp"},
-                                    {"parallel": "fsdp"}])
+@pytest.mark.parametrize(
+    "option", [{"precision": "amp_bf16"}, {"precision": "bf16"}, {"parallel": "ddp"}, {"parallel": "fsdp"}]
+)
 def test_best_practice_scaffold_has_no_table_passes_checks_and_runs(scratch, option, tmp_path, monkeypatch):
     repo, package = scratch
-    (package / "core" / "bp.metadata.json").write_text(json.dumps({"bp": {
-        "name": "Some precision", "kind": "best_practice", "class_name": None, "functional": None,
-        "trainer_option": option, "tldr": "Trains in lower precision.", "attribution": "Someone, 2018",
-        "link": "https://example.org", "domains": ["general"], "tags": ["precision"], "summary": "Casts.",
-        "use": "Anywhere.", "math_equivalent": False, "hyperparameters": {}, "plumbing": []}}))
+    (package / "core" / "bp.metadata.json").write_text(
+        json.dumps(
+            {
+                "bp": {
+                    "name": "Some precision",
+                    "kind": "best_practice",
+                    "class_name": None,
+                    "functional": None,
+                    "trainer_option": option,
+                    "tldr": "Trains in lower precision.",
+                    "attribution": "Someone, 2018",
+                    "link": "https://example.org",
+                    "domains": ["general"],
+                    "tags": ["precision"],
+                    "summary": "Casts.",
+                    "use": "Anywhere.",
+                    "math_equivalent": False,
+                    "hyperparameters": {},
+                    "plumbing": [],
+                }
+            }
+        )
+    )
     _scaffold_everything(repo, package)
     assert new_card_main(["bp"], repo_root=repo, package_root=package) == 0
     text = card_path("method", "bp", repo).read_text()
     assert "| Hyperparameter |" not in text
-    (name, value), = option.items()
+    ((name, value),) = option.items()
     assert f"`{name}={json.dumps(value)}`" in text
     assert not [p for p in _problems(repo, package) if ": TODO: " not in p]
     monkeypatch.chdir(tmp_path)
@@ -297,13 +333,16 @@ def test_best_practice_scaffold_has_no_table_passes_checks_and_runs(scratch, opt
         assert os.environ.get(name) == environ.get(name)  # a distributed example's set-up is undone
 
 
-@pytest.mark.parametrize(("range_", "exclusive", "shown"), [
-    ((0, 1), (), "`[0, 1]`"),
-    ((0, 1), ("low",), "`(0, 1]`"),
-    ((0, 1), ("low", "high"), "`(0, 1)`"),
-    ((0, None), (), "`[0, inf)`"),
-    ((None, 5), ("high",), "`(-inf, 5)`"),
-])
+@pytest.mark.parametrize(
+    ("range_", "exclusive", "shown"),
+    [
+        ((0, 1), (), "`[0, 1]`"),
+        ((0, 1), ("low",), "`(0, 1]`"),
+        ((0, 1), ("low", "high"), "`(0, 1)`"),
+        ((0, None), (), "`[0, inf)`"),
+        ((None, 5), ("high",), "`(-inf, 5)`"),
+    ],
+)
 def test_ranges_are_shown_as_intervals_with_their_allowed_ends(range_, exclusive, shown):
     from methods_tools.scaffold import range_literal
 

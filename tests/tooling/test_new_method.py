@@ -65,7 +65,7 @@ class DemoScale(Algorithm):
         state.batch_set_item(self.input_key, demo_scale_batch(state.batch_get_item(self.input_key), self.factor))
 '''
 
-TEST = '''import torch
+TEST = """import torch
 
 import algorithms.functional as cf
 from algorithms import DemoScale
@@ -75,7 +75,7 @@ def test_demo_scale_batch_matches_its_definition():
     x = torch.arange(4.0)
     assert cf.demo_scale_batch(x, factor=2.0).tolist() == [0.0, 2.0, 4.0, 6.0]
     assert DemoScale().factor == 0.5
-'''
+"""
 
 
 def _copy_repository(root: Path) -> None:
@@ -103,14 +103,21 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
     before = _files(root)
     out = run("tools/new_card.py", KEY, "--new", "--class-name", "DemoScale")
     assert out.returncode == 0, out.stderr
-    assert _files(root) - before == {f"algorithms/{KEY}/__init__.py", f"algorithms/{KEY}/{KEY}.py",
-                                     f"algorithms/{KEY}/metadata.json", f"tests/methods/test_{KEY}.py",
-                                     f"docs/source/method_cards/{KEY}.md"}
+    assert _files(root) - before == {
+        f"algorithms/{KEY}/__init__.py",
+        f"algorithms/{KEY}/{KEY}.py",
+        f"algorithms/{KEY}/metadata.json",
+        f"tests/methods/test_{KEY}.py",
+        f"docs/source/method_cards/{KEY}.md",
+    }
     assert run("tools/new_card.py", KEY, "--new").returncode == 1  # never overwritten without --force
 
     # Every prompt fails the checks, one line each, saying what to write.
-    for tool, where in (("validate_metadata.py", "metadata.json"), ("check_functional.py", ".py"),
-                        ("check_cards.py", ".md")):
+    for tool, where in (
+        ("validate_metadata.py", "metadata.json"),
+        ("check_functional.py", ".py"),
+        ("check_cards.py", ".md"),
+    ):
         out = run(f"tools/{tool}")
         assert out.returncode == 1, (tool, out.stdout)
         lines = [line for line in out.stderr.splitlines() if not line.endswith("problem(s)")]
@@ -121,22 +128,34 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
     # The author writes the method, its metadata and its test; the card's facts need no update.
     folder = root / "algorithms" / KEY
     (folder / f"{KEY}.py").write_text(CODE)
-    (folder / "__init__.py").write_text(f"from .{KEY} import DemoScale, demo_scale_batch\n\n"
-                                        '__all__ = ["DemoScale", "demo_scale_batch"]\n')
+    (folder / "__init__.py").write_text(
+        f'from .{KEY} import DemoScale, demo_scale_batch\n\n__all__ = ["DemoScale", "demo_scale_batch"]\n'
+    )
     metadata = json.loads((folder / "metadata.json").read_text())
     entry = metadata[KEY]
-    entry.update(tldr="Multiplies every input by a factor.", attribution="Nobody, 2026", domains=["vision"],
-                 tags=["augmentation"], summary="It scales the batch.", use="Nowhere: it is a demonstration.",
-                 observable=["changed_inputs"],
-                 hyperparameters={"factor": {"suggested": 0.5, "range": [0, None]}})
+    entry.update(
+        tldr="Multiplies every input by a factor.",
+        attribution="Nobody, 2026",
+        domains=["vision"],
+        tags=["augmentation"],
+        summary="It scales the batch.",
+        use="Nowhere: it is a demonstration.",
+        observable=["changed_inputs"],
+        hyperparameters={"factor": {"suggested": 0.5, "range": [0, None]}},
+    )
     entry.pop("paper")
     (folder / "metadata.json").write_text(json.dumps(metadata, indent=2))
     (root / "tests" / "methods" / f"test_{KEY}.py").write_text(TEST)
     out = run("tools/new_card.py", KEY, "--update")
     assert out.returncode == 0 and out.stdout.startswith("up to date:"), out.stderr
     card = root / "docs" / "source" / "method_cards" / f"{KEY}.md"
-    card.write_text("\n".join(line for line in card.read_text().splitlines()
-                               if "TODO(new_card)" not in line and "TODO(new\\_card)" not in line))
+    card.write_text(
+        "\n".join(
+            line
+            for line in card.read_text().splitlines()
+            if "TODO(new_card)" not in line and "TODO(new\\_card)" not in line
+        )
+    )
 
     for tool in ("validate_metadata.py", "check_functional.py"):
         out = run(f"tools/{tool}")
@@ -146,16 +165,25 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
     out = run("tools/check_cards.py")
     problems = [line for line in out.stderr.splitlines() if not line.endswith("problem(s)")]
     assert out.returncode == 1 and len(problems) == 1, out.stderr
-    assert problems[0].startswith("results/composability/") and "DemoScale alone" in problems[0] \
+    assert (
+        problems[0].startswith("results/composability/")
+        and "DemoScale alone" in problems[0]
         and "nox -s matrix" in problems[0]
+    )
     assert "```{card-facts} hyperparameters\n```" in card.read_text()
     # ...which the docs build renders from the code and metadata just written
-    out = run("-c", "import sys; sys.path[:0] = ['.', 'tools']\nfrom methods_tools.facts import CardFacts\n"
-                    "from algorithms.metadata import Kind\n"
-                    f"print(CardFacts().body(Kind.METHOD, {KEY!r}, 'hyperparameters'))")
+    out = run(
+        "-c",
+        "import sys; sys.path[:0] = ['.', 'tools']\nfrom methods_tools.facts import CardFacts\n"
+        "from algorithms.metadata import Kind\n"
+        f"print(CardFacts().body(Kind.METHOD, {KEY!r}, 'hyperparameters'))",
+    )
     assert "| `factor` | `0.5` | `0.5` | `[0, inf)` |" in out.stdout, out.stderr
     out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/methods/test_{KEY}.py")
     assert out.returncode == 0, out.stdout[-3000:]
-    out = run("-c", "from algorithms import DemoScale; import algorithms.functional as cf; "
-                    "print(DemoScale.__module__, cf.demo_scale_batch.__module__)")
+    out = run(
+        "-c",
+        "from algorithms import DemoScale; import algorithms.functional as cf; "
+        "print(DemoScale.__module__, cf.demo_scale_batch.__module__)",
+    )
     assert out.stdout.split() == [f"algorithms.{KEY}.{KEY}"] * 2, out.stderr

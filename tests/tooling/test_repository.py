@@ -26,8 +26,11 @@ REPO_ROOT = PACKAGE_ROOT.parent
 DOCS = REPO_ROOT / "docs" / "source"
 CARD_DIRS = ("method_cards", "dataset_cards", "model_cards")
 CARDS_WITH_CODE = sorted(
-    p for folder in CARD_DIRS for p in (DOCS / folder).glob("*.md")
-    if any(b.language in cards.PYTHON_LANGS for b in cards.code_blocks(p.read_text("utf-8"))))
+    p
+    for folder in CARD_DIRS
+    for p in (DOCS / folder).glob("*.md")
+    if any(b.language in cards.PYTHON_LANGS for b in cards.code_blocks(p.read_text("utf-8")))
+)
 
 
 def test_all_metadata_is_valid():
@@ -43,27 +46,33 @@ def test_every_card_agrees_with_code_and_metadata():
 
 
 def test_validate_metadata_imports_neither_torch_nor_method_code():
-    code = ("import sys; from methods_tools.commands import validate_metadata_main as m; rc = m([]); "
-            "print(rc, sorted(n for n in sys.modules if n == 'torch' or n.startswith('algorithms.')))")
+    code = (
+        "import sys; from methods_tools.commands import validate_metadata_main as m; rc = m([]); "
+        "print(rc, sorted(n for n in sys.modules if n == 'torch' or n.startswith('algorithms.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     rc, modules = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert rc == "0"
     assert "torch" not in modules and "algorithms.cutmix" not in modules and "algorithms.core" not in modules
     # pre-commit installs jsonschema alone: nothing of the docs toolchain either
-    code = ("import sys; from methods_tools.commands import validate_metadata_main as m; rc = m([]); "
-            "print(rc, sorted(n for n in sys.modules if n.split('.')[0] in ('jinja2', 'markdown_it', 'sphinx')))")
+    code = (
+        "import sys; from methods_tools.commands import validate_metadata_main as m; rc = m([]); "
+        "print(rc, sorted(n for n in sys.modules if n.split('.')[0] in ('jinja2', 'markdown_it', 'sphinx')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     assert out.stdout.strip().splitlines()[-1] == "0 []"
 
 
 def test_the_validator_script_imports_only_the_metadata_loader_and_jsonschema():
     # As pre-commit runs it (the script, over every file): nothing heavy, nothing of the method code.
-    code = ("import runpy, sys\nsys.argv = ['tools/validate_metadata.py']\ntry:\n"
-            "    runpy.run_path('tools/validate_metadata.py', run_name='__main__')\n"
-            "except SystemExit as exit:\n    rc = exit.code\n"
-            "heavy = ('torch', 'numpy', 'jinja2', 'markdown_it', 'matplotlib', 'sphinx', 'docutils')\n"
-            "print(rc, sorted(n for n in sys.modules if n.split('.')[0] in heavy\n"
-            "                 or (n.startswith('algorithms.') and n != 'algorithms.metadata')))")
+    code = (
+        "import runpy, sys\nsys.argv = ['tools/validate_metadata.py']\ntry:\n"
+        "    runpy.run_path('tools/validate_metadata.py', run_name='__main__')\n"
+        "except SystemExit as exit:\n    rc = exit.code\n"
+        "heavy = ('torch', 'numpy', 'jinja2', 'markdown_it', 'matplotlib', 'sphinx', 'docutils')\n"
+        "print(rc, sorted(n for n in sys.modules if n.split('.')[0] in heavy\n"
+        "                 or (n.startswith('algorithms.') and n != 'algorithms.metadata')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
     assert out.stdout.strip().splitlines()[-1] == "0 []"
 
@@ -86,8 +95,9 @@ def _launch_examples() -> list[tuple[Path, str]]:
         for card in sorted((DOCS / folder).glob("*.md")):
             for block in cards.code_blocks(card.read_text("utf-8")):
                 if block.language in {"bash", "sh", "console"}:
-                    found += [(card, line.strip()) for line in block.code.splitlines()
-                              if line.strip() == LAUNCH_COMMAND]
+                    found += [
+                        (card, line.strip()) for line in block.code.splitlines() if line.strip() == LAUNCH_COMMAND
+                    ]
     return found
 
 
@@ -99,8 +109,9 @@ def test_distributed_cards_have_launch_examples():
     assert {"ddp.md", "fsdp.md", "deepspeed_zero.md"} <= names
 
 
-@pytest.mark.parametrize("key", [k for k, r in load_all_metadata().items()
-                                 if (r.trainer_option or {}).get("parallel") in DISTRIBUTED])
+@pytest.mark.parametrize(
+    "key", [k for k, r in load_all_metadata().items() if (r.trainer_option or {}).get("parallel") in DISTRIBUTED]
+)
 def test_the_scaffold_writes_the_launch_line_the_launch_test_runs(key):
     blocks = cards.code_blocks(render_card("method", key))
     assert any(b.language == "bash" and b.code.strip() == LAUNCH_COMMAND for b in blocks)
@@ -108,24 +119,30 @@ def test_the_scaffold_writes_the_launch_line_the_launch_test_runs(key):
 
 def test_importing_the_runtime_package_loads_no_tooling():
     """The runtime package (and every method, model and data set in it) imports nothing from tools/."""
-    code = ("import sys, importlib, algorithms, algorithms.functional as cf\n"
-            "from algorithms.metadata import load_all_metadata\n"
-            "for record in load_all_metadata().values():\n"
-            "    if record.class_name:\n"
-            "        importlib.import_module('algorithms.' + record.key)\n"
-            "        getattr(algorithms, record.class_name), getattr(cf, record.functional)\n"
-            "import algorithms.core, algorithms.models, algorithms.data\n"
-            "algorithms.core.Trainer\n"
-            "tools = [n for n, m in sys.modules.items() if n.startswith('methods_tools')\n"
-            "         or str(getattr(m, '__file__', '') or '').startswith(sys.argv[1])]\n"
-            "print(tools)")
-    out = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT / "tools")], capture_output=True, text=True,
-                         cwd=REPO_ROOT, check=True)
+    code = (
+        "import sys, importlib, algorithms, algorithms.functional as cf\n"
+        "from algorithms.metadata import load_all_metadata\n"
+        "for record in load_all_metadata().values():\n"
+        "    if record.class_name:\n"
+        "        importlib.import_module('algorithms.' + record.key)\n"
+        "        getattr(algorithms, record.class_name), getattr(cf, record.functional)\n"
+        "import algorithms.core, algorithms.models, algorithms.data\n"
+        "algorithms.core.Trainer\n"
+        "tools = [n for n, m in sys.modules.items() if n.startswith('methods_tools')\n"
+        "         or str(getattr(m, '__file__', '') or '').startswith(sys.argv[1])]\n"
+        "print(tools)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(REPO_ROOT / "tools")],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        check=True,
+    )
     assert out.stdout.strip() == "[]", out.stdout
 
 
-@pytest.mark.parametrize("card,command", LAUNCH_EXAMPLES,
-                         ids=[str(c.relative_to(DOCS)) for c, _ in LAUNCH_EXAMPLES])
+@pytest.mark.parametrize("card,command", LAUNCH_EXAMPLES, ids=[str(c.relative_to(DOCS)) for c, _ in LAUNCH_EXAMPLES])
 def test_launched_card_example_trains(card: Path, command: str, tmp_path):
     """The card's python blocks, saved as ``train.py``, run under the card's own launch command
     (``python`` is this interpreter); the ``if __name__ == "__main__"`` part runs, in every rank.
@@ -143,9 +160,13 @@ def test_launched_card_example_trains(card: Path, command: str, tmp_path):
     # Every rank logs the Trainer's INFO lines (through a sitecustomize beside the script), so the
     # test sees that each process trained to the end, not only that the launcher exited 0.
     (tmp_path / "sitecustomize.py").write_text(
-        "import logging\nlogging.basicConfig(level=logging.INFO, format='%(message)s')\n", "utf-8")
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+        "import logging\nlogging.basicConfig(level=logging.INFO, format='%(message)s')\n", "utf-8"
+    )
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, f"{card.name}: `{command}` exited {out.returncode}\n{out.stderr[-3000:]}"
     nproc = int(argv[argv.index("--nproc_per_node") + 1])

@@ -13,14 +13,15 @@ from methods_tools.results import ResultsError, discover_results, load_results, 
 
 from algorithms.metadata import load_all_metadata
 
-HOSTILE = '<script>alert(1)</script> ```{eval-rst} | pipe |'
+HOSTILE = "<script>alert(1)</script> ```{eval-rst} | pipe |"
 CHART = Path("tables/results/cpu-test.svg")
 
 
 def _render(results: Path, out: Path, metadata_root: Path | None = None) -> pages.Generated:
     """The training generator alone, as the docs build runs it (``out``: where earlier charts lie)."""
-    return pages.generate(out, metadata_root=metadata_root, results_root=results,
-                          generators=(training_pages.render_training_results,))
+    return pages.generate(
+        out, metadata_root=metadata_root, results_root=results, generators=(training_pages.render_training_results,)
+    )
 
 
 def _run(config, status="ok", round_=1, epoch_s=(6.0, 4.0), **extra):
@@ -29,15 +30,28 @@ def _run(config, status="ok", round_=1, epoch_s=(6.0, 4.0), **extra):
     world = 2 if parallel in ("ddp", "fsdp") else 1
     samples = 640 * world  # 2 epochs of 10 batches of 32 per process
     run = {
-        "config": config, "precision": precision, "parallel": parallel, "zero_stage": None,
-        "world_size": world, "round": round_, "status": status,
-        "reason": None if ok else HOSTILE, "note": None, "wall_s": sum(epoch_s) if ok else None,
-        "epoch_s": list(epoch_s) if ok else [], "samples": samples if ok else None,
+        "config": config,
+        "precision": precision,
+        "parallel": parallel,
+        "zero_stage": None,
+        "world_size": world,
+        "round": round_,
+        "status": status,
+        "reason": None if ok else HOSTILE,
+        "note": None,
+        "wall_s": sum(epoch_s) if ok else None,
+        "epoch_s": list(epoch_s) if ok else [],
+        "samples": samples if ok else None,
         "throughput": samples / sum(epoch_s) if ok else None,
-        "peak_memory_bytes": 300 * 2**20 if ok else None, "memory_kind": "cpu_peak_rss" if ok else None,
-        "peak_memory_per_device_bytes": [300 * 2**20] * world if ok else [], "cuda_max_reserved_bytes": None,
-        "model_memory_bytes": 2**20 if ok else None, "gpu_utilization": None, "gpu_utilization_reason": None,
-        "accuracy": 0.5 if ok else None, "loss": 1.2 if ok else None,
+        "peak_memory_bytes": 300 * 2**20 if ok else None,
+        "memory_kind": "cpu_peak_rss" if ok else None,
+        "peak_memory_per_device_bytes": [300 * 2**20] * world if ok else [],
+        "cuda_max_reserved_bytes": None,
+        "model_memory_bytes": 2**20 if ok else None,
+        "gpu_utilization": None,
+        "gpu_utilization_reason": None,
+        "accuracy": 0.5 if ok else None,
+        "loss": 1.2 if ok else None,
     }
     return {**run, **extra}
 
@@ -53,9 +67,11 @@ def _runs():
     """
     runs = []
     for round_, first in ((1, 6.0), (2, 4.0)):
-        runs += [_run("fp32:single", round_=round_, epoch_s=(first, 4.0)),
-                 _run("amp_bf16:single", round_=round_, epoch_s=(12.0, 8.0)),
-                 _run("fp32:ddp", round_=round_, epoch_s=(3.0, 2.0))]
+        runs += [
+            _run("fp32:single", round_=round_, epoch_s=(first, 4.0)),
+            _run("amp_bf16:single", round_=round_, epoch_s=(12.0, 8.0)),
+            _run("fp32:ddp", round_=round_, epoch_s=(3.0, 2.0)),
+        ]
         if round_ == 1:
             runs.append(_run("fp32:deepspeed:2", status="skipped", zero_stage=2))
     remeasured = [_run("fp32:single", round_=3, epoch_s=(4.0, 4.0)), _run("fp32:ddp", round_=3, epoch_s=(3.0, 2.0))]
@@ -70,13 +86,35 @@ def _document(runs=None, remeasured=None):
     summary = compare.summarize(every, CONFIGS, remeasured=(before, 3) if remeasured else None)
     return {
         "schema_version": 2,
-        "environment": {"hardware": "Test CPU *bold*, 2 cores", "device_type": "cpu", "device_name": "Test CPU",
-                        "device_count": 1, "cpu_model": "Test CPU", "cpu_count": 2, "torch": "2.13.0",
-                        "cuda": None, "python": "3.11", "platform": "Linux", "date": "2026-12-02T10:00:00Z",
-                        "load_average": [0.5, 0.5, 0.5], "load_average_end": [0.5, 0.5, 0.5], "torch_threads": 2},
-        "settings": {"model": "resnet20", "data": "digits", "image_size": 16, "epochs": 2, "batch_size": 32,
-                     "max_batches": 10, "nproc": 2, "seed": 0, "lr": 0.05, "repeats": 2,
-                     "command": "python tools/compare_training.py"},
+        "environment": {
+            "hardware": "Test CPU *bold*, 2 cores",
+            "device_type": "cpu",
+            "device_name": "Test CPU",
+            "device_count": 1,
+            "cpu_model": "Test CPU",
+            "cpu_count": 2,
+            "torch": "2.13.0",
+            "cuda": None,
+            "python": "3.11",
+            "platform": "Linux",
+            "date": "2026-12-02T10:00:00Z",
+            "load_average": [0.5, 0.5, 0.5],
+            "load_average_end": [0.5, 0.5, 0.5],
+            "torch_threads": 2,
+        },
+        "settings": {
+            "model": "resnet20",
+            "data": "digits",
+            "image_size": 16,
+            "epochs": 2,
+            "batch_size": 32,
+            "max_batches": 10,
+            "nproc": 2,
+            "seed": 0,
+            "lr": 0.05,
+            "repeats": 2,
+            "command": "python tools/compare_training.py",
+        },
         "runs": every,
         "summary": summary,
     }
@@ -166,15 +204,22 @@ def test_page_rows_are_medians_and_ranges_and_escape_text(rendered):
     assert "Test CPU \\*bold\\*" in page and "results/cpu-test.json" in page
     assert "<script>" not in page and "```{eval-rst}" not in page
     rows = _page_rows(page)
-    assert [r.split(" | ")[0] for r in rows] == ["| `fp32:single`", "| `amp_bf16:single`", "| `fp32:ddp`",
-                                                 "| `fp32:deepspeed:2`"]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| `fp32:single`",
+        "| `amp_bf16:single`",
+        "| `fp32:ddp`",
+        "| `fp32:deepspeed:2`",
+    ]
     # Processes, runs (the re-measurement included), status, total time, first epoch, steady
     # epoch, steady-state throughput, speed-up, MiB, model MiB, accuracy, loss: computed by hand
     # in _runs.
-    assert rows[0] == ("| `fp32:single` | 1 | 3 | ok | 8.0 (8.0–10.0) | 4.0 (4.0–6.0) | 4.00 | 80.0 | 1.00x | "
-                       "300 | 1.00 | 50.0 % | 1.200 |")
-    assert rows[1] == ("| `amp_bf16:single` | 1 | 2 | ok | 20.0 | 12.0 | 8.00 | 40.0 | 0.50x | 300 | 1.00 | 50.0 % | "
-                       "1.200 |")
+    assert rows[0] == (
+        "| `fp32:single` | 1 | 3 | ok | 8.0 (8.0–10.0) | 4.0 (4.0–6.0) | 4.00 | 80.0 | 1.00x | "
+        "300 | 1.00 | 50.0 % | 1.200 |"
+    )
+    assert rows[1] == (
+        "| `amp_bf16:single` | 1 | 2 | ok | 20.0 | 12.0 | 8.00 | 40.0 | 0.50x | 300 | 1.00 | 50.0 % | 1.200 |"
+    )
     assert "skipped: \\<script\\>" in rows[3] and "| 1 |" in rows[3]
     assert "| Steady-state throughput (samples/s) | Speed-up |" in page
     assert "```{image} tables/results/cpu-test.svg" in page
@@ -185,8 +230,9 @@ def test_a_flagged_speedup_shows_its_figures_and_a_note_but_no_speedup(rendered)
     ddp = _page_rows(page)[2]
     assert ddp == "| `fp32:ddp` | 2 | 3 | ok | 5.0 | 3.0 | 2.00 | 320.0 | flagged | 300 | 1.00 | 50.0 % | 1.200 |"
     note = next(line for line in page.splitlines() if line.startswith("- `fp32:ddp`:"))
-    assert note.startswith("- `fp32:ddp`: **flagged: super-linear speed-up on 2 processes, not published as a "
-                           "finding.**")
+    assert note.startswith(
+        "- `fp32:ddp`: **flagged: super-linear speed-up on 2 processes, not published as a finding.**"
+    )
     assert "in the re-measurement (round 3)" in note and "still more than 2x" in note
     snippet = rendered[Path("tables/results/ddp.md.inc")]
     assert "| flagged |" in snippet and "**flagged: super-linear speed-up on 2 processes" in snippet
@@ -199,8 +245,9 @@ def test_a_remeasured_speedup_that_came_down_is_published_with_its_history(tmp_p
     runs = [r for r in runs if not (r["config"] == "fp32:ddp" and r["round"] == 2)]
     runs.append(_run("fp32:ddp", round_=2, epoch_s=(3.0, 8.0)))  # rounds 1-2: 4x and 1x, median 2.5x
     # Re-measured: 1x; over every round 4x, 1x, 1x: median 1x.
-    document = _document(runs, [_run("fp32:single", round_=3, epoch_s=(4.0, 4.0)),
-                                _run("fp32:ddp", round_=3, epoch_s=(3.0, 8.0))])
+    document = _document(
+        runs, [_run("fp32:single", round_=3, epoch_s=(4.0, 4.0)), _run("fp32:ddp", round_=3, epoch_s=(3.0, 8.0))]
+    )
     page = _page(_render_document(tmp_path, document))
     ddp = _page_rows(page)[2]
     assert "| 1.00x (1.00x–4.00x) |" in ddp and "flagged" not in ddp
@@ -223,9 +270,11 @@ def test_the_page_states_the_cores_and_what_this_scale_cannot_show(rendered, tmp
     for text in (_page(rendered), shared.outputs[Path("tables/measurements/training.md.inc")]):
         prose = " ".join(text.split())
         assert "The machine: 2 CPU cores (Test CPU)." in prose
-        assert ("A parallel speed-up cannot show here. A single process runs torch on 2 threads over the machine's 2 "
-                "cores, and the 2 processes of a multi-process run share those same cores: more processes bring no "
-                "more hardware.") in prose
+        assert (
+            "A parallel speed-up cannot show here. A single process runs torch on 2 threads over the machine's 2 "
+            "cores, and the 2 processes of a multi-process run share those same cores: more processes bring no "
+            "more hardware."
+        ) in prose
         assert "Accuracy and loss are after 20 optimizer steps per process" in prose
         assert "not the accuracy a precision or a parallel mode reaches" in prose
         assert "steady state is the second epoch" in prose
@@ -239,28 +288,47 @@ def test_a_card_names_its_files_hardware_and_scale_in_one_line_and_links_to_the_
     parallel mode, that more processes bring no more hardware here."""
     ddp, amp = (rendered[Path(f"tables/results/{k}.md.inc")] for k in ("ddp", "mixed_precision"))
     for snippet in (ddp, amp):
-        assert ("**Training configurations, small scale:** resnet20 on digits, Test CPU \\*bold\\*, 2 cores, "
-                "2026-12-02; each cell the median (range) of 2 interleaved runs, accuracy after 20 optimizer steps "
-                "per process; results file `results/cpu-test.json`.") in snippet
+        assert (
+            "**Training configurations, small scale:** resnet20 on digits, Test CPU \\*bold\\*, 2 cores, "
+            "2026-12-02; each cell the median (range) of 2 interleaved runs, accuracy after 20 optimizer steps "
+            "per process; results file `results/cpu-test.json`."
+        ) in snippet
         assert "{ref}`What these figures can and cannot show <measurements-training>`" in snippet
         assert "The machine: 2 CPU cores" not in snippet and "Warm-up and steady state" not in snippet
     assert "A parallel speed-up cannot show here: the 2 processes share the same CPU cores." in ddp
     assert "A parallel speed-up cannot show here" not in amp
 
 
-@pytest.mark.parametrize(("change", "present", "absent"), [
-    ({"environment": {"cpu_count": 8, "torch_threads": 8, "load_average_end": [9.5, 4.0, 2.0]}},
-     ["8 CPU cores", "torch on 8 threads over the machine's 8 cores", "reached 9.5 on 8 cores"],
-     ["taking turns"]),
-    ({"environment": {"cpu_count": 1, "torch_threads": 1}},
-     ["1 CPU core (Test CPU)", "share that same core, taking turns on them"], []),
-    ({"environment": {"device_type": "cuda", "device_count": 1, "device_name": "Test GPU", "cuda": "12.4"}},
-     ["The machine: 1 GPU (Test GPU) and 2 CPU cores", "share 1 GPU."], ["torch on 2 threads"]),
-    ({"environment": {"device_type": "cuda", "device_count": 2, "device_name": "Test GPU", "cuda": "12.4"}},
-     ["2 GPUs (Test GPU)"], ["A parallel speed-up cannot show"]),
-    ({"settings": {"max_batches": 1000, "repeats": 1}},
-     ["Each configuration ran once: there is no range"], ["optimizer steps per process"]),
-])
+@pytest.mark.parametrize(
+    ("change", "present", "absent"),
+    [
+        (
+            {"environment": {"cpu_count": 8, "torch_threads": 8, "load_average_end": [9.5, 4.0, 2.0]}},
+            ["8 CPU cores", "torch on 8 threads over the machine's 8 cores", "reached 9.5 on 8 cores"],
+            ["taking turns"],
+        ),
+        (
+            {"environment": {"cpu_count": 1, "torch_threads": 1}},
+            ["1 CPU core (Test CPU)", "share that same core, taking turns on them"],
+            [],
+        ),
+        (
+            {"environment": {"device_type": "cuda", "device_count": 1, "device_name": "Test GPU", "cuda": "12.4"}},
+            ["The machine: 1 GPU (Test GPU) and 2 CPU cores", "share 1 GPU."],
+            ["torch on 2 threads"],
+        ),
+        (
+            {"environment": {"device_type": "cuda", "device_count": 2, "device_name": "Test GPU", "cuda": "12.4"}},
+            ["2 GPUs (Test GPU)"],
+            ["A parallel speed-up cannot show"],
+        ),
+        (
+            {"settings": {"max_batches": 1000, "repeats": 1}},
+            ["Each configuration ran once: there is no range"],
+            ["optimizer steps per process"],
+        ),
+    ],
+)
 def test_the_caveats_follow_the_files_environment_and_settings(tmp_path, change, present, absent):
     pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
     document = _document()
@@ -295,32 +363,39 @@ def test_the_reference_experiment_gives_every_figure_its_source_gives(rendered):
     page = _page(rendered)
     assert "## A reference experiment (quoted)" in page
     prose = " ".join(page.split())
-    assert "quoted, not measured" in prose and "a pretrained ResNet-50 fine-tuned on CIFAR-10 for 5 epochs at " \
-        "batch 128 on four Tesla P40 GPUs" in prose
+    assert (
+        "quoted, not measured" in prose
+        and "a pretrained ResNet-50 fine-tuned on CIFAR-10 for 5 epochs at batch 128 on four Tesla P40 GPUs" in prose
+    )
     assert f"]({training_pages.REFERENCE_SOURCE['url']})" in page
     assert training_pages.REFERENCE_SOURCE["url"].startswith("https://github.com/xxcheng0708/")
     rows = [line for line in page.splitlines() if line.startswith("| ") and not line.startswith("| `")]
-    for row in ("| Baseline: one GPU, batch 1 | — | 0.34 | 60 % | — |",
-                "| Single precision (fp32), one GPU | 1979 | 11.24 | 100 % | about 85 % |",
-                "| Half precision (fp16), one GPU | 1946 | 5.79 | 100 % | about 75 % |",
-                "| Automatic mixed precision, one GPU | 1546 | 6.02 | 100 % | about 85 % |",
-                "| DataParallel, 4 GPUs | 742 | 3.08 | 99 % | about 85 % |",
-                "| DistributedDataParallel, 4 GPUs | 560 | 3.12 | 99 % | about 85 % |",
-                "| Fully Sharded Data Parallel, 4 GPUs | 581 | 2.88 | 99 % | about 85 % |",
-                "| Fully Sharded Data Parallel, 4 GPUs, batch 1 | — | 0.19 | 60 % | — |",
-                "| DeepSpeed | — | — | — | — |"):
+    for row in (
+        "| Baseline: one GPU, batch 1 | — | 0.34 | 60 % | — |",
+        "| Single precision (fp32), one GPU | 1979 | 11.24 | 100 % | about 85 % |",
+        "| Half precision (fp16), one GPU | 1946 | 5.79 | 100 % | about 75 % |",
+        "| Automatic mixed precision, one GPU | 1546 | 6.02 | 100 % | about 85 % |",
+        "| DataParallel, 4 GPUs | 742 | 3.08 | 99 % | about 85 % |",
+        "| DistributedDataParallel, 4 GPUs | 560 | 3.12 | 99 % | about 85 % |",
+        "| Fully Sharded Data Parallel, 4 GPUs | 581 | 2.88 | 99 % | about 85 % |",
+        "| Fully Sharded Data Parallel, 4 GPUs, batch 1 | — | 0.19 | 60 % | — |",
+        "| DeepSpeed | — | — | — | — |",
+    ):
         assert row in rows
     assert "did not start" in prose
     for text in rendered.values():
         assert "source experiment" not in text.lower() and "issue" not in text.lower()
 
 
-@pytest.mark.parametrize(("key", "configs", "speedups"), [
-    ("mixed_precision", ["fp32:single", "amp_bf16:single"], ["1.00x", "0.50x"]),
-    ("ddp", ["fp32:single", "fp32:ddp"], ["1.00x", "flagged"]),
-    ("deepspeed_zero", ["fp32:single", "fp32:deepspeed:2"], ["1.00x", "—"]),
-    ("fsdp", [], []),  # this file has no fsdp run: the card says so instead of showing the baseline alone
-])
+@pytest.mark.parametrize(
+    ("key", "configs", "speedups"),
+    [
+        ("mixed_precision", ["fp32:single", "amp_bf16:single"], ["1.00x", "0.50x"]),
+        ("ddp", ["fp32:single", "fp32:ddp"], ["1.00x", "flagged"]),
+        ("deepspeed_zero", ["fp32:single", "fp32:deepspeed:2"], ["1.00x", "—"]),
+        ("fsdp", [], []),  # this file has no fsdp run: the card says so instead of showing the baseline alone
+    ],
+)
 def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, configs, speedups):
     snippet = rendered[Path(f"tables/results/{key}.md.inc")]
     rows = [line.split(" | ") for line in _rows(snippet)]
@@ -376,14 +451,16 @@ def test_committed_results_validate_render_and_summarize_their_runs():
         assert repeats >= 3, f"{path}: run each configuration at least 3 times (--repeats)"
         first = [r for r in document["runs"] if r["round"] <= repeats]
         assert [(r["round"], r["config"]) for r in first if r["status"] != "skipped"] == [
-            (k, c.label) for k in range(1, repeats + 1) for c in configs
-            if not any(r["config"] == c.label and r["status"] == "skipped" for r in first)]
+            (k, c.label)
+            for k in range(1, repeats + 1)
+            for c in configs
+            if not any(r["config"] == c.label and r["status"] == "skipped" for r in first)
+        ]
         # The summary is what summarize makes of the runs, the re-measurement included.
         before = {s["config"]: s for s in compare.summarize(first, configs) if compare._above_linear(s)}
         extra = repeats + 1
         assert any(r["round"] == extra for r in document["runs"]) == bool(before)
-        assert compare.summarize(document["runs"], configs, (before, extra) if before else None) == \
-            document["summary"]
+        assert compare.summarize(document["runs"], configs, (before, extra) if before else None) == document["summary"]
         # Nothing published is above linear.
         for entry in document["summary"]:
             if compare._above_linear(entry):
@@ -401,10 +478,23 @@ def test_the_schema_requires_a_reason_for_runs_that_are_not_ok():
 
 def test_a_best_practice_for_an_option_the_comparison_does_not_vary_gets_no_rows(rendered, tmp_path):
     metadata = tmp_path / "metadata"
-    entry = {"name": "Clipping", "kind": "best_practice", "class_name": None, "functional": None,
-             "trainer_option": {"grad_clip_norm": 1.0}, "tldr": "Clips.", "attribution": "Someone, 2013",
-             "link": "https://example.org", "domains": ["general"], "tags": ["optimization"], "summary": "Clips.",
-             "use": "Anywhere.", "math_equivalent": False, "hyperparameters": {}, "plumbing": []}
+    entry = {
+        "name": "Clipping",
+        "kind": "best_practice",
+        "class_name": None,
+        "functional": None,
+        "trainer_option": {"grad_clip_norm": 1.0},
+        "tldr": "Clips.",
+        "attribution": "Someone, 2013",
+        "link": "https://example.org",
+        "domains": ["general"],
+        "tags": ["optimization"],
+        "summary": "Clips.",
+        "use": "Anywhere.",
+        "math_equivalent": False,
+        "hyperparameters": {},
+        "plumbing": [],
+    }
     (metadata / "core").mkdir(parents=True)
     (metadata / "core" / "clipping.metadata.json").write_text(json.dumps({"clipping": entry}))
     generated = _render(tmp_path / "results", tmp_path / "src", metadata_root=metadata)

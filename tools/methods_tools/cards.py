@@ -137,8 +137,11 @@ def _tokens(text: str, inline: bool = True) -> list[Token]:
 def sections(text: str) -> list[Section]:
     """The headings outside code blocks and comments, in order."""
     tokens = _tokens(text, inline=False)
-    return [Section(int(tok.tag[1]), tokens[i + 1].content.strip(), tok.map[0] + 1)
-            for i, tok in enumerate(tokens) if tok.type == "heading_open" and tok.map]
+    return [
+        Section(int(tok.tag[1]), tokens[i + 1].content.strip(), tok.map[0] + 1)
+        for i, tok in enumerate(tokens)
+        if tok.type == "heading_open" and tok.map
+    ]
 
 
 def code_blocks(text: str) -> list[CodeBlock]:
@@ -163,8 +166,9 @@ def code_blocks(text: str) -> list[CodeBlock]:
 
 def fences(text: str) -> list[tuple[int, str]]:
     """``(line of the opening fence, info string)`` of every fenced block, in order."""
-    return [(tok.map[0] + 1, tok.info.strip()) for tok in _tokens(text, inline=False)
-            if tok.type == "fence" and tok.map]
+    return [
+        (tok.map[0] + 1, tok.info.strip()) for tok in _tokens(text, inline=False) if tok.type == "fence" and tok.map
+    ]
 
 
 def _language(info: str) -> str:
@@ -196,21 +200,28 @@ def regions(text: str) -> dict[str, Region]:
     for number, kind, name in _markers(text):
         if kind == "open":
             if open_name is not None:
-                raise RegionError(number, f"region {name!r} opens inside region {open_name!r} "
-                                  f"(line {open_line}) — close that one first")
+                raise RegionError(
+                    number,
+                    f"region {name!r} opens inside region {open_name!r} (line {open_line}) — close that one first",
+                )
             if name in found:
-                raise RegionError(number, f"a second region {name!r} (the first is at line "
-                                  f"{found[name].line}) — keep one")
+                raise RegionError(
+                    number, f"a second region {name!r} (the first is at line {found[name].line}) — keep one"
+                )
             open_name, open_line = name, number
         else:
             if name != open_name:
-                raise RegionError(number, f"'end generated: {name}' closes no open region "
-                                  f"{'(open: ' + repr(open_name) + ')' if open_name else ''}— fix the marker")
-            found[name] = Region(name, open_line, number, "\n".join(lines[open_line:number - 1]))
+                raise RegionError(
+                    number,
+                    f"'end generated: {name}' closes no open region "
+                    f"{'(open: ' + repr(open_name) + ')' if open_name else ''}— fix the marker",
+                )
+            found[name] = Region(name, open_line, number, "\n".join(lines[open_line : number - 1]))
             open_name = None
     if open_name is not None:
-        raise RegionError(open_line, f"region {open_name!r} is never closed — add "
-                          f"'<!-- end generated: {open_name} -->'")
+        raise RegionError(
+            open_line, f"region {open_name!r} is never closed — add '<!-- end generated: {open_name} -->'"
+        )
     return found
 
 
@@ -223,7 +234,7 @@ def replace_regions(text: str, fresh: dict[str, Region]) -> str:
     for region in sorted(regions(text).values(), key=lambda r: r.line):
         if region.name not in fresh:
             continue
-        out += lines[position:region.line]
+        out += lines[position : region.line]
         body = fresh[region.name].body
         out.append(body + "\n" if body else "")
         position = region.end - 1
@@ -243,8 +254,7 @@ def _code_spans(text: str) -> Iterator[tuple[int, str, str]]:
         first, last = tok.map
         for child in tok.children:
             if child.type == "code_inline":
-                number = next((n for n in range(first, last) if child.content in lines[n].replace("\\|", "|")),
-                              first)
+                number = next((n for n in range(first, last) if child.content in lines[n].replace("\\|", "|")), first)
                 yield number + 1, child.content, lines[number]
 
 
@@ -273,14 +283,18 @@ def _assignments_in(span: str, line: int, context: str) -> list[InlineAssignment
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-            found.extend(InlineAssignment(line, kw.arg, callee, span, ast.get_source_segment(span, kw.value), context)
-                         for kw in node.keywords if kw.arg)
+            found.extend(
+                InlineAssignment(line, kw.arg, callee, span, ast.get_source_segment(span, kw.value), context)
+                for kw in node.keywords
+                if kw.arg
+            )
     for node in tree.body:
         if isinstance(node, ast.Assign) and not isinstance(node.value, ast.Call):
             for target in node.targets:
                 if isinstance(target, ast.Name) and _BARE.match(span, target.col_offset):
-                    found.append(InlineAssignment(line, target.id, None, span,
-                                                  ast.get_source_segment(span, node.value), context))
+                    found.append(
+                        InlineAssignment(line, target.id, None, span, ast.get_source_segment(span, node.value), context)
+                    )
     return sorted(found, key=lambda a: span.find(a.name))
 
 

@@ -69,17 +69,26 @@ _MARKUP = re.compile(r"<\s*[A-Za-z/!?]|```|:::|\{[A-Za-z][\w:-]*\}`|(?:^|\n)\s*\
 def validate_metadata(paths: Iterable[Path] | None = None, package_root: Path | None = None) -> list[Problem]:
     """Validate metadata files (default: every method, best practice, data set and model family)."""
     if paths is None:
-        paths = [*discover_metadata_files(package_root), *discover_dataset_files(package_root),
-                 *discover_model_family_files(package_root)]
+        paths = [
+            *discover_metadata_files(package_root),
+            *discover_dataset_files(package_root),
+            *discover_model_family_files(package_root),
+        ]
     groups: dict[Kind, list[Path]] = {Kind.METHOD: [], Kind.DATASET: [], Kind.MODEL_FAMILY: []}
     problems: list[Problem] = []
     for path in map(Path, paths):
         kind = expected_kind(path)
         if kind is None:
-            problems.append(Problem(path, "", "not a metadata file: expected algorithms/<method>/metadata.json, "
-                                              "algorithms/core/<key>.metadata.json (a best practice), "
-                                              "algorithms/data/<key>.metadata.json or "
-                                              "algorithms/models/<key>.metadata.json — check the path"))
+            problems.append(
+                Problem(
+                    path,
+                    "",
+                    "not a metadata file: expected algorithms/<method>/metadata.json, "
+                    "algorithms/core/<key>.metadata.json (a best practice), "
+                    "algorithms/data/<key>.metadata.json or "
+                    "algorithms/models/<key>.metadata.json — check the path",
+                )
+            )
         else:
             groups[Kind.METHOD if kind in METHOD_KINDS else kind].append(path)
     records, found = validate_files(groups[Kind.METHOD])
@@ -111,9 +120,15 @@ def _markup_problems(path: Path, where: list[Any], value: Any) -> list[Problem]:
     if isinstance(value, str):
         match = _MARKUP.search(value)
         if match and where[-1] not in ("link", "url"):
-            return [Problem(path, "/" + "/".join(map(str, where)),
-                            f"looks like markup ({match.group(0).strip()!r}): metadata text is plain text — "
-                            "say it in words, or put markup in the card", _locate(path, where))]
+            return [
+                Problem(
+                    path,
+                    "/" + "/".join(map(str, where)),
+                    f"looks like markup ({match.group(0).strip()!r}): metadata text is plain text — "
+                    "say it in words, or put markup in the card",
+                    _locate(path, where),
+                )
+            ]
         return []
     if isinstance(value, Mapping):
         return [p for k, v in value.items() for p in _markup_problems(path, [*where, k], v)]
@@ -126,8 +141,9 @@ def _markup_problems(path: Path, where: list[Any], value: Any) -> list[Problem]:
 # check_functional: metadata against the code
 
 
-def check_functional(records: Mapping[str, MethodRecord] | None = None, *, classes: Any = None,
-                     functional: Any = None) -> list[Problem]:
+def check_functional(
+    records: Mapping[str, MethodRecord] | None = None, *, classes: Any = None, functional: Any = None
+) -> list[Problem]:
     """Every ``functional`` is a callable in ``algorithms.functional``, every ``class_name`` an
     ``Algorithm`` subclass exported by ``algorithms``, every constructor parameter is either a
     hyperparameter or plumbing (and nothing else is), and every best practice's
@@ -145,65 +161,101 @@ def check_functional(records: Mapping[str, MethodRecord] | None = None, *, class
     problems: list[Problem] = []
 
     def problem(record: MethodRecord, field: str, message: str) -> None:
-        problems.append(Problem(record.path, f"/{record.key}/{field}", message,
-                                _locate(record.path, [record.key, field])))
+        problems.append(
+            Problem(record.path, f"/{record.key}/{field}", message, _locate(record.path, [record.key, field]))
+        )
 
     for record in records.values():
         if record.is_best_practice:
             known = trainer_parameters()
             for option in record.trainer_option or {}:
                 if option not in known:
-                    problem(record, "trainer_option", f"{option!r} is not a parameter of algorithms.core.Trainer "
-                                                      f"— use one of: {', '.join(known)}")
+                    problem(
+                        record,
+                        "trainer_option",
+                        f"{option!r} is not a parameter of algorithms.core.Trainer — use one of: {', '.join(known)}",
+                    )
             if "optimizer" in (record.trainer_option or {}) and _option_optimizer(record) is None:
-                problem(record, "trainer_option", f"optimizer={record.trainer_option['optimizer']!r} is not a "
-                                                  "torch.optim.Optimizer class the package exports — name it by "
-                                                  "its dotted path, e.g. algorithms.optim.DecoupledSGDW")
+                problem(
+                    record,
+                    "trainer_option",
+                    f"optimizer={record.trainer_option['optimizer']!r} is not a "
+                    "torch.optim.Optimizer class the package exports — name it by "
+                    "its dotted path, e.g. algorithms.optim.DecoupledSGDW",
+                )
         if record.functional is not None:
             exported = getattr(functional, "__all__", dir(functional))
             if record.functional not in exported or not callable(getattr(functional, record.functional, None)):
-                problem(record, "functional", f"{record.functional!r} is not a function exported by "
-                                              f"algorithms.functional — define it in algorithms/{record.key}/ "
-                                              "(re-exported by its __init__.py) or fix the name")
+                problem(
+                    record,
+                    "functional",
+                    f"{record.functional!r} is not a function exported by "
+                    f"algorithms.functional — define it in algorithms/{record.key}/ "
+                    "(re-exported by its __init__.py) or fix the name",
+                )
         if record.class_name is None:
             continue
         exported = getattr(classes, "__all__", dir(classes))
         cls = getattr(classes, record.class_name, None) if record.class_name in exported else None
         if cls is None:
-            problem(record, "class_name", f"{record.class_name!r} is not exported by algorithms — define it "
-                                          f"in algorithms/{record.key}/ (re-exported by its __init__.py) or fix "
-                                          "the name")
+            problem(
+                record,
+                "class_name",
+                f"{record.class_name!r} is not exported by algorithms — define it "
+                f"in algorithms/{record.key}/ (re-exported by its __init__.py) or fix "
+                "the name",
+            )
             continue
         if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
-            problem(record, "class_name", f"algorithms.{record.class_name} is not an Algorithm subclass — "
-                                          "name the method's Algorithm class")
+            problem(
+                record,
+                "class_name",
+                f"algorithms.{record.class_name} is not an Algorithm subclass — name the method's Algorithm class",
+            )
             continue
         params = parameters(cls)
         for name in record.hyperparameters:
             if name not in params:
-                problem(record, "hyperparameters", f"{name!r} is not a parameter of {record.class_name} — "
-                                                   f"use one of: {', '.join(params) or 'none'}")
+                problem(
+                    record,
+                    "hyperparameters",
+                    f"{name!r} is not a parameter of {record.class_name} — use one of: {', '.join(params) or 'none'}",
+                )
         for name in record.plumbing:
             if name not in params:
-                problem(record, "plumbing", f"{name!r} is not a parameter of {record.class_name} — "
-                                            "remove it or fix the name")
+                problem(
+                    record,
+                    "plumbing",
+                    f"{name!r} is not a parameter of {record.class_name} — remove it or fix the name",
+                )
             elif name in record.hyperparameters:
                 problem(record, "plumbing", f"{name!r} is both a hyperparameter and plumbing — keep one")
         for name in params:
             if name not in record.hyperparameters and name not in record.plumbing:
-                problem(record, "hyperparameters", f"{record.class_name} parameter {name!r} is neither in "
-                                                   "hyperparameters nor in plumbing — add it to one")
+                problem(
+                    record,
+                    "hyperparameters",
+                    f"{record.class_name} parameter {name!r} is neither in "
+                    "hyperparameters nor in plumbing — add it to one",
+                )
         form = getattr(functional, record.functional, None) if record.functional else None
         if callable(form):
             for name, param in parameters(form).items():
                 # A class default of None means "derived from the class's other arguments" (EMA's
                 # smoothing from its half_life, as Composer's): the form's own default stands.
-                if name in params and params[name].default is not None \
-                        and not _same_value(param.default, params[name].default):
-                    problem(record, "functional", f"{record.functional}({name}={param.default!r}) but "
-                                                  f"{record.class_name}({name}={params[name].default!r}): the "
-                                                  "functional form and the class must share defaults — make "
-                                                  "them the same")
+                if (
+                    name in params
+                    and params[name].default is not None
+                    and not _same_value(param.default, params[name].default)
+                ):
+                    problem(
+                        record,
+                        "functional",
+                        f"{record.functional}({name}={param.default!r}) but "
+                        f"{record.class_name}({name}={params[name].default!r}): the "
+                        "functional form and the class must share defaults — make "
+                        "them the same",
+                    )
     return problems
 
 
@@ -245,8 +297,10 @@ def valid_records(package_root: Path | None = None) -> tuple[dict[str, MethodRec
     (``validate_metadata`` says what is wrong with it)."""
     records, problems = validate_files(discover_metadata_files(package_root))
     skipped = sorted({p.path for p in problems})
-    return records, [Problem(path, "", "skipped: its metadata is invalid — python tools/validate_metadata.py "
-                                       "lists why") for path in skipped]
+    return records, [
+        Problem(path, "", "skipped: its metadata is invalid — python tools/validate_metadata.py lists why")
+        for path in skipped
+    ]
 
 
 def check_builders(package_root: Path | None = None) -> list[Problem]:
@@ -262,9 +316,14 @@ def check_builders(package_root: Path | None = None) -> list[Problem]:
         except (ImportError, AttributeError):
             ok = False
         if not ok:
-            problems.append(Problem(path, "/" + "/".join(map(str, [key, *where])),
-                                    f"{dotted} is not a function the package exports — fix the name or "
-                                    "add it to the module", _locate(path, [key, *where])))
+            problems.append(
+                Problem(
+                    path,
+                    "/" + "/".join(map(str, [key, *where])),
+                    f"{dotted} is not a function the package exports — fix the name or add it to the module",
+                    _locate(path, [key, *where]),
+                )
+            )
 
     for key, record in load_all_datasets(package_root).items():
         check(record.path, key, ["builder"], f"{record.raw['module']}.{record.raw['builder']}")
@@ -278,8 +337,9 @@ def check_builders(package_root: Path | None = None) -> list[Problem]:
 # check_cards: every card against its template (sections, facts directives), and its prose
 
 
-def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
-                results_root: Path | None = None) -> list[Problem]:
+def check_cards(
+    repo_root: Path | None = None, package_root: Path | None = None, results_root: Path | None = None
+) -> list[Problem]:
     """Check every method, best-practice, dataset and model-family card; a record without a card is a
     problem.
 
@@ -302,10 +362,12 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
         try:
             if record.class_name:
                 signatures[record.class_name] = parameters(
-                    lookup(f"algorithms.{record.class_name}", record.path, record.key, "class_name"))
+                    lookup(f"algorithms.{record.class_name}", record.path, record.key, "class_name")
+                )
             if record.functional:
                 signatures[record.functional] = parameters(
-                    lookup(f"algorithms.functional.{record.functional}", record.path, record.key, "functional"))
+                    lookup(f"algorithms.functional.{record.functional}", record.path, record.key, "functional")
+                )
         except CodeLookupError as exc:
             problems.append(exc.problem)
             unresolved.add(record.key)
@@ -316,8 +378,9 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
                 if _is_optimizer_class(getattr(module, name, None)):
                     signatures[name] = parameters(getattr(module, name))
 
-    subjects: list[tuple[str, Any]] = [(record.kind, record) for record in records.values()
-                                       if record.key not in unresolved]
+    subjects: list[tuple[str, Any]] = [
+        (record.kind, record) for record in records.values() if record.key not in unresolved
+    ]
     subjects += [(Kind.DATASET, s) for s in load_all_datasets(package_root).values()]
     subjects += [(Kind.MODEL_FAMILY, s) for s in load_all_model_families(package_root).values()]
     terms, prose = MethodTerms(records), {}  # the Composability prose of each card, checked with the card
@@ -325,15 +388,24 @@ def check_cards(repo_root: Path | None = None, package_root: Path | None = None,
         path = card_path(kind, record.key, repo_root)
         if not path.exists():
             flag = "" if kind in METHOD_KINDS else f" --kind {kind}"
-            problems.append(Problem(path, "card", f"missing: {display_path(record.path)} has no card — "
-                                    f"create it with: python tools/new_card.py {record.key}{flag}"))
+            problems.append(
+                Problem(
+                    path,
+                    "card",
+                    f"missing: {display_path(record.path)} has no card — "
+                    f"create it with: python tools/new_card.py {record.key}{flag}",
+                )
+            )
             continue
         text = path.read_text(encoding="utf-8")
         inline: list[Problem] = []
         if kind in METHOD_KINDS:  # first: it parses the card in full, and the checks below reuse that parse
             optimizer = _option_optimizer(record) if record.is_best_practice else None
-            own = ({**trainer_parameters(), **(parameters(optimizer) if optimizer else {})}
-                   if record.is_best_practice else {**signatures[record.class_name], **signatures[record.functional]})
+            own = (
+                {**trainer_parameters(), **(parameters(optimizer) if optimizer else {})}
+                if record.is_best_practice
+                else {**signatures[record.class_name], **signatures[record.functional]}
+            )
             inline = _check_inline(path, text, own, signatures)
         fresh = render_card(kind, record.key, repo_root=repo_root, package_root=package_root, record=record)
         problems += check_card_sections(path, text, cards.sections(fresh)[1:])
@@ -354,9 +426,13 @@ COMPOSABILITY_SECTION = "Composability"
 COMPOSABILITY_REGION = "composability"
 
 
-def check_composability(records: Mapping[str, MethodRecord], repo_root: Path | None = None,
-                        results_root: Path | None = None, *, prose: Mapping[str, list[Problem]] | None = None
-                        ) -> list[Problem]:
+def check_composability(
+    records: Mapping[str, MethodRecord],
+    repo_root: Path | None = None,
+    results_root: Path | None = None,
+    *,
+    prose: Mapping[str, list[Problem]] | None = None,
+) -> list[Problem]:
     """The three composability rules: method cards name no other method in their Composability
     prose (:func:`check_composability_prose`), every ``interactions`` key names something the
     matrix runs (:func:`check_interaction_keys`), and the committed matrix covers the registry
@@ -415,12 +491,14 @@ class MethodTerms:
         """``(record, term)`` for every term whose words all stand in ``text`` (the others cannot match)."""
         present = {w.casefold() for w in _WORD.findall(text)}
         found = [entry for word in present for entry in self.by_word.get(word, ())] + self.wordless
-        return [(record, term) for record, term, words in sorted(found, key=lambda e: (e[0].key, e[1]))
-                if words <= present]
+        return [
+            (record, term) for record, term, words in sorted(found, key=lambda e: (e[0].key, e[1])) if words <= present
+        ]
 
 
-def check_composability_prose(path: Path, text: str, record: MethodRecord,
-                              records: Mapping[str, MethodRecord], terms: MethodTerms | None = None) -> list[Problem]:
+def check_composability_prose(
+    path: Path, text: str, record: MethodRecord, records: Mapping[str, MethodRecord], terms: MethodTerms | None = None
+) -> list[Problem]:
     """In the card's Composability section, its prose (not its facts directive, not HTML comments)
     names no other ``kind: method`` of the registry: a statement about a combination belongs in
     the metadata's ``interactions``, which the card's composability facts show beside the matrix's
@@ -433,7 +511,7 @@ def check_composability_prose(path: Path, text: str, record: MethodRecord,
     if not starts:
         return []  # check_card_sections reports the missing section
     start = found[starts[0]]
-    end = next((s.line for s in found[starts[0] + 1:] if s.level <= start.level), None)
+    end = next((s.line for s in found[starts[0] + 1 :] if s.level <= start.level), None)
     lines = text.splitlines()
     first, last = start.line, (end - 1 if end else len(lines))  # the lines after the heading, 1-based
     from .facts import directives
@@ -451,10 +529,17 @@ def check_composability_prose(path: Path, text: str, record: MethodRecord,
             if (line, other.key) in reported:
                 continue
             reported.add((line, other.key))
-            problems.append(Problem(path, COMPOSABILITY_SECTION, f"names {other.name} in the card's prose "
-                                    f"— move the statement into "
-                                    f"{display_path(record.path)} interactions[\"{other.key}\"], shown beside "
-                                    "the matrix's outcome", line))
+            problems.append(
+                Problem(
+                    path,
+                    COMPOSABILITY_SECTION,
+                    f"names {other.name} in the card's prose "
+                    f"— move the statement into "
+                    f'{display_path(record.path)} interactions["{other.key}"], shown beside '
+                    "the matrix's outcome",
+                    line,
+                )
+            )
     return sorted(problems, key=lambda p: (p.line or 0, p.message))
 
 
@@ -477,16 +562,22 @@ def check_interaction_keys(records: Mapping[str, MethodRecord]) -> list[Problem]
             elif key == record.key:
                 why = "a note on the method with itself is never shown"
             else:
-                why = (f"it is not a method key, nor precision=<{'|'.join(PRECISIONS)}>, nor "
-                       f"parallel=<{'|'.join(PARALLELS)}>")
-            problems.append(Problem(record.path, f"/{record.key}/interactions/{key}",
-                                    f"{key!r}: {why} — fix the key or remove the note",
-                                    _locate(record.path, [record.key, "interactions", key])))
+                why = (
+                    f"it is not a method key, nor precision=<{'|'.join(PRECISIONS)}>, nor "
+                    f"parallel=<{'|'.join(PARALLELS)}>"
+                )
+            problems.append(
+                Problem(
+                    record.path,
+                    f"/{record.key}/interactions/{key}",
+                    f"{key!r}: {why} — fix the key or remove the note",
+                    _locate(record.path, [record.key, "interactions", key]),
+                )
+            )
     return problems
 
 
-def check_composability_matrix(records: Mapping[str, MethodRecord], results_root: Path | None = None
-                               ) -> list[Problem]:
+def check_composability_matrix(records: Mapping[str, MethodRecord], results_root: Path | None = None) -> list[Problem]:
     """The committed matrix (``results/composability/*.json``) is valid, every CPU file has every
     cell of today's methods (:func:`~methods_tools.composability_pages.expected_cells`), and no
     file has a ``fails`` cell. A GPU file is not held to the registry (it needs a GPU to rerun);
@@ -518,19 +609,29 @@ def check_composability_matrix(records: Mapping[str, MethodRecord], results_root
         missing = [k for k in expected_cells(records.values(), document) if k not in present]
         if missing and document["environment"]["device_type"] == "cpu":
             shown = "; ".join(cell_label(k, names) for k in missing[:4]) + ("; …" if len(missing) > 4 else "")
-            problems.append(Problem(path, "/cells", f"lacks {len(missing)} cell(s) of today's methods ({shown}) — "
-                                    f"{rerun}"))
+            problems.append(
+                Problem(path, "/cells", f"lacks {len(missing)} cell(s) of today's methods ({shown}) — {rerun}")
+            )
         for index, cell in enumerate(document["cells"]):
             if cell["outcome"] != "fails":
                 continue
             why = cell["detail"] or f"not seen: {', '.join(cell['missing'])}"
             first = cell["methods"][0]
-            where = (f"algorithms/{first}/metadata.json interactions[\"{cell['methods'][1]}\"]"
-                     if cell["kind"] == "pair" else
-                     f"algorithms/{first}/metadata.json interactions[\"{cell['kind']}={cell[cell['kind']]}\"]"
-                     if cell["kind"] in ("precision", "parallel") else f"the code of algorithms/{first}/")
-            problems.append(Problem(path, f"/cells/{index}", f"fails: {cell_label(cell_key(cell), names)}: {why} — fix "
-                                    f"the bug, or explain the interaction in {where}; then {rerun}"))
+            where = (
+                f'algorithms/{first}/metadata.json interactions["{cell["methods"][1]}"]'
+                if cell["kind"] == "pair"
+                else f'algorithms/{first}/metadata.json interactions["{cell["kind"]}={cell[cell["kind"]]}"]'
+                if cell["kind"] in ("precision", "parallel")
+                else f"the code of algorithms/{first}/"
+            )
+            problems.append(
+                Problem(
+                    path,
+                    f"/cells/{index}",
+                    f"fails: {cell_label(cell_key(cell), names)}: {why} — fix "
+                    f"the bug, or explain the interaction in {where}; then {rerun}",
+                )
+            )
     return problems
 
 
@@ -555,14 +656,26 @@ def check_card_sections(path: Path, text: str, expected: list[Any]) -> list[Prob
     for section in expected:
         matches = [i for i, s in enumerate(found) if s.title == section.title and s.level == section.level]
         if not matches:
-            problems.append(Problem(path, section.title, f"missing section '{'#' * section.level} "
-                                    f"{section.title}' — add it after line {last_line}, as in the template",
-                                    last_line))
+            problems.append(
+                Problem(
+                    path,
+                    section.title,
+                    f"missing section '{'#' * section.level} "
+                    f"{section.title}' — add it after line {last_line}, as in the template",
+                    last_line,
+                )
+            )
             continue
         later = [i for i in matches if i >= position]
         if not later:
-            problems.append(Problem(path, section.title, "section out of order — move it to where the "
-                                    "template has it", found[matches[0]].line))
+            problems.append(
+                Problem(
+                    path,
+                    section.title,
+                    "section out of order — move it to where the template has it",
+                    found[matches[0]].line,
+                )
+            )
             continue
         position, last_line = later[0], found[later[0]].line
     return problems
@@ -582,36 +695,66 @@ def check_card_facts(path: Path, text: str, fresh: str, key: str, kind: str) -> 
         return [Problem(path, "regions", f"{exc}", exc.line)]
     if old:
         first = min(old.values(), key=lambda r: r.line)
-        return [Problem(path, first.name, f"generated text committed in the card ({len(old)} region(s)): "
-                        f"facts render when the site builds — run: {update}", first.line)]
+        return [
+            Problem(
+                path,
+                first.name,
+                f"generated text committed in the card ({len(old)} region(s)): "
+                f"facts render when the site builds — run: {update}",
+                first.line,
+            )
+        ]
     want = list(cards.regions(fresh))
     have = directives(text)
     problems = []
     seen: dict[str, int] = {}
     for line, name in have:
         if name not in want:
-            problems.append(Problem(path, name, f"{DIRECTIVE} {name!r}: this card kind has no such fact — use one "
-                                    f"of: {', '.join(want)}", line))
+            problems.append(
+                Problem(
+                    path,
+                    name,
+                    f"{DIRECTIVE} {name!r}: this card kind has no such fact — use one of: {', '.join(want)}",
+                    line,
+                )
+            )
         elif name in seen:
-            problems.append(Problem(path, name, f"{DIRECTIVE} {name!r} a second time (the first is at line "
-                                    f"{seen[name]}) — keep one", line))
+            problems.append(
+                Problem(
+                    path,
+                    name,
+                    f"{DIRECTIVE} {name!r} a second time (the first is at line {seen[name]}) — keep one",
+                    line,
+                )
+            )
         seen.setdefault(name, line)
     for name in want:
         if name not in seen:
-            problems.append(Problem(path, name, f"no {DIRECTIVE} directive for {name!r} — add "
-                                    f"{directive_fence(name)!r} where the template has it (python "
-                                    f"tools/new_card.py {key} --dry-run shows where)"))
+            problems.append(
+                Problem(
+                    path,
+                    name,
+                    f"no {DIRECTIVE} directive for {name!r} — add "
+                    f"{directive_fence(name)!r} where the template has it (python "
+                    f"tools/new_card.py {key} --dry-run shows where)",
+                )
+            )
     return problems
 
 
 def placeholder_problems(paths: Iterable[Path]) -> list[Problem]:
     """One problem per ``TODO(new_card)`` prompt left in ``paths`` (those that exist)."""
-    return [Problem(path, "TODO", f"write this: {hint}", line)
-            for path in paths if Path(path).exists() for line, hint in prompts(path)]
+    return [
+        Problem(path, "TODO", f"write this: {hint}", line)
+        for path in paths
+        if Path(path).exists()
+        for line, hint in prompts(path)
+    ]
 
 
-def _check_inline(path: Path, text: str, own: Mapping[str, Any], signatures: Mapping[str, Mapping[str, Any]]
-                  ) -> list[Problem]:
+def _check_inline(
+    path: Path, text: str, own: Mapping[str, Any], signatures: Mapping[str, Mapping[str, Any]]
+) -> list[Problem]:
     """``name=value`` in inline code names a parameter; where the sentence says it is the default,
     the value is the code's default."""
     from . import cards
@@ -626,8 +769,14 @@ def _check_inline(path: Path, text: str, own: Mapping[str, Any], signatures: Map
         else:
             continue  # another library's function: not ours to check
         if item.name not in known:
-            problems.append(Problem(path, item.name, f"`{item.text}` names no parameter of {owner} — "
-                                    f"use one of: {', '.join(known)}", item.line))
+            problems.append(
+                Problem(
+                    path,
+                    item.name,
+                    f"`{item.text}` names no parameter of {owner} — use one of: {', '.join(known)}",
+                    item.line,
+                )
+            )
             continue
         default = known[item.name].default
         if item.value is None or default is REQUIRED or not _claims_default(item):
@@ -637,8 +786,15 @@ def _check_inline(path: Path, text: str, own: Mapping[str, Any], signatures: Map
         except (ValueError, SyntaxError):
             continue
         if not _same_value(value, default):
-            problems.append(Problem(path, item.name, f"card says the default is {item.name}={item.value}, the code's "
-                                    f"default is {default!r} — fix the card or the code", item.line))
+            problems.append(
+                Problem(
+                    path,
+                    item.name,
+                    f"card says the default is {item.name}={item.value}, the code's "
+                    f"default is {default!r} — fix the card or the code",
+                    item.line,
+                )
+            )
     return problems
 
 
@@ -646,7 +802,7 @@ def _claims_default(item: Any) -> bool:
     """Whether the words around ``name=value`` call it the default ("default `alpha=1.0`",
     "`alpha=1.0` (the default)")."""
     at = item.context.find(item.text)
-    around = item.context[max(0, at - 25): at + len(item.text) + 25] if at >= 0 else item.context
+    around = item.context[max(0, at - 25) : at + len(item.text) + 25] if at >= 0 else item.context
     return re.search(r"\bdefaults?\b", around, re.IGNORECASE) is not None
 
 

@@ -14,8 +14,16 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-__all__ = ["REQUIRED", "CodeLookupError", "Parameter", "docstring_args", "lookup", "parameters", "resolve",
-           "trainer_parameters"]
+__all__ = [
+    "REQUIRED",
+    "CodeLookupError",
+    "Parameter",
+    "docstring_args",
+    "lookup",
+    "parameters",
+    "resolve",
+    "trainer_parameters",
+]
 
 
 class _Required:
@@ -58,7 +66,7 @@ def docstring_args(obj: Any) -> dict[str, str]:
     base = len(lines[start]) - len(lines[start].lstrip())
     found: dict[str, str] = {}
     current, found_indent = None, 0
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip():
             continue
         indent = len(line) - len(line.lstrip())
@@ -95,9 +103,14 @@ def lookup(dotted: str, path: Any, key: str, field: str) -> Any:
     try:
         return resolve(dotted)
     except (ImportError, AttributeError) as exc:
-        raise CodeLookupError(Problem(path, f"/{key}/{field}", f"{dotted} cannot be imported ({exc}) — fix the "
-                                      "name; python tools/check_functional.py checks them all",
-                                      _locate(path, [key, field]))) from None
+        raise CodeLookupError(
+            Problem(
+                path,
+                f"/{key}/{field}",
+                f"{dotted} cannot be imported ({exc}) — fix the name; python tools/check_functional.py checks them all",
+                _locate(path, [key, field]),
+            )
+        ) from None
 
 
 @cache

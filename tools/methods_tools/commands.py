@@ -34,8 +34,10 @@ def validate_metadata_main(argv: Sequence[str] | None = None, *, package_root: P
     from .checks import validate_metadata
 
     parser = argparse.ArgumentParser(
-        prog="validate_metadata", description="Validate method, dataset and model-family metadata files "
-        "against their JSON schemas (default: all of them). Imports neither torch nor the method code.")
+        prog="validate_metadata",
+        description="Validate method, dataset and model-family metadata files "
+        "against their JSON schemas (default: all of them). Imports neither torch nor the method code.",
+    )
     parser.add_argument("files", nargs="*", type=Path, help="metadata files (pre-commit passes the changed ones)")
     args = parser.parse_args(argv)
     problems = validate_metadata(args.files or None, package_root)
@@ -46,28 +48,34 @@ def check_functional_main(argv: Sequence[str] | None = None, *, package_root: Pa
     from .checks import check_builders, check_functional, check_method_placeholders, valid_records
 
     argparse.ArgumentParser(
-        prog="check_functional", description="Check that every metadata class_name is an Algorithm exported "
+        prog="check_functional",
+        description="Check that every metadata class_name is an Algorithm exported "
         "by algorithms, every functional a function in algorithms.functional with the class's defaults, "
         "hyperparameters/plumbing match the constructor, every data set and model builder exists, and no "
-        "TODO(new_card) prompt is left in a method's code or test file.").parse_args(argv)
+        "TODO(new_card) prompt is left in a method's code or test file.",
+    ).parse_args(argv)
     try:
         records, skipped = valid_records(package_root)
-        problems = (skipped + check_functional(records) + check_builders(package_root)
-                    + check_method_placeholders(package_root))
+        problems = (
+            skipped + check_functional(records) + check_builders(package_root) + check_method_placeholders(package_root)
+        )
     except MetadataError as exc:
         problems = list(exc.problems)
     return _report(problems, "ok: metadata matches the code")
 
 
-def check_cards_main(argv: Sequence[str] | None = None, *, repo_root: Path | None = None,
-                     package_root: Path | None = None) -> int:
+def check_cards_main(
+    argv: Sequence[str] | None = None, *, repo_root: Path | None = None, package_root: Path | None = None
+) -> int:
     from .checks import check_cards
 
     argparse.ArgumentParser(
-        prog="check_cards", description="Check every card against its template and the code: its sections "
+        prog="check_cards",
+        description="Check every card against its template and the code: its sections "
         "in order, a card-facts directive for each fact (the docs build renders them), inline name=value naming "
         "real parameters and the code's defaults, method names in Composability prose, and TODO(new_card) "
-        "prompts left.").parse_args(argv)
+        "prompts left.",
+    ).parse_args(argv)
     try:
         problems = check_cards(repo_root, package_root)
     except MetadataError as exc:
@@ -75,8 +83,9 @@ def check_cards_main(argv: Sequence[str] | None = None, *, repo_root: Path | Non
     return _report(problems, "ok: every card agrees with the code and metadata")
 
 
-def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None = None,
-                  package_root: Path | None = None) -> int:
+def new_card_main(
+    argv: Sequence[str] | None = None, *, repo_root: Path | None = None, package_root: Path | None = None
+) -> int:
     """``new_card NAME [--kind K] [--new | --update] [--force] [--dry-run]``; the roots stand in for the
     repository in tests."""
     from algorithms.metadata import Kind
@@ -86,18 +95,32 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
     from .scaffold import KINDS, UnknownName, card_path, card_source, update_card
 
     parser = argparse.ArgumentParser(
-        prog="new_card", description="Write a card for a method (docs/source/method_cards/<name>.md, or "
+        prog="new_card",
+        description="Write a card for a method (docs/source/method_cards/<name>.md, or "
         "dataset_cards/, model_cards/ with --kind): its sections with prompts for the prose and a card-facts "
         "directive for each fact, which the docs build renders from metadata and code; turn an old card's "
-        "generated regions into directives (--update); or scaffold a whole new method (--new).")
+        "generated regions into directives (--update); or scaffold a whole new method (--new).",
+    )
     parser.add_argument("name", help="the method's folder name (or data set / model family key)")
-    parser.add_argument("--kind", choices=KINDS, default="method",
-                        help="what NAME is (default: method; best practices are found as methods too)")
+    parser.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="method",
+        help="what NAME is (default: method; best practices are found as methods too)",
+    )
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--new", action="store_true", help="scaffold a new method: algorithms/NAME/ (code and "
-                        "metadata.json), tests/methods/test_NAME.py and its card")
-    action.add_argument("--update", action="store_true", help="turn the card's generated regions (text "
-                        "between <!-- generated --> markers) into card-facts directives, keeping the prose")
+    action.add_argument(
+        "--new",
+        action="store_true",
+        help="scaffold a new method: algorithms/NAME/ (code and "
+        "metadata.json), tests/methods/test_NAME.py and its card",
+    )
+    action.add_argument(
+        "--update",
+        action="store_true",
+        help="turn the card's generated regions (text "
+        "between <!-- generated --> markers) into card-facts directives, keeping the prose",
+    )
     parser.add_argument("--class-name", help="with --new: the Algorithm class (default: NAME in CamelCase)")
     parser.add_argument("--functional", help="with --new: the functional form (default: NAME_batch)")
     parser.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -114,8 +137,11 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
         content = card_source(args.kind, args.name, repo_root=repo_root, package_root=package_root)
         if args.update:
             if not path.exists():
-                print(f"{display_path(path)}: no card to update — write it with: python tools/new_card.py "
-                      f"{args.name}{_kind_flag(args.kind)}", file=sys.stderr)
+                print(
+                    f"{display_path(path)}: no card to update — write it with: python tools/new_card.py "
+                    f"{args.name}{_kind_flag(args.kind)}",
+                    file=sys.stderr,
+                )
                 return 1
             content, converted = update_card(path.read_text(encoding="utf-8"))
     except (UnknownName, MetadataError, CodeLookupError) as exc:
@@ -129,12 +155,18 @@ def new_card_main(argv: Sequence[str] | None = None, *, repo_root: Path | None =
         return 0
     if args.update:
         changed = write_if_changed(path, content)
-        print(f"updated: {display_path(path)} ({len(converted)} generated region(s) now card-facts directives)"
-              if changed else f"up to date: {display_path(path)} (its facts render when the site builds)")
+        print(
+            f"updated: {display_path(path)} ({len(converted)} generated region(s) now card-facts directives)"
+            if changed
+            else f"up to date: {display_path(path)} (its facts render when the site builds)"
+        )
         return 0
     if path.exists() and not args.force:
-        print(f"{display_path(path)}: exists — left unchanged; its facts render when the site builds, so it "
-              "needs no update; pass --force to overwrite it, or --dry-run to print a fresh one", file=sys.stderr)
+        print(
+            f"{display_path(path)}: exists — left unchanged; its facts render when the site builds, so it "
+            "needs no update; pass --force to overwrite it, or --dry-run to print a fresh one",
+            file=sys.stderr,
+        )
         return 1
     write_atomic(path, content, force=args.force)
     print(f"wrote {display_path(path)} — replace each TODO(new_card) prompt, then run nox -s check")
@@ -156,11 +188,12 @@ def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
     from .scaffold import card_path, card_source, draft_record, scaffold_method
 
     try:
-        files = scaffold_method(args.name, class_name=args.class_name, functional=args.functional,
-                                repo_root=repo_root)
+        files = scaffold_method(args.name, class_name=args.class_name, functional=args.functional, repo_root=repo_root)
     except ValueError as exc:
-        print(f"{display_path(Path(repo_root or REPO_ROOT) / 'algorithms' / args.name / 'metadata.json')}: key: {exc}",
-              file=sys.stderr)
+        print(
+            f"{display_path(Path(repo_root or REPO_ROOT) / 'algorithms' / args.name / 'metadata.json')}: key: {exc}",
+            file=sys.stderr,
+        )
         return 1
     card = card_path("method", args.name, repo_root)
     existing = [p for p in [*files, card] if p.exists()]
@@ -192,6 +225,8 @@ def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
         return 1
     for p in written:
         print(f"wrote {display_path(p)}")
-    print("next: replace each TODO(new_card) prompt; `nox -s check` lists the ones left, one line each; the "
-          "card's facts (TL;DR, hyperparameters, API) render from metadata.json and the code at every docs build")
+    print(
+        "next: replace each TODO(new_card) prompt; `nox -s check` lists the ones left, one line each; the "
+        "card's facts (TL;DR, hyperparameters, API) render from metadata.json and the code at every docs build"
+    )
     return 0

@@ -40,8 +40,21 @@ from algorithms.core.options import DISTRIBUTED, PARALLELS, PRECISIONS, dataset_
 
 from .results import RESULTS_DIR, results_problems
 
-__all__ = ["Config", "CompareOptions", "SCHEMA_VERSION", "environment", "parse_configs", "run_comparison", "run_config",
-           "default_output_path", "run_worker", "spread", "steady_state", "summarize", "worker_failure"]
+__all__ = [
+    "Config",
+    "CompareOptions",
+    "SCHEMA_VERSION",
+    "environment",
+    "parse_configs",
+    "run_comparison",
+    "run_config",
+    "default_output_path",
+    "run_worker",
+    "spread",
+    "steady_state",
+    "summarize",
+    "worker_failure",
+]
 
 SCHEMA_VERSION = 2  # algorithms/results.schema.json
 
@@ -132,8 +145,10 @@ def environment() -> dict[str, Any]:
     """The machine and software a comparison ran on (the parent's view; workers see the same)."""
     import torch
 
-    cpu_model, cpu_count = _cpu_model(), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else (os.cpu_count() or 1)
+    cpu_model, cpu_count = (
+        _cpu_model(),
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+    )
     if torch.cuda.is_available():
         count, name = torch.cuda.device_count(), torch.cuda.get_device_name(0)
         hardware, device_type = f"{count}x {name}", "cuda"
@@ -141,10 +156,16 @@ def environment() -> dict[str, Any]:
         count, name = 1, cpu_model
         hardware, device_type = f"{cpu_model}, {cpu_count} cores (CPU only)", "cpu"
     return {
-        "hardware": hardware, "device_type": device_type, "device_name": name, "device_count": count,
-        "cpu_model": cpu_model, "cpu_count": cpu_count, "torch": torch.__version__,
+        "hardware": hardware,
+        "device_type": device_type,
+        "device_name": name,
+        "device_count": count,
+        "cpu_model": cpu_model,
+        "cpu_count": cpu_count,
+        "torch": torch.__version__,
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-        "python": platform.python_version(), "platform": platform.platform(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "load_average": _load_average(),
     }
@@ -166,7 +187,8 @@ def _skipped_reason(config: Config, options: CompareOptions, env: dict[str, Any]
         from algorithms.core.distributed import deepspeed_precision_problem, deepspeed_unavailable_reason
 
         return deepspeed_unavailable_reason() or deepspeed_precision_problem(
-            config.precision, torch.device(env["device_type"]))
+            config.precision, torch.device(env["device_type"])
+        )
     if config.parallel == "dp" and env["device_type"] == "cuda" and env["device_count"] < 2:
         return None  # runs, with a note that there are no replicas
     return None
@@ -178,27 +200,71 @@ def _load_average() -> list[float] | None:
 
 def _empty_run(config: Config, world_size: int, status: str, reason: str | None) -> dict[str, Any]:
     return {
-        "config": config.label, "precision": config.precision, "parallel": config.parallel,
-        "zero_stage": config.zero_stage, "world_size": world_size, "status": status, "reason": reason,
-        "note": None, "wall_s": None, "epoch_s": [], "samples": None, "throughput": None,
-        "peak_memory_bytes": None, "memory_kind": None, "peak_memory_per_device_bytes": [],
-        "cuda_max_reserved_bytes": None, "model_memory_bytes": None, "gpu_utilization": None,
-        "gpu_utilization_reason": None, "accuracy": None, "loss": None,
+        "config": config.label,
+        "precision": config.precision,
+        "parallel": config.parallel,
+        "zero_stage": config.zero_stage,
+        "world_size": world_size,
+        "status": status,
+        "reason": reason,
+        "note": None,
+        "wall_s": None,
+        "epoch_s": [],
+        "samples": None,
+        "throughput": None,
+        "peak_memory_bytes": None,
+        "memory_kind": None,
+        "peak_memory_per_device_bytes": [],
+        "cuda_max_reserved_bytes": None,
+        "model_memory_bytes": None,
+        "gpu_utilization": None,
+        "gpu_utilization_reason": None,
+        "accuracy": None,
+        "loss": None,
     }
 
 
 def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc: int) -> list[str]:
     """The command line that runs ``config``: the worker, under torchrun when it is distributed."""
-    args = ["-m", "methods_tools.compare_worker", "--model", options.model, "--data", options.data,
-            "--epochs", str(options.epochs), "--batch-size", str(options.batch_size),
-            "--precision", config.precision, "--parallel", config.parallel, "--seed", str(options.seed),
-            "--lr", str(options.lr), "--workers", str(options.workers), "--optimizer", options.optimizer,
-            "--schedule", options.schedule, "--out-dir", str(out_dir)]
-    for flag, value in (("--max-batches", options.max_batches), ("--data-root", options.data_root),
-                        ("--image-size", options.image_size), ("--seq-len", options.seq_len),
-                        ("--eval-examples", options.eval_examples), ("--zero-stage", config.zero_stage),
-                        ("--algorithm", options.algorithm), ("--test-fraction", options.test_fraction),
-                        ("--threads", options.threads)):
+    args = [
+        "-m",
+        "methods_tools.compare_worker",
+        "--model",
+        options.model,
+        "--data",
+        options.data,
+        "--epochs",
+        str(options.epochs),
+        "--batch-size",
+        str(options.batch_size),
+        "--precision",
+        config.precision,
+        "--parallel",
+        config.parallel,
+        "--seed",
+        str(options.seed),
+        "--lr",
+        str(options.lr),
+        "--workers",
+        str(options.workers),
+        "--optimizer",
+        options.optimizer,
+        "--schedule",
+        options.schedule,
+        "--out-dir",
+        str(out_dir),
+    ]
+    for flag, value in (
+        ("--max-batches", options.max_batches),
+        ("--data-root", options.data_root),
+        ("--image-size", options.image_size),
+        ("--seq-len", options.seq_len),
+        ("--eval-examples", options.eval_examples),
+        ("--zero-stage", config.zero_stage),
+        ("--algorithm", options.algorithm),
+        ("--test-fraction", options.test_fraction),
+        ("--threads", options.threads),
+    ):
         if value is not None:
             args += [flag, str(value)]
     if options.algorithm is not None:
@@ -219,18 +285,26 @@ def _merge(config: Config, ranks: list[dict[str, Any]], nproc: int) -> dict[str,
     wall = max(r["wall_s"] for r in ranks)  # the run ends when its slowest process does
     per_device = [r["peak_memory_bytes"] for r in sorted(ranks, key=lambda r: r["rank"])]
     run = _empty_run(config, first["world_size"], "ok", None)
-    run.update({
-        "note": first["note"], "wall_s": wall,
-        "epoch_s": [max(es) for es in zip(*(r["epoch_s"] for r in ranks), strict=True)],
-        "samples": first["samples"], "throughput": first["samples"] / wall if wall > 0 else None,
-        "peak_memory_bytes": max(per_device), "memory_kind": first["memory_kind"],
-        "peak_memory_per_device_bytes": per_device,
-        "cuda_max_reserved_bytes": max((r["cuda_max_reserved_bytes"] or 0) for r in ranks)
-        if first["cuda_max_reserved_bytes"] is not None else None,
-        "model_memory_bytes": max(r["model_memory_bytes"] for r in ranks),
-        "gpu_utilization": first["gpu_utilization"], "gpu_utilization_reason": first["gpu_utilization_reason"],
-        "accuracy": first["accuracy"], "loss": first["loss"],
-    })
+    run.update(
+        {
+            "note": first["note"],
+            "wall_s": wall,
+            "epoch_s": [max(es) for es in zip(*(r["epoch_s"] for r in ranks), strict=True)],
+            "samples": first["samples"],
+            "throughput": first["samples"] / wall if wall > 0 else None,
+            "peak_memory_bytes": max(per_device),
+            "memory_kind": first["memory_kind"],
+            "peak_memory_per_device_bytes": per_device,
+            "cuda_max_reserved_bytes": max((r["cuda_max_reserved_bytes"] or 0) for r in ranks)
+            if first["cuda_max_reserved_bytes"] is not None
+            else None,
+            "model_memory_bytes": max(r["model_memory_bytes"] for r in ranks),
+            "gpu_utilization": first["gpu_utilization"],
+            "gpu_utilization_reason": first["gpu_utilization_reason"],
+            "accuracy": first["accuracy"],
+            "loss": first["loss"],
+        }
+    )
     return run
 
 
@@ -255,22 +329,24 @@ def failure_line(stderr_lines: Sequence[str]) -> str:
     return lines[-1] if lines else "no output"
 
 
-def run_with_progress(command: list[str], env: Mapping[str, str], timeout_s: float,
-                      progress: Progress = lambda line: None) -> tuple[int | None, list[str]]:
+def run_with_progress(
+    command: list[str], env: Mapping[str, str], timeout_s: float, progress: Progress = lambda line: None
+) -> tuple[int | None, list[str]]:
     """Run ``command`` (a worker, or torchrun and its workers) to its end: its ``progress: ...``
     stderr lines go to ``progress`` as they come, the last 80 others are kept for the error
     message. Returns ``(exit status, or None when it ran past timeout_s and was stopped, tail)``."""
     tail: collections.deque[str] = collections.deque(maxlen=80)
     # Its own session, so a last-resort kill reaches whatever it started in that session.
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=dict(env), start_new_session=True)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(env), start_new_session=True
+    )
 
     def read_stderr() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
             line = line.rstrip()
             if line.startswith("progress: "):
-                progress(line[len("progress: "):])
+                progress(line[len("progress: ") :])
             else:
                 tail.append(line)
 
@@ -291,37 +367,45 @@ def run_with_progress(command: list[str], env: Mapping[str, str], timeout_s: flo
         reader.join(timeout=10)
 
 
-def run_config(config: Config, options: CompareOptions, env: dict[str, Any],
-               progress: Progress = lambda line: None) -> dict[str, Any]:
+def run_config(
+    config: Config, options: CompareOptions, env: dict[str, Any], progress: Progress = lambda line: None
+) -> dict[str, Any]:
     """Run one configuration in its own process(es) and return its results entry."""
     nproc = options.nproc if config.parallel in DISTRIBUTED else 1
     reason = _skipped_reason(config, options, env)
     if reason:
         return _empty_run(config, nproc, "skipped", reason)
-    returncode, tail, ranks = run_worker(lambda out_dir: worker_command(config, options, out_dir, nproc),
-                                         options.timeout_s, progress)
+    returncode, tail, ranks = run_worker(
+        lambda out_dir: worker_command(config, options, out_dir, nproc), options.timeout_s, progress
+    )
     failure = worker_failure(returncode, tail, ranks, options.timeout_s)
     if failure:
         return _empty_run(config, nproc, "failed", failure)
     return _merge(config, ranks, nproc)
 
 
-def run_worker(command_for: Callable[[Path], list[str]], timeout_s: float, progress: Progress = lambda line: None
-               ) -> tuple[int | None, list[str], list[dict[str, Any]]]:
+def run_worker(
+    command_for: Callable[[Path], list[str]], timeout_s: float, progress: Progress = lambda line: None
+) -> tuple[int | None, list[str], list[dict[str, Any]]]:
     """Run a worker's command line (``command_for`` the folder its processes write ``rank<r>.json``
     into) to its end, with this checkout importable: ``(exit status, or None when it ran past
     timeout_s, the tail of its stderr, the records its processes wrote)``."""
     with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
         out_dir = Path(tmp)
-        env_vars = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))}
+        env_vars = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")])
+            ),
+        }
         returncode, tail = run_with_progress(command_for(out_dir), env_vars, timeout_s, progress)
         ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
     return returncode, tail, ranks
 
 
-def worker_failure(returncode: int | None, tail: Sequence[str], ranks: Sequence[Mapping[str, Any]],
-                   timeout_s: float) -> str | None:
+def worker_failure(
+    returncode: int | None, tail: Sequence[str], ranks: Sequence[Mapping[str, Any]], timeout_s: float
+) -> str | None:
     """Why a worker's run gave no records to read (it timed out, or it ended in an error that no
     process recorded), or None: a process's own failure is in its record."""
     if returncode is None:
@@ -372,10 +456,17 @@ def run_comparison(options: CompareOptions, progress: Progress = lambda line: No
         "schema_version": SCHEMA_VERSION,
         "environment": env,
         "settings": {
-            "model": options.model, "data": options.data,
-            "image_size": options.image_size or model_input_sizes()[options.model], "epochs": options.epochs,
-            "batch_size": options.batch_size, "max_batches": options.max_batches, "nproc": options.nproc,
-            "seed": options.seed, "lr": options.lr, "repeats": options.repeats, "command": options.command,
+            "model": options.model,
+            "data": options.data,
+            "image_size": options.image_size or model_input_sizes()[options.model],
+            "epochs": options.epochs,
+            "batch_size": options.batch_size,
+            "max_batches": options.max_batches,
+            "nproc": options.nproc,
+            "seed": options.seed,
+            "lr": options.lr,
+            "repeats": options.repeats,
+            "command": options.command,
         },
         "runs": runs,
         "summary": summary,
@@ -387,6 +478,7 @@ def run_comparison(options: CompareOptions, progress: Progress = lambda line: No
 
 
 # --------------------------------------------------------------------------------------------- summary
+
 
 def spread(values: Sequence[float | None]) -> dict[str, float] | None:
     """``{"median", "min", "max"}`` of the values that are not None; None when there are none."""
@@ -428,21 +520,32 @@ def _above_linear(entry: Mapping[str, Any]) -> bool:
     """Whether a multi-process configuration's speed-up over the single-process run of its own
     precision exceeds its process count."""
     speedup = entry["speedup"]
-    return (entry["world_size"] > 1 and speedup is not None
-            and speedup["over"] == f"{entry['precision']}:single" and speedup["median"] > entry["world_size"])
+    return (
+        entry["world_size"] > 1
+        and speedup is not None
+        and speedup["over"] == f"{entry['precision']}:single"
+        and speedup["median"] > entry["world_size"]
+    )
 
 
-def _paired(runs: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]],
-            rounds_: Sequence[int] | None = None) -> list[float]:
+def _paired(
+    runs: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]], rounds_: Sequence[int] | None = None
+) -> list[float]:
     """The per-round ratios of throughput, ``runs`` over ``reference``, in the rounds both ran."""
     mine = {r["round"]: _throughput(r) for r in runs if r["status"] == "ok"}
     theirs = {r["round"]: _throughput(r) for r in reference if r["status"] == "ok"}
-    return [mine[k] / theirs[k] for k in sorted(mine.keys() & theirs.keys())
-            if (rounds_ is None or k in rounds_) and mine[k] is not None and theirs[k]]
+    return [
+        mine[k] / theirs[k]
+        for k in sorted(mine.keys() & theirs.keys())
+        if (rounds_ is None or k in rounds_) and mine[k] is not None and theirs[k]
+    ]
 
 
-def summarize(runs: Sequence[Mapping[str, Any]], configs: Sequence[Config],
-              remeasured: tuple[Mapping[str, Mapping[str, Any]], int] | None = None) -> list[dict[str, Any]]:
+def summarize(
+    runs: Sequence[Mapping[str, Any]],
+    configs: Sequence[Config],
+    remeasured: tuple[Mapping[str, Mapping[str, Any]], int] | None = None,
+) -> list[dict[str, Any]]:
     """One summary entry per configuration of ``configs`` (in their order) from its ``runs``: the
     median and range over its successful runs of each figure, its speed-up, and, given
     ``remeasured`` (the entries that were super-linear before a re-measurement, and its round),
@@ -460,22 +563,33 @@ def summarize(runs: Sequence[Mapping[str, Any]], configs: Sequence[Config],
         status = "ok" if ok else first["status"]
         steady = [steady_state(r) for r in ok]
         multi_epoch = bool(ok) and all(len(r["epoch_s"]) >= 2 for r in ok)
-        entries.append({
-            "config": config.label, "precision": config.precision, "parallel": config.parallel,
-            "zero_stage": config.zero_stage, "world_size": first["world_size"], "status": status,
-            "reason": failures[0]["reason"] if failures else None, "note": first["note"],
-            "runs": len(mine), "ok_runs": len(ok), "steady_state": multi_epoch,
-            "wall_s": spread([r["wall_s"] for r in ok]),
-            "first_epoch_s": spread([r["epoch_s"][0] if r["epoch_s"] else None for r in ok]),
-            "steady_epoch_s": spread([s for s, _ in steady]) if multi_epoch else None,
-            "throughput": spread([_throughput(r) for r in ok]),
-            "peak_memory_bytes": spread([r["peak_memory_bytes"] for r in ok]),
-            "memory_kind": first["memory_kind"],
-            "model_memory_bytes": spread([r["model_memory_bytes"] for r in ok]),
-            "gpu_utilization": spread([r["gpu_utilization"] for r in ok]),
-            "accuracy": spread([r["accuracy"] for r in ok]), "loss": spread([r["loss"] for r in ok]),
-            "speedup": None, "super_linear": None,
-        })
+        entries.append(
+            {
+                "config": config.label,
+                "precision": config.precision,
+                "parallel": config.parallel,
+                "zero_stage": config.zero_stage,
+                "world_size": first["world_size"],
+                "status": status,
+                "reason": failures[0]["reason"] if failures else None,
+                "note": first["note"],
+                "runs": len(mine),
+                "ok_runs": len(ok),
+                "steady_state": multi_epoch,
+                "wall_s": spread([r["wall_s"] for r in ok]),
+                "first_epoch_s": spread([r["epoch_s"][0] if r["epoch_s"] else None for r in ok]),
+                "steady_epoch_s": spread([s for s, _ in steady]) if multi_epoch else None,
+                "throughput": spread([_throughput(r) for r in ok]),
+                "peak_memory_bytes": spread([r["peak_memory_bytes"] for r in ok]),
+                "memory_kind": first["memory_kind"],
+                "model_memory_bytes": spread([r["model_memory_bytes"] for r in ok]),
+                "gpu_utilization": spread([r["gpu_utilization"] for r in ok]),
+                "accuracy": spread([r["accuracy"] for r in ok]),
+                "loss": spread([r["loss"] for r in ok]),
+                "speedup": None,
+                "super_linear": None,
+            }
+        )
     for entry in entries:
         over = _reference(entry, labels)
         ratios = _paired(by_config[entry["config"]], by_config[over]) if over and entry["status"] == "ok" else []
@@ -489,8 +603,9 @@ def summarize(runs: Sequence[Mapping[str, Any]], configs: Sequence[Config],
     return entries
 
 
-def _super_linear(entry: dict[str, Any], before: Mapping[str, Any], extra: int,
-                  by_config: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def _super_linear(
+    entry: dict[str, Any], before: Mapping[str, Any], extra: int, by_config: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> dict[str, Any]:
     """The record of one re-measured super-linear speed-up: flagged when still above the count."""
     n, old = entry["world_size"], before["speedup"]
     over = old["over"]
@@ -501,16 +616,32 @@ def _super_linear(entry: dict[str, Any], before: Mapping[str, Any], extra: int,
     def times(value: float | None, missing: str) -> str:
         return missing if value is None else f"{value:.2f}x"
 
-    reason = (f"{old['median']:.2f}x the throughput of {over} on {n} processes in rounds 1-{extra - 1}, "
-              f"{times(again[0] if again else None, 'no figure (a run failed)')} in the re-measurement "
-              f"(round {extra}) and {times(now, 'no figure')} over every round: "
-              f"{'still more' if flagged else 'no more'} than {n}x")
-    return {"processes": n, "speedup_before": old["median"], "remeasure_round": extra,
-            "speedup_remeasured": again[0] if again else None, "flagged": flagged, "reason": reason}
+    reason = (
+        f"{old['median']:.2f}x the throughput of {over} on {n} processes in rounds 1-{extra - 1}, "
+        f"{times(again[0] if again else None, 'no figure (a run failed)')} in the re-measurement "
+        f"(round {extra}) and {times(now, 'no figure')} over every round: "
+        f"{'still more' if flagged else 'no more'} than {n}x"
+    )
+    return {
+        "processes": n,
+        "speedup_before": old["median"],
+        "remeasure_round": extra,
+        "speedup_remeasured": again[0] if again else None,
+        "flagged": flagged,
+        "reason": reason,
+    }
 
 
-def check_options(model: str, data: str, data_root: str | None, epochs: int, batch_size: int,
-                  max_batches: int | None, nproc: int, repeats: int = 1) -> list[str]:
+def check_options(
+    model: str,
+    data: str,
+    data_root: str | None,
+    epochs: int,
+    batch_size: int,
+    max_batches: int | None,
+    nproc: int,
+    repeats: int = 1,
+) -> list[str]:
     """One line per bad option (empty when they are fine)."""
     problems = []
     if model not in model_names():
@@ -518,10 +649,17 @@ def check_options(model: str, data: str, data_root: str | None, epochs: int, bat
     if data not in dataset_names():
         problems.append(f"--data: {data!r} — use one of {', '.join(dataset_names())}")
     if data == "cifar10" and (data_root is None or not Path(data_root).is_dir()):
-        problems.append(f"--data-root: {data_root!r} is not a directory — cifar10 reads the extracted "
-                        "cifar-10-batches-py folder (nothing is downloaded)")
-    for flag, value in (("--epochs", epochs), ("--batch-size", batch_size), ("--nproc", nproc),
-                        ("--max-batches", max_batches), ("--repeats", repeats)):
+        problems.append(
+            f"--data-root: {data_root!r} is not a directory — cifar10 reads the extracted "
+            "cifar-10-batches-py folder (nothing is downloaded)"
+        )
+    for flag, value in (
+        ("--epochs", epochs),
+        ("--batch-size", batch_size),
+        ("--nproc", nproc),
+        ("--max-batches", max_batches),
+        ("--repeats", repeats),
+    ):
         if value is not None and value < 1:
             problems.append(f"{flag}: {value} — must be at least 1")
     return problems

@@ -82,8 +82,11 @@ class EpochTimer(Algorithm):
             return
         self.epoch_s.append(time.perf_counter() - self._start)
         if state.rank == 0:
-            print(f"progress: {self.label} epoch {len(self.epoch_s)}/{self.epochs} "
-                  f"{self.epoch_s[-1]:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"progress: {self.label} epoch {len(self.epoch_s)}/{self.epochs} {self.epoch_s[-1]:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 class TokenCounter(Algorithm):
@@ -161,8 +164,7 @@ def method_algorithm(key: str, hparams: dict[str, Any], plumbing: dict[str, Any]
     from algorithms.metadata import PACKAGE_ROOT, load_metadata
 
     record = load_metadata(PACKAGE_ROOT / key / "metadata.json")  # this method's file alone
-    extra = {name: value for name, value in (plumbing or {}).items()
-             if name in record.plumbing and name not in hparams}
+    extra = {name: value for name, value in (plumbing or {}).items() if name in record.plumbing and name not in hparams}
     return getattr(algorithms, record.class_name)(**hparams, **extra)
 
 
@@ -196,19 +198,28 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     if text:
         splits = get_dataset(args.data, root=args.data_root, seq_len=args.seq_len or size)
     else:
-        splits = get_dataset(args.data, root=args.data_root, image_size=args.image_size or size,
-                             test_fraction=args.test_fraction)
+        splits = get_dataset(
+            args.data, root=args.data_root, image_size=args.image_size or size, test_fraction=args.test_fraction
+        )
     rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
     train_sampler, test_set = None, evenly_spaced(splits.test, args.eval_examples)
     if is_distributed(parallel):
-        train_sampler = DistributedSampler(splits.train, num_replicas=world_size, rank=rank, shuffle=True,
-                                           seed=args.seed)
+        train_sampler = DistributedSampler(
+            splits.train, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed
+        )
         # Every test image exactly once over the ranks (a DistributedSampler would pad with repeats);
         # Trainer.eval sums the counts over the ranks.
         test_set = Subset(test_set, range(rank, len(test_set), world_size))
     g = torch.Generator().manual_seed(args.seed)
-    train = DataLoader(splits.train, batch_size=args.batch_size, shuffle=train_sampler is None,
-                       sampler=train_sampler, generator=g, drop_last=True, num_workers=args.workers)
+    train = DataLoader(
+        splits.train,
+        batch_size=args.batch_size,
+        shuffle=train_sampler is None,
+        sampler=train_sampler,
+        generator=g,
+        drop_last=True,
+        num_workers=args.workers,
+    )
     test = DataLoader(test_set, batch_size=args.batch_size, num_workers=args.workers)
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank and in every configuration
@@ -221,12 +232,23 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     optimizer, schedulers = _optimizer(args), ()
     if args.schedule == "onecycle":  # a warm-up over the first 15 % of the steps to lr, then cosine annealing
         optimizer = optimizer(model.parameters())  # the scheduler needs it built (so not for fsdp)
-        schedulers = (torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, pct_start=0.15,
-                                                          total_steps=args.epochs * len(loader)),)
+        schedulers = (
+            torch.optim.lr_scheduler.OneCycleLR(
+                optimizer, max_lr=args.lr, pct_start=0.15, total_steps=args.epochs * len(loader)
+            ),
+        )
     trainer = Trainer(
-        model, loader, f"{args.epochs}ep", optimizer=optimizer, schedulers=schedulers,
-        algorithms=[*extra, timer, *([counter] if counter else [])], precision=precision, parallel=parallel,
-        zero_stage=args.zero_stage or 2, seed=args.seed, **({"loss_fn": lm_loss, **keys} if text else {}),
+        model,
+        loader,
+        f"{args.epochs}ep",
+        optimizer=optimizer,
+        schedulers=schedulers,
+        algorithms=[*extra, timer, *([counter] if counter else [])],
+        precision=precision,
+        parallel=parallel,
+        zero_stage=args.zero_stage or 2,
+        seed=args.seed,
+        **({"loss_fn": lm_loss, **keys} if text else {}),
     )
     with trainer:  # closed before the process group goes (DeepSpeed releases its hooks)
         state = trainer.state
@@ -271,14 +293,24 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rank": rank,
         "world_size": world_size if is_distributed(parallel) else dp_devices,
-        "status": "ok", "reason": None, "note": note,
-        "wall_s": wall_s, "epoch_s": timer.epoch_s, "samples": samples, "eval_s": eval_s,
+        "status": "ok",
+        "reason": None,
+        "note": note,
+        "wall_s": wall_s,
+        "epoch_s": timer.epoch_s,
+        "samples": samples,
+        "eval_s": eval_s,
         "tokens": tokens * (world_size if is_distributed(parallel) else 1) if counter else None,
-        "activity": activity, "acted": acted,
-        "peak_memory_bytes": int(peak), "memory_kind": kind, "cuda_max_reserved_bytes": reserved,
+        "activity": activity,
+        "acted": acted,
+        "peak_memory_bytes": int(peak),
+        "memory_kind": kind,
+        "cuda_max_reserved_bytes": reserved,
         "model_memory_bytes": int(model_bytes),
-        "gpu_utilization": utilization.mean(), "gpu_utilization_reason": utilization.reason,
-        "accuracy": metrics["accuracy"], "loss": metrics["loss"],
+        "gpu_utilization": utilization.mean(),
+        "gpu_utilization_reason": utilization.reason,
+        "accuracy": metrics["accuracy"],
+        "loss": metrics["loss"],
     }
 
 
@@ -292,10 +324,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-examples", type=int, help="evaluate on this many held-out examples, evenly spaced")
     p.add_argument("--test-fraction", type=float, help="digits: the held-out share of the images (default 0.2)")
     p.add_argument("--threads", type=int, help="torch's intra-op threads (default: torch's choice)")
-    p.add_argument("--schedule", choices=("constant", "onecycle"), default="constant",
-                   help="learning rate: constant, or one cycle (15 %% warm-up to --lr, then cosine annealing)")
-    p.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
-                   help="sgd: momentum 0.9, weight decay 5e-4; adamw: weight decay 0.01")
+    p.add_argument(
+        "--schedule",
+        choices=("constant", "onecycle"),
+        default="constant",
+        help="learning rate: constant, or one cycle (15 %% warm-up to --lr, then cosine annealing)",
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=("sgd", "adamw"),
+        default="sgd",
+        help="sgd: momentum 0.9, weight decay 5e-4; adamw: weight decay 0.01",
+    )
     p.add_argument("--epochs", type=int, required=True)
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--max-batches", type=int)

@@ -35,8 +35,20 @@ from algorithms.metadata import MethodRecord
 from . import results
 from .docsgen import Content, Site
 
-__all__ = ["CARD_PAIRS_LIMIT", "COMPOSABILITY_DIR", "MATRIX_COMMAND", "OUTCOMES", "PAGE", "SNIPPETS", "CellKey",
-           "cell_key", "cell_label", "composability_files", "expected_cells", "render_composability"]
+__all__ = [
+    "CARD_PAIRS_LIMIT",
+    "COMPOSABILITY_DIR",
+    "MATRIX_COMMAND",
+    "OUTCOMES",
+    "PAGE",
+    "SNIPPETS",
+    "CellKey",
+    "cell_key",
+    "cell_label",
+    "composability_files",
+    "expected_cells",
+    "render_composability",
+]
 
 PAGE = Path("tables") / "composability.md"
 SNIPPETS = Path("tables") / "composability"
@@ -69,8 +81,9 @@ def parallel_modes(document: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(m for m in DISTRIBUTED if m != "deepspeed" or m in ran)
 
 
-def expected_cells(records: Iterable[MethodRecord], document: Mapping[str, Any],
-                   parallels: Sequence[str] | None = None) -> list[CellKey]:
+def expected_cells(
+    records: Iterable[MethodRecord], document: Mapping[str, Any], parallels: Sequence[str] | None = None
+) -> list[CellKey]:
     """Every cell the matrix of ``records`` has: each method alone, each ordered pair of distinct
     methods that share a domain, each method in each precision and each parallel mode
     (``parallels``, default :func:`parallel_modes` of ``document``)."""
@@ -95,6 +108,7 @@ def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
 
 # --------------------------------------------------------------------------------------------- files
 
+
 def composability_files(root: Path | None = None) -> list[tuple[Path, Mapping[str, Any]]]:
     """Every committed matrix file under ``root`` (default ``results/composability/``), validated,
     by file name; :class:`~methods_tools.results.ResultsError` lists every problem of a bad one."""
@@ -110,6 +124,7 @@ def composability_files(root: Path | None = None) -> list[tuple[Path, Mapping[st
 
 
 # --------------------------------------------------------------------------------------------- view
+
 
 @dataclass(frozen=True)
 class Shown:
@@ -198,8 +213,10 @@ class Matrix:
         (:func:`.matrix._workload_domain`), vision's images or the language model's token sequences."""
         from .matrix import NLP_LENGTH, NLP_VOCAB
 
-        return (f"images of {self.settings['image_size']} px where the methods share the vision domain, else "
-                f"the language model's sequences of {NLP_LENGTH} tokens from a vocabulary of {NLP_VOCAB}")
+        return (
+            f"images of {self.settings['image_size']} px where the methods share the vision domain, else "
+            f"the language model's sequences of {NLP_LENGTH} tokens from a vocabulary of {NLP_VOCAB}"
+        )
 
 
 def matrix_view(path: Path, document: Mapping[str, Any], records: Sequence[MethodRecord]) -> Matrix:
@@ -211,11 +228,21 @@ def matrix_view(path: Path, document: Mapping[str, Any], records: Sequence[Metho
     ran = {k[2] for k in cells if k[0] == "parallel"} | set(parallel_modes(document))
     parallels = tuple(m for m in DISTRIBUTED if m in ran) + tuple(sorted(ran - set(DISTRIBUTED)))
     env = document["environment"]
-    return Matrix(file=f"results/composability/{path.name}", hardware=env["hardware"], date=env["date"][:10],
-                  device_type=env["device_type"], torch=env["torch"], deepspeed=env["deepspeed"],
-                  settings=document["settings"], command=document["commands"][-1] if document["commands"] else "",
-                  wall_s=document["wall_s"], counts=counts, precisions=precisions,
-                  parallels=tuple(str(m) for m in parallels), cells=cells)
+    return Matrix(
+        file=f"results/composability/{path.name}",
+        hardware=env["hardware"],
+        date=env["date"][:10],
+        device_type=env["device_type"],
+        torch=env["torch"],
+        deepspeed=env["deepspeed"],
+        settings=document["settings"],
+        command=document["commands"][-1] if document["commands"] else "",
+        wall_s=document["wall_s"],
+        counts=counts,
+        precisions=precisions,
+        parallels=tuple(str(m) for m in parallels),
+        cells=cells,
+    )
 
 
 @dataclass(frozen=True)
@@ -246,14 +273,21 @@ def page_matrix(matrix: Matrix, methods: Sequence[MethodRecord]) -> PageMatrix:
     pairs = []
     for domain in sorted({d for r in methods for d in r.domains}):
         members = [r for r in methods if domain in r.domains]
-        rows = tuple((a.name, tuple(shown(("solo", (a.key,), None)) if a.key == b.key
-                                    else shown(("pair", (a.key, b.key), None)) for b in members))
-                     for a in members)
+        rows = tuple(
+            (
+                a.name,
+                tuple(
+                    shown(("solo", (a.key,), None)) if a.key == b.key else shown(("pair", (a.key, b.key), None))
+                    for b in members
+                ),
+            )
+            for a in members
+        )
         pairs.append(PairTable(domain, tuple(r.name for r in members), rows))
-    precision_rows = tuple((r.name, tuple(shown(("precision", (r.key,), m)) for m in matrix.precisions))
-                           for r in methods)
-    parallel_rows = tuple((r.name, tuple(shown(("parallel", (r.key,), m)) for m in matrix.parallels))
-                          for r in methods)
+    precision_rows = tuple(
+        (r.name, tuple(shown(("precision", (r.key,), m)) for m in matrix.precisions)) for r in methods
+    )
+    parallel_rows = tuple((r.name, tuple(shown(("parallel", (r.key,), m)) for m in matrix.parallels)) for r in methods)
     return PageMatrix(matrix, tuple(pairs), precision_rows, parallel_rows, tuple(numbering.footnotes))
 
 
@@ -293,32 +327,58 @@ def method_row(matrix: Matrix, record: MethodRecord, methods: Sequence[MethodRec
 
     key = record.key
     alone = shown(("solo", (key,), None))
-    others = tuple((other.name, shown(("pair", (key, other.key), None)), shown(("pair", (other.key, key), None)))
-                   for other in methods if other.key != key and set(other.domains) & set(record.domains))
+    others = tuple(
+        (other.name, shown(("pair", (key, other.key), None)), shown(("pair", (other.key, key), None)))
+        for other in methods
+        if other.key != key and set(other.domains) & set(record.domains)
+    )
     listed = tuple(o for o in others if not (_runs_plainly(o[1]) and _runs_plainly(o[2])))
     running = tuple(o[0] for o in others if o not in listed)
     precisions = tuple(shown(("precision", (key,), m)) for m in matrix.precisions)
     parallels = tuple(shown(("parallel", (key,), m)) for m in matrix.parallels)
-    return MethodRow(matrix, alone, listed, precisions, parallels, tuple(numbering.footnotes),
-                     others_running=len(running), running=running if len(running) <= CARD_PAIRS_LIMIT else ())
+    return MethodRow(
+        matrix,
+        alone,
+        listed,
+        precisions,
+        parallels,
+        tuple(numbering.footnotes),
+        others_running=len(running),
+        running=running if len(running) <= CARD_PAIRS_LIMIT else (),
+    )
 
 
 # --------------------------------------------------------------------------------------------- render
 
-def render_composability(site: Site, files: Sequence[tuple[Path, Mapping[str, Any]]] | None = None
-                         ) -> dict[Path, Content]:
+
+def render_composability(
+    site: Site, files: Sequence[tuple[Path, Mapping[str, Any]]] | None = None
+) -> dict[Path, Content]:
     """The page and one snippet per method, from ``files`` (default: the committed matrix files)."""
     files = composability_files() if files is None else files
     methods = matrix_methods(site.methods)
     matrices = [matrix_view(path, document, methods) for path, document in files]
-    outputs: dict[Path, Content] = {PAGE: site.render(
-        "composability.md.j2", matrices=[page_matrix(m, methods) for m in matrices], outcomes=OUTCOMES,
-        not_run=NOT_RUN, command=MATRIX_COMMAND)}
+    outputs: dict[Path, Content] = {
+        PAGE: site.render(
+            "composability.md.j2",
+            matrices=[page_matrix(m, methods) for m in matrices],
+            outcomes=OUTCOMES,
+            not_run=NOT_RUN,
+            command=MATRIX_COMMAND,
+        )
+    }
     in_matrix = [{k[1][0] for k in m.cells if len(k[1]) == 1} for m in matrices]  # once, not per method
     for record in methods:
-        rows = [method_row(m, record, methods) for m, keys in zip(matrices, in_matrix, strict=True)
-                if record.key in keys]
+        rows = [
+            method_row(m, record, methods) for m, keys in zip(matrices, in_matrix, strict=True) if record.key in keys
+        ]
         outputs[SNIPPETS / f"{record.key}.md.inc"] = site.render(
-            "composability_snippet.md.inc.j2", record=record, rows=rows, matrices=matrices, page=PAGE.with_suffix(""),
-            command=MATRIX_COMMAND, outcomes=OUTCOMES)
+            "composability_snippet.md.inc.j2",
+            record=record,
+            rows=rows,
+            matrices=matrices,
+            page=PAGE.with_suffix(""),
+            command=MATRIX_COMMAND,
+            outcomes=OUTCOMES,
+        )
     return outputs

@@ -20,8 +20,17 @@ from algorithms.metadata import MethodRecord
 from .files import Content
 from .markup import json_literal, literal, md_code, md_paragraph, md_text, md_url, one_line, rst_text, safe_token
 
-__all__ = ["FILTERS", "KIND_LABELS", "Content", "Site", "css_class_value", "jinja_environment", "kind_label",
-           "method_option", "sorted_methods"]
+__all__ = [
+    "FILTERS",
+    "KIND_LABELS",
+    "Content",
+    "Site",
+    "css_class_value",
+    "jinja_environment",
+    "kind_label",
+    "method_option",
+    "sorted_methods",
+]
 
 
 KIND_LABELS = {"method": "method", "best_practice": "best practice"}
@@ -53,8 +62,9 @@ FILTERS: Mapping[str, Callable[..., str]] = {
 }
 
 
-def jinja_environment(template_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
-                      bytecode_cache: bool = False) -> jinja2.Environment:
+def jinja_environment(
+    template_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *, bytecode_cache: bool = False
+) -> jinja2.Environment:
     """The environment for the templates in ``template_dir`` (a folder, or folders searched in order).
 
     A typo in a template is an error, not an empty string (``StrictUndefined``). Nothing is
@@ -103,7 +113,7 @@ def method_option(record: MethodRecord) -> str | None:
     if record.functional:
         return f"cf.{record.functional}"
     if record.trainer_option:
-        (name, value), = record.trainer_option.items()
+        ((name, value),) = record.trainer_option.items()
         return f"{name}={json_literal(value) if isinstance(value, str) else literal(value)}"
     return None
 
@@ -147,8 +157,9 @@ def pyplot(needed_for: str, error: type[Exception]) -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise error(f"matplotlib is not installed: {needed_for} — install the project's [docs] extra "
-                    "(pip install -e '.[docs]')") from None
+        raise error(
+            f"matplotlib is not installed: {needed_for} — install the project's [docs] extra (pip install -e '.[docs]')"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

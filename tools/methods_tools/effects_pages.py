@@ -39,22 +39,38 @@ from .evidence import NO_DIFFERENCE, activity_text
 from .markup import literal
 from .training_pages import ChartError
 
-__all__ = ["EFFECTS", "BaselineView", "EffectRow", "EffectsFile", "at_scale_of", "effects_file",
-           "effects_views", "overview_effects", "render_effects"]
+__all__ = [
+    "EFFECTS",
+    "BaselineView",
+    "EffectRow",
+    "EffectsFile",
+    "at_scale_of",
+    "effects_file",
+    "effects_views",
+    "overview_effects",
+    "render_effects",
+]
 
 EFFECTS = Path("tables") / "effects"
 BASELINE = "baseline"
 MINUS = "\u2212"  # the typographic minus sign (the sortable table reads it as "-")
 
 #: How a row without an effect is named, by its status.
-STATUS_LABELS = {"measured": "measured", "did_not_act": "did not act", "not_applicable": "not applicable here",
-                 "failed": "failed"}
+STATUS_LABELS = {
+    "measured": "measured",
+    "did_not_act": "did not act",
+    "not_applicable": "not applicable here",
+    "failed": "failed",
+}
 #: What a ratio's verdict means, for throughput and for memory.
-RATIO_VERDICTS = {"throughput": {"better": "faster", "worse": "slower"},
-                  "memory": {"better": "less memory", "worse": "more memory"}}
+RATIO_VERDICTS = {
+    "throughput": {"better": "faster", "worse": "slower"},
+    "memory": {"better": "less memory", "worse": "more memory"},
+}
 
 
 # --------------------------------------------------------------------------------------------- numbers
+
 
 def _signed(value: float, decimals: int) -> str:
     """``+1.2`` / ``−0.4`` (a typographic minus), ``0.0`` for zero."""
@@ -110,6 +126,7 @@ def _count(value: float) -> str:
 
 
 # --------------------------------------------------------------------------------------------- view
+
 
 @dataclass(frozen=True)
 class BaselineView:
@@ -252,10 +269,12 @@ class EffectsFile:
     def chart_caption(self) -> str:
         """What the chart shows, in one sentence (its figure caption)."""
         quality = "validation loss (lower is better)" if self.is_loss else "test accuracy"
-        return (f"{self.workload_label} workload ({self.settings['model']} on {self.settings['data']}, {self.shape}), "
-                f"measured at small scale on {self.device}: each measured method's change in {quality} against "
-                f"the baseline of the same seeds and its throughput ratio ({self.unit}, log scale), both with "
-                "their 95 % intervals; methods without an effect are listed under the chart, not plotted.")
+        return (
+            f"{self.workload_label} workload ({self.settings['model']} on {self.settings['data']}, {self.shape}), "
+            f"measured at small scale on {self.device}: each measured method's change in {quality} against "
+            f"the baseline of the same seeds and its throughput ratio ({self.unit}, log scale), both with "
+            "their 95 % intervals; methods without an effect are listed under the chart, not plotted."
+        )
 
     @property
     def chart_summary(self) -> str:
@@ -269,21 +288,28 @@ class EffectsFile:
             changed = [r.label for r in rows if r.number["quality"]["verdict"] == verdict]
             if changed:
                 quality.append(f"{_names(changed)} {phrase}")
-            ratios = [f"{r.label} ({r.number['throughput']['ratio']:.2f}x)" for r in rows
-                      if r.number["throughput"]["verdict"] == verdict]
+            ratios = [
+                f"{r.label} ({r.number['throughput']['ratio']:.2f}x)"
+                for r in rows
+                if r.number["throughput"]["verdict"] == verdict
+            ]
             if ratios:
                 speed.append(f"{_names(ratios)} ran {word}")
-        return (f"{self.workload_label} workload, {self.settings['model']} on {self.settings['data']}: of "
-                f"{len(rows)} methods measured, {'; '.join(quality) or f'none changed the {moved} detectably'}; "
-                f"{', '.join(speed) or 'none changed the throughput detectably'}.")
+        return (
+            f"{self.workload_label} workload, {self.settings['model']} on {self.settings['data']}: of "
+            f"{len(rows)} methods measured, {'; '.join(quality) or f'none changed the {moved} detectably'}; "
+            f"{', '.join(speed) or 'none changed the throughput detectably'}."
+        )
 
     @property
     def chart_alt(self) -> str:
         """What the chart shows, in words, with every row's figures."""
         points = "; ".join(f"{r.label}: quality {r.quality}, throughput {r.throughput}" for r in self.chart_rows)
         others = "; ".join(f"{r.label}: {r.status_label}" for r in self.unmeasured)
-        return (f"Forest plot of {len(self.measured)} methods measured on {self.hardware}, {self.date}, with 95 % "
-                f"intervals: {points}." + (f" Not plotted: {others}." if others else ""))
+        return (
+            f"Forest plot of {len(self.measured)} methods measured on {self.hardware}, {self.date}, with 95 % "
+            f"intervals: {points}." + (f" Not plotted: {others}." if others else "")
+        )
 
 
 def _names(names: Sequence[str]) -> str:
@@ -295,8 +321,10 @@ def _baseline_quality(metric: str, value: float, low: float, high: float, chance
     """``27.2 % test accuracy (95 % t interval 20.1 to 34.3 %; chance 10 %)``, or the validation loss."""
     if metric == "accuracy":
         odds = f"; chance {100 * chance:.0f} %" if chance is not None else ""
-        return (f"{_plain(100 * value, 1)} % test accuracy (95 % t interval {_plain(100 * low, 1)} to "
-                f"{_plain(100 * high, 1)} %{odds})")
+        return (
+            f"{_plain(100 * value, 1)} % test accuracy (95 % t interval {_plain(100 * low, 1)} to "
+            f"{_plain(100 * high, 1)} %{odds})"
+        )
     return f"validation loss {_plain(value, 3)} nats (95 % t interval {_plain(low, 3)} to {_plain(high, 3)})"
 
 
@@ -305,11 +333,16 @@ def _baseline(entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Baseline
     seeds = len(entry["seeds"])
     unit = f"{settings['throughput_unit']}/s"
     return BaselineView(
-        model=entry["model"], precision=entry["precision"], seeds=seeds,
+        model=entry["model"],
+        precision=entry["precision"],
+        seeds=seeds,
         quality=_baseline_quality(b["metric"], b["mean"], b["low"], b["high"], settings["chance_accuracy"]),
-        throughput=(f"median {_count(b['throughput_median'])} {unit} (range {_count(b['throughput_min'])}\u2013"
-                    f"{_count(b['throughput_max'])} over {seeds} seed{'s' if seeds != 1 else ''})"),
-        commands=tuple(entry["commands"]))
+        throughput=(
+            f"median {_count(b['throughput_median'])} {unit} (range {_count(b['throughput_min'])}\u2013"
+            f"{_count(b['throughput_max'])} over {seeds} seed{'s' if seeds != 1 else ''})"
+        ),
+        commands=tuple(entry["commands"]),
+    )
 
 
 def at_scale_of(record: Any) -> dict[str, Any] | None:
@@ -322,15 +355,24 @@ def _row(entry: Mapping[str, Any], record: Any) -> EffectRow:
     measured = entry["status"] == "measured"
     quality, throughput, memory = entry["quality"], entry["throughput"], entry["memory"]
     return EffectRow(
-        key=entry["method"], name=record.name, model=entry["model"], precision=entry["precision"],
-        status=entry["status"], reason=entry["reason"], commands=tuple(entry["commands"]), hparams=entry["hparams"],
-        activity=activity_text(entry["activity"]), pairs=quality["pairs"] if measured else 0,
+        key=entry["method"],
+        name=record.name,
+        model=entry["model"],
+        precision=entry["precision"],
+        status=entry["status"],
+        reason=entry["reason"],
+        commands=tuple(entry["commands"]),
+        hparams=entry["hparams"],
+        activity=activity_text(entry["activity"]),
+        pairs=quality["pairs"] if measured else 0,
         quality=quality_text(quality) if measured else None,
         throughput=ratio_text(throughput, "throughput") if measured else None,
         memory=ratio_text(memory, "memory") if measured else None,
         quality_interval=quality["interval"] if measured else None,
         ratio_interval=throughput["interval"] if measured else None,
-        at_scale=at_scale_of(record), number=entry)
+        at_scale=at_scale_of(record),
+        number=entry,
+    )
 
 
 def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, Any]) -> EffectsFile:
@@ -338,21 +380,33 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
     records (in display order; a key it lacks, a method since removed, is left out)."""
     env, settings = document["environment"], document["settings"]
     order = {key: i for i, key in enumerate(records)}
-    entries = sorted((e for e in document["summary"] if e["method"] != BASELINE and e["method"] in records),
-                     key=lambda e: (order[e["method"]], e["model"] or "", e["precision"] or ""))
+    entries = sorted(
+        (e for e in document["summary"] if e["method"] != BASELINE and e["method"] in records),
+        key=lambda e: (order[e["method"]], e["model"] or "", e["precision"] or ""),
+    )
     rows = tuple(_row(e, records[e["method"]]) for e in entries)
-    baselines = {(e["model"], e["precision"]): _baseline(e, settings) for e in document["summary"]
-                 if e["status"] == "baseline"}
+    baselines = {
+        (e["model"], e["precision"]): _baseline(e, settings) for e in document["summary"] if e["status"] == "baseline"
+    }
     loads = [r["load_average"][0] for r in document["runs"] if r["load_average"]]
     kinds = {r["memory_kind"] for r in document["runs"] if r["memory_kind"]}
     return EffectsFile(
-        file=f"results/effects/{path.name}", hardware=env["hardware"], device_type=env["device_type"],
-        device_count=env["device_count"], date=env["date"][:10], torch=env["torch"], python=env["python"],
-        settings=settings, seeds=tuple(sorted({r["seed"] for r in document["runs"]})),
-        max_load=max(loads) if loads and max(loads) > env["cpu_count"] else None, cpu_count=env["cpu_count"],
-        memory_label="Peak GPU memory allocated" if kinds == {"cuda_max_allocated"}
+        file=f"results/effects/{path.name}",
+        hardware=env["hardware"],
+        device_type=env["device_type"],
+        device_count=env["device_count"],
+        date=env["date"][:10],
+        torch=env["torch"],
+        python=env["python"],
+        settings=settings,
+        seeds=tuple(sorted({r["seed"] for r in document["runs"]})),
+        max_load=max(loads) if loads and max(loads) > env["cpu_count"] else None,
+        cpu_count=env["cpu_count"],
+        memory_label="Peak GPU memory allocated"
+        if kinds == {"cuda_max_allocated"}
         else "Peak memory of the process (resident set)",
-        rows=rows, baselines=baselines,
+        rows=rows,
+        baselines=baselines,
         chart=(EFFECTS / f"{path.stem}.svg").as_posix() if any(r.measured for r in rows) else None,
     )
 
@@ -364,6 +418,7 @@ def _files(site: Site) -> list[EffectsFile]:
 
 # --------------------------------------------------------------------------------------------- chart
 
+
 def _chart_key(view: EffectsFile) -> str:
     """The hash of everything a chart is drawn from."""
     try:
@@ -371,8 +426,13 @@ def _chart_key(view: EffectsFile) -> str:
     except importlib.metadata.PackageNotFoundError:
         version = None
     rows = [(r.label, r.status, dict(r.number)) for r in view.rows]
-    inputs = {"rows": rows, "title": view.title, "settings": dict(view.settings), "matplotlib": version,
-              "code": _DRAWING_CODE}
+    inputs = {
+        "rows": rows,
+        "title": view.title,
+        "settings": dict(view.settings),
+        "matplotlib": version,
+        "code": _DRAWING_CODE,
+    }
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -392,8 +452,29 @@ def _draw_or_fail(view: EffectsFile, key: str) -> str:
 
 
 # Ticks a log axis of ratios may get: those within its limits, spread out from 1x.
-_RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0,
-                50.0, 100.0)
+_RATIO_TICKS = (
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.3,
+    0.5,
+    0.7,
+    0.8,
+    0.9,
+    1.0,
+    1.1,
+    1.25,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    10.0,
+    20.0,
+    50.0,
+    100.0,
+)
 _COLOURS = {"better": "#1a7f37", "worse": "#c0392b", NO_DIFFERENCE: "#57606a"}
 _MARKERS = {"better": "o", "worse": "s", NO_DIFFERENCE: "o"}
 
@@ -403,8 +484,10 @@ def _ratio_ticks(low: float, high: float, most: int = 4) -> list[float]:
     ``most``-th of the axis (in log) from the last one taken, so that their labels never touch."""
     step = (math.log(high) - math.log(low)) / most
     ticks = [1.0]
-    for side in (sorted((t for t in _RATIO_TICKS if low <= t < 1.0), reverse=True),
-                 sorted(t for t in _RATIO_TICKS if 1.0 < t <= high)):
+    for side in (
+        sorted((t for t in _RATIO_TICKS if low <= t < 1.0), reverse=True),
+        sorted(t for t in _RATIO_TICKS if 1.0 < t <= high),
+    ):
         last = 1.0
         for tick in side:
             if abs(math.log(tick) - math.log(last)) >= step:
@@ -472,13 +555,30 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         labels = ["\n".join(_wrap(r.label, 1.4, measure)) for r in rows]
         left = margin + max(measure(part) for label in labels for part in label.split("\n")) + 0.1
         panel_w = (width - left - gap - margin - 0.12) / 2
-        title = _wrap(f"{view.workload_label}: {view.settings['model']} on {view.settings['data']} ({view.shape})\n"
-                      f"{view.hardware}, {view.date}", width - 2 * margin, lambda t: measure(t, "bold"))
-        panels = (_wrap(f"Change in {'validation loss' if view.is_loss else 'test accuracy'}, {unit}"
-                        f"{' (lower is better)' if view.is_loss else ''}", panel_w, measure),
-                  _wrap(f"Throughput ratio, {view.unit}\n(log scale)", panel_w, measure))
-        others = _wrap("Not plotted, no effect: " + "; ".join(f"{r.label}: {r.status_label}" for r in view.unmeasured),
-                       width - 2 * margin, measure) if view.unmeasured else []
+        title = _wrap(
+            f"{view.workload_label}: {view.settings['model']} on {view.settings['data']} ({view.shape})\n"
+            f"{view.hardware}, {view.date}",
+            width - 2 * margin,
+            lambda t: measure(t, "bold"),
+        )
+        panels = (
+            _wrap(
+                f"Change in {'validation loss' if view.is_loss else 'test accuracy'}, {unit}"
+                f"{' (lower is better)' if view.is_loss else ''}",
+                panel_w,
+                measure,
+            ),
+            _wrap(f"Throughput ratio, {view.unit}\n(log scale)", panel_w, measure),
+        )
+        others = (
+            _wrap(
+                "Not plotted, no effect: " + "; ".join(f"{r.label}: {r.status_label}" for r in view.unmeasured),
+                width - 2 * margin,
+                measure,
+            )
+            if view.unmeasured
+            else []
+        )
 
         # each row as tall as its label, so that one long label does not make every row tall
         heights = [max(0.26, line * (label.count("\n") + 1) + 0.1) for label in labels]
@@ -493,13 +593,15 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         fig.set_size_inches(width, height)
 
         ax_q = fig.add_axes((left / width, bottom / height, panel_w / width, plot_h / height))
-        ax_t = fig.add_axes(((left + panel_w + gap) / width, bottom / height, panel_w / width, plot_h / height),
-                            sharey=ax_q)
+        ax_t = fig.add_axes(
+            ((left + panel_w + gap) / width, bottom / height, panel_w / width, plot_h / height), sharey=ax_q
+        )
         # The quality axis spans most rows' intervals, not one outlier's: a method that wrecks
         # accuracy (tens of points) would squeeze every other row onto the zero line. A row beyond
         # the axis is drawn to its edge, with an arrow and its value there.
-        q_limits = _quality_limits([r.number["quality"]["low"] * scale for r in rows],
-                                   [r.number["quality"]["high"] * scale for r in rows])
+        q_limits = _quality_limits(
+            [r.number["quality"]["low"] * scale for r in rows], [r.number["quality"]["high"] * scale for r in rows]
+        )
         for y, row in zip(ys, rows, strict=True):
             for ax, part, factor in ((ax_q, row.number["quality"], scale), (ax_t, row.number["throughput"], 1.0)):
                 colour, verdict = _COLOURS[part["verdict"]], part["verdict"]
@@ -507,16 +609,34 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
                 low, high = part["low"] * factor, part["high"] * factor
                 if ax is ax_q and not q_limits[0] <= value <= q_limits[1]:
                     edge = q_limits[0] if value < q_limits[0] else q_limits[1]
-                    ax.plot([max(low, q_limits[0]), min(high, q_limits[1])], [y, y], color=colour, linewidth=1.8,
-                            solid_capstyle="butt")
+                    ax.plot(
+                        [max(low, q_limits[0]), min(high, q_limits[1])],
+                        [y, y],
+                        color=colour,
+                        linewidth=1.8,
+                        solid_capstyle="butt",
+                    )
                     ax.plot([edge], [y], marker="<" if value < edge else ">", markersize=7, color=colour)
-                    ax.annotate(f"{value:+.3g}".replace("-", MINUS), (edge, y), xytext=(6 if value < edge else -6, 0),
-                                textcoords="offset points", va="center", ha="left" if value < edge else "right",
-                                color=colour, fontsize=size - 1)
+                    ax.annotate(
+                        f"{value:+.3g}".replace("-", MINUS),
+                        (edge, y),
+                        xytext=(6 if value < edge else -6, 0),
+                        textcoords="offset points",
+                        va="center",
+                        ha="left" if value < edge else "right",
+                        color=colour,
+                        fontsize=size - 1,
+                    )
                     continue
                 ax.plot([low, high], [y, y], color=colour, linewidth=1.8, solid_capstyle="butt")
-                ax.plot([value], [y], marker=_MARKERS[verdict], markersize=6, color=colour,
-                        markerfacecolor="white" if verdict == NO_DIFFERENCE else colour)
+                ax.plot(
+                    [value],
+                    [y],
+                    marker=_MARKERS[verdict],
+                    markersize=6,
+                    color=colour,
+                    markerfacecolor="white" if verdict == NO_DIFFERENCE else colour,
+                )
         ax_q.axvline(0.0, color="#444444", linewidth=0.8, linestyle="--")
         ax_t.axvline(1.0, color="#444444", linewidth=0.8, linestyle="--")
         ax_q.set_xlim(*q_limits)
@@ -540,13 +660,31 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
             ax.set_title("\n".join(text), fontsize=size, loc="left", pad=6)
             ax.grid(axis="x", alpha=0.3)
         fig.text(margin / width, 1 - margin / height, "\n".join(title), ha="left", va="top", fontweight="bold")
-        handles = [Line2D([], [], color=_COLOURS[v], marker=_MARKERS[v], linewidth=1.8, label=v,
-                          markerfacecolor="white" if v == NO_DIFFERENCE else _COLOURS[v])
-                   for v in ("better", "worse", NO_DIFFERENCE)]
+        handles = [
+            Line2D(
+                [],
+                [],
+                color=_COLOURS[v],
+                marker=_MARKERS[v],
+                linewidth=1.8,
+                label=v,
+                markerfacecolor="white" if v == NO_DIFFERENCE else _COLOURS[v],
+            )
+            for v in ("better", "worse", NO_DIFFERENCE)
+        ]
         legend_y = margin + len(others) * line + (0.08 if others else 0)
-        fig.legend(handles=handles, loc="lower left", ncol=3, frameon=False, handlelength=1.5, columnspacing=1.0,
-                   handletextpad=0.4, borderaxespad=0, borderpad=0,
-                   bbox_to_anchor=(margin / width, legend_y / height))
+        fig.legend(
+            handles=handles,
+            loc="lower left",
+            ncol=3,
+            frameon=False,
+            handlelength=1.5,
+            columnspacing=1.0,
+            handletextpad=0.4,
+            borderaxespad=0,
+            borderpad=0,
+            bbox_to_anchor=(margin / width, legend_y / height),
+        )
         if others:
             fig.text(margin / width, margin / height, "\n".join(others), ha="left", va="bottom", color="#444444")
         return svg_text(plt, fig, key)
@@ -557,6 +695,7 @@ _DRAWING_CODE = "".join(inspect.getsource(f) for f in (_ratio_ticks, _wrap, _qua
 
 
 # --------------------------------------------------------------------------------------------- render
+
 
 def effects_views(site: Site) -> list[EffectsFile]:
     """Every committed effects file as the pages show it (no chart is drawn)."""
@@ -584,8 +723,10 @@ def render_effects(site: Site) -> dict[Path, Content]:
         if record.kind == "method":
             shown: Sequence[tuple[EffectsFile, Sequence[tuple[EffectRow, str]]]] = [
                 (f, [(row, _call(record.class_name, row.hparams)) for row in f.rows_of(record.key)])
-                for f in files if f.rows_of(record.key)]
+                for f in files
+                if f.rows_of(record.key)
+            ]
             outputs[EFFECTS / f"{record.key}.md.inc"] = site.render(
-                "effects_snippet.md.inc.j2", record=record, shown=shown, at_scale=at_scale_of(record))
+                "effects_snippet.md.inc.j2", record=record, shown=shown, at_scale=at_scale_of(record)
+            )
     return outputs
-

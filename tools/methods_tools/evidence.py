@@ -21,9 +21,21 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["BETTER", "CONFIDENCE", "NO_DIFFERENCE", "WORSE", "BOOTSTRAP_RESAMPLES", "activity_text",
-           "check_effects_main", "document_problems", "mean_interval", "paired_change", "ratio_of_medians",
-           "t_quantile", "verdict"]
+__all__ = [
+    "BETTER",
+    "CONFIDENCE",
+    "NO_DIFFERENCE",
+    "WORSE",
+    "BOOTSTRAP_RESAMPLES",
+    "activity_text",
+    "check_effects_main",
+    "document_problems",
+    "mean_interval",
+    "paired_change",
+    "ratio_of_medians",
+    "t_quantile",
+    "verdict",
+]
 
 CONFIDENCE = 0.95
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no detectable difference"
@@ -63,8 +75,9 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def paired_change(method: Sequence[float], baseline: Sequence[float], *,
-                  higher_is_better: bool) -> dict[str, Any] | None:
+def paired_change(
+    method: Sequence[float], baseline: Sequence[float], *, higher_is_better: bool
+) -> dict[str, Any] | None:
     """Mean of ``method[i] - baseline[i]`` with a paired t interval and its verdict; None with
     fewer than two pairs (no interval can be given)."""
     if len(method) != len(baseline):
@@ -72,12 +85,19 @@ def paired_change(method: Sequence[float], baseline: Sequence[float], *,
     if len(method) < 2:
         return None
     mean, low, high = mean_interval([m - b for m, b in zip(method, baseline, strict=True)])
-    return {"change": mean, "low": low, "high": high, "pairs": len(method), "interval": T_INTERVAL,
-            "verdict": verdict(low, high, null=0.0, higher_is_better=higher_is_better)}
+    return {
+        "change": mean,
+        "low": low,
+        "high": high,
+        "pairs": len(method),
+        "interval": T_INTERVAL,
+        "verdict": verdict(low, high, null=0.0, higher_is_better=higher_is_better),
+    }
 
 
-def ratio_of_medians(method: Sequence[float], baseline: Sequence[float], *, higher_is_better: bool,
-                     seed: int = 0) -> dict[str, Any] | None:
+def ratio_of_medians(
+    method: Sequence[float], baseline: Sequence[float], *, higher_is_better: bool, seed: int = 0
+) -> dict[str, Any] | None:
     """``median(method) / median(baseline)`` with a percentile bootstrap interval that resamples
     the (method, baseline) pairs together, and its verdict against 1; None with fewer than two
     pairs or a non-positive median."""
@@ -98,11 +118,18 @@ def ratio_of_medians(method: Sequence[float], baseline: Sequence[float], *, high
     alpha = (1 - CONFIDENCE) / 2
     low = samples[int(alpha * (len(samples) - 1))]
     high = samples[math.ceil((1 - alpha) * (len(samples) - 1))]
-    return {"ratio": ratio, "low": low, "high": high, "pairs": n, "interval": BOOTSTRAP_INTERVAL,
-            "verdict": verdict(low, high, null=1.0, higher_is_better=higher_is_better)}
+    return {
+        "ratio": ratio,
+        "low": low,
+        "high": high,
+        "pairs": n,
+        "interval": BOOTSTRAP_INTERVAL,
+        "verdict": verdict(low, high, null=1.0, higher_is_better=higher_is_better),
+    }
 
 
 # --------------------------------------------------------------------------------------------- checks
+
 
 def _null_of(field: str) -> float:
     return 0.0 if field == "quality" else 1.0
@@ -119,35 +146,45 @@ def document_problems(document: dict[str, Any], where: str) -> list[str]:
     text = settings["seq_len"] is not None
     unit = "tokens" if text else "images"
     if settings["throughput_unit"] != unit:
-        problems.append(f"{where}: /settings/throughput_unit: {settings['throughput_unit']!r} for a "
-                        f"{'text' if text else 'image'} workload — it counts {unit}; measure again")
+        problems.append(
+            f"{where}: /settings/throughput_unit: {settings['throughput_unit']!r} for a "
+            f"{'text' if text else 'image'} workload — it counts {unit}; measure again"
+        )
     for i, run in enumerate(document["runs"]):
         if run["status"] != "ok":
             continue
         trained = run["tokens"] if text else run["samples"]
         if trained is None or not math.isclose(run["throughput"], trained / run["wall_s"], rel_tol=1e-6):
-            problems.append(f"{where}: /runs/{i}/throughput: not the {unit} trained per second of training "
-                            f"({trained} in {run['wall_s']} s) — measure again with tools/measure_methods.py")
+            problems.append(
+                f"{where}: /runs/{i}/throughput: not the {unit} trained per second of training "
+                f"({trained} in {run['wall_s']} s) — measure again with tools/measure_methods.py"
+            )
     for i, row in enumerate(document["summary"]):
         key = (row["method"], row["model"], row["precision"])
         runs = [r for r in document["runs"] if (r["method"], r["model"], r["precision"]) == key]
         commands = list(dict.fromkeys(r["command"] for r in runs if r["command"]))
         if not row["commands"] or row["commands"] != commands:
-            problems.append(f"{where}: /summary/{i}/commands: {row['commands']} — not the commands of its runs "
-                            f"({commands}); regenerate the summary")
+            problems.append(
+                f"{where}: /summary/{i}/commands: {row['commands']} — not the commands of its runs "
+                f"({commands}); regenerate the summary"
+            )
         if row["status"] != "measured":
             continue
         if not any(r["acted"] for r in runs if r["status"] == "ok"):
-            problems.append(f"{where}: /summary/{i}: {row['method']} is shown as an effect, but none of its runs "
-                            "recorded any activity — it did not act")
+            problems.append(
+                f"{where}: /summary/{i}: {row['method']} is shown as an effect, but none of its runs "
+                "recorded any activity — it did not act"
+            )
         for field, higher in (("quality", settings["metric"] == "accuracy"), ("throughput", True), ("memory", False)):
             figure = row[field]
             if figure is None:
                 continue
             expected = verdict(figure["low"], figure["high"], null=_null_of(field), higher_is_better=higher)
             if figure["verdict"] != expected:
-                problems.append(f"{where}: /summary/{i}/{field}/verdict: {figure['verdict']!r}, but its interval "
-                                f"[{figure['low']:.4g}, {figure['high']:.4g}] says {expected!r}")
+                problems.append(
+                    f"{where}: /summary/{i}/{field}/verdict: {figure['verdict']!r}, but its interval "
+                    f"[{figure['low']:.4g}, {figure['high']:.4g}] says {expected!r}"
+                )
     return problems
 
 

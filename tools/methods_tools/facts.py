@@ -29,13 +29,15 @@ from algorithms.metadata import Kind, load_all_datasets, load_all_metadata, load
 
 from . import cards
 
-__all__ = ["DIRECTIVE", "FOLDERS", "CardFacts", "FactsError", "directive_fence", "directives", "subject",
-           "to_source"]
+__all__ = ["DIRECTIVE", "FOLDERS", "CardFacts", "FactsError", "directive_fence", "directives", "subject", "to_source"]
 
 DIRECTIVE = "card-facts"
 #: The folder of each card kind under the docs source, and the kind a card there describes.
-FOLDERS: Mapping[str, Kind] = {"method_cards": Kind.METHOD, "dataset_cards": Kind.DATASET,
-                               "model_cards": Kind.MODEL_FAMILY}
+FOLDERS: Mapping[str, Kind] = {
+    "method_cards": Kind.METHOD,
+    "dataset_cards": Kind.DATASET,
+    "model_cards": Kind.MODEL_FAMILY,
+}
 _FENCE = re.compile(r"^\{" + DIRECTIVE + r"\}\s*(\S*)\s*$")
 
 
@@ -55,7 +57,7 @@ def to_source(rendered: str) -> str:
     out: list[str] = []
     position = 0
     for region in sorted(cards.regions(rendered).values(), key=lambda r: r.line):
-        out += lines[position:region.line - 1]
+        out += lines[position : region.line - 1]
         out.append(directive_fence(region.name) + "\n")
         position = region.end
     out += lines[position:]
@@ -98,8 +100,10 @@ class CardFacts:
     def record(self, kind: Kind, key: str) -> Any:
         records = self.records(kind)
         if key not in records:
-            raise FactsError(f"no {kind.value.replace('_', ' ')} {key!r} in the metadata: this card's file name "
-                             "must be its metadata key")
+            raise FactsError(
+                f"no {kind.value.replace('_', ' ')} {key!r} in the metadata: this card's file name "
+                "must be its metadata key"
+            )
         return records[key]
 
     def body(self, kind: Kind, key: str, name: str) -> str:
@@ -113,8 +117,9 @@ class CardFacts:
         found = self._rendered.get((kind, key))
         if found is None:
             record = self.record(kind, key)
-            rendered = render_card(kind.value, key, repo_root=self.repo_root, package_root=self.package_root,
-                                   record=record)
+            rendered = render_card(
+                kind.value, key, repo_root=self.repo_root, package_root=self.package_root, record=record
+            )
             found = self._rendered[(kind, key)] = cards.regions(rendered)
         if name not in found:
             raise FactsError(f"{DIRECTIVE} {name!r}: this card has no such fact — use one of: {', '.join(found)}")

@@ -51,8 +51,19 @@ from typing import Any
 
 from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 
-__all__ = ["FIGURES", "PHOTOS", "FigureError", "figure_call", "figure_caption", "figure_path", "plot_data",
-           "render_figures", "selection_batch", "selection_counts", "surgery_views"]
+__all__ = [
+    "FIGURES",
+    "PHOTOS",
+    "FigureError",
+    "figure_call",
+    "figure_caption",
+    "figure_path",
+    "plot_data",
+    "render_figures",
+    "selection_batch",
+    "selection_counts",
+    "surgery_views",
+]
 
 FIGURES = Path("tables") / "figures"
 #: The photographs a batch figure shows: scikit-image's bundled sample images, by function name.
@@ -83,8 +94,11 @@ def figure_call(record: Any) -> str:
     if spec["kind"] == "plot":
         data = _data_function(record)
         extra = _arguments(spec["arguments"])
-        generator = (f"generator=torch.Generator().manual_seed({spec['seed']})"
-                     if "generator" in inspect.signature(data).parameters else "")
+        generator = (
+            f"generator=torch.Generator().manual_seed({spec['seed']})"
+            if "generator" in inspect.signature(data).parameters
+            else ""
+        )
         return f"{data.__module__}.{data.__name__}({', '.join(p for p in (extra, generator) if p)})"
     if spec["kind"] == "surgery":
         return f"cf.{record.functional}({', '.join(p for p in ('model', _arguments(spec['arguments'])) if p)})"
@@ -106,20 +120,26 @@ def figure_caption(record: Any) -> str:
     spec = record.raw["figure"]
     kind = spec["kind"]
     if kind == "surgery":
-        return (f"The submodule `{spec['module']}` of a fresh `{spec['model']}` (`algorithms.models."
-                f"{spec['model']}`) before (left) and after (right) {call}; the count is of the modules "
-                f"of the whole model that changed class; drawn by every docs build.")
+        return (
+            f"The submodule `{spec['module']}` of a fresh `{spec['model']}` (`algorithms.models."
+            f"{spec['model']}`) before (left) and after (right) {call}; the count is of the modules "
+            f"of the whole model that changed class; drawn by every docs build."
+        )
     if kind == "plot":
         return f"What {call} computes, drawn by every docs build."
     if kind == "targets":
         return f"A one-hot label over 10 classes and the target that {call} makes of it."
     if kind == "selection":
-        return (f"{SELECTION_EXAMPLES} synthetic examples (`inputs`, random 3 x 8 x 8 images with `labels` of "
-                f"{SELECTION_CLASSES} classes) scored by a small seeded convolutional classifier (`model`), by "
-                f"loss rank: the examples {call} keeps are filled, and the line is how often each rank is kept "
-                f"over {SELECTION_DRAWS} calls continuing the same generator; drawn by every docs build.")
-    return (f"The photographs {', '.join(PHOTOS)} of scikit-image's sample data, before (top) and after (bottom) "
-            f"{call}, drawn by every docs build.")
+        return (
+            f"{SELECTION_EXAMPLES} synthetic examples (`inputs`, random 3 x 8 x 8 images with `labels` of "
+            f"{SELECTION_CLASSES} classes) scored by a small seeded convolutional classifier (`model`), by "
+            f"loss rank: the examples {call} keeps are filled, and the line is how often each rank is kept "
+            f"over {SELECTION_DRAWS} calls continuing the same generator; drawn by every docs build."
+        )
+    return (
+        f"The photographs {', '.join(PHOTOS)} of scikit-image's sample data, before (top) and after (bottom) "
+        f"{call}, drawn by every docs build."
+    )
 
 
 def _functional(record: Any) -> Callable[..., Any]:
@@ -135,8 +155,10 @@ def _data_function(record: Any) -> Callable[..., Any]:
     name = record.raw["figure"]["data"]
     data = getattr(module, name, None)
     if not callable(data):
-        raise FigureError(f"the plot's data function {name!r} is not in {module.__name__} — define it there or "
-                          f"fix 'data' in algorithms/{record.key}/metadata.json")
+        raise FigureError(
+            f"the plot's data function {name!r} is not in {module.__name__} — define it there or "
+            f"fix 'data' in algorithms/{record.key}/metadata.json"
+        )
     return data
 
 
@@ -157,7 +179,7 @@ def _reference_model(name: str, seed: int) -> Any:
 
 def _structure(module: Any, width: int = 78) -> list[str]:
     """The module's ``repr``, one line per line, cut to ``width`` characters."""
-    return [line if len(line) <= width else line[:width - 3] + "..." for line in repr(module).splitlines()]
+    return [line if len(line) <= width else line[: width - 3] + "..." for line in repr(module).splitlines()]
 
 
 def surgery_views(record: Any) -> tuple[list[str], list[str], int]:
@@ -173,8 +195,10 @@ def surgery_views(record: Any) -> tuple[list[str], list[str], int]:
     try:
         shown_before, shown_after = before.get_submodule(spec["module"]), after.get_submodule(spec["module"])
     except AttributeError:
-        raise FigureError(f"module {spec['module']!r} is not a submodule of {spec['model']} — fix 'module' in "
-                          f"algorithms/{record.key}/metadata.json") from None
+        raise FigureError(
+            f"module {spec['module']!r} is not a submodule of {spec['model']} — fix 'module' in "
+            f"algorithms/{record.key}/metadata.json"
+        ) from None
     classes = {name: type(m) for name, m in after.named_modules()}
     changed = sum(classes.get(name) is not type(m) for name, m in before.named_modules() if name)
     return _structure(shown_before), _structure(shown_after), changed
@@ -186,13 +210,17 @@ def plot_data(record: Any) -> Mapping[str, Any]:
 
     spec = record.raw["figure"]
     data = _data_function(record)
-    extra = ({"generator": torch.Generator().manual_seed(spec["seed"])}
-             if "generator" in inspect.signature(data).parameters else {})
+    extra = (
+        {"generator": torch.Generator().manual_seed(spec["seed"])}
+        if "generator" in inspect.signature(data).parameters
+        else {}
+    )
     out = data(**spec["arguments"], **extra)
     kinds = {"image": ("values",), "lines": ("x", "series"), "bars": ("labels", "series")}
     if not isinstance(out, Mapping) or out.get("type") not in kinds:
-        raise FigureError(f"{data.__name__} returned {type(out).__name__}, not a dict whose 'type' is one of "
-                          f"{', '.join(kinds)}")
+        raise FigureError(
+            f"{data.__name__} returned {type(out).__name__}, not a dict whose 'type' is one of {', '.join(kinds)}"
+        )
     missing = [k for k in kinds[out["type"]] if k not in out]
     if missing:
         raise FigureError(f"{data.__name__}: a {out['type']} plot needs {', '.join(map(repr, missing))}")
@@ -218,8 +246,15 @@ def _draw_plot(plt: Any, record: Any) -> Any:
         if values.size <= 64:  # small matrices carry their numbers
             for i in range(values.shape[0]):
                 for j in range(values.shape[1]):
-                    ax.text(j, i, f"{values[i, j]:.3g}", ha="center", va="center", fontsize=8,
-                            color="white" if values[i, j] < values.mean() else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{values[i, j]:.3g}",
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="white" if values[i, j] < values.mean() else "black",
+                    )
     else:
         series = {str(k): _values(v) for k, v in out["series"].items()}
         fig, ax = plt.subplots(figsize=(6.4, 3.2))
@@ -231,10 +266,15 @@ def _draw_plot(plt: Any, record: Any) -> Any:
             labels = [str(label) for label in out["labels"]]
             width = 0.8 / max(len(series), 1)
             for i, (label, y) in enumerate(series.items()):
-                ax.bar([p + (i - (len(series) - 1) / 2) * width for p in range(len(labels))], y, width=width,
-                       label=label)
-            ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 8 else 0, ha="right"
-                          if len(labels) > 8 else "center")
+                ax.bar(
+                    [p + (i - (len(series) - 1) / 2) * width for p in range(len(labels))], y, width=width, label=label
+                )
+            ax.set_xticks(
+                range(len(labels)),
+                labels,
+                rotation=45 if len(labels) > 8 else 0,
+                ha="right" if len(labels) > 8 else "center",
+            )
         if len(series) > 1:
             ax.legend(frameon=False)
         ax.grid(alpha=0.3)
@@ -285,11 +325,21 @@ def _key(record: Any) -> str:
     if record.raw["figure"]["kind"] == "surgery":  # the reference model's code is an input too
         import algorithms.models as reference
 
-        models = [inspect.getsource(m) for m in sorted({inspect.getmodule(getattr(reference, n))
-                                                         for n in reference.__all__}, key=lambda m: m.__name__)]
-    inputs = {"figure": record.raw["figure"], "key": record.key, "functional": record.functional,
-              "source": inspect.getsource(module) if module else None, "drawing": _DRAWING_CODE, "models": models,
-              "versions": _versions()}
+        models = [
+            inspect.getsource(m)
+            for m in sorted(
+                {inspect.getmodule(getattr(reference, n)) for n in reference.__all__}, key=lambda m: m.__name__
+            )
+        ]
+    inputs = {
+        "figure": record.raw["figure"],
+        "key": record.key,
+        "functional": record.functional,
+        "source": inspect.getsource(module) if module else None,
+        "drawing": _DRAWING_CODE,
+        "models": models,
+        "versions": _versions(),
+    }
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -299,8 +349,10 @@ def photos() -> Any:
     try:
         import skimage.data
     except ImportError:
-        raise FigureError("scikit-image is not installed: the method figures draw its sample photographs — "
-                          "install the project's [docs] extra (pip install -e '.[docs]')") from None
+        raise FigureError(
+            "scikit-image is not installed: the method figures draw its sample photographs — "
+            "install the project's [docs] extra (pip install -e '.[docs]')"
+        ) from None
     import torch
     import torch.nn.functional as F
 
@@ -309,9 +361,12 @@ def photos() -> Any:
         image = torch.from_numpy(getattr(skimage.data, name)().copy()).permute(2, 0, 1).float() / 255
         side = min(image.shape[1:])
         top, left = (image.shape[1] - side) // 2, (image.shape[2] - side) // 2
-        square = image[:, top:top + side, left:left + side]
-        batch.append(F.interpolate(square[None], size=(PHOTO_SIZE, PHOTO_SIZE), mode="bilinear",
-                                   antialias=True, align_corners=False)[0])
+        square = image[:, top : top + side, left : left + side]
+        batch.append(
+            F.interpolate(
+                square[None], size=(PHOTO_SIZE, PHOTO_SIZE), mode="bilinear", antialias=True, align_corners=False
+            )[0]
+        )
     return torch.stack(batch).clamp_(0, 1)
 
 
@@ -326,16 +381,22 @@ def selection_batch() -> tuple[Any, Any, Any]:
     inputs = torch.randn(SELECTION_EXAMPLES, 3, 8, 8, generator=g)
     labels = torch.randint(0, SELECTION_CLASSES, (SELECTION_EXAMPLES,), generator=g)
     with torch.random.fork_rng(devices=[]):  # the layers' default initialization draws from it
-        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                                    torch.nn.Flatten(), torch.nn.Linear(8, SELECTION_CLASSES))
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, SELECTION_CLASSES),
+        )
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=g) * 0.5)  # losses from about 0.1 to 6
     return inputs, labels, model.eval()
 
 
-def selection_counts(form: Callable[..., Any], arguments: Mapping[str, Any], seed: int,
-                     draws: int = SELECTION_DRAWS) -> tuple[Any, Any, Any]:
+def selection_counts(
+    form: Callable[..., Any], arguments: Mapping[str, Any], seed: int, draws: int = SELECTION_DRAWS
+) -> tuple[Any, Any, Any]:
     """What a selection figure shows, in loss-rank order (rank 0 the lowest loss): each example's
     cross-entropy loss, whether the first call of ``form`` (the caption's) keeps it, and in how
     many of ``draws`` calls continuing that call's generator it is kept. An example is found among
@@ -376,16 +437,26 @@ def _draw_selection(plt: Any, record: Any, spec: Mapping[str, Any]) -> Any:
     losses, kept, counts = selection_counts(_functional(record), spec["arguments"], spec["seed"])
     ranks = torch.arange(len(losses)).numpy()
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
-    ax.scatter(ranks[~kept.numpy()], losses[~kept].numpy(), s=18, facecolors="none", edgecolors="#8c8c8c",
-               label="not kept")
-    ax.scatter(ranks[kept.numpy()], losses[kept].numpy(), s=18, color="#dd8452",
-               label=f"kept by {record.functional} ({int(kept.sum())} of {len(losses)})")
+    ax.scatter(
+        ranks[~kept.numpy()], losses[~kept].numpy(), s=18, facecolors="none", edgecolors="#8c8c8c", label="not kept"
+    )
+    ax.scatter(
+        ranks[kept.numpy()],
+        losses[kept].numpy(),
+        s=18,
+        color="#dd8452",
+        label=f"kept by {record.functional} ({int(kept.sum())} of {len(losses)})",
+    )
     ax.set_xlabel("loss rank (0 = lowest loss)")
     ax.set_ylabel("example's loss")
     ax.grid(alpha=0.3)
     frequency = ax.twinx()
-    frequency.plot(ranks, (counts.double() / SELECTION_DRAWS).numpy(), color="#4c72b0",
-                   label=f"fraction of {SELECTION_DRAWS} calls keeping the rank")
+    frequency.plot(
+        ranks,
+        (counts.double() / SELECTION_DRAWS).numpy(),
+        color="#4c72b0",
+        label=f"fraction of {SELECTION_DRAWS} calls keeping the rank",
+    )
     frequency.set_ylim(0, 1.05)
     frequency.set_ylabel("fraction kept")
     handles = ax.get_legend_handles_labels()[0] + frequency.get_legend_handles_labels()[0]
@@ -439,16 +510,30 @@ def _draw(record: Any, key: str) -> str:
         elif spec["kind"] == "plot":
             fig = _draw_plot(plt, record)
         else:
-            raise FigureError(f"figure kind {spec['kind']!r} is not known — use batch, targets, selection, surgery "
-                              "or plot")
+            raise FigureError(
+                f"figure kind {spec['kind']!r} is not known — use batch, targets, selection, surgery or plot"
+            )
         fig.tight_layout()
         return svg_text(plt, fig, key)
 
 
 # A change to the drawing redraws.
-_DRAWING_CODE = "".join(inspect.getsource(f) for f in (_draw, photos, selection_batch, selection_counts,
-                                                        _draw_selection, surgery_views, _structure,
-                                                        _reference_model, plot_data, _draw_plot, _draw_surgery))
+_DRAWING_CODE = "".join(
+    inspect.getsource(f)
+    for f in (
+        _draw,
+        photos,
+        selection_batch,
+        selection_counts,
+        _draw_selection,
+        surgery_views,
+        _structure,
+        _reference_model,
+        plot_data,
+        _draw_plot,
+        _draw_surgery,
+    )
+)
 
 
 def _figure(record: Any, previous: Path) -> str:
@@ -468,7 +553,9 @@ def render_figures(site: Site) -> dict[Path, Content]:
         except FigureError as exc:
             raise FigureError(f"{record.key}: figure: {exc}") from None
         except Exception as exc:  # the method itself failed on the photographs
-            raise FigureError(f"{record.key}: figure: {record.functional} failed on the figure's inputs: "
-                              f"{type(exc).__name__}: {exc} — fix the figure's arguments in "
-                              f"algorithms/{record.key}/metadata.json or the method") from None
+            raise FigureError(
+                f"{record.key}: figure: {record.functional} failed on the figure's inputs: "
+                f"{type(exc).__name__}: {exc} — fix the figure's arguments in "
+                f"algorithms/{record.key}/metadata.json or the method"
+            ) from None
     return outputs

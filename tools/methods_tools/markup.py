@@ -21,8 +21,17 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["json_literal", "literal", "md_code", "md_paragraph", "md_text", "md_url", "one_line", "rst_text",
-           "safe_token"]
+__all__ = [
+    "json_literal",
+    "literal",
+    "md_code",
+    "md_paragraph",
+    "md_text",
+    "md_url",
+    "one_line",
+    "rst_text",
+    "safe_token",
+]
 
 # Punctuation that is inert inside a line of MyST: only its place at a line's start could make it
 # markup (md_paragraph's rule), or it never is (",", ";", "?", "'", '"', "/", "@", "^").
@@ -68,7 +77,7 @@ def md_paragraph(text: str) -> str:
     if match is None:
         return escaped
     opener = match.group()
-    return escaped[: len(opener) - 1] + "\\" + escaped[len(opener) - 1:]
+    return escaped[: len(opener) - 1] + "\\" + escaped[len(opener) - 1 :]
 
 
 def _plain(value: Any) -> Any:

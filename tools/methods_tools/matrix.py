@@ -43,16 +43,43 @@ from algorithms.core.options import DISTRIBUTED, PRECISIONS
 from .files import write_atomic
 from .results import COMPOSABILITY_DIR, composability_problems
 
-__all__ = ["EFFECTS", "KINDS", "OBSERVABLES", "WORKLOADS", "Batch", "Cell", "CellRun", "MatrixError", "Settings",
-           "Workload", "cell_note", "decide", "default_output_path", "effects_seen", "matrix_environment",
-           "model_signature", "plan_cells", "run_cell", "run_matrix", "sample_cells", "vision_model"]
+__all__ = [
+    "EFFECTS",
+    "KINDS",
+    "OBSERVABLES",
+    "WORKLOADS",
+    "Batch",
+    "Cell",
+    "CellRun",
+    "MatrixError",
+    "Settings",
+    "Workload",
+    "cell_note",
+    "decide",
+    "default_output_path",
+    "effects_seen",
+    "matrix_environment",
+    "model_signature",
+    "plan_cells",
+    "run_cell",
+    "run_matrix",
+    "sample_cells",
+    "vision_model",
+]
 
 Progress = Callable[[str], None]
 
 KINDS = ("solo", "pair", "precision", "parallel")
 #: The observable effects of the metadata schema's ``observable``, in the order cells list them.
-OBSERVABLES = ("changed_inputs", "smaller_inputs", "fewer_examples", "mixed_targets", "smoothed_targets",
-               "changed_model", "changed_weights")
+OBSERVABLES = (
+    "changed_inputs",
+    "smaller_inputs",
+    "fewer_examples",
+    "mixed_targets",
+    "smoothed_targets",
+    "changed_model",
+    "changed_weights",
+)
 #: Errors that mean "this combination is refused": a clear message about the arguments.
 REFUSALS = ("ValueError", "TypeError")
 #: How far above a row's minimum a target entry must be to count as one of the mixed classes.
@@ -101,8 +128,12 @@ class Cell:
         return f"{self.kind} {' + '.join(self.methods)}{mode}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "methods": list(self.methods), "precision": self.precision,
-                "parallel": self.parallel}
+        return {
+            "kind": self.kind,
+            "methods": list(self.methods),
+            "precision": self.precision,
+            "parallel": self.parallel,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Cell:
@@ -110,6 +141,7 @@ class Cell:
 
 
 # --------------------------------------------------------------------------------------------- plan
+
 
 def _method_records(records: Mapping[str, Any] | None = None) -> dict[str, Any]:
     if records is None:
@@ -119,8 +151,9 @@ def _method_records(records: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return {key: r for key, r in sorted(records.items()) if r.kind == "method"}
 
 
-def plan_cells(records: Mapping[str, Any] | None = None, kinds: Iterable[str] = KINDS,
-               parallels: Sequence[str] = DISTRIBUTED) -> list[Cell]:
+def plan_cells(
+    records: Mapping[str, Any] | None = None, kinds: Iterable[str] = KINDS, parallels: Sequence[str] = DISTRIBUTED
+) -> list[Cell]:
     """Every cell of ``kinds``, in a fixed order, from the registry's ``kind: method`` records.
 
     ``parallels`` are the distributed modes to run (leave deepspeed out where it cannot run).
@@ -131,8 +164,12 @@ def plan_cells(records: Mapping[str, Any] | None = None, kinds: Iterable[str] = 
     if "solo" in kinds:
         cells += [Cell("solo", (key,)) for key in methods]
     if "pair" in kinds:
-        cells += [Cell("pair", (a, b)) for a in methods for b in methods
-                  if a != b and set(methods[a].domains) & set(methods[b].domains)]
+        cells += [
+            Cell("pair", (a, b))
+            for a in methods
+            for b in methods
+            if a != b and set(methods[a].domains) & set(methods[b].domains)
+        ]
     if "precision" in kinds:
         cells += [Cell("precision", (key,), precision=p) for key in methods for p in PRECISIONS]
     if "parallel" in kinds:
@@ -144,13 +181,15 @@ def plan_cells(records: Mapping[str, Any] | None = None, kinds: Iterable[str] = 
 SAMPLED_PAIRS = 12
 
 
-def sample_cells(cells: Sequence[Cell], records: Mapping[str, Any] | None = None,
-                 pairs: int = SAMPLED_PAIRS) -> list[Cell]:
+def sample_cells(
+    cells: Sequence[Cell], records: Mapping[str, Any] | None = None, pairs: int = SAMPLED_PAIRS
+) -> list[Cell]:
     """What the test suite reruns of the matrix: every cell of one method (alone, in each precision,
     in each parallel mode: they grow with the catalog, not its square), every pair that a method's
     ``interactions`` names (what the cards state must keep holding), and ``pairs`` of the other
     pairs, evenly spaced in plan order, so the same ones every run. ``nox -s matrix`` runs them all."""
     records = _method_records(records)
+
     def named(a: str, b: str) -> bool:
         return b in records[a].interactions or a in records[b].interactions
 
@@ -179,6 +218,7 @@ def cell_note(cell: Cell, records: Mapping[str, Any]) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------- effects
+
 
 @dataclass
 class Batch:
@@ -212,8 +252,12 @@ def _changed_inputs(batches: Sequence[Batch], reference: Sequence[Batch] | None 
     """Some batch whose model input has the baseline's shape and differs from it."""
     for b, r in _pairs(batches, reference):
         base, _ = _baseline(b, r)
-        if b.model_input is not None and base is not None and b.model_input.shape == base.shape \
-                and not _equal(b.model_input, base):
+        if (
+            b.model_input is not None
+            and base is not None
+            and b.model_input.shape == base.shape
+            and not _equal(b.model_input, base)
+        ):
             return True
     return False
 
@@ -228,6 +272,7 @@ def _equal(a: Any, b: Any) -> bool:
 def _smaller_inputs(batches: Sequence[Batch], reference: Sequence[Batch] | None = None) -> bool:
     """Some batch whose model input is smaller in space or time than the baseline's: for images
     every dim after the channels, for token ids ``(N, T)`` the sequence, no larger and one smaller."""
+
     def smaller(b: Batch, r: Batch | None) -> bool:
         base, _ = _baseline(b, r)
         if b.model_input is None or base is None or b.model_input.ndim < 2 or b.model_input.ndim != base.ndim:
@@ -235,7 +280,9 @@ def _smaller_inputs(batches: Sequence[Batch], reference: Sequence[Batch] | None 
         first = 2 if b.model_input.ndim >= 3 else 1
         seen, given = b.model_input.shape[first:], base.shape[first:]
         return all(s <= g for s, g in zip(seen, given, strict=True)) and any(
-            s < g for s, g in zip(seen, given, strict=True))
+            s < g for s, g in zip(seen, given, strict=True)
+        )
+
     return any(smaller(b, r) for b, r in _pairs(batches, reference))
 
 
@@ -279,8 +326,11 @@ def _smoothed_targets(batches: Sequence[Batch], reference: Sequence[Batch] | Non
     """Every loss target float with every entry above zero (at least one target seen), and some
     batch's target not the baseline's."""
     pairs = [(b, r) for b, r in _pairs(batches, reference) if b.loss_target is not None]
-    return bool(pairs) and all(_is_smoothed(b.loss_target) for b, _ in pairs) and any(
-        _differs(b.loss_target, _baseline(b, r)[1]) for b, r in pairs)
+    return (
+        bool(pairs)
+        and all(_is_smoothed(b.loss_target) for b, _ in pairs)
+        and any(_differs(b.loss_target, _baseline(b, r)[1]) for b, r in pairs)
+    )
 
 
 def model_signature(model: Any) -> tuple[tuple[Any, ...], ...]:
@@ -288,11 +338,19 @@ def model_signature(model: Any) -> tuple[tuple[Any, ...], ...]:
     parameter's name, shape, dtype and (4-D) whether it is channels-last."""
     import torch
 
-    modules = tuple(("module", name, f"{type(m).__module__}.{type(m).__qualname__}")
-                    for name, m in model.named_modules())
-    params = tuple(("parameter", name, tuple(p.shape), str(p.dtype),
-                    p.ndim == 4 and p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous())
-                   for name, p in model.named_parameters())
+    modules = tuple(
+        ("module", name, f"{type(m).__module__}.{type(m).__qualname__}") for name, m in model.named_modules()
+    )
+    params = tuple(
+        (
+            "parameter",
+            name,
+            tuple(p.shape),
+            str(p.dtype),
+            p.ndim == 4 and p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous(),
+        )
+        for name, p in model.named_parameters()
+    )
     return modules + params
 
 
@@ -356,6 +414,7 @@ def nonfinite_loss(batches: Sequence[Batch]) -> str | None:
 
 # --------------------------------------------------------------------------------------------- one cell
 
+
 @dataclass
 class CellRun:
     """What running one cell gave: the effects seen, or the error; JSON-ready (the worker sends it)."""
@@ -399,10 +458,20 @@ def vision_model(seed: int) -> Any:
     from algorithms.models.resnet import BasicBlock
 
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
-                         BasicBlock(16, 32, stride=2), nn.MaxPool2d(2), BasicBlock(32, 64, stride=2),
-                         nn.GroupNorm(8, 64), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.1),
-                         nn.Linear(64, NUM_CLASSES))
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1, bias=False),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        BasicBlock(16, 32, stride=2),
+        nn.MaxPool2d(2),
+        BasicBlock(32, 64, stride=2),
+        nn.GroupNorm(8, 64),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Dropout(0.1),
+        nn.Linear(64, NUM_CLASSES),
+    )
 
 
 def _vision_workload(settings: Settings, rank: int) -> Workload:
@@ -414,8 +483,10 @@ def _vision_workload(settings: Settings, rank: int) -> Workload:
     model = vision_model(settings.seed)
     g = torch.Generator().manual_seed(settings.seed * 1000 + rank)
     size, n = settings.image_size, settings.batch_size
-    batches = [(torch.rand(n, 3, size, size, generator=g), torch.randint(0, NUM_CLASSES, (n,), generator=g))
-               for _ in range(settings.steps // settings.epochs)]
+    batches = [
+        (torch.rand(n, 3, size, size, generator=g), torch.randint(0, NUM_CLASSES, (n,), generator=g))
+        for _ in range(settings.steps // settings.epochs)
+    ]
     return Workload(model, batches)
 
 
@@ -473,8 +544,13 @@ def _recorders(batches: list[Batch], input_key: int | str = 0) -> tuple[Any, Any
             if event is Event.INIT:
                 models["before"] = model_signature(state.model)
                 return
-            batches.append(Batch(loader_input=item(state.batch_get_item(input_key)),
-                                 model_before=models.get("before"), model_after=models.get("after")))
+            batches.append(
+                Batch(
+                    loader_input=item(state.batch_get_item(input_key)),
+                    model_before=models.get("before"),
+                    model_after=models.get("after"),
+                )
+            )
 
     class ModelRecorder(Algorithm):
         def match(self, event: Any, state: Any) -> bool:
@@ -506,9 +582,13 @@ def _build_methods(cell: Cell, records: Mapping[str, Any], workload: Workload | 
     import algorithms
 
     keys = {} if workload is None else {"input_key": workload.input_key, "target_key": workload.target_key}
-    return [getattr(algorithms, records[k].class_name)(
-        **{name: h.suggested for name, h in records[k].hyperparameters.items()},
-        **{name: value for name, value in keys.items() if name in records[k].plumbing}) for k in cell.methods]
+    return [
+        getattr(algorithms, records[k].class_name)(
+            **{name: h.suggested for name, h in records[k].hyperparameters.items()},
+            **{name: value for name, value in keys.items() if name in records[k].plumbing},
+        )
+        for k in cell.methods
+    ]
 
 
 def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Settings) -> list[Batch]:
@@ -521,10 +601,19 @@ def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Set
     batches: list[Batch] = []
     first, last = _recorders(batches, workload.input_key)
     loss = {} if workload.loss_fn is None else {"loss_fn": workload.loss_fn}
-    with Trainer(workload.model, _Loader(workload.batches, settings.batch_size), f"{settings.steps}ba",
-                 optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
-                 algorithms=[first, *methods, last], precision=cell.precision, parallel=cell.parallel,
-                 seed=settings.seed, input_key=workload.input_key, target_key=workload.target_key, **loss) as trainer:
+    with Trainer(
+        workload.model,
+        _Loader(workload.batches, settings.batch_size),
+        f"{settings.steps}ba",
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
+        algorithms=[first, *methods, last],
+        precision=cell.precision,
+        parallel=cell.parallel,
+        seed=settings.seed,
+        input_key=workload.input_key,
+        target_key=workload.target_key,
+        **loss,
+    ) as trainer:
         trainer.fit()
         trainer.eval(workload.batches[:1])
     return batches
@@ -534,8 +623,9 @@ def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Set
 _BASELINE_WEIGHTS: dict[tuple[str, str, str], Any] = {}
 
 
-def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None,
-             domain: str | None = None) -> CellRun:
+def run_cell(
+    cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None, domain: str | None = None
+) -> CellRun:
     """Train the cell in this process (under torchrun for a parallel cell) and say what was seen.
 
     A cell with a method whose effect is ``changed_weights`` also trains the same workload without
@@ -548,8 +638,10 @@ def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None =
     start = time.perf_counter()
     domain = domain or _workload_domain(cell, records)
     if domain is None:
-        return CellRun(error_type="LookupError", detail=f"no workload for the domains the methods share: add one to "
-                       f"WORKLOADS in {__name__}")
+        return CellRun(
+            error_type="LookupError",
+            detail=f"no workload for the domains the methods share: add one to WORKLOADS in {__name__}",
+        )
     rank = rank_and_world_size()[0] if cell.parallel in DISTRIBUTED else 0
     try:
         workload = WORKLOADS[domain](settings, rank)
@@ -561,12 +653,14 @@ def run_cell(cell: Cell, settings: Settings, records: Mapping[str, Any] | None =
             batches[-1].baseline_weights = _BASELINE_WEIGHTS[key]
     except Exception as exc:  # recorded: the outcome says whether it was a refusal
         return CellRun(error_type=type(exc).__name__, detail=_error_line(exc), wall_s=time.perf_counter() - start)
-    return CellRun(seen=effects_seen(batches), detail=nonfinite_loss(batches), wall_s=time.perf_counter() - start,
-                   batches=batches)
+    return CellRun(
+        seen=effects_seen(batches), detail=nonfinite_loss(batches), wall_s=time.perf_counter() - start, batches=batches
+    )
 
 
-def decide(cell: Cell, run: CellRun, records: Mapping[str, Any],
-           references: Mapping[str, Sequence[Batch]] | None = None) -> dict[str, Any]:
+def decide(
+    cell: Cell, run: CellRun, records: Mapping[str, Any], references: Mapping[str, Sequence[Batch]] | None = None
+) -> dict[str, Any]:
     """The results file's entry of a cell: its outcome by the composability schema's definitions.
 
     Effects are named ``method.effect``, each method's own. In a pair, method M's effects are
@@ -588,8 +682,15 @@ def decide(cell: Cell, run: CellRun, records: Mapping[str, Any],
                 if name in records[key].observable:
                     (seen if name in shown else missing).append(f"{key}.{name}")
         outcome = "runs" if not missing and run.detail is None else "interaction" if note else "fails"
-    return {**cell.as_dict(), "outcome": outcome, "seen": seen, "missing": missing, "detail": run.detail,
-            "note": note, "wall_s": round(run.wall_s, 3)}
+    return {
+        **cell.as_dict(),
+        "outcome": outcome,
+        "seen": seen,
+        "missing": missing,
+        "detail": run.detail,
+        "note": note,
+        "wall_s": round(run.wall_s, 3),
+    }
 
 
 def describe(entry: Mapping[str, Any]) -> str:
@@ -604,8 +705,10 @@ def describe(entry: Mapping[str, Any]) -> str:
 
 # --------------------------------------------------------------------------------------------- parallel launches
 
-def _launch(mode: str, cells: Sequence[Cell], settings: Settings, timeout_s: float,
-            progress: Progress) -> dict[str, Any]:
+
+def _launch(
+    mode: str, cells: Sequence[Cell], settings: Settings, timeout_s: float, progress: Progress
+) -> dict[str, Any]:
     """One torchrun launch of ``settings.nproc`` processes running ``cells`` (all of ``mode``) in
     turn: ``{"runs": {label: CellRun}, "failure": why the launch ended early, or None}``."""
     from . import compare
@@ -613,11 +716,23 @@ def _launch(mode: str, cells: Sequence[Cell], settings: Settings, timeout_s: flo
     with tempfile.TemporaryDirectory(prefix="matrix-") as tmp:
         spec, out = Path(tmp) / "cells.json", Path(tmp) / "runs.json"
         spec.write_text(json.dumps({"settings": settings.as_dict(), "cells": [c.as_dict() for c in cells]}))
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={settings.nproc}",
-                   "-m", "methods_tools.matrix_worker", str(spec), str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={settings.nproc}",
+            "-m",
+            "methods_tools.matrix_worker",
+            str(spec),
+            str(out),
+        ]
         tools = str(Path(__file__).resolve().parents[1])
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(Path(tools).parent), tools, os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(tools).parent), tools, os.environ.get("PYTHONPATH")])),
+        }
         if mode == "deepspeed":
             env.setdefault("DS_ACCELERATOR", "cpu" if not _cuda() else "cuda")
         code, tail = compare.run_with_progress(command, env, timeout_s, progress)
@@ -635,6 +750,7 @@ def _cuda() -> bool:
 
 
 # --------------------------------------------------------------------------------------------- the matrix
+
 
 def deepspeed_version() -> str | None:
     """DeepSpeed's installed version, or None where it is not installed."""
@@ -674,13 +790,21 @@ def default_output_path(root: Path = COMPOSABILITY_DIR) -> Path:
     return root / f"{compare.default_output_path(env, root).stem.removesuffix('-' + env['date'][:10])}.json"
 
 
-def build_document(env: Mapping[str, Any], settings: Settings, commands: Sequence[str], wall_s: float,
-                   cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def build_document(
+    env: Mapping[str, Any],
+    settings: Settings,
+    commands: Sequence[str],
+    wall_s: float,
+    cells: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
     """The validated results document (a bug here raises: an invalid file is never written)."""
     document = {
-        "$schema": "../../algorithms/composability.schema.json", "schema_version": 1,
+        "$schema": "../../algorithms/composability.schema.json",
+        "schema_version": 1,
         "environment": dict(env),
-        "settings": settings.as_dict(), "commands": list(commands), "wall_s": round(wall_s, 1),
+        "settings": settings.as_dict(),
+        "commands": list(commands),
+        "wall_s": round(wall_s, 1),
         "cells": list(cells),
     }
     problems = composability_problems(document)
@@ -689,8 +813,14 @@ def build_document(env: Mapping[str, Any], settings: Settings, commands: Sequenc
     return document
 
 
-def run_cells(cells: Sequence[Cell], settings: Settings, *, records: Mapping[str, Any] | None = None,
-              timeout_s: float = 900.0, progress: Progress = lambda line: None) -> list[dict[str, Any]]:
+def run_cells(
+    cells: Sequence[Cell],
+    settings: Settings,
+    *,
+    records: Mapping[str, Any] | None = None,
+    timeout_s: float = 900.0,
+    progress: Progress = lambda line: None,
+) -> list[dict[str, Any]]:
     """Every cell's entry, in the order given: the in-process cells here, the parallel ones in one
     torchrun launch per mode. A launch that ends early fails its remaining cells with its reason."""
     records = _method_records(records)
@@ -733,9 +863,16 @@ def run_cells(cells: Sequence[Cell], settings: Settings, *, records: Mapping[str
     return [entries[i] for i in range(total)]
 
 
-def run_matrix(out: Path, *, kinds: Sequence[str] = KINDS, force: bool = False, command: str = "",
-               settings: Settings = Settings(), timeout_s: float = 900.0,
-               progress: Progress = lambda line: None) -> dict[str, Any]:
+def run_matrix(
+    out: Path,
+    *,
+    kinds: Sequence[str] = KINDS,
+    force: bool = False,
+    command: str = "",
+    settings: Settings = Settings(),
+    timeout_s: float = 900.0,
+    progress: Progress = lambda line: None,
+) -> dict[str, Any]:
     """Plan, run and write the matrix to ``out`` (atomically, never over a file without ``force``)."""
     if out.exists() and not force:
         raise MatrixError(f"{out}: exists — pass --force to overwrite it, or choose --out")
@@ -755,13 +892,16 @@ def run_matrix(out: Path, *, kinds: Sequence[str] = KINDS, force: bool = False, 
 
 # --------------------------------------------------------------------------------------------- command
 
+
 def _parser(doc: str) -> Any:
     import argparse
 
     p = argparse.ArgumentParser(prog="tools/composability_matrix.py", description=doc.split("\n\n")[0])
-    p.add_argument("--out", type=Path,
-                   help="results file (default: results/composability/<cpu|gpu>-<hardware>.json; a subset of "
-                        "--kinds needs --out)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="results file (default: results/composability/<cpu|gpu>-<hardware>.json; a subset of --kinds needs --out)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite --out")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated cells to run (default {','.join(KINDS)})")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per torchrun launch (default 900)")
@@ -799,16 +939,27 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
         return 1
     command = " ".join(["python tools/composability_matrix.py", *argv])
     try:
-        document = run_matrix(out, kinds=kinds, force=args.force, command=command, timeout_s=args.timeout,
-                              progress=lambda line: print(line, file=sys.stderr, flush=True))
+        document = run_matrix(
+            out,
+            kinds=kinds,
+            force=args.force,
+            command=command,
+            timeout_s=args.timeout,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
     except MatrixError as exc:
         print(str(exc), file=sys.stderr)
         return 1
     counts = {o: sum(c["outcome"] == o for c in document["cells"]) for o in ("runs", "refused", "interaction", "fails")}
-    print(f"{out}: {len(document['cells'])} cells in {document['wall_s']:.0f} s: "
-          + ", ".join(f"{n} {o}" for o, n in counts.items()))
+    print(
+        f"{out}: {len(document['cells'])} cells in {document['wall_s']:.0f} s: "
+        + ", ".join(f"{n} {o}" for o, n in counts.items())
+    )
     failed = [c for c in document["cells"] if c["outcome"] == "fails"]
     for c in failed:
-        print(f"fails: {Cell.from_dict(c).label}: {describe(c)} — fix it, or explain it with a note in the "
-              "metadata's interactions", file=sys.stderr)
+        print(
+            f"fails: {Cell.from_dict(c).label}: {describe(c)} — fix it, or explain it with a note in the "
+            "metadata's interactions",
+            file=sys.stderr,
+        )
     return 1 if failed else 0

@@ -44,8 +44,11 @@ def main(argv: list[str] | None = None) -> int:
             runs[cell.label] = run.to_json()
             write_atomic(Path(out_path), json.dumps(runs), force=True)
             entry = decide(cell, run, {k: r for k, r in records.items() if r.kind == "method"})
-            print(f"progress: {cell.parallel} {i}/{len(cells)} {' + '.join(cell.methods)}: {describe(entry)}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"progress: {cell.parallel} {i}/{len(cells)} {' + '.join(cell.methods)}: {describe(entry)}",
+                file=sys.stderr,
+                flush=True,
+            )
         dist.barrier()
     destroy_process_group()
     return 0

@@ -31,8 +31,21 @@ from . import compare, evidence
 from .files import write_atomic
 from .results import EFFECTS_DIR, ResultsError, effects_problems, load_effects
 
-__all__ = ["BASELINE", "WORKLOADS", "Job", "MeasureError", "MeasureOptions", "Workload", "domain_methods",
-           "merge_documents", "method_workloads", "plan_jobs", "run_measurement", "select_jobs", "summarize"]
+__all__ = [
+    "BASELINE",
+    "WORKLOADS",
+    "Job",
+    "MeasureError",
+    "MeasureOptions",
+    "Workload",
+    "domain_methods",
+    "merge_documents",
+    "method_workloads",
+    "plan_jobs",
+    "run_measurement",
+    "select_jobs",
+    "summarize",
+]
 
 BASELINE = "baseline"
 Progress = Callable[[str], None]
@@ -83,10 +96,29 @@ class Workload:
 # CPU cores, plus about 4 s to start its process and read the corpus. The baseline's validation
 # loss falls from ln 256 = 5.55 nats per byte (chance) to about 2.9.
 WORKLOADS: Mapping[str, Workload] = {
-    "vision": Workload(model="resnet20", data="digits", image_size=8, epochs=12, batch_size=64, lr=0.1,
-                       test_fraction=0.8, schedule="onecycle"),
-    "nlp": Workload(model="transformer_tiny", data="stdlib_text", image_size=None, seq_len=128, epochs=1,
-                    max_batches=100, batch_size=32, lr=3e-3, optimizer="adamw", eval_examples=256, metric="loss"),
+    "vision": Workload(
+        model="resnet20",
+        data="digits",
+        image_size=8,
+        epochs=12,
+        batch_size=64,
+        lr=0.1,
+        test_fraction=0.8,
+        schedule="onecycle",
+    ),
+    "nlp": Workload(
+        model="transformer_tiny",
+        data="stdlib_text",
+        image_size=None,
+        seq_len=128,
+        epochs=1,
+        max_batches=100,
+        batch_size=32,
+        lr=3e-3,
+        optimizer="adamw",
+        eval_examples=256,
+        metric="loss",
+    ),
 }
 
 
@@ -118,12 +150,26 @@ class MeasureOptions:
 
         classes = load_all_datasets()[self.data].raw.get("num_classes")
         chance = 1 / classes if classes and self.metric == "accuracy" else None
-        return {"workload": self.workload, "model": self.model, "data": self.data, "image_size": self.image_size,
-                "seq_len": self.seq_len, "epochs": self.epochs, "batch_size": self.batch_size,
-                "max_batches": self.max_batches, "lr": self.lr, "optimizer": self.optimizer, "precision": "fp32",
-                "eval_examples": self.eval_examples, "metric": self.metric,
-                "throughput_unit": "images" if self.seq_len is None else "tokens", "chance_accuracy": chance,
-                "test_fraction": self.test_fraction, "schedule": self.schedule, "threads": self.threads}
+        return {
+            "workload": self.workload,
+            "model": self.model,
+            "data": self.data,
+            "image_size": self.image_size,
+            "seq_len": self.seq_len,
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "max_batches": self.max_batches,
+            "lr": self.lr,
+            "optimizer": self.optimizer,
+            "precision": "fp32",
+            "eval_examples": self.eval_examples,
+            "metric": self.metric,
+            "throughput_unit": "images" if self.seq_len is None else "tokens",
+            "chance_accuracy": chance,
+            "test_fraction": self.test_fraction,
+            "schedule": self.schedule,
+            "threads": self.threads,
+        }
 
 
 @dataclass(frozen=True)
@@ -146,8 +192,11 @@ def domain_methods(domain: str, records: Mapping[str, Any] | None = None) -> dic
         from algorithms.metadata import load_all_metadata
 
         records = load_all_metadata()
-    return {key: {name: h.suggested for name, h in record.hyperparameters.items()}
-            for key, record in sorted(records.items()) if record.kind == "method" and domain in record.domains}
+    return {
+        key: {name: h.suggested for name, h in record.hyperparameters.items()}
+        for key, record in sorted(records.items())
+        if record.kind == "method" and domain in record.domains
+    }
 
 
 def method_workloads(domain: str, records: Mapping[str, Any] | None = None) -> dict[str, tuple[str | None, str | None]]:
@@ -157,34 +206,51 @@ def method_workloads(domain: str, records: Mapping[str, Any] | None = None) -> d
         from algorithms.metadata import load_all_metadata
 
         records = load_all_metadata()
-    return {key: (record.raw["workload"].get("model"), record.raw["workload"].get("precision"))
-            for key, record in sorted(records.items())
-            if record.kind == "method" and domain in record.domains and record.raw.get("workload")}
+    return {
+        key: (record.raw["workload"].get("model"), record.raw["workload"].get("precision"))
+        for key, record in sorted(records.items())
+        if record.kind == "method" and domain in record.domains and record.raw.get("workload")
+    }
 
 
-def plan_jobs(methods: Mapping[str, Mapping[str, Any]], seeds: Sequence[int],
-              workloads: Mapping[str, tuple[str | None, str | None]] = {}) -> list[Job]:
+def plan_jobs(
+    methods: Mapping[str, Mapping[str, Any]],
+    seeds: Sequence[int],
+    workloads: Mapping[str, tuple[str | None, str | None]] = {},
+) -> list[Job]:
     """Every job of a full sweep, interleaved: per seed, the baseline (then one of each other model
     and precision in ``workloads``, a method key -> where it is measured), then each method, so
     the baselines and the methods take turns and a change in the machine's load over the sweep
     falls on them alike."""
     others = sorted(set(workloads.values()) - {(None, None)}, key=lambda w: (w[0] or "", w[1] or ""))
-    return [job for s in seeds
-            for job in (Job(BASELINE, s), *(Job(BASELINE, s, model=m, precision=p) for m, p in others),
-                        *(Job(key, s, dict(h), *workloads.get(key, (None, None))) for key, h in methods.items()))]
+    return [
+        job
+        for s in seeds
+        for job in (
+            Job(BASELINE, s),
+            *(Job(BASELINE, s, model=m, precision=p) for m, p in others),
+            *(Job(key, s, dict(h), *workloads.get(key, (None, None))) for key, h in methods.items()),
+        )
+    ]
 
 
 def _hparams_key(hparams: Mapping[str, Any]) -> str:
     return json.dumps(hparams, sort_keys=True)
 
 
-def _job_key(method: str, model: str | None, precision: str | None, seed: int,
-             hparams: Mapping[str, Any]) -> tuple[Any, ...]:
+def _job_key(
+    method: str, model: str | None, precision: str | None, seed: int, hparams: Mapping[str, Any]
+) -> tuple[Any, ...]:
     return method, model, precision, seed, _hparams_key(hparams)
 
 
-def select_jobs(jobs: Sequence[Job], existing: Iterable[Mapping[str, Any]], *, only: Iterable[str] = (),
-                shard: tuple[int, int] | None = None) -> list[Job]:
+def select_jobs(
+    jobs: Sequence[Job],
+    existing: Iterable[Mapping[str, Any]],
+    *,
+    only: Iterable[str] = (),
+    shard: tuple[int, int] | None = None,
+) -> list[Job]:
     """The jobs still to run: this shard's (jobs K, K+N, ... of the full list), of the ``only``
     methods when given (redone even when measured, and so are the baselines they are compared
     with, so that each pair is measured side by side, under the same load), else those without a
@@ -195,8 +261,11 @@ def select_jobs(jobs: Sequence[Job], existing: Iterable[Mapping[str, Any]], *, o
     if shard is not None:
         k, n = shard
         jobs = jobs[k::n]
-    done = {_job_key(r["method"], r["model"], r["precision"], r["seed"], r["hparams"])
-            for r in existing if r["status"] == "ok"}
+    done = {
+        _job_key(r["method"], r["model"], r["precision"], r["seed"], r["hparams"])
+        for r in existing
+        if r["status"] == "ok"
+    }
     selected = []
     for job in jobs:
         if only and job.method != BASELINE and job.method not in only:
@@ -210,16 +279,31 @@ def select_jobs(jobs: Sequence[Job], existing: Iterable[Mapping[str, Any]], *, o
 
 # --------------------------------------------------------------------------------------------- runs
 
+
 def compare_options(job: Job, options: MeasureOptions) -> compare.CompareOptions:
     """The training comparison's options for one job: its worker runs the job."""
     return compare.CompareOptions(
-        model=job.model or options.model, data=options.data, epochs=options.epochs, batch_size=options.batch_size,
-        configs=(compare.Config(job.precision or "fp32", "single"),), nproc=1, max_batches=options.max_batches,
-        data_root=options.data_root, image_size=options.image_size, seed=job.seed, lr=options.lr,
-        timeout_s=options.timeout_s, algorithm=None if job.method == BASELINE else job.method,
-        hparams=json.dumps(dict(job.hparams)), seq_len=options.seq_len, eval_examples=options.eval_examples,
-        optimizer=options.optimizer, test_fraction=options.test_fraction, schedule=options.schedule,
-        threads=options.threads)
+        model=job.model or options.model,
+        data=options.data,
+        epochs=options.epochs,
+        batch_size=options.batch_size,
+        configs=(compare.Config(job.precision or "fp32", "single"),),
+        nproc=1,
+        max_batches=options.max_batches,
+        data_root=options.data_root,
+        image_size=options.image_size,
+        seed=job.seed,
+        lr=options.lr,
+        timeout_s=options.timeout_s,
+        algorithm=None if job.method == BASELINE else job.method,
+        hparams=json.dumps(dict(job.hparams)),
+        seq_len=options.seq_len,
+        eval_examples=options.eval_examples,
+        optimizer=options.optimizer,
+        test_fraction=options.test_fraction,
+        schedule=options.schedule,
+        threads=options.threads,
+    )
 
 
 def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress: Progress) -> dict[str, Any]:
@@ -229,23 +313,57 @@ def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress:
 
     start = compare.environment()
     run: dict[str, Any] = {
-        "method": job.method, "model": job.model, "precision": job.precision, "seed": job.seed,
-        "hparams": dict(job.hparams), "status": "failed", "reason": None, "date": start["date"],
-        "load_average": start["load_average"], "command": options.command, "wall_s": None, "eval_s": None,
-        "job_s": None, "samples": None, "tokens": None, "throughput": None, "peak_memory_bytes": None,
-        "memory_kind": None, "accuracy": None, "loss": None, "activity": None, "acted": None}
+        "method": job.method,
+        "model": job.model,
+        "precision": job.precision,
+        "seed": job.seed,
+        "hparams": dict(job.hparams),
+        "status": "failed",
+        "reason": None,
+        "date": start["date"],
+        "load_average": start["load_average"],
+        "command": options.command,
+        "wall_s": None,
+        "eval_s": None,
+        "job_s": None,
+        "samples": None,
+        "tokens": None,
+        "throughput": None,
+        "peak_memory_bytes": None,
+        "memory_kind": None,
+        "accuracy": None,
+        "loss": None,
+        "activity": None,
+        "acted": None,
+    }
     settings = compare_options(job, options)
     began = time.perf_counter()
     returncode, tail, ranks = compare.run_worker(
-        lambda out_dir: compare.worker_command(settings.configs[0], settings, out_dir, 1), options.timeout_s, progress)
+        lambda out_dir: compare.worker_command(settings.configs[0], settings, out_dir, 1), options.timeout_s, progress
+    )
     run["job_s"] = time.perf_counter() - began
     failure = compare.worker_failure(returncode, tail, ranks, options.timeout_s)
     if failure or ranks[0]["status"] != "ok":
         return {**run, "reason": failure or ranks[0]["reason"]}
     record = ranks[0]
     trained = record["tokens"] if options.seq_len is not None else record["samples"]
-    run.update({k: record[k] for k in ("wall_s", "eval_s", "samples", "tokens", "peak_memory_bytes", "memory_kind",
-                                       "accuracy", "loss", "activity", "acted")})
+    run.update(
+        {
+            k: record[k]
+            for k in (
+                "wall_s",
+                "eval_s",
+                "samples",
+                "tokens",
+                "peak_memory_bytes",
+                "memory_kind",
+                "accuracy",
+                "loss",
+                "activity",
+                "acted",
+            )
+        }
+    )
     run.update(status="ok", throughput=trained / record["wall_s"] if record["wall_s"] > 0 else 0.0)
     return run
 
@@ -270,14 +388,26 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
     baseline = {(r["model"], r["precision"], r["seed"]): r for r in ok if r["method"] == BASELINE}
     summary = []
     for method, model, precision in keys:
-        mine = sorted((r for r in runs if (r["method"], r["model"], r["precision"]) == (method, model, precision)),
-                      key=lambda r: r["seed"])
+        mine = sorted(
+            (r for r in runs if (r["method"], r["model"], r["precision"]) == (method, model, precision)),
+            key=lambda r: r["seed"],
+        )
         good = [r for r in mine if r["status"] == "ok"]
         entry: dict[str, Any] = {
-            "method": method, "model": model, "precision": precision, "hparams": mine[-1]["hparams"],
-            "seeds": [], "status": "measured", "reason": None,
+            "method": method,
+            "model": model,
+            "precision": precision,
+            "hparams": mine[-1]["hparams"],
+            "seeds": [],
+            "status": "measured",
+            "reason": None,
             "commands": list(dict.fromkeys(r["command"] for r in mine if r["command"])),
-            "activity": None, "quality": None, "throughput": None, "memory": None, "baseline": None}
+            "activity": None,
+            "quality": None,
+            "throughput": None,
+            "memory": None,
+            "baseline": None,
+        }
         if not good:
             status = "not_applicable" if all(r["status"] == "not_applicable" for r in mine) else "failed"
             summary.append({**entry, "status": status, "reason": next(r["reason"] for r in mine if r["reason"])})
@@ -285,39 +415,78 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
         if method == BASELINE:
             mean, low, high = evidence.mean_interval([r[metric] for r in good])
             speeds = compare.spread([r["throughput"] for r in good])
-            summary.append({**entry, "status": "baseline", "seeds": [r["seed"] for r in good], "baseline": {
-                "metric": metric, "mean": mean, "low": low, "high": high,
-                **{f"throughput_{name}": value for name, value in speeds.items()}}})
+            summary.append(
+                {
+                    **entry,
+                    "status": "baseline",
+                    "seeds": [r["seed"] for r in good],
+                    "baseline": {
+                        "metric": metric,
+                        "mean": mean,
+                        "low": low,
+                        "high": high,
+                        **{f"throughput_{name}": value for name, value in speeds.items()},
+                    },
+                }
+            )
             continue
-        paired = [(r, baseline[(model, precision, r["seed"])]) for r in good
-                  if (model, precision, r["seed"]) in baseline]
+        paired = [
+            (r, baseline[(model, precision, r["seed"])]) for r in good if (model, precision, r["seed"]) in baseline
+        ]
         counters = sorted({name for r in good for name in (r["activity"] or {})})
-        entry["activity"] = {name: sum((r["activity"] or {}).get(name, 0) for r in good) / len(good)
-                             for name in counters}
+        entry["activity"] = {
+            name: sum((r["activity"] or {}).get(name, 0) for r in good) / len(good) for name in counters
+        }
         entry["seeds"] = [r["seed"] for r, _ in paired]
         if not any(r["acted"] for r in good):
-            summary.append({**entry, "status": "did_not_act", "reason": (
-                f"its recorded activity shows it did not act in any of its {len(good)} runs "
-                f"({evidence.activity_text(entry['activity']) or 'no counter'} per run)")})
+            summary.append(
+                {
+                    **entry,
+                    "status": "did_not_act",
+                    "reason": (
+                        f"its recorded activity shows it did not act in any of its {len(good)} runs "
+                        f"({evidence.activity_text(entry['activity']) or 'no counter'} per run)"
+                    ),
+                }
+            )
             continue
-        quality = evidence.paired_change([r[metric] for r, _ in paired], [b[metric] for _, b in paired],
-                                         higher_is_better=higher)
-        speed = evidence.ratio_of_medians([r["throughput"] for r, _ in paired], [b["throughput"] for _, b in paired],
-                                          higher_is_better=True)
-        memory = evidence.ratio_of_medians([r["peak_memory_bytes"] for r, _ in paired],
-                                           [b["peak_memory_bytes"] for _, b in paired], higher_is_better=False)
+        quality = evidence.paired_change(
+            [r[metric] for r, _ in paired], [b[metric] for _, b in paired], higher_is_better=higher
+        )
+        speed = evidence.ratio_of_medians(
+            [r["throughput"] for r, _ in paired], [b["throughput"] for _, b in paired], higher_is_better=True
+        )
+        memory = evidence.ratio_of_medians(
+            [r["peak_memory_bytes"] for r, _ in paired],
+            [b["peak_memory_bytes"] for _, b in paired],
+            higher_is_better=False,
+        )
         if quality is None or speed is None:
-            summary.append({**entry, "status": "failed", "reason": (
-                f"fewer than two seeds with both a run of the method and of its baseline ({len(paired)})")})
+            summary.append(
+                {
+                    **entry,
+                    "status": "failed",
+                    "reason": (
+                        f"fewer than two seeds with both a run of the method and of its baseline ({len(paired)})"
+                    ),
+                }
+            )
             continue
         baseline_mean = sum(b[metric] for _, b in paired) / len(paired)
-        summary.append({**entry, "quality": {"metric": metric, "baseline": baseline_mean, **quality},
-                        "throughput": speed, "memory": memory})
+        summary.append(
+            {
+                **entry,
+                "quality": {"metric": metric, "baseline": baseline_mean, **quality},
+                "throughput": speed,
+                "memory": memory,
+            }
+        )
     return summary
 
 
-def build_document(env: Mapping[str, Any], settings: Mapping[str, Any], commands: Sequence[str],
-                   runs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def build_document(
+    env: Mapping[str, Any], settings: Mapping[str, Any], commands: Sequence[str], runs: Iterable[Mapping[str, Any]]
+) -> dict[str, Any]:
     """The validated effects document of ``runs`` (one per method, model and seed: a later one wins).
 
     Runs are kept in the order they ran (interleaved by seed); a job run again replaces its
@@ -329,9 +498,13 @@ def build_document(env: Mapping[str, Any], settings: Mapping[str, Any], commands
         by_job[key] = run
     ordered = list(by_job.values())
     document = {
-        "$schema": "../../algorithms/effects.schema.json", "schema_version": 3,
-        "environment": dict(env), "settings": dict(settings), "commands": list(commands),
-        "runs": ordered, "summary": summarize(ordered, settings),
+        "$schema": "../../algorithms/effects.schema.json",
+        "schema_version": 3,
+        "environment": dict(env),
+        "settings": dict(settings),
+        "commands": list(commands),
+        "runs": ordered,
+        "summary": summarize(ordered, settings),
     }
     problems = effects_problems(document)
     if problems:  # a bug in this tool, not a user mistake: never write an invalid file
@@ -344,19 +517,24 @@ def _machine(env: Mapping[str, Any]) -> tuple[Any, ...]:
     return env["device_type"], env["hardware"], env["torch"]
 
 
-def compatibility_problems(where: str, document: Mapping[str, Any], settings: Mapping[str, Any],
-                           env: Mapping[str, Any]) -> list[str]:
+def compatibility_problems(
+    where: str, document: Mapping[str, Any], settings: Mapping[str, Any], env: Mapping[str, Any]
+) -> list[str]:
     """Why runs measured with ``settings`` on ``env`` cannot join ``document`` (empty when they can)."""
     problems = []
     theirs = document["settings"]
     for name in sorted(set(theirs) | set(settings)):
         if theirs.get(name) != settings.get(name):
-            problems.append(f"{where}: settings: {name} is {theirs.get(name)!r} there, {settings.get(name)!r} here "
-                            "— use the same settings, or another output file")
+            problems.append(
+                f"{where}: settings: {name} is {theirs.get(name)!r} there, {settings.get(name)!r} here "
+                "— use the same settings, or another output file"
+            )
     if _machine(document["environment"]) != _machine(env):
-        problems.append(f"{where}: environment: measured on {document['environment']['hardware']} with torch "
-                        f"{document['environment']['torch']}, not {env['hardware']} with torch {env['torch']} "
-                        "— runs on different machines are not compared; use another output file")
+        problems.append(
+            f"{where}: environment: measured on {document['environment']['hardware']} with torch "
+            f"{document['environment']['torch']}, not {env['hardware']} with torch {env['torch']} "
+            "— runs on different machines are not compared; use another output file"
+        )
     return problems
 
 
@@ -372,8 +550,9 @@ def merge_documents(pieces: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str
         raise MeasureError("\n".join(problems))
     latest = max((piece for _, piece in pieces), key=lambda p: p["environment"]["date"])
     commands = list(dict.fromkeys(c for _, piece in pieces for c in piece["commands"]))
-    return build_document(latest["environment"], first["settings"], commands,
-                          [run for _, piece in pieces for run in piece["runs"]])
+    return build_document(
+        latest["environment"], first["settings"], commands, [run for _, piece in pieces for run in piece["runs"]]
+    )
 
 
 def read_existing(path: Path) -> dict[str, Any] | None:
@@ -392,10 +571,18 @@ def default_output_path(workload: str, env: Mapping[str, Any], root: Path = EFFE
     return root / f"{workload}-{machine}.json"
 
 
-def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] = (),
-                    shard: tuple[int, int] | None = None, force: bool = False, progress: Progress = lambda s: None,
-                    runner: Callable[..., dict[str, Any]] = run_job, env: Mapping[str, Any] | None = None,
-                    records: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_measurement(
+    options: MeasureOptions,
+    out: Path,
+    *,
+    only: Sequence[str] = (),
+    shard: tuple[int, int] | None = None,
+    force: bool = False,
+    progress: Progress = lambda s: None,
+    runner: Callable[..., dict[str, Any]] = run_job,
+    env: Mapping[str, Any] | None = None,
+    records: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run the jobs still to run into ``out`` (resumed when it holds compatible runs; started afresh
     with ``force``), writing it after every job; return the final document. The methods are those
     of ``records`` (default: the library's metadata)."""
@@ -408,8 +595,9 @@ def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] =
             raise MeasureError("\n".join(problems + [f"{out}: pass --force to measure afresh into it"]))
     old_runs = list(existing["runs"]) if existing else []
     commands = [*(existing["commands"] if existing else []), options.command]
-    plan = plan_jobs(domain_methods(options.workload, records), options.seeds,
-                     method_workloads(options.workload, records))
+    plan = plan_jobs(
+        domain_methods(options.workload, records), options.seeds, method_workloads(options.workload, records)
+    )
     jobs = select_jobs(plan, old_runs, only=only, shard=shard)
     runs = old_runs
     document = None
@@ -417,9 +605,12 @@ def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] =
         prefix = f"[{i}/{len(jobs)}]"
         progress(f"{prefix} {job.label}: starting")
         run = runner(job, options, env, lambda line, prefix=prefix: progress(f"{prefix} {line}"))
-        detail = (run["reason"] if run["status"] != "ok"
-                  else f"trained {run['wall_s']:.1f} s of {run['job_s']:.1f} s, {options.metric} "
-                       f"{run[options.metric]:.4f}" + ("" if run["acted"] is not False else ", did not act"))
+        detail = (
+            run["reason"]
+            if run["status"] != "ok"
+            else f"trained {run['wall_s']:.1f} s of {run['job_s']:.1f} s, {options.metric} "
+            f"{run[options.metric]:.4f}" + ("" if run["acted"] is not False else ", did not act")
+        )
         progress(f"{prefix} {job.label}: {run['status']} ({detail})")
         runs = [*runs, run]
         document = build_document(env, settings, commands, runs)
@@ -433,6 +624,7 @@ def run_measurement(options: MeasureOptions, out: Path, *, only: Sequence[str] =
 
 
 # --------------------------------------------------------------------------------------------- command
+
 
 def _parse_shard(text: str) -> tuple[int, int]:
     k, sep, n = text.partition("/")
@@ -460,8 +652,9 @@ def _parser(doc: str) -> Any:
     p.add_argument("--shard", help="K/N: run jobs K, K+N, K+2N, ... of the sweep (needs --out)")
     p.add_argument("--merge", nargs="+", type=Path, metavar="FILE", help="merge effects files into --out; runs nothing")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
-    p.add_argument("--out", type=Path,
-                   help="effects file (default: results/effects/<workload>-<cpu|gpu>-<hardware>.json)")
+    p.add_argument(
+        "--out", type=Path, help="effects file (default: results/effects/<workload>-<cpu|gpu>-<hardware>.json)"
+    )
     p.add_argument("--force", action="store_true", help="measure afresh into --out, or overwrite it with --merge")
     return p
 
@@ -485,25 +678,40 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
     text = default.seq_len is not None
     for flag, value, wrong in (("--image-size", args.image_size, text), ("--seq-len", args.seq_len, not text)):
         if value is not None and wrong:
-            problems.append(f"{flag}: not for the {args.workload} workload, whose data are "
-                            f"{'text: give --seq-len' if text else 'images: give --image-size'}")
+            problems.append(
+                f"{flag}: not for the {args.workload} workload, whose data are "
+                f"{'text: give --seq-len' if text else 'images: give --image-size'}"
+            )
     options = default.options(
-        args.workload, range(max(args.seeds, 0)), data=args.data or default.data,
+        args.workload,
+        range(max(args.seeds, 0)),
+        data=args.data or default.data,
         image_size=None if text else args.image_size or default.image_size,
-        seq_len=args.seq_len or default.seq_len if text else None, epochs=args.epochs or default.epochs,
-        batch_size=args.batch_size or default.batch_size, lr=args.lr if args.lr is not None else default.lr,
+        seq_len=args.seq_len or default.seq_len if text else None,
+        epochs=args.epochs or default.epochs,
+        batch_size=args.batch_size or default.batch_size,
+        lr=args.lr if args.lr is not None else default.lr,
         max_batches=args.max_batches if args.max_batches is not None else default.max_batches,
-        data_root=args.data_root, timeout_s=args.timeout,
-        test_fraction=None if text else args.test_fraction if args.test_fraction is not None else default.test_fraction)
-    problems += compare.check_options(options.model, options.data, options.data_root, options.epochs,
-                                      options.batch_size, options.max_batches, 1)
-    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
-                        ("--image-size", args.image_size), ("--seq-len", args.seq_len)):
+        data_root=args.data_root,
+        timeout_s=args.timeout,
+        test_fraction=None if text else args.test_fraction if args.test_fraction is not None else default.test_fraction,
+    )
+    problems += compare.check_options(
+        options.model, options.data, options.data_root, options.epochs, options.batch_size, options.max_batches, 1
+    )
+    for flag, value in (
+        ("--epochs", args.epochs),
+        ("--batch-size", args.batch_size),
+        ("--image-size", args.image_size),
+        ("--seq-len", args.seq_len),
+    ):
         if value is not None and value < 1 and f"{flag}: {value} — must be at least 1" not in problems:
             problems.append(f"{flag}: {value} — must be at least 1")
     if args.test_fraction is not None and (text or not 0 < args.test_fraction < 1):
-        problems.append(f"--test-fraction: {args.test_fraction} — "
-                        + ("not for text data" if text else "must be between 0 and 1 (the held-out share)"))
+        problems.append(
+            f"--test-fraction: {args.test_fraction} — "
+            + ("not for text data" if text else "must be between 0 and 1 (the held-out share)")
+        )
     if args.seeds < 2:
         problems.append(f"--seeds: {args.seeds} — must be at least 2: the spread over seeds needs two")
     if args.lr is not None and not args.lr > 0:
@@ -514,8 +722,10 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
     known_models = set(compare.model_names())
     for key, (model, _) in method_workloads(args.workload).items():
         if model is not None and model not in known_models:
-            problems.append(f"algorithms/{key}/metadata.json: workload: model {model!r} is not a reference model "
-                            f"— use one of {', '.join(sorted(known_models))}")
+            problems.append(
+                f"algorithms/{key}/metadata.json: workload: model {model!r} is not a reference model "
+                f"— use one of {', '.join(sorted(known_models))}"
+            )
     for key in _only(args):
         if key not in methods:
             problems.append(f"--only: {key!r} is not a {args.workload} method — use one of {', '.join(methods)}")
@@ -553,13 +763,20 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
             print(f"wrote {args.out}: {len(document['runs'])} runs from {len(pieces)} files")
             return 0
         assert options is not None
-        options = MeasureOptions(**{**options.__dict__, "command": " ".join(["python tools/measure_methods.py",
-                                                                               *argv])})
+        options = MeasureOptions(
+            **{**options.__dict__, "command": " ".join(["python tools/measure_methods.py", *argv])}
+        )
         env = compare.environment()
         out = args.out or default_output_path(options.workload, env)
-        document = run_measurement(options, out, only=_only(args),
-                                   shard=_parse_shard(args.shard) if args.shard else None, force=args.force,
-                                   progress=lambda line: print(line, file=sys.stderr, flush=True), env=env)
+        document = run_measurement(
+            options,
+            out,
+            only=_only(args),
+            shard=_parse_shard(args.shard) if args.shard else None,
+            force=args.force,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            env=env,
+        )
     except MeasureError as exc:
         print(str(exc), file=sys.stderr)
         return 1

@@ -35,8 +35,9 @@ PAGE = Path("measurements.md")  # written by hand: it includes the parts below
 PARTS = Path("tables") / "measurements"
 
 
-def render_measurements(site: Site, matrices: Sequence[tuple[Path, Mapping[str, Any]]] | None = None
-                        ) -> dict[Path, Content]:
+def render_measurements(
+    site: Site, matrices: Sequence[tuple[Path, Mapping[str, Any]]] | None = None
+) -> dict[Path, Content]:
     """The page's three generated parts, from ``site``'s effects and training results and from
     ``matrices`` (default: the committed matrix files)."""
     matrices = composability_files() if matrices is None else matrices
@@ -44,7 +45,12 @@ def render_measurements(site: Site, matrices: Sequence[tuple[Path, Mapping[str, 
     return {
         PARTS / "effects.md.inc": site.render("measurements_effects.md.inc.j2", effects=effects_views(site)),
         PARTS / "composability.md.inc": site.render(
-            "measurements_composability.md.inc.j2", matrices=[matrix_view(p, d, methods) for p, d in matrices],
-            outcomes=OUTCOMES, not_run=NOT_RUN, command=MATRIX_COMMAND, page=COMPOSABILITY_PAGE.with_suffix("")),
+            "measurements_composability.md.inc.j2",
+            matrices=[matrix_view(p, d, methods) for p, d in matrices],
+            outcomes=OUTCOMES,
+            not_run=NOT_RUN,
+            command=MATRIX_COMMAND,
+            page=COMPOSABILITY_PAGE.with_suffix(""),
+        ),
         PARTS / "training.md.inc": site.render("measurements_training.md.inc.j2", results=results_views(site)),
     }

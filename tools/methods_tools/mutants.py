@@ -102,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     statuses = list(mutmut_statuses())
     for module, counts in sorted(tally(statuses).items()):
         killed, judged = score((module, status) for status, n in counts.items() for _ in range(n))
-        print(f"{module}: {killed / judged:.1%} killed ({judged} run: "
-              + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + ")")
+        print(
+            f"{module}: {killed / judged:.1%} killed ({judged} run: "
+            + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+            + ")"
+        )
     survivors = [(name, status) for name, status in statuses if status in UNEXPLAINED]
     for name, status in survivors:
         print(f"{name}: {status}: {mutmut_change(name)}")
@@ -111,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if not judged:
         print("no mutant was run in this folder: run mutmut first (nox -s mutants)")
         return 0
-    print(f"mutation score: {killed / judged:.1%} ({killed} of {judged} mutants killed; {len(survivors)} survived "
-          "or are not reached, listed above)")
+    print(
+        f"mutation score: {killed / judged:.1%} ({killed} of {judged} mutants killed; {len(survivors)} survived "
+        "or are not reached, listed above)"
+    )
     return 0

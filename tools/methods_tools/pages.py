@@ -40,9 +40,21 @@ from .summaries import verdict_boxes
 from .training_pages import PAGE as TRAINING_PAGE
 from .training_pages import render_training_results
 
-__all__ = ["ALGORITHMS_TABLE", "COMPOSABILITY_PAGE", "DOCS_SOURCE", "GENERATORS", "LANDING", "METHODS_OVERVIEW",
-           "NAVIGATION", "TEMPLATE_DIR",
-           "TRAINING_PAGE", "Generated", "generate", "main", "write_outputs"]
+__all__ = [
+    "ALGORITHMS_TABLE",
+    "COMPOSABILITY_PAGE",
+    "DOCS_SOURCE",
+    "GENERATORS",
+    "LANDING",
+    "METHODS_OVERVIEW",
+    "NAVIGATION",
+    "TEMPLATE_DIR",
+    "TRAINING_PAGE",
+    "Generated",
+    "generate",
+    "main",
+    "write_outputs",
+]
 
 DOCS_SOURCE = REPO_ROOT / "docs" / "source"
 TEMPLATE_DIR = DOCS_SOURCE / "tables"
@@ -53,8 +65,13 @@ NAVIGATION = Path("tables") / "navigation.rst.inc"  # .inc: Sphinx does not read
 LANDING = Path("tables") / "landing.rst.inc"
 
 # The landing page's "start here": a reader's goal and the tag whose overview answers it.
-GOALS = (("Train faster", "speedup"), ("Generalize better", "regularization"), ("Use less memory", "memory"),
-         ("Train on more devices", "parallelism"), ("Compute in lower precision", "precision"))
+GOALS = (
+    ("Train faster", "speedup"),
+    ("Generalize better", "regularization"),
+    ("Use less memory", "memory"),
+    ("Train on more devices", "parallelism"),
+    ("Compute in lower precision", "precision"),
+)
 
 Generator = Callable[[Site], Mapping[Path, Content]]
 
@@ -81,8 +98,9 @@ def _cards(folder: Path) -> list[str]:
     paths = sorted(folder.glob("*.md"))
     bad = [p.name for p in paths if not _CARD_NAME.match(p.stem)]
     if bad:
-        raise ValueError(f"{display_path(folder)}: card file name(s) {', '.join(bad)} — use letters, digits, "
-                         "'_', '-', '.'")
+        raise ValueError(
+            f"{display_path(folder)}: card file name(s) {', '.join(bad)} — use letters, digits, '_', '-', '.'"
+        )
     return [f"{folder.name}/{p.stem}" for p in paths]
 
 
@@ -97,12 +115,21 @@ def navigation(site: Site) -> dict[Path, Content]:
     produces a warning.
     """
     method_cards = [f"method_cards/{safe_token(r.key, 'method key')}" for r in site.methods]
-    sections = [("Dataset and Task Cards", _cards(site.source_dir / "dataset_cards")),
-                ("Model Family Cards", _cards(site.source_dir / "model_cards"))]
+    sections = [
+        ("Dataset and Task Cards", _cards(site.source_dir / "dataset_cards")),
+        ("Model Family Cards", _cards(site.source_dir / "model_cards")),
+    ]
     training_pages = [TRAINING_PAGE.with_suffix("").as_posix()] if TRAINING_PAGE in site.rendered else []
     library_pages = [COMPOSABILITY_PAGE.with_suffix("").as_posix()] if COMPOSABILITY_PAGE in site.rendered else []
-    return {NAVIGATION: site.render("navigation.rst.inc.j2", method_cards=method_cards, training_pages=training_pages,
-                                    library_pages=library_pages, sections=[s for s in sections if s[1]])}
+    return {
+        NAVIGATION: site.render(
+            "navigation.rst.inc.j2",
+            method_cards=method_cards,
+            training_pages=training_pages,
+            library_pages=library_pages,
+            sections=[s for s in sections if s[1]],
+        )
+    }
 
 
 def landing(site: Site) -> dict[Path, Content]:
@@ -113,22 +140,41 @@ def landing(site: Site) -> dict[Path, Content]:
     served = {r.key: tuple(sorted(r.domains)) for r in site.methods}
     # one domain first, then the sets of several, each in name order
     groups = sorted(set(served.values()), key=lambda g: (len(g) > 1, len(g), g))
-    rows = [(group, *(sum(1 for r in site.methods if served[r.key] == group and r.kind == k) for k in kinds))
-            for group in groups]
+    rows = [
+        (group, *(sum(1 for r in site.methods if served[r.key] == group and r.kind == k) for k in kinds))
+        for group in groups
+    ]
     totals = tuple(sum(1 for r in site.methods if r.kind == k) for k in kinds)
     goals = [(label, tag, sum(1 for r in site.methods if tag in r.tags)) for label, tag in GOALS]
     # the overview's charts of measured effects (already drawn: the overview renders before this page)
     charts = [view for view in effects_views(site) if view.chart and Path(view.chart) in site.rendered]
-    return {LANDING: site.render("landing.rst.inc.j2", rows=rows, totals=totals, overview=OVERVIEW_HTML,
-                                 goals=[g for g in goals if g[2]], charts=charts)}
+    return {
+        LANDING: site.render(
+            "landing.rst.inc.j2",
+            rows=rows,
+            totals=totals,
+            overview=OVERVIEW_HTML,
+            goals=[g for g in goals if g[2]],
+            charts=charts,
+        )
+    }
 
 
 OVERVIEW_HTML = METHODS_OVERVIEW.with_suffix(".html").as_posix()
 
 # In order: the navigation lists pages the generators before it write.
-GENERATORS: tuple[Generator, ...] = (algorithms_table, methods_overview, render_figures, render_training_results,
-                                     render_effects, render_composability, render_measurements, verdict_boxes, landing,
-                                     navigation)
+GENERATORS: tuple[Generator, ...] = (
+    algorithms_table,
+    methods_overview,
+    render_figures,
+    render_training_results,
+    render_effects,
+    render_composability,
+    render_measurements,
+    verdict_boxes,
+    landing,
+    navigation,
+)
 
 
 @dataclass(frozen=True)
@@ -140,8 +186,14 @@ class Generated:
     problems: Sequence[str]
 
 
-def generate(source_dir: Path | None = None, *, out_dir: Path | None = None, metadata_root: Path | None = None,
-             results_root: Path | None = None, generators: Sequence[Generator] = GENERATORS) -> Generated:
+def generate(
+    source_dir: Path | None = None,
+    *,
+    out_dir: Path | None = None,
+    metadata_root: Path | None = None,
+    results_root: Path | None = None,
+    generators: Sequence[Generator] = GENERATORS,
+) -> Generated:
     """Render every page of ``generators`` in order; write nothing.
 
     ``source_dir`` (default ``docs/source``) holds the card folders; ``out_dir`` (default
@@ -153,8 +205,10 @@ def generate(source_dir: Path | None = None, *, out_dir: Path | None = None, met
     problems = [str(p) for p in metadata_problems]
     results, effects = [], []
     effects_root = Path(results_root) / "effects" if results_root is not None else None  # results/effects/
-    for found, load, paths in ((results, load_results, discover_results(results_root)),
-                               (effects, load_effects, discover_effects(effects_root))):
+    for found, load, paths in (
+        (results, load_results, discover_results(results_root)),
+        (effects, load_effects, discover_effects(effects_root)),
+    ):
         for path in paths:
             try:
                 found.append((path, load(path)))
@@ -162,9 +216,14 @@ def generate(source_dir: Path | None = None, *, out_dir: Path | None = None, met
                 problems += str(exc).splitlines()
     if problems:
         return Generated({}, problems)
-    site = Site(source_dir=source_dir, out_dir=Path(out_dir) if out_dir is not None else source_dir,
-                env=jinja_environment(TEMPLATE_DIR, bytecode_cache=True), methods=sorted_methods(records),
-                results=results, effects=effects)
+    site = Site(
+        source_dir=source_dir,
+        out_dir=Path(out_dir) if out_dir is not None else source_dir,
+        env=jinja_environment(TEMPLATE_DIR, bytecode_cache=True),
+        methods=sorted_methods(records),
+        results=results,
+        effects=effects,
+    )
     for generator in generators:
         try:
             site.rendered.update(generator(site))
@@ -212,11 +271,16 @@ def write_outputs(outputs: Mapping[Path, Content], out_dir: Path) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``tools/generate_pages.py``: render every generated page; ``--check`` writes nothing."""
     parser = argparse.ArgumentParser(prog="tools/generate_pages.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="render every page and write nothing; exit 1 with one line per problem")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="write the pages under DIR instead of docs/source (the card folders are still "
-                             "read from docs/source)")
+    parser.add_argument(
+        "--check", action="store_true", help="render every page and write nothing; exit 1 with one line per problem"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the pages under DIR instead of docs/source (the card folders are still read from docs/source)",
+    )
     args = parser.parse_args(argv)
     out_dir = args.out if args.out is not None else DOCS_SOURCE
     generated = generate(DOCS_SOURCE, out_dir=out_dir)

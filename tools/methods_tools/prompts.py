@@ -28,8 +28,11 @@ def hint(text: str) -> str:
 
 def prompts(path: Path) -> list[tuple[int, str]]:
     """``(line, what to write)`` for every prompt left in a text file."""
-    return [(number, hint(line)) for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1)
-            if _FOUND.search(line)]
+    return [
+        (number, hint(line))
+        for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1)
+        if _FOUND.search(line)
+    ]
 
 
 def json_prompts(data: Any, where: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str]]:

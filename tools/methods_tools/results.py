@@ -21,11 +21,28 @@ from algorithms.metadata import PACKAGE_ROOT, schema_validator
 
 from . import REPO_ROOT
 
-__all__ = ["BENCH_DIR", "BENCH_SCHEMA_PATH", "COMPOSABILITY_DIR", "COMPOSABILITY_SCHEMA_PATH", "EFFECTS_DIR",
-           "EFFECTS_SCHEMA_PATH", "RESULTS_DIR", "RESULTS_SCHEMA_PATH", "ResultsError", "bench_problems",
-           "composability_problems", "load_bench", "discover_composability",
-           "discover_effects", "discover_results", "effects_problems", "load_composability", "load_effects",
-           "load_results", "results_problems"]
+__all__ = [
+    "BENCH_DIR",
+    "BENCH_SCHEMA_PATH",
+    "COMPOSABILITY_DIR",
+    "COMPOSABILITY_SCHEMA_PATH",
+    "EFFECTS_DIR",
+    "EFFECTS_SCHEMA_PATH",
+    "RESULTS_DIR",
+    "RESULTS_SCHEMA_PATH",
+    "ResultsError",
+    "bench_problems",
+    "composability_problems",
+    "load_bench",
+    "discover_composability",
+    "discover_effects",
+    "discover_results",
+    "effects_problems",
+    "load_composability",
+    "load_effects",
+    "load_results",
+    "results_problems",
+]
 
 RESULTS_SCHEMA_PATH = PACKAGE_ROOT / "results.schema.json"
 EFFECTS_SCHEMA_PATH = PACKAGE_ROOT / "effects.schema.json"
@@ -57,8 +74,10 @@ def results_problems(data: Any, where: str = "<results>") -> list[str]:
     regenerate it: its single runs cannot give the medians and ranges version 2 reports.
     """
     if isinstance(data, dict) and data.get("schema_version") == 1:
-        return [f"{where}: /schema_version: 1 is no longer read (one run per configuration, no median or range) "
-                "— regenerate the file with tools/compare_training.py (--repeats 3, --force)"]
+        return [
+            f"{where}: /schema_version: 1 is no longer read (one run per configuration, no median or range) "
+            "— regenerate the file with tools/compare_training.py (--repeats 3, --force)"
+        ]
     return _problems(data, RESULTS_SCHEMA_PATH, where)
 
 
@@ -69,8 +88,10 @@ def effects_problems(data: Any, where: str = "<effects>") -> list[str]:
     paired with intervals, checked for activity, or scored through ``Trainer.eval``.
     """
     if isinstance(data, dict) and data.get("schema_version") in (1, 2):
-        return [f"{where}: /schema_version: {data['schema_version']} is no longer read (no intervals, verdicts or "
-                "record of what the methods did) — measure again with tools/measure_methods.py"]
+        return [
+            f"{where}: /schema_version: {data['schema_version']} is no longer read (no intervals, verdicts or "
+            "record of what the methods did) — measure again with tools/measure_methods.py"
+        ]
     return _problems(data, EFFECTS_SCHEMA_PATH, where)
 
 
@@ -79,8 +100,9 @@ def _load(path: str | Path, problems: Any, tool: str) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} — fix the file or regenerate it "
-                           f"with {tool}") from None
+        raise ResultsError(
+            f"{path}:{exc.lineno}: not valid JSON: {exc.msg} — fix the file or regenerate it with {tool}"
+        ) from None
     found = problems(data, str(path))
     if found:
         raise ResultsError("\n".join(found))

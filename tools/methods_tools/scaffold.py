@@ -65,12 +65,24 @@ __all__ = [
 TEMPLATE_DIR = Path("docs/source/templates")
 CODE_TEMPLATES = Path(__file__).resolve().parent / "templates"
 KINDS = tuple(kind.value for kind in Kind)
-CARD_DIRS = {Kind.METHOD: "method_cards", Kind.BEST_PRACTICE: "method_cards", Kind.DATASET: "dataset_cards",
-             Kind.MODEL_FAMILY: "model_cards"}
-TEMPLATES = {Kind.METHOD: "algo_card.md.jinja", Kind.BEST_PRACTICE: "algo_card.md.jinja",
-             Kind.DATASET: "dataset_task_card.md.jinja", Kind.MODEL_FAMILY: "model_family_card.md.jinja"}
-LABELS = {Kind.METHOD: "method", Kind.BEST_PRACTICE: "method", Kind.DATASET: "data set",
-          Kind.MODEL_FAMILY: "model family"}
+CARD_DIRS = {
+    Kind.METHOD: "method_cards",
+    Kind.BEST_PRACTICE: "method_cards",
+    Kind.DATASET: "dataset_cards",
+    Kind.MODEL_FAMILY: "model_cards",
+}
+TEMPLATES = {
+    Kind.METHOD: "algo_card.md.jinja",
+    Kind.BEST_PRACTICE: "algo_card.md.jinja",
+    Kind.DATASET: "dataset_task_card.md.jinja",
+    Kind.MODEL_FAMILY: "model_family_card.md.jinja",
+}
+LABELS = {
+    Kind.METHOD: "method",
+    Kind.BEST_PRACTICE: "method",
+    Kind.DATASET: "data set",
+    Kind.MODEL_FAMILY: "model family",
+}
 #: How a distributed card's ``train.py`` is launched; the tests launch every card that writes it.
 LAUNCH_COMMAND = "python -m torch.distributed.run --standalone --nproc_per_node 2 train.py"
 
@@ -172,8 +184,9 @@ def lookup_record(kind: str, name: str, package_root: Path | None = None) -> Any
     return records[name]
 
 
-def render_card(kind: str, name: str, *, repo_root: Path | None = None, package_root: Path | None = None,
-                record: Any = None) -> str:
+def render_card(
+    kind: str, name: str, *, repo_root: Path | None = None, package_root: Path | None = None, record: Any = None
+) -> str:
     """The card ``name`` of ``kind`` as the scaffold writes it (``record`` overrides the lookup).
 
     Raises :class:`UnknownName` (message lists the known names, closest first) and
@@ -245,8 +258,9 @@ def _method_context(record: Any) -> dict[str, Any]:
         context["api_classes"] = _optimizer_classes(record)
         parallel = (record.trainer_option or {}).get("parallel")
         if parallel in DISTRIBUTED:
-            context.update(launch=LAUNCH_COMMAND, trainer_setup=_one_process_world(parallel),
-                           trainer_teardown=_TEARDOWN)
+            context.update(
+                launch=LAUNCH_COMMAND, trainer_setup=_one_process_world(parallel), trainer_teardown=_TEARDOWN
+            )
         return context
 
     # From the method's own folder, so a new method's first card renders before its metadata is valid.
@@ -262,15 +276,16 @@ def _method_context(record: Any) -> dict[str, Any]:
         description = _rst_to_md(param.description or "")
         if spec is not None and spec.note:
             description = f"{description} {md_text(spec.note)}".strip()
-        context["rows"].append(_Row(
-            name=name,
-            default="required" if param.default is codeinfo.REQUIRED else f"`{literal(param.default)}`",
-            suggested=f"`{literal(spec.suggested)}`" if spec is not None else "—",
-            range=range_literal(spec),
-            description=description or "—",
-        ))
-    functional = codeinfo.lookup(f"algorithms.{record.key}.{record.functional}", record.path, record.key,
-                                 "functional")
+        context["rows"].append(
+            _Row(
+                name=name,
+                default="required" if param.default is codeinfo.REQUIRED else f"`{literal(param.default)}`",
+                suggested=f"`{literal(spec.suggested)}`" if spec is not None else "—",
+                range=range_literal(spec),
+                description=description or "—",
+            )
+        )
+    functional = codeinfo.lookup(f"algorithms.{record.key}.{record.functional}", record.path, record.key, "functional")
     context["functional_example"] = _functional_example(record, codeinfo.parameters(functional), suggested)
     context["trainer_example"] = _trainer_example(record, record.class_name, suggested)
     if "figure" in record.raw:  # after the lookups above, which report a functional that is not there
@@ -313,13 +328,21 @@ def new_method_metadata(key: str, class_name: str, functional: str) -> dict[str,
             "tags": [f"{todo}: one or more of {', '.join(_schema_enum('tags'))}"],
             "summary": f"{todo}: a paragraph on how it works.",
             "use": f"{todo}: where it applies (tasks, models, data) and where it does not.",
-            "paper": {"title": f"{todo}: the paper's title", "authors": [f"{todo}: every author"],
-                      "venue": f"{todo}: the venue", "year": 2000, "url": "https://arxiv.org/abs/0000.00000"},
+            "paper": {
+                "title": f"{todo}: the paper's title",
+                "authors": [f"{todo}: every author"],
+                "venue": f"{todo}: the venue",
+                "year": 2000,
+                "url": "https://arxiv.org/abs/0000.00000",
+            },
             "math_equivalent": False,
-            "observable": [f"{todo}: one or more of {', '.join(_schema_enum('observable'))}: what the "
-                           "composability matrix checks to see the method act"],
-            "hyperparameters": {"example_hparam": {"suggested": 0.5, "range": [0, 1],
-                                                   "note": f"{todo}: rename it to the method's own."}},
+            "observable": [
+                f"{todo}: one or more of {', '.join(_schema_enum('observable'))}: what the "
+                "composability matrix checks to see the method act"
+            ],
+            "hyperparameters": {
+                "example_hparam": {"suggested": 0.5, "range": [0, 1], "note": f"{todo}: rename it to the method's own."}
+            },
             "plumbing": ["input_key"],
         },
     }
@@ -333,16 +356,19 @@ def _schema_enum(field: str) -> list[str]:
     return list(schema["$defs"]["method"]["properties"][field]["items"]["enum"])
 
 
-def scaffold_method(key: str, *, class_name: str | None = None, functional: str | None = None,
-                    repo_root: Path | None = None) -> dict[Path, str]:
+def scaffold_method(
+    key: str, *, class_name: str | None = None, functional: str | None = None, repo_root: Path | None = None
+) -> dict[Path, str]:
     """Every file ``new_card.py KEY --new`` writes except the card, ``{path: content}``.
 
     The card is rendered from these once they exist (see ``commands.new_card_main``). Raises
     ValueError for a key, class name or function name that cannot be one.
     """
     if not _KEY.match(key):
-        raise ValueError(f"{key!r}: a method key is lower case letters, digits and underscores, starting "
-                         "with a letter (it names the folder, the card and the metadata key)")
+        raise ValueError(
+            f"{key!r}: a method key is lower case letters, digits and underscores, starting "
+            "with a letter (it names the folder, the card and the metadata key)"
+        )
     class_name = class_name or default_class_name(key)
     functional = functional or f"{key}_batch"
     for flag, value in (("--class-name", class_name), ("--functional", functional)):
@@ -373,16 +399,22 @@ def _nlp(record: Any) -> bool:
 def _data_lines(record: Any, needs: set[str]) -> list[str]:
     lines = []
     if "images" in needs:
-        lines.append(f"images = torch.rand({_BATCH}, 3, 32, 32)" if "vision" in record.domains
-                     else f"images = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ}))" if _nlp(record)
-                     else f"images = torch.randn({_BATCH}, 16)")
+        lines.append(
+            f"images = torch.rand({_BATCH}, 3, 32, 32)"
+            if "vision" in record.domains
+            else f"images = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ}))"
+            if _nlp(record)
+            else f"images = torch.randn({_BATCH}, 16)"
+        )
     if "labels" in needs:
         lines.append(f"labels = torch.randint(0, {_CLASSES}, ({_BATCH},))")
     if "logits" in needs:
         lines.append(f"logits = torch.randn({_BATCH}, {_CLASSES})")
     if "batch" in needs:
-        lines += [f"tokens = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ + 1}))",
-                  'batch = {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}']
+        lines += [
+            f"tokens = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ + 1}))",
+            'batch = {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}',
+        ]
     if needs & {"model", "grads", "averaged", "optimizer"}:
         lines += _model_lines(record)
     if "grads" in needs:
@@ -408,8 +440,10 @@ def _model_lines(record: Any) -> list[str]:
         size = _VOCAB if name.startswith("transformer") else _CLASSES
         return [f"from algorithms.models import {name}", "", f"model = {name}({size})"]
     if "vision" in record.domains:
-        return [f"model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.AdaptiveAvgPool2d(1), "
-                f"torch.nn.Flatten(), torch.nn.Linear(8, {_CLASSES}))"]
+        return [
+            f"model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.AdaptiveAvgPool2d(1), "
+            f"torch.nn.Flatten(), torch.nn.Linear(8, {_CLASSES}))"
+        ]
     return [f"model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, {_CLASSES}))"]
 
 
@@ -457,13 +491,15 @@ def _one_process_world(parallel: str) -> str:
 
 #: Hidden code that undoes :func:`_one_process_world` (the project's destroy_process_group also
 #: drops what DeepSpeed cached from the world, so the next card's world starts clean).
-_TEARDOWN = "\n".join([
-    "from algorithms.core.distributed import destroy_process_group",
-    "",
-    "destroy_process_group()",
-    "os.environ.clear()",
-    "os.environ.update(_saved_environ)",
-])
+_TEARDOWN = "\n".join(
+    [
+        "from algorithms.core.distributed import destroy_process_group",
+        "",
+        "destroy_process_group()",
+        "os.environ.clear()",
+        "os.environ.update(_saved_environ)",
+    ]
+)
 
 
 def _optimizer_option(record: Any) -> str | None:
@@ -513,8 +549,10 @@ def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, A
     if optimizer:
         module_name, name = optimizer.rsplit(".", 1)
         lines.insert(lines.index("from algorithms.core import Trainer") + 1, f"from {module_name} import {name}")
-    options = "".join(f", {k}={name}(model.parameters(), lr=0.1)" if k == "optimizer" and optimizer
-                      else f", {k}={literal(v)}" for k, v in (record.trainer_option or {}).items())
+    options = "".join(
+        f", {k}={name}(model.parameters(), lr=0.1)" if k == "optimizer" and optimizer else f", {k}={literal(v)}"
+        for k, v in (record.trainer_option or {}).items()
+    )
     if nlp:
         options += ', loss_fn=lm_loss, input_key="input_ids", target_key="labels"'
     given = {k: v for k, v in suggested.items() if v is not None}  # None defers to the other arguments
@@ -536,13 +574,15 @@ def _builder_example(kind: str, entry: dict[str, Any], path: Path) -> str:
     if kind == Kind.MODEL_FAMILY:
         first = entry["members"][0]
         size = first["input_size"]
-        return "\n".join([
-            "import torch",
-            f"from {entry['module']} import {first['builder']}",
-            "",
-            f"model = {first['builder']}()",
-            f"logits = model(torch.rand(2, 3, {size}, {size}))",
-        ])
+        return "\n".join(
+            [
+                "import torch",
+                f"from {entry['module']} import {first['builder']}",
+                "",
+                f"model = {first['builder']}()",
+                f"logits = model(torch.rand(2, 3, {size}, {size}))",
+            ]
+        )
     builder = codeinfo.lookup(f"{entry['module']}.{entry['builder']}", path, entry["key"], "builder")
     required = [name for name, p in codeinfo.parameters(builder).items() if p.default is codeinfo.REQUIRED]
     lines = [f"from {entry['module']} import {entry['builder']}", ""]

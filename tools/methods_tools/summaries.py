@@ -33,8 +33,21 @@ from .markup import one_line
 from .results import discover_effects, discover_results, load_effects, load_results
 from .training_pages import PRECISION_FAMILY, REFERENCE_EXPERIMENT, REFERENCE_SOURCE
 
-__all__ = ["STAGE_TAGS", "VERDICTS", "AtScale", "Evidence", "Inputs", "Summary", "first_sentence", "load_inputs",
-           "reference_figure", "stage_tags", "summarise", "summaries", "verdict_boxes"]
+__all__ = [
+    "STAGE_TAGS",
+    "VERDICTS",
+    "AtScale",
+    "Evidence",
+    "Inputs",
+    "Summary",
+    "first_sentence",
+    "load_inputs",
+    "reference_figure",
+    "stage_tags",
+    "summarise",
+    "summaries",
+    "verdict_boxes",
+]
 
 VERDICTS = Path("tables") / "verdict"
 BASELINE_CONFIG = "fp32:single"
@@ -54,15 +67,19 @@ STAGE_TAGS: Mapping[str, tuple[tuple[str, str], ...]] = {
 }
 
 # The reference experiment's row for a best practice's Trainer option, and the row it is read against.
-REFERENCE_ROWS = {("precision", "fp16"): "Half precision (fp16), one GPU",
-                  ("precision", "amp_fp16"): "Automatic mixed precision, one GPU",
-                  ("precision", "amp_bf16"): "Automatic mixed precision, one GPU",
-                  ("parallel", "dp"): "DataParallel, 4 GPUs",
-                  ("parallel", "ddp"): "DistributedDataParallel, 4 GPUs",
-                  ("parallel", "fsdp"): "Fully Sharded Data Parallel, 4 GPUs"}
+REFERENCE_ROWS = {
+    ("precision", "fp16"): "Half precision (fp16), one GPU",
+    ("precision", "amp_fp16"): "Automatic mixed precision, one GPU",
+    ("precision", "amp_bf16"): "Automatic mixed precision, one GPU",
+    ("parallel", "dp"): "DataParallel, 4 GPUs",
+    ("parallel", "ddp"): "DistributedDataParallel, 4 GPUs",
+    ("parallel", "fsdp"): "Fully Sharded Data Parallel, 4 GPUs",
+}
 REFERENCE_BASELINE = "Single precision (fp32), one GPU"
-REFERENCE_SETTING = ("a pretrained ResNet-50 fine-tuned on CIFAR-10, 5 epochs at batch 128, one run per configuration "
-                     "(a hand-run experiment, not a paper)")
+REFERENCE_SETTING = (
+    "a pretrained ResNet-50 fine-tuned on CIFAR-10, 5 epochs at batch 128, one run per configuration "
+    "(a hand-run experiment, not a paper)"
+)
 
 
 @dataclass(frozen=True)
@@ -107,8 +124,10 @@ class Evidence:
     @property
     def cost(self) -> str:
         """What it costs in speed and memory, in one phrase: ``throughput ...; memory ...``."""
-        parts = [f"throughput {self.throughput}" if self.throughput else "",
-                 f"memory {self.memory}" if self.memory else ""]
+        parts = [
+            f"throughput {self.throughput}" if self.throughput else "",
+            f"memory {self.memory}" if self.memory else "",
+        ]
         return "; ".join(p for p in parts if p) or "not measured"
 
 
@@ -173,14 +192,24 @@ def _short(reason: str | None, limit: int = 120) -> str | None:
 
 # --------------------------------------------------------------------------------------------- methods
 
+
 def _effects_evidence(view: EffectsFile, key: str) -> list[Evidence]:
     evidence = []
     for row in view.rows_of(key):
         what = f"{view.workload_label}, {view.settings['model']} on {view.settings['data']}"
         what += f" (run as {row.variant})" if row.variant else ""
-        evidence.append(Evidence(
-            what=what, hardware=view.hardware, status=row.status, reason=None if row.measured else _short(row.reason),
-            quality=row.quality, throughput=row.throughput, memory=row.memory, file=view.file))
+        evidence.append(
+            Evidence(
+                what=what,
+                hardware=view.hardware,
+                status=row.status,
+                reason=None if row.measured else _short(row.reason),
+                quality=row.quality,
+                throughput=row.throughput,
+                memory=row.memory,
+                file=view.file,
+            )
+        )
     return evidence
 
 
@@ -189,6 +218,7 @@ def _at_scale(record: MethodRecord) -> list[AtScale]:
 
 
 # --------------------------------------------------------------------------------------------- best practices
+
 
 def reference_figure(option: str, value: Any) -> AtScale | None:
     """The reference experiment's row for ``option=value``, read against its fp32 row; None without one."""
@@ -202,9 +232,13 @@ def reference_figure(option: str, value: Any) -> AtScale | None:
     if row.accuracy is not None:
         parts.append(f"about {row.accuracy} % accuracy against {base.accuracy} %")
     gpus = "four NVIDIA Tesla P40 GPUs" if "4 GPUs" in row.configuration else "one NVIDIA Tesla P40 GPU"
-    return AtScale(figure=f"{row.configuration}: " + ", ".join(parts), setting=REFERENCE_SETTING,
-                   source=f"reference experiment ({REFERENCE_SOURCE['name']})", hardware=gpus,
-                   url=REFERENCE_SOURCE["url"])
+    return AtScale(
+        figure=f"{row.configuration}: " + ", ".join(parts),
+        setting=REFERENCE_SETTING,
+        source=f"reference experiment ({REFERENCE_SOURCE['name']})",
+        hardware=gpus,
+        url=REFERENCE_SOURCE["url"],
+    )
 
 
 def _runs_of(summary: Sequence[Mapping[str, Any]], option: str, value: Any) -> list[Mapping[str, Any]]:
@@ -263,22 +297,34 @@ def _training_evidence(path: Path, document: Mapping[str, Any], option: str, val
             runs = entry["ok_runs"]
             status, speed = "measured", _speedup(entry, runs)
             memory = _memory(entry, base, runs) if base is not None and base["status"] == "ok" else None
-        evidence.append(Evidence(what=what, hardware=env["hardware"], status=status, reason=reason, quality=None,
-                                 throughput=speed, memory=memory, file=f"results/{path.name}"))
+        evidence.append(
+            Evidence(
+                what=what,
+                hardware=env["hardware"],
+                status=status,
+                reason=reason,
+                quality=None,
+                throughput=speed,
+                memory=memory,
+                file=f"results/{path.name}",
+            )
+        )
     return evidence
 
 
 # --------------------------------------------------------------------------------------------- summaries
 
-def summarise(record: MethodRecord, effects: Sequence[EffectsFile],
-              results: Sequence[tuple[Path, Mapping[str, Any]]]) -> Summary:
+
+def summarise(
+    record: MethodRecord, effects: Sequence[EffectsFile], results: Sequence[tuple[Path, Mapping[str, Any]]]
+) -> Summary:
     """What ``record`` buys: its sourced figures and this project's evidence of it, from the effects
     files (a method) or the training comparisons (a best practice)."""
     sourced = _at_scale(record)
     evidence: list[Evidence] = []
     if record.is_best_practice:
         if record.trainer_option:
-            (option, value), = record.trainer_option.items()
+            ((option, value),) = record.trainer_option.items()
             reference = reference_figure(option, value)
             sourced += [reference] if reference else []
             for path, document in results:
@@ -286,12 +332,20 @@ def summarise(record: MethodRecord, effects: Sequence[EffectsFile],
     else:
         for view in effects:
             evidence += _effects_evidence(view, record.key)
-    return Summary(key=record.key, name=record.name, kind=record.kind, when=first_sentence(record.use),
-                   sourced=tuple(sourced), evidence=tuple(evidence), stages=stage_tags(record))
+    return Summary(
+        key=record.key,
+        name=record.name,
+        kind=record.kind,
+        when=first_sentence(record.use),
+        sourced=tuple(sourced),
+        evidence=tuple(evidence),
+        stages=stage_tags(record),
+    )
 
 
-def _effects_views(methods: Sequence[MethodRecord],
-                   effects: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[EffectsFile]:
+def _effects_views(
+    methods: Sequence[MethodRecord], effects: Sequence[tuple[Path, Mapping[str, Any]]]
+) -> list[EffectsFile]:
     records = {r.key: r for r in methods if r.kind == "method"}
     return [effects_file(path, document, records) for path, document in effects]
 
@@ -305,8 +359,10 @@ def summaries(site: Site) -> dict[str, Summary]:
 def verdict_boxes(site: Site) -> dict[Path, Content]:
     """``tables/verdict/<key>.md.inc`` for every method and best practice: the "Should I use it?" box
     its card includes (links in it are relative to ``method_cards/``)."""
-    return {VERDICTS / f"{key}.md.inc": site.render("verdict_snippet.md.inc.j2", summary=summary)
-            for key, summary in summaries(site).items()}
+    return {
+        VERDICTS / f"{key}.md.inc": site.render("verdict_snippet.md.inc.j2", summary=summary)
+        for key, summary in summaries(site).items()
+    }
 
 
 @dataclass(frozen=True)
@@ -334,5 +390,9 @@ def load_inputs(metadata_root: Path | None = None, results_root: Path | None = N
     results = [(p, load_results(p)) for p in discover_results(results_root)]
     effects = [(p, load_effects(p)) for p in discover_effects(effects_root)]
     methods = sorted_methods(records)
-    return Inputs(records={r.key: r for r in methods}, effects=_effects_views(methods, effects), results=results,
-                  results_files=[*(p for p, _ in results), *(p for p, _ in effects)])
+    return Inputs(
+        records={r.key: r for r in methods},
+        effects=_effects_views(methods, effects),
+        results=results,
+        results_files=[*(p for p, _ in results), *(p for p, _ in effects)],
+    )

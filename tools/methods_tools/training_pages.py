@@ -31,8 +31,15 @@ from typing import Any
 
 from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 
-__all__ = ["PAGE", "REFERENCE_EXPERIMENT", "REFERENCE_SOURCE", "SNIPPETS", "ReferenceRow", "render_training_results",
-           "results_views"]
+__all__ = [
+    "PAGE",
+    "REFERENCE_EXPERIMENT",
+    "REFERENCE_SOURCE",
+    "SNIPPETS",
+    "ReferenceRow",
+    "render_training_results",
+    "results_views",
+]
 
 PAGE = Path("training_configurations.md")
 SNIPPETS = Path("tables") / "results"
@@ -59,7 +66,7 @@ class ReferenceRow:
 REFERENCE_SOURCE = {
     "name": "xxcheng0708/pytorch-model-train-template, README.md",
     "url": "https://github.com/xxcheng0708/pytorch-model-train-template/blob/"
-           "c8438928b7ce0c861cee92079b79a09d240fed63/README.md",
+    "c8438928b7ce0c861cee92079b79a09d240fed63/README.md",
 }
 REFERENCE_EXPERIMENT = (
     ReferenceRow("Baseline: one GPU, batch 1", None, 0.34, 60, None),
@@ -74,8 +81,12 @@ REFERENCE_EXPERIMENT = (
 )
 
 # Precision modes shown together on a precision best practice's card.
-PRECISION_FAMILY = {"amp_fp16": ("amp_fp16", "amp_bf16"), "amp_bf16": ("amp_fp16", "amp_bf16"),
-                    "fp16": ("fp16", "bf16"), "bf16": ("fp16", "bf16")}
+PRECISION_FAMILY = {
+    "amp_fp16": ("amp_fp16", "amp_bf16"),
+    "amp_bf16": ("amp_fp16", "amp_bf16"),
+    "fp16": ("fp16", "bf16"),
+    "bf16": ("fp16", "bf16"),
+}
 
 
 class ChartError(ValueError):
@@ -83,6 +94,7 @@ class ChartError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------- view
+
 
 def _spread(stat: Mapping[str, float] | None, fmt: Any = lambda v: f"{v:,.1f}") -> str:
     """``median (min–max)``; the median alone when the range is one value; "—" for no figure."""
@@ -142,15 +154,26 @@ def _run(entry: Mapping[str, Any]) -> Run:
     check = entry["super_linear"]
     runs = str(entry["runs"]) if entry["ok_runs"] in (0, entry["runs"]) else f"{entry['ok_runs']} of {entry['runs']}"
     return Run(
-        config=entry["config"], precision=entry["precision"], parallel=entry["parallel"],
-        processes=entry["world_size"], status=entry["status"], reason=entry["reason"], note=entry["note"],
-        runs=runs, time=_spread(entry["wall_s"]), first_epoch=_spread(entry["first_epoch_s"]),
-        steady_epoch=_spread(entry["steady_epoch_s"], lambda v: f"{v:,.2f}"), throughput=_spread(entry["throughput"]),
+        config=entry["config"],
+        precision=entry["precision"],
+        parallel=entry["parallel"],
+        processes=entry["world_size"],
+        status=entry["status"],
+        reason=entry["reason"],
+        note=entry["note"],
+        runs=runs,
+        time=_spread(entry["wall_s"]),
+        first_epoch=_spread(entry["first_epoch_s"]),
+        steady_epoch=_spread(entry["steady_epoch_s"], lambda v: f"{v:,.2f}"),
+        throughput=_spread(entry["throughput"]),
         speedup=_speedup(entry) if entry["status"] == "ok" else "—",
-        memory=_spread(entry["peak_memory_bytes"], _mib()), model_memory=_spread(entry["model_memory_bytes"], _mib(2)),
+        memory=_spread(entry["peak_memory_bytes"], _mib()),
+        model_memory=_spread(entry["model_memory_bytes"], _mib(2)),
         gpu_utilization=_spread(entry["gpu_utilization"], lambda v: f"{v:.0f} %"),
-        accuracy=_spread(entry["accuracy"], _pct), loss=_spread(entry["loss"], lambda v: f"{v:.3f}"),
-        flagged=bool(check and check["flagged"]), flag_reason=check["reason"] if check else None,
+        accuracy=_spread(entry["accuracy"], _pct),
+        loss=_spread(entry["loss"], lambda v: f"{v:.3f}"),
+        flagged=bool(check and check["flagged"]),
+        flag_reason=check["reason"] if check else None,
         throughput_median=entry["throughput"]["median"] if entry["throughput"] else None,
     )
 
@@ -199,8 +222,9 @@ class ResultsFile:
 
     @property
     def throughput_label(self) -> str:
-        return ("Steady-state throughput (samples/s)" if self.steady_state
-                else "Throughput, warm-up included (samples/s)")
+        return (
+            "Steady-state throughput (samples/s)" if self.steady_state else "Throughput, warm-up included (samples/s)"
+        )
 
 
 def _steps(document: Mapping[str, Any]) -> int | None:
@@ -209,8 +233,11 @@ def _steps(document: Mapping[str, Any]) -> int | None:
     batch = document["settings"]["batch_size"]
     for run in document["runs"]:
         if run["status"] == "ok" and run["samples"]:
-            return round(run["samples"] / (batch * run["world_size"])) if run["parallel"] != "dp" \
+            return (
+                round(run["samples"] / (batch * run["world_size"]))
+                if run["parallel"] != "dp"
                 else round(run["samples"] / batch)
+            )
     return None
 
 
@@ -221,12 +248,20 @@ def _results_file(path: Path, document: Mapping[str, Any]) -> ResultsFile:
     summary = document["summary"]
     has_chart = any(r["status"] == "ok" for r in summary)
     return ResultsFile(
-        file=f"results/{path.name}", hardware=env["hardware"], date=env["date"][:10], torch=env["torch"],
-        settings=document["settings"], cpu_count=env["cpu_count"],
+        file=f"results/{path.name}",
+        hardware=env["hardware"],
+        date=env["date"][:10],
+        torch=env["torch"],
+        settings=document["settings"],
+        cpu_count=env["cpu_count"],
         shared_load=peak_load if peak_load is not None and peak_load > env["cpu_count"] else None,
-        cpu_model=env["cpu_model"], threads=env["torch_threads"], device_type=env["device_type"],
-        device_name=env["device_name"], device_count=env["device_count"],
-        steady_state=document["settings"]["epochs"] >= 2, steps=_steps(document),
+        cpu_model=env["cpu_model"],
+        threads=env["torch_threads"],
+        device_type=env["device_type"],
+        device_name=env["device_name"],
+        device_count=env["device_count"],
+        steady_state=document["settings"]["epochs"] >= 2,
+        steps=_steps(document),
         memory_label=_memory_label(document),
         has_gpu_utilization=any(r["gpu_utilization"] is not None for r in summary),
         runs=tuple(_run(r) for r in summary),
@@ -250,6 +285,7 @@ def _card_runs(results: ResultsFile, option: str, value: Any) -> list[Run]:
 
 
 # --------------------------------------------------------------------------------------------- charts
+
 
 def _chart_key(document: Mapping[str, Any]) -> str:
     """The hash of everything a chart is drawn from."""
@@ -291,17 +327,23 @@ def _draw_chart(document: Mapping[str, Any], key: str) -> str:
     with plt.rc_context(SVG_STYLE):
         fig, (ax_speed, ax_mem) = plt.subplots(1, 2, figsize=(9, 0.35 * max(len(ok), 2) + 1.4), sharey=True)
         bars(ax_speed, "throughput", 1, "#4c72b0", mark=True)
-        ax_speed.set_xlabel("steady-state throughput (samples/s)" if steady
-                            else "throughput, warm-up included (samples/s)")
+        ax_speed.set_xlabel(
+            "steady-state throughput (samples/s)" if steady else "throughput, warm-up included (samples/s)"
+        )
         bars(ax_mem, "peak_memory_bytes", MIB, "#dd8452", mark=False)
-        ax_mem.set_xlabel("peak memory per device (MiB)" if ok[0]["memory_kind"] == "cuda_max_allocated"
-                          else "peak memory per process (MiB)")
+        ax_mem.set_xlabel(
+            "peak memory per device (MiB)"
+            if ok[0]["memory_kind"] == "cuda_max_allocated"
+            else "peak memory per process (MiB)"
+        )
         for ax in (ax_speed, ax_mem):
             ax.grid(axis="x", alpha=0.3)
-        fig.suptitle(f"{document['settings']['model']} on {document['settings']['data']}: "
-                     f"{document['environment']['hardware']}, {document['environment']['date'][:10]}\n"
-                     "median over each configuration's runs, error bars: their range; hatched: a flagged "
-                     "super-linear speed-up")
+        fig.suptitle(
+            f"{document['settings']['model']} on {document['settings']['data']}: "
+            f"{document['environment']['hardware']}, {document['environment']['date'][:10]}\n"
+            "median over each configuration's runs, error bars: their range; hatched: a flagged "
+            "super-linear speed-up"
+        )
         fig.tight_layout()
         return svg_text(plt, fig, key)
 
@@ -310,6 +352,7 @@ _DRAWING_CODE = inspect.getsource(_draw_chart)  # a change to the drawing redraw
 
 
 # --------------------------------------------------------------------------------------------- render
+
 
 def results_views(site: Site) -> list[ResultsFile]:
     """Every committed results file as the pages show it (no chart is drawn)."""
@@ -320,8 +363,12 @@ def render_training_results(site: Site) -> dict[Path, Content]:
     """The page, one chart per results file with a successful run, one snippet per best practice."""
     files = [(_results_file(path, document), document) for path, document in site.results]
     outputs: dict[Path, Content] = {
-        PAGE: site.render("training_configurations.md.j2", results=[f for f, _ in files],
-                          reference=REFERENCE_EXPERIMENT, source=REFERENCE_SOURCE),
+        PAGE: site.render(
+            "training_configurations.md.j2",
+            results=[f for f, _ in files],
+            reference=REFERENCE_EXPERIMENT,
+            source=REFERENCE_SOURCE,
+        ),
     }
     for results, document in files:
         if results.chart is not None:
@@ -329,8 +376,9 @@ def render_training_results(site: Site) -> dict[Path, Content]:
     for record in site.methods:
         if not (record.is_best_practice and record.trainer_option):
             continue
-        (option, value), = record.trainer_option.items()
+        ((option, value),) = record.trainer_option.items()
         measured = [(results, runs) for results, _ in files if (runs := _card_runs(results, option, value))]
         outputs[SNIPPETS / f"{record.key}.md.inc"] = site.render(
-            "results_snippet.md.inc.j2", record=record, option=option, value=value, files=measured)
+            "results_snippet.md.inc.j2", record=record, option=option, value=value, files=measured
+        )
     return outputs

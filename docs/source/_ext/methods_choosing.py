@@ -48,8 +48,10 @@ def parse_choices(lines: list[str], known: Any) -> list[tuple[str, str]]:
         if not colon or not key or not reason:
             raise ValueError(f"method-choices: line {number} {line.strip()!r}: write 'key: reason'")
         if key not in known:
-            raise ValueError(f"method-choices: line {number}: unknown method {key!r} — use a key of the metadata "
-                             "(algorithms/<key>/metadata.json or algorithms/core/<key>.metadata.json)")
+            raise ValueError(
+                f"method-choices: line {number}: unknown method {key!r} — use a key of the metadata "
+                "(algorithms/<key>/metadata.json or algorithms/core/<key>.metadata.json)"
+            )
         choices.append((key, reason))
     return choices
 
@@ -84,8 +86,10 @@ class MethodChoices(SphinxDirective):
         for path in {*(inputs.records[key].path for key, _ in choices), *inputs.results_files, *templates}:
             self.env.note_dependency(str(path))
         here = posixpath.dirname(self.env.docname)
-        rows = [(inputs.summary(key), reason, posixpath.relpath(f"method_cards/{key}.md", here or "."))
-                for key, reason in choices]
+        rows = [
+            (inputs.summary(key), reason, posixpath.relpath(f"method_cards/{key}.md", here or "."))
+            for key, reason in choices
+        ]
         environment = jinja_environment(pages.TEMPLATE_DIR)
         markdown = environment.get_template(TEMPLATE).render(rows=rows)
         return self.parse_text_to_nodes(markdown)

@@ -83,8 +83,12 @@ class CardFactsDirective(SphinxDirective):
 
         found = facts.subject(self.env.docname)
         if found is None:
-            logger.error("%s: only a card (in %s) has facts — remove this directive", facts.DIRECTIVE,
-                         ", ".join(facts.FOLDERS), location=self.get_location())
+            logger.error(
+                "%s: only a card (in %s) has facts — remove this directive",
+                facts.DIRECTIVE,
+                ", ".join(facts.FOLDERS),
+                location=self.get_location(),
+            )
             return []
         kind, key = found
         if not hasattr(self.env.app, "_methods_card_facts"):
@@ -123,13 +127,18 @@ def render_sidebar(app: Sphinx, pagename: str, pathto: Any) -> str:
     limit = app.config.methods_nav_card_limit
     parts = []
     for caption, entries in sections:
-        shown = entries if len(entries) <= limit else [
-            (title, ref) for title, ref in entries if not _is_card(ref) or ref == pagename]
+        shown = (
+            entries
+            if len(entries) <= limit
+            else [(title, ref) for title, ref in entries if not _is_card(ref) or ref == pagename]
+        )
         if not shown:
             continue
         if caption:
-            parts.append(f'<p class="caption" role="heading" aria-level="{CAPTION_LEVEL}"><span class="caption-text">'
-                         f"{html.escape(caption)}</span></p>")
+            parts.append(
+                f'<p class="caption" role="heading" aria-level="{CAPTION_LEVEL}"><span class="caption-text">'
+                f"{html.escape(caption)}</span></p>"
+            )
         current = any(ref == pagename for _, ref in shown)
         parts.append('<ul class="current">' if current else "<ul>")
         for title, ref in shown:
@@ -140,10 +149,14 @@ def render_sidebar(app: Sphinx, pagename: str, pathto: Any) -> str:
                 text, href, external = title or ref, ref, True
             is_current = ref == pagename
             li_class = "toctree-l1 current" if is_current else "toctree-l1"
-            a_class = "reference external" if external else (
-                "current reference internal" if is_current else "reference internal")
-            parts.append(f'<li class="{li_class}"><a class="{a_class}" href="{html.escape(href)}">'
-                         f"{html.escape(text)}</a></li>")
+            a_class = (
+                "reference external"
+                if external
+                else ("current reference internal" if is_current else "reference internal")
+            )
+            parts.append(
+                f'<li class="{li_class}"><a class="{a_class}" href="{html.escape(href)}">{html.escape(text)}</a></li>'
+            )
         parts.append("</ul>")
     return "\n".join(parts)
 
@@ -171,8 +184,9 @@ class AccessibleHTMLTranslator(HTML5Translator):
     def visit_title(self, node: nodes.title) -> None:
         if isinstance(node.parent, addnodes.compact_paragraph) and node.parent.get("toctree"):
             # Sphinx writes role="heading" without the aria-level that role requires.
-            self.body.append(self.starttag(node, "p", "", CLASS="caption", ROLE="heading",
-                                           **{"aria-level": str(CAPTION_LEVEL)}))
+            self.body.append(
+                self.starttag(node, "p", "", CLASS="caption", ROLE="heading", **{"aria-level": str(CAPTION_LEVEL)})
+            )
             self.body.append('<span class="caption-text">')
             self.context.append("</span></p>\n")
             return
@@ -194,7 +208,8 @@ class AccessibleHTMLTranslator(HTML5Translator):
             for index in range(start, len(self.body)):
                 if "<pre>" in self.body[index]:
                     self.body[index] = self.body[index].replace(
-                        "<pre>", f'<pre tabindex="0" role="region" aria-label="{self.region_label("Code")}">', 1)
+                        "<pre>", f'<pre tabindex="0" role="region" aria-label="{self.region_label("Code")}">', 1
+                    )
                     break
 
 
@@ -202,15 +217,15 @@ def _scrolling_container_handlers(app: Sphinx) -> tuple[Any, Any]:
     """Container visitors that name the scrolling ones; other extensions' visitors (sphinx-design
     registers one for every container) still write the element."""
     visit, depart = app.registry.translation_handlers.get("html", {}).get(
-        "container", (HTML5Translator.visit_container, HTML5Translator.depart_container))
+        "container", (HTML5Translator.visit_container, HTML5Translator.depart_container)
+    )
 
     def visit_container(self: HTML5Translator, node: nodes.container) -> None:
         visit(self, node)
         name = next((label for cls, label in SCROLLING.items() if cls in node["classes"]), None)
         if name is not None:
             label = self.region_label(name) if hasattr(self, "region_label") else name
-            self.body[-1] = self.body[-1].replace(
-                "<div", f'<div role="region" tabindex="0" aria-label="{label}"', 1)
+            self.body[-1] = self.body[-1].replace("<div", f'<div role="region" tabindex="0" aria-label="{label}"', 1)
 
     return visit_container, depart
 
