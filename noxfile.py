@@ -41,11 +41,18 @@ def install_project(session: nox.Session, *extras: str) -> None:
     stamp.write_text(digest)
 
 
+FAST = ["-m", "not slow"]
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (CUDA-marked tests skip without a GPU); DeepSpeed's tests run on the CPU."""
+    """The fast tests (CUDA-marked tests skip without a GPU; DeepSpeed's run on the CPU): every test
+    but the slow end-to-end ones, in a few minutes. Arguments replace the selection:
+    ``nox -s tests -- -m slow`` runs the end-to-end tests (site builds in Chromium, every card's
+    code, torchrun launches, the composability sample), which CI runs too; ``nox -s tests -- tests``
+    runs everything."""
     install_project(session, "dev", "deepspeed")
-    session.run("pytest", "-q", *session.posargs)
+    session.run("pytest", "-q", *(session.posargs or FAST))
 
 
 @nox.session(python=PYTHON)
@@ -216,8 +223,10 @@ def minimums(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """Ruff over the package, tools and tests."""
-    session.install("ruff>=0.5")
+    """Ruff over the package, tools and tests: the formatter's check, then the linter (the version
+    pyproject.toml's dev extra pins)."""
+    session.install("ruff==0.17.6")
+    session.run("ruff", "format", "--check", ".")
     session.run("ruff", "check", ".")
 
 

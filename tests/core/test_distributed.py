@@ -16,6 +16,8 @@ from algorithms.core.distributed import check_parallel, deepspeed_unavailable_re
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_script as script  # noqa: E402
 
+pytestmark = pytest.mark.slow  # torchrun launches of two ranks
+
 REPO = Path(__file__).resolve().parents[2]
 DEEPSPEED_MISSING = deepspeed_unavailable_reason()
 needs_deepspeed = pytest.mark.skipif(DEEPSPEED_MISSING is not None, reason=str(DEEPSPEED_MISSING))

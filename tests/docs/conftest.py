@@ -25,3 +25,14 @@ def real_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = sphinx_build(src, root / "html")
     assert result.returncode == 0, f"docs build failed:\n{result.stderr[-6000:]}"
     return root / "html"
+
+
+# A test that builds a whole site (the real one, or one from synthetic metadata) is an end-to-end
+# test: nox -s tests leaves it to nox -s tests -- -m slow.
+SITE_FIXTURES = {"real_site", "hostile_site"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SITE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -21,6 +21,8 @@ from docs_support import RAW_MARKUP
 
 from algorithms.metadata import load_all_datasets, load_all_metadata, load_all_model_families
 
+pytestmark = pytest.mark.slow  # the site built and driven in Chromium
+
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="Playwright is not installed: install the project's [dev] extra"
 )

@@ -220,6 +220,7 @@ def test_matrix_files_are_validated_and_a_missing_folder_is_no_file(tmp_path):
     assert [p.name for p, _ in cp.composability_files(tmp_path)] == ["cpu-a.json"]
 
 
+@pytest.mark.slow
 def test_the_page_is_generated_before_the_navigation_which_lists_it():
     assert pages.GENERATORS.index(cp.render_composability) < pages.GENERATORS.index(pages.navigation)
     generated = pages.generate()

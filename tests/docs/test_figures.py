@@ -71,6 +71,7 @@ def test_the_caption_gives_the_exact_call_and_it_runs(record):
 
 
 @pytest.mark.parametrize("record", SURGERY, ids=[r.key for r in SURGERY])
+@pytest.mark.slow
 def test_a_surgery_figure_shows_the_captions_call_changing_the_reference_model(record):
     """The caption's call, run here on the named reference model, changes the classes of as many
     modules as the figure says, and the shown submodule is there before and after."""
@@ -223,6 +224,7 @@ def test_a_selection_figure_caption_says_what_it_shows_and_quotes_the_call():
             assert figures.figure_caption(record) in region
 
 
+@pytest.mark.slow
 def test_figures_are_drawn_once_then_reused_while_their_inputs_are_unchanged(tmp_path, monkeypatch):
     generated = pages.generate(out_dir=tmp_path, generators=[figures.render_figures])
     assert generated.problems == []

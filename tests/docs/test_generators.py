@@ -130,6 +130,7 @@ def test_navigation_lists_cards_by_name_and_only_pages_that_exist(synthetic_meta
     assert ":caption: Model Family Cards" not in text
 
 
+@pytest.mark.slow
 def test_outputs_are_the_stable_paths_the_cards_and_index_include():
     generated = pages.generate()
     assert generated.problems == []
@@ -146,6 +147,7 @@ def test_outputs_are_the_stable_paths_the_cards_and_index_include():
     assert all(not p.is_absolute() for p in outputs)
 
 
+@pytest.mark.slow
 def test_the_measurements_page_includes_its_generated_parts_and_has_every_label_the_cards_link_to():
     """The cards' snippets link to "How the cards' evidence is measured", which holds what they no
     longer repeat: a part it does not include, or a section a snippet links to that it lacks, is lost."""
@@ -163,6 +165,7 @@ def test_the_measurements_page_includes_its_generated_parts_and_has_every_label_
         assert f"\n({label})=\n## " in page, label
 
 
+@pytest.mark.slow
 def test_no_generated_page_is_committed_and_git_ignores_every_one():
     if shutil.which("git") is None or not (REPO_ROOT / ".git").exists():
         pytest.skip("not a git checkout")
@@ -175,6 +178,7 @@ def test_no_generated_page_is_committed_and_git_ignores_every_one():
     assert sorted(ignored.stdout.split()) == sorted(outputs)
 
 
+@pytest.mark.slow
 def test_check_renders_everything_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     assert pages.main(["--check", "--out", str(out)]) == 0

@@ -166,6 +166,7 @@ def test_card_templates_are_not_pages(real_site):
     assert not (real_site / "templates").exists()
 
 
+@pytest.mark.slow
 def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
     """Above the card limit a sidebar shows the section's non-card pages plus the current card only
     (the whole list in every page made furo's build time grow with the square of the card count)."""
@@ -201,6 +202,7 @@ def test_sidebar_stays_small_when_a_section_has_many_cards(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_bad_metadata_fails_the_build_with_one_line_per_problem(tmp_path):
     from docs_support import method_entry, write_metadata
 

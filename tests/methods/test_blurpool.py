@@ -467,6 +467,7 @@ def test_an_optimizer_built_before_holds_the_new_parameters_and_none_of_the_old(
     assert not torch.equal(model.conv1.conv.weight, before)
 
 
+@pytest.mark.slow
 def test_forward_and_backward_after_surgery_and_dtype_and_device_are_kept():
     model = resnet18().double()
     cf.apply_blurpool(model)

@@ -469,6 +469,7 @@ DDP_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_ddp_ranks_keep_the_same_average(tmp_path):
     script, out = tmp_path / "ema_ddp.py", tmp_path / "out.pt"
     script.write_text(DDP_SCRIPT)

@@ -233,6 +233,7 @@ def test_factorized_linear_shapes(batch_size, in_features, out_features):
 
 
 @pytest.mark.parametrize(("min_channels", "latent"), [(32, 0.25), (64, 0.25), (16, 0.25), (32, 8), (0, 0.4)])
+@pytest.mark.slow
 def test_on_resnet20_it_replaces_the_wide_convolutions_that_save_work(min_channels, latent):
     model = resnet20()
     expected = _expected_convs(model, min_channels, latent)

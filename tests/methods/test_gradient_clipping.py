@@ -364,6 +364,7 @@ def _global_batch():
 
 
 @pytest.mark.parametrize("clipping_type", ["norm", "value"])
+@pytest.mark.slow
 def test_two_ranks_clip_the_same_averaged_gradients(tmp_path, clipping_type):
     """Two ranks with half the global batch each: after clipping both hold the same gradients,
     those of one process clipping the whole batch's gradient (DDP averages before the clipping);

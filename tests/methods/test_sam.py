@@ -400,6 +400,7 @@ def _sgd(params):
     return torch.optim.SGD(params, lr=0.5)
 
 
+@pytest.mark.slow
 def test_two_ranks_take_the_single_process_steps(tmp_path):
     """Under DDP both passes' gradients are averaged over the ranks, so e(w) is the global batch's:
     two ranks with half the batch each end where one process on the whole batch does."""

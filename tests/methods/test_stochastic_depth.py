@@ -143,6 +143,7 @@ def test_a_dropped_block_with_a_projection_returns_the_projected_shortcut():
     torch.testing.assert_close(model(x), torch.relu(block.downsample(x)))
 
 
+@pytest.mark.slow
 def test_empirical_drop_frequency_matches_each_blocks_rate():
     """400 training passes through ResNet-20 (drop_rate 0.5, linear) with torch's global generator
     seeded: each block's share of passes in which it returned its input lies within 5 binomial

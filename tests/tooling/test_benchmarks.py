@@ -70,6 +70,7 @@ def test_batch_methods_quick_run_states_its_floors_and_the_peers_it_left_out(bat
     assert isinstance(details["allocator"], str) and details["allocator"]
 
 
+@pytest.mark.slow
 def test_batch_methods_pools_the_rounds_of_fresh_processes():
     """Two spawned processes of two rounds each: the rows are the same, the details say so."""
     report = batch_methods.run(quick=True, peers=False, processes=2)

@@ -13,6 +13,8 @@ from methods_tools.results import load_results, results_problems
 
 from algorithms.core.distributed import deepspeed_unavailable_reason
 
+pytestmark = pytest.mark.slow  # it runs the training comparison's processes
+
 REPO = Path(__file__).resolve().parents[2]
 DEEPSPEED_MISSING = deepspeed_unavailable_reason()
 
