@@ -198,10 +198,20 @@ def replace_module_classes(
     optimizers = tuple(optimizers)
     replaced: dict[str, nn.Module] = {}
     indices = dict.fromkeys(policies, 0)
+    # A module reachable under several names (shared, or aliased as model.conv1 = model.net[0]) is
+    # visited once: it is replaced once, and every name then holds that one replacement, so the
+    # optimizer holds the weights the model uses. Keyed by id, with the module kept alive so no
+    # id is reused during the walk.
+    seen: dict[int, tuple[nn.Module, nn.Module]] = {}
 
     def visit(parent: nn.Module, prefix: str, depth: int) -> None:
         for name, child in list(parent.named_children()):
             qualified = f"{prefix}{name}"
+            if id(child) in seen:
+                if seen[id(child)][1] is not child:
+                    setattr(parent, name, seen[id(child)][1])
+                continue
+            seen[id(child)] = (child, child)
             cls = next((c for c in policies if isinstance(child, c)), None)
             new = None
             if cls is not None:
@@ -216,6 +226,8 @@ def replace_module_classes(
                     f"{type(new).__name__}, not a torch.nn.Module or None"
                 )
             new = _place(new, child, model).train(child.training)
+            seen[id(child)] = (child, new)
+            seen[id(new)] = (new, new)
             setattr(parent, name, new)
             _update_optimizers(optimizers, child, new)
             replaced[qualified] = new

@@ -334,3 +334,31 @@ def test_recording_replacements_collects_every_replacement_inside_the_block_nest
     with surgery.recording_replacements() as after:
         pass
     assert after == []
+
+
+def test_a_module_reachable_under_two_names_is_replaced_once_and_the_optimizer_holds_its_weights():
+    # Composer's behaviour (the reproduction): an aliased module, reached as model.net[0]
+    # and model.conv1, becomes one replacement under both names, and the optimizer holds its weights.
+    conv = nn.Conv2d(32, 8, 3, stride=2)
+    model = nn.Module()
+    model.net = nn.Sequential(conv)
+    model.conv1 = conv
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    apply_blurpool(model, optimizers=optimizer)
+    assert model.net[0] is model.conv1 and isinstance(model.conv1, blurpool.BlurConv2d)
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    assert {id(p) for p in held} == {id(p) for p in model.parameters()} and len(held) == 2
+
+
+def test_a_shared_module_is_offered_to_the_policy_once():
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(nn.Sequential(shared), nn.Sequential(shared))
+    calls = []
+
+    def policy(module, index):
+        calls.append(index)
+        return nn.Linear(4, 4)
+
+    replaced = replace_module_classes(model, {nn.Linear: policy})
+    assert calls == [0] and list(replaced) == ["0.0"]
+    assert model[0][0] is model[1][0] is replaced["0.0"]
