@@ -154,6 +154,28 @@ class MixingAlgorithm(Algorithm):
         self.target_key = target_key
         self._indices: torch.Tensor | None = None
         self._weight_perm = 0.0
+        self._mixed_target: torch.Tensor | None = None
+
+    # The last batch's mix, under Composer's names (MixUp.indices, .mixing, .permuted_target).
+    @property
+    def indices(self) -> torch.Tensor | None:
+        """The partners of the last batch mixed: example ``i`` was mixed with ``indices[i]`` (None before
+        the first batch)."""
+        return self._indices
+
+    @property
+    def mixing(self) -> float:
+        """The partners' weight in the last batch mixed: ``mixed = (1 - mixing) * x + mixing * x[indices]``
+        for MixUp, the fraction of pixels taken from the partner for CutMix (0.0 before the first batch)."""
+        return self._weight_perm
+
+    @property
+    def permuted_target(self) -> torch.Tensor | None:
+        """The partners' targets in the last batch mixed, ``target[indices]`` as the data loader gave
+        them (None before the first batch)."""
+        if self._mixed_target is None or self._indices is None:
+            return None
+        return self._mixed_target[self._indices]
 
     @abstractmethod
     def mix(self, input: torch.Tensor, target: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -182,6 +204,7 @@ class MixingAlgorithm(Algorithm):
             input, target = state.batch_get_item(self.input_key), state.batch_get_item(self.target_key)
             check_batch_sizes(input, target)
             mixed, self._indices, self._weight_perm = self.mix(input, target, state)
+            self._mixed_target = target  # read only by permuted_target, on demand
             state.batch_set_item(self.input_key, mixed)
             if self._weight_perm > 0 and input.shape[0] > 1:
                 self.report(logger, "batches_mixed")

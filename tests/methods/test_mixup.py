@@ -431,3 +431,22 @@ def test_the_batch_forms_check_on_the_cpu():
 @pytest.mark.cuda
 def test_on_cuda_the_batch_forms_make_no_host_sync():
     _check_the_batch_forms_on(torch.device("cuda"))
+
+
+@pytest.mark.parametrize("alpha", [0.2, 1])
+@pytest.mark.parametrize("interpolate_loss", [True, False])
+def test_the_class_exposes_the_last_mix_under_composers_names(alpha, interpolate_loss):
+    # Composer's test_mixup_algorithm, its assertions as written: the class's indices, mixing and
+    # permuted_target describe the batch it mixed (here at AFTER_DATALOADER, where this class mixes).
+    from algorithms.core import State
+    from algorithms.core.time import Duration
+
+    torch.manual_seed(0)
+    x_fake, y_fake = torch.randn(7, 11, 3, 5), torch.randint(10, size=(7,))
+    algorithm = MixUp(alpha=alpha, interpolate_loss=interpolate_loss)
+    assert algorithm.indices is None and algorithm.permuted_target is None and algorithm.mixing == 0.0
+    state = State(model=torch.nn.Flatten(), max_duration=Duration.parse("1ep"), seed=0)
+    state.batch = (x_fake, y_fake)
+    algorithm.apply(Event.AFTER_DATALOADER, state, None)
+    x, _ = state.batch
+    validate_mixup_batch(x_fake, y_fake, algorithm.indices, x, algorithm.permuted_target, algorithm.mixing)
