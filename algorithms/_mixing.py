@@ -16,6 +16,7 @@ import torch
 
 from .core.algorithm import Algorithm
 from .core.event import Event
+from .core.loss import total_loss
 from .core.state import State
 from .targets import interpolate_targets, target_dtype
 
@@ -224,6 +225,6 @@ class MixingAlgorithm(Algorithm):
         elif event is Event.AFTER_LOSS and self.interpolate_loss:
             outputs, target = state.outputs.float(), state.loss_target
             state.loss = (
-                state.loss_fn(outputs, target) * (1.0 - self._weight_perm)
-                + state.loss_fn(outputs, self._partners(target, "at the loss")) * self._weight_perm
+                total_loss(state.loss_fn(outputs, target)) * (1.0 - self._weight_perm)
+                + total_loss(state.loss_fn(outputs, self._partners(target, "at the loss"))) * self._weight_perm
             )

@@ -39,6 +39,7 @@ from .distributed import (
 )
 from .engine import Engine
 from .event import Event
+from .loss import total_loss
 from .method_log import MethodLog, check_method_log
 from .precision import autocast, check_precision, grad_scaler, model_dtype
 from .state import State, batch_get_item
@@ -61,7 +62,9 @@ class Trainer:
             after wrapping the model (required for ``fsdp``, whose sharded parameters exist only
             then); defaults to SGD (lr 0.01, momentum 0.9) over the model's parameters.
         loss_fn: ``loss_fn(outputs, targets)``; the default cross-entropy takes class indices
-            or class probabilities, so mixed (soft) targets work unchanged.
+            or class probabilities, so mixed (soft) targets work unchanged. It may return a
+            tensor, a dict of tensors (its ``"total"``, or the sum of its values' means, is
+            backpropagated, as in Composer) or a tuple of tensors (the sum of their means).
         algorithms: run in this order at every event where their ``match`` is true.
         eval_dataloader: batches for :meth:`eval` when it is called without any.
         precision: one of ``fp32``, ``fp16``, ``bf16``, ``amp_fp16``, ``amp_bf16``.
@@ -281,7 +284,9 @@ class Trainer:
             set, on the batch and loss target as the algorithms left them, without the events: the
             closure an optimizer with ``first_step(closure)`` (SAM's) gets after the backward."""
             with autocast(state.precision, state.device):
-                loss = state.loss_fn(forward(self._batch_item(state.batch, "input_key")).float(), state.loss_target)
+                loss = total_loss(
+                    state.loss_fn(forward(self._batch_item(state.batch, "input_key")).float(), state.loss_target)
+                )
             self.scaler.scale(loss).backward()
             return loss
 
@@ -309,7 +314,7 @@ class Trainer:
                 run(Event.BEFORE_LOSS)
                 state.loss_target = self._batch_item(state.batch, "target_key")
                 with autocast(state.precision, state.device):
-                    state.loss = state.loss_fn(state.outputs.float(), state.loss_target)
+                    state.loss = total_loss(state.loss_fn(state.outputs.float(), state.loss_target))
                 run(Event.AFTER_LOSS)
                 run(Event.BEFORE_BACKWARD)
                 if self._deepspeed is not None:
@@ -381,7 +386,7 @@ class Trainer:
                 outputs = state.model(inputs)
             outputs = outputs.float()
             n = int(inputs.shape[0])
-            loss_sum += state.loss_fn(outputs, targets).double() * n
+            loss_sum += total_loss(state.loss_fn(outputs, targets)).double() * n
             if _classes_last(outputs, targets):  # a language model's logits (N, T, V) for labels (N, T)
                 outputs = outputs.movedim(-1, 1)
             labels = class_indices(targets, outputs.shape)

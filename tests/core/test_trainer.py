@@ -730,3 +730,40 @@ def test_a_warning_from_outside_the_library_names_its_callers_line():
         line = inspect.currentframe().f_lineno + 1
         warn_from_callers_line("direct", DeprecationWarning)
     assert (record[0].filename, record[0].lineno) == (__file__, line)
+
+
+def test_a_loss_fn_may_return_a_dict_or_a_tuple_whose_total_is_backpropagated():
+    # Composer's rule: a dict's "total", else the sum of its values' means; a tuple's sum of means.
+    def data():
+        return [(torch.randn(4, 3, generator=torch.Generator().manual_seed(i)), torch.arange(4) % 2) for i in range(3)]
+
+    def run(loss_fn):
+        torch.manual_seed(0)
+        trainer = Trainer(torch.nn.Linear(3, 2), data(), "1ep", loss_fn=loss_fn, seed=0)
+        trainer.fit()
+        return [p.detach().clone() for p in trainer.state.model.parameters()], trainer
+
+    def ce(outputs, targets):
+        return torch.nn.functional.cross_entropy(outputs, targets)
+
+    def mse(outputs, targets):
+        return (outputs**2).mean()
+
+    reference, _ = run(lambda o, t: ce(o, t) + mse(o, t))
+    for loss_fn in (
+        lambda o, t: {"ce": ce(o, t), "l2": mse(o, t)},
+        lambda o, t: {"total": ce(o, t) + mse(o, t), "ce": ce(o, t)},
+        lambda o, t: (ce(o, t), mse(o, t)),
+    ):
+        params, trainer = run(loss_fn)
+        assert all(torch.allclose(a, b) for a, b in zip(params, reference, strict=True))
+        assert isinstance(trainer.state.loss, torch.Tensor) and trainer.state.loss.ndim == 0
+        assert math.isfinite(trainer.eval(data())["loss"])
+
+
+def test_a_loss_fn_returning_something_else_is_a_type_error_saying_what_to_return():
+    trainer = Trainer(
+        torch.nn.Linear(3, 2), [(torch.randn(4, 3), torch.arange(4) % 2)], "1ep", loss_fn=lambda o, t: 1.0
+    )
+    with pytest.raises(TypeError, match=r"loss_fn: returned float; return a tensor, a dict of tensors"):
+        trainer.fit()
