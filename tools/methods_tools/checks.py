@@ -499,10 +499,9 @@ class MethodTerms:
 def check_composability_prose(
     path: Path, text: str, record: MethodRecord, records: Mapping[str, MethodRecord], terms: MethodTerms | None = None
 ) -> list[Problem]:
-    """In the card's Composability section, its prose (not its facts directive, not HTML comments)
-    names no other ``kind: method`` of the registry: a statement about a combination belongs in
-    the metadata's ``interactions``, which the card's composability facts show beside the matrix's
-    outcome.
+    """In the card's Composability section, its prose (not its HTML comments) names no other
+    ``kind: method`` of the registry: a statement about a combination belongs in the metadata's
+    ``interactions``, which the card's composability facts show beside the matrix's outcome.
     ``terms``: :class:`MethodTerms` of ``records``, when the caller checks many cards."""
     from . import cards
 
@@ -514,10 +513,8 @@ def check_composability_prose(
     end = next((s.line for s in found[starts[0] + 1 :] if s.level <= start.level), None)
     lines = text.splitlines()
     first, last = start.line, (end - 1 if end else len(lines))  # the lines after the heading, 1-based
-    from .facts import directives
-
-    hidden = {n for line, _ in directives(text) for n in (line, line + 1)}
-    shown = "\n".join("" if n in hidden else lines[n - 1] for n in range(first + 1, last + 1))
+    # (its facts directive names only a fact, never a method: nothing to leave out)
+    shown = "\n".join(lines[first:last])
     shown = re.sub(r"<!--.*?-->", lambda m: "\n" * m.group().count("\n"), shown, flags=re.DOTALL)
     own = {t.casefold() for t in _method_terms(record)}
     problems, reported = [], set()

@@ -112,12 +112,7 @@ def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
 def composability_files(root: Path | None = None) -> list[tuple[Path, Mapping[str, Any]]]:
     """Every committed matrix file under ``root`` (default ``results/composability/``), validated,
     by file name; :class:`~methods_tools.results.ResultsError` lists every problem of a bad one."""
-    found, problems = [], []
-    for path in results.discover_composability(root):
-        try:
-            found.append((path, results.load_composability(path)))
-        except results.ResultsError as exc:
-            problems += str(exc).splitlines()
+    found, problems = results.load_each(results.discover_composability(root), results.load_composability)
     if problems:
         raise results.ResultsError("\n".join(problems))
     return found
@@ -354,8 +349,9 @@ def method_row(matrix: Matrix, record: MethodRecord, methods: Sequence[MethodRec
 def render_composability(
     site: Site, files: Sequence[tuple[Path, Mapping[str, Any]]] | None = None
 ) -> dict[Path, Content]:
-    """The page and one snippet per method, from ``files`` (default: the committed matrix files)."""
-    files = composability_files() if files is None else files
+    """The page and one snippet per method, from ``files`` (default: the site's matrix files, which
+    :func:`methods_tools.pages.generate` reads once for every generator)."""
+    files = site.matrices if files is None else files
     methods = matrix_methods(site.methods)
     matrices = [matrix_view(path, document, methods) for path, document in files]
     outputs: dict[Path, Content] = {

@@ -132,6 +132,7 @@ class Site:
     methods: list[MethodRecord]  # every method and best practice, in display-name order
     results: list[tuple[Path, Mapping[str, Any]]]  # every validated results file, by file name
     effects: list[tuple[Path, Mapping[str, Any]]] = field(default_factory=list)  # every validated effects file
+    matrices: list[tuple[Path, Mapping[str, Any]]] = field(default_factory=list)  # every validated matrix file
     rendered: dict[Path, Content] = field(default_factory=dict)  # what the generators before this one made
 
     def render(self, template: str, **context: Any) -> str:

@@ -411,9 +411,14 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
     )
 
 
+def effects_files(methods: Sequence[Any], effects: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[EffectsFile]:
+    """Every effects file of ``effects`` as the pages show it, its rows named by ``methods``."""
+    records = {r.key: r for r in methods if r.kind == "method"}
+    return [effects_file(path, document, records) for path, document in effects]
+
+
 def _files(site: Site) -> list[EffectsFile]:
-    records = {r.key: r for r in site.methods if r.kind == "method"}
-    return [effects_file(path, document, records) for path, document in site.effects]
+    return effects_files(site.methods, site.effects)
 
 
 # --------------------------------------------------------------------------------------------- chart

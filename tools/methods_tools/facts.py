@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from algorithms.metadata import Kind, load_all_datasets, load_all_metadata, load_all_model_families
+from algorithms.metadata import Kind
 
 from . import cards
 
@@ -89,12 +89,11 @@ class CardFacts:
     _rendered: dict[tuple[Kind, str], dict[str, cards.Region]] = field(default_factory=dict)
 
     def records(self, kind: Kind) -> Mapping[str, Any]:
+        """Every record of ``kind`` (a method's kind finds best practices too), read once."""
+        from .scaffold import _records
+
         if kind not in self._records:
-            if kind is Kind.METHOD:
-                self._records[kind] = load_all_metadata(self.package_root)
-            else:
-                load = {Kind.DATASET: load_all_datasets, Kind.MODEL_FAMILY: load_all_model_families}[kind]
-                self._records[kind] = load(self.package_root)
+            self._records[kind] = _records(kind, self.package_root)
         return self._records[kind]
 
     def record(self, kind: Kind, key: str) -> Any:

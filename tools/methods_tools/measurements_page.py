@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .composability_pages import MATRIX_COMMAND, NOT_RUN, OUTCOMES, composability_files, matrix_methods, matrix_view
+from .composability_pages import MATRIX_COMMAND, NOT_RUN, OUTCOMES, matrix_methods, matrix_view
 from .composability_pages import PAGE as COMPOSABILITY_PAGE
 from .docsgen import Content, Site
 from .effects_pages import effects_views
@@ -39,8 +39,8 @@ def render_measurements(
     site: Site, matrices: Sequence[tuple[Path, Mapping[str, Any]]] | None = None
 ) -> dict[Path, Content]:
     """The page's three generated parts, from ``site``'s effects and training results and from
-    ``matrices`` (default: the committed matrix files)."""
-    matrices = composability_files() if matrices is None else matrices
+    ``matrices`` (default: the site's matrix files)."""
+    matrices = site.matrices if matrices is None else matrices
     methods = matrix_methods(site.methods)
     return {
         PARTS / "effects.md.inc": site.render("measurements_effects.md.inc.j2", effects=effects_views(site)),

@@ -28,14 +28,14 @@ from algorithms.metadata import discover_metadata_files, display_path, validate_
 
 from . import REPO_ROOT
 from .composability_pages import PAGE as COMPOSABILITY_PAGE
-from .composability_pages import render_composability
+from .composability_pages import composability_files, render_composability
 from .docsgen import Content, Site, jinja_environment, method_option, sorted_methods
 from .effects_pages import effects_views, overview_effects, render_effects
 from .figures import render_figures
 from .files import write_if_changed
 from .markup import safe_token
 from .measurements_page import render_measurements
-from .results import ResultsError, discover_effects, discover_results, load_effects, load_results
+from .results import ResultsError, load_committed
 from .summaries import verdict_boxes
 from .training_pages import PAGE as TRAINING_PAGE
 from .training_pages import render_training_results
@@ -202,18 +202,12 @@ def generate(
     """
     source_dir = Path(source_dir) if source_dir is not None else DOCS_SOURCE
     records, metadata_problems = validate_files(discover_metadata_files(metadata_root))
-    problems = [str(p) for p in metadata_problems]
-    results, effects = [], []
-    effects_root = Path(results_root) / "effects" if results_root is not None else None  # results/effects/
-    for found, load, paths in (
-        (results, load_results, discover_results(results_root)),
-        (effects, load_effects, discover_effects(effects_root)),
-    ):
-        for path in paths:
-            try:
-                found.append((path, load(path)))
-            except ResultsError as exc:
-                problems += str(exc).splitlines()
+    committed, results_problems = load_committed(results_root)
+    problems = [str(p) for p in metadata_problems] + results_problems
+    try:
+        matrices = composability_files()
+    except ResultsError as exc:
+        problems += str(exc).splitlines()
     if problems:
         return Generated({}, problems)
     site = Site(
@@ -221,8 +215,9 @@ def generate(
         out_dir=Path(out_dir) if out_dir is not None else source_dir,
         env=jinja_environment(TEMPLATE_DIR, bytecode_cache=True),
         methods=sorted_methods(records),
-        results=results,
-        effects=effects,
+        results=committed.results,
+        effects=committed.effects,
+        matrices=matrices,
     )
     for generator in generators:
         try:

@@ -14,6 +14,8 @@ live in a checkout (``results/``), not in the installed package.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,13 @@ __all__ = [
     "EFFECTS_SCHEMA_PATH",
     "RESULTS_DIR",
     "RESULTS_SCHEMA_PATH",
+    "Committed",
     "ResultsError",
     "bench_problems",
     "composability_problems",
     "load_bench",
+    "load_committed",
+    "load_each",
     "discover_composability",
     "discover_effects",
     "discover_results",
@@ -158,3 +163,35 @@ def bench_problems(data: Any, where: str = "<bench>") -> list[str]:
 def load_bench(path: str | Path) -> dict[str, Any]:
     """The validated content of one benchmark results file; :class:`ResultsError` lists every problem."""
     return _load(path, bench_problems, "benchmarks/run.py (nox -s bench)")
+
+
+Loaded = list[tuple[Path, dict[str, Any]]]
+
+
+def load_each(paths: Iterable[Path], load: Callable[[Path], dict[str, Any]]) -> tuple[Loaded, list[str]]:
+    """``([(path, content)] of the valid files, one line per problem of the others)``, in order."""
+    found: Loaded = []
+    problems: list[str] = []
+    for path in paths:
+        try:
+            found.append((path, load(path)))
+        except ResultsError as exc:
+            problems += str(exc).splitlines()
+    return found, problems
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The committed training comparisons and effects, validated."""
+
+    results: Loaded
+    effects: Loaded
+
+
+def load_committed(root: str | Path | None = None) -> tuple[Committed, list[str]]:
+    """Every results file directly in ``root`` (default ``results/``) and every effects file in its
+    ``effects/``, validated: ``(the files, one line per problem)``."""
+    effects_root = Path(root) / "effects" if root is not None else None
+    results, problems = load_each(discover_results(root), load_results)
+    effects, effects_problems_found = load_each(discover_effects(effects_root), load_effects)
+    return Committed(results, effects), problems + effects_problems_found

@@ -28,9 +28,9 @@ from typing import Any
 from algorithms.metadata import MethodRecord, discover_metadata_files, validate_files
 
 from .docsgen import Content, Site, sorted_methods
-from .effects_pages import STATUS_LABELS, EffectsFile, effects_file
+from .effects_pages import STATUS_LABELS, EffectsFile, effects_files
 from .markup import one_line
-from .results import discover_effects, discover_results, load_effects, load_results
+from .results import load_committed
 from .training_pages import PRECISION_FAMILY, REFERENCE_EXPERIMENT, REFERENCE_SOURCE
 
 __all__ = [
@@ -343,16 +343,9 @@ def summarise(
     )
 
 
-def _effects_views(
-    methods: Sequence[MethodRecord], effects: Sequence[tuple[Path, Mapping[str, Any]]]
-) -> list[EffectsFile]:
-    records = {r.key: r for r in methods if r.kind == "method"}
-    return [effects_file(path, document, records) for path, document in effects]
-
-
 def summaries(site: Site) -> dict[str, Summary]:
     """The summary of every method and best practice of ``site``, by key."""
-    views = _effects_views(site.methods, site.effects)
+    views = effects_files(site.methods, site.effects)
     return {r.key: summarise(r, views, site.results) for r in site.methods}
 
 
@@ -383,16 +376,15 @@ class Inputs:
 def load_inputs(metadata_root: Path | None = None, results_root: Path | None = None) -> Inputs:
     """Read and validate the metadata and the committed results; a problem is a :class:`ValueError`
     with one line per problem."""
-    records, problems = validate_files(discover_metadata_files(metadata_root))
+    records, metadata_problems = validate_files(discover_metadata_files(metadata_root))
+    committed, problems = load_committed(results_root)
+    problems = [str(p) for p in metadata_problems] + problems
     if problems:
-        raise ValueError("\n".join(str(p) for p in problems))
-    effects_root = Path(results_root) / "effects" if results_root is not None else None
-    results = [(p, load_results(p)) for p in discover_results(results_root)]
-    effects = [(p, load_effects(p)) for p in discover_effects(effects_root)]
+        raise ValueError("\n".join(problems))
     methods = sorted_methods(records)
     return Inputs(
         records={r.key: r for r in methods},
-        effects=_effects_views(methods, effects),
-        results=results,
-        results_files=[*(p for p, _ in results), *(p for p, _ in effects)],
+        effects=effects_files(methods, committed.effects),
+        results=committed.results,
+        results_files=[*(p for p, _ in committed.results), *(p for p, _ in committed.effects)],
     )
