@@ -203,7 +203,7 @@ def minimums(session: nox.Session) -> None:
     import tomllib
 
     project = tomllib.loads(Path("pyproject.toml").read_text(encoding="utf-8"))["project"]
-    runtime = floors(project["dependencies"])
+    runtime = floors([*project["dependencies"], *project["optional-dependencies"]["torch"]])
     tools = [p for p in floors(project["optional-dependencies"]["dev"]) if p.split("==")[0] in TEST_TOOLS]
     torch_floor = os.environ.get("METHODS_TORCH_FLOOR_SPEC") or next(p for p in runtime if p.startswith("torch=="))
     others = [p for p in runtime if not p.startswith("torch==")]

@@ -22,16 +22,19 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ._pil import check_image_type, from_pil, is_pil_image, to_pil
 from .core.algorithm import Algorithm
 from .core.event import Event
+from .core.parameters import Other, Real
 from .core.state import State
 
 __all__ = [
+    "AUGMENTATION_SET",
     "AUGMENTATION_SETS",
     "OPERATIONS",
+    "SEVERITY",
     "ImageAugmentation",
     "apply_operation",
-    "check_severity",
     "from_unit_range",
     "random_operations",
     "resolve_augmentation_set",
@@ -86,15 +89,8 @@ _AFFINE = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
 # -- argument checks ---------------------------------------------------------------------------
 
 
-def check_severity(severity: float) -> float:
-    if (
-        isinstance(severity, bool)
-        or not isinstance(severity, (int, float))
-        or not math.isfinite(severity)
-        or not 0 <= severity <= 10
-    ):
-        raise ValueError(f"severity={severity!r}: must be a number in [0, 10] (10 is the strongest)")
-    return float(severity)
+#: The hyperparameters RandAugment and AugMix share, declared once.
+SEVERITY = Real(low=0, high=10, note="The strength of every operation; 10 is the strongest.")
 
 
 def resolve_augmentation_set(augmentation_set: str | Sequence[str]) -> tuple[str, ...]:
@@ -117,10 +113,17 @@ def resolve_augmentation_set(augmentation_set: str | Sequence[str]) -> tuple[str
     return tuple(augmentation_set)
 
 
+AUGMENTATION_SET = Other(
+    requires="'all', 'safe', 'original' or a non-empty sequence of operation names",
+    parse=lambda name, value: resolve_augmentation_set(value),
+    note="The operations drawn from: a set's name, or a sequence of operation names.",
+)
+
+
 def _check_images(img: torch.Tensor) -> None:
-    if not isinstance(img, torch.Tensor) or img.ndim not in (3, 4):
-        shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
-        raise ValueError(f"img: needs an image (C, H, W) or a batch (N, C, H, W), got {shape}")
+    check_image_type(img, "img")
+    if img.ndim not in (3, 4):
+        raise ValueError(f"img: needs an image (C, H, W) or a batch (N, C, H, W), got {tuple(img.shape)}")
     if img.dtype != torch.uint8 and not img.is_floating_point():
         raise ValueError(f"img: needs uint8 images in [0, 255] or floating point images in [0, 1], got {img.dtype}")
 
@@ -321,7 +324,10 @@ def apply_operation(img: torch.Tensor, name: str, magnitude: float | torch.Tenso
     counter-clockwise), the shear factor, pixels (translate; the image moves left or up for a
     positive value), bits kept (posterize), the 8-bit threshold (solarize) or the enhancement
     factor (color, contrast, brightness, sharpness: 1 is the image, 0 the degenerate image);
-    autocontrast and equalize take none. ``magnitude`` is a number or one value per image."""
+    autocontrast and equalize take none. ``magnitude`` is a number or one value per image.
+    A PIL image of 8-bit levels (as Composer's ``augmentation_primitives`` take) gives one back."""
+    if is_pil_image(img):
+        return to_pil(apply_operation(from_pil(img, "img", eight_bit=True), name, magnitude), img)
     w = working_copy(img)
     if name not in OPERATIONS:
         raise ValueError(f"name={name!r}: must be one of {', '.join(OPERATIONS)}")

@@ -7,7 +7,6 @@ target utilities are in :mod:`algorithms.targets`.
 
 from __future__ import annotations
 
-import math
 import random
 from abc import abstractmethod
 from typing import Any
@@ -23,7 +22,6 @@ from .targets import interpolate_targets, target_dtype
 __all__ = [
     "MixingAlgorithm",
     "ROW_BY_ROW_BYTES",
-    "check_alpha",
     "check_batch_sizes",
     "check_indices",
     "host_partners",
@@ -33,12 +31,6 @@ __all__ = [
     "sample_beta",
     "sample_permutation",
 ]
-
-
-def check_alpha(alpha: float) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
-        raise ValueError(f"alpha={alpha!r}: must be a finite number >= 0")
-    return float(alpha)
 
 
 def check_batch_sizes(input: torch.Tensor, target: torch.Tensor) -> None:

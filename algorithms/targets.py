@@ -19,16 +19,15 @@ are distributions.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 
 import torch
 
-from ._kernels import cpu_kernels
+from .core.parameters import Real
 
 __all__ = [
+    "SMOOTHING",
     "check_class_range",
-    "check_smoothing",
     "class_indices",
     "interpolate_targets",
     "is_class_indices",
@@ -119,16 +118,8 @@ def target_dtype(input_dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(input_dtype, torch.float32) if input_dtype.is_floating_point else torch.float32
 
 
-def check_smoothing(smoothing: float) -> float:
-    """``smoothing`` as a float in ``[0, 1]``, or ``ValueError`` naming it."""
-    if (
-        isinstance(smoothing, bool)
-        or not isinstance(smoothing, (int, float))
-        or not math.isfinite(smoothing)
-        or not 0 <= smoothing <= 1
-    ):
-        raise ValueError(f"smoothing={smoothing!r}: must be in [0, 1]")
-    return float(smoothing)
+#: Label smoothing's one hyperparameter, declared once for every form that smooths.
+SMOOTHING = Real(low=0, high=1, note="The weight of the uniform distribution in the target.")
 
 
 def smooth_targets(
@@ -144,7 +135,8 @@ def smooth_targets(
     cross-entropy against the result; Composer's ``smooth_labels`` gives it ``smoothing / C``
     in every class instead.
     """
-    smoothing = check_smoothing(smoothing)
+    SMOOTHING.check("smoothing", smoothing)
+    smoothing = float(smoothing)
     looked_up = lookup_smoothed(target, smoothing, num_classes, dtype, logits_shape)
     if looked_up is not None:
         return looked_up
@@ -180,9 +172,6 @@ def lookup_smoothed(
     rows = smoothed_rows(num_classes, smoothing, dtype)
     if rows is None:
         return None
-    kernels = cpu_kernels()
-    if kernels is not None:  # the same lookup, for less than index_select's call
-        return kernels.rows_at(rows, target)  # None for a negative (ignored) or out-of-range index
     try:
         return rows.index_select(0, target)  # the CPU checks every index
     except (IndexError, RuntimeError):  # a negative (ignored) or out-of-range index: the formula handles it

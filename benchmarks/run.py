@@ -31,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"
 README_REGION = "performance"  # <!-- generated: performance --> ... <!-- end generated: performance -->
-SECTIONS = ("batch_methods", "trainer_overhead", "check_speed", "docs_scale", "effects_sweep")
+SECTIONS = ("batch_methods", "trainer_overhead", "import_time", "check_speed", "docs_scale", "effects_sweep")
 PEERS_FOLDER = "peers"  # results/bench/peers/: --peers, run by nox -s bench_peers where the peers import
 COMPARE = {"<": lambda value, target: value < target, "<=": lambda value, target: value <= target}
 

@@ -15,11 +15,13 @@ and ``sphinx-build docs/source ...`` run inside it exactly as in a checkout, on 
 Whatever needs the generated code imported (rendering the cards) runs in a subprocess whose
 ``sys.path`` starts with the tree (:func:`tree_python`).
 
-Of the generated methods, every third has a ``batch`` figure (scikit-image's photographs before
-and after the functional form, as CutMix's), the others a ``plot`` figure (a function of the
-method's module, as Gyro Dropout's). Domains go round the schema's list, so the matrix's pairs
-(methods that share a domain) are spread over all of them; every fourth method notes an
-interaction with an earlier one of its domain, which the matrix shows.
+Of the generated methods, every third has a ``batch`` figure (scikit-image's photographs before and
+after the functional form, as CutMix's), the others a ``plot`` figure (a function the catalog adds
+to its copy of ``methods_tools.figure_data``, as Gyro Dropout's is there). The copy's export tables
+(``algorithms/__init__.py``, ``algorithms/functional.py``) name the generated methods. Domains go
+round the schema's list, so the matrix's pairs (methods that share a domain) are spread over all of
+them; every fourth method notes an interaction with an earlier one of its domain, which the matrix
+shows.
 
     python benchmarks/synthetic_catalog.py /tmp/catalog --methods 30
 """
@@ -87,9 +89,15 @@ import torch
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Parameters, Real
 from ..core.state import State
 
 __all__ = ["{cls}", "{fn}", "{data}"]
+
+PARAMETERS = Parameters(
+    strength=Real(low=0, high=1, note="How much the band is dimmed."),
+    band=Real(low=0, high=1, low_open=True, note="The band's height as a fraction of the image's."),
+)
 
 
 def {fn}(input: torch.Tensor, strength: float = 0.5, band: float = {band},
@@ -105,8 +113,7 @@ def {fn}(input: torch.Tensor, strength: float = 0.5, band: float = {band},
     Returns:
         A new tensor with the input's shape, dtype and device.
     """
-    if not 0 <= strength <= 1 or not 0 < band <= 1:
-        raise ValueError(f"strength={{strength!r}}, band={{band!r}}: strength must be in [0, 1], band in (0, 1]")
+    PARAMETERS.check(strength=strength, band=band)
     n, height = input.shape[0], input.shape[-2]
     rows = max(1, int(band * height))
     top = torch.randint(0, height - rows + 1, (n, 1), generator=generator)
@@ -114,13 +121,6 @@ def {fn}(input: torch.Tensor, strength: float = 0.5, band: float = {band},
     inside = (index >= top) & (index < top + rows)  # (N, H)
     scale = 1 - strength * inside.to(input.dtype)
     return input * scale.to(input.device)[:, None, :, None]
-
-
-def {data}(steps: int = 40, strength: float = 0.5) -> dict[str, Any]:
-    """The strength a run that ramps the dimming in over its first {ramp} % uses at each step."""
-    t = torch.linspace(0, 1, steps)
-    return {{"type": "lines", "x": t, "series": {{"strength": strength * (t / {ramp_fraction}).clamp(max=1)}},
-            "xlabel": "fraction of training", "ylabel": "strength"}}
 
 
 class {cls}(Algorithm):
@@ -134,6 +134,7 @@ class {cls}(Algorithm):
     """
 
     def __init__(self, strength: float = 0.5, band: float = {band}, input_key: int | str = 0):
+        PARAMETERS.check(strength=strength, band=band)
         self.strength = strength
         self.band = band
         self.input_key = input_key
@@ -149,9 +150,20 @@ class {cls}(Algorithm):
 
 INIT_CODE = '''"""Synthetic Method {i:04d}: see :mod:`algorithms.{key}.{key}`."""
 
-from .{key} import {cls}, {data}, {fn}
+from .{key} import {cls}, {fn}
 
-__all__ = ["{cls}", "{data}", "{fn}"]
+__all__ = ["{cls}", "{fn}"]
+'''
+
+# A method's plot figure draws a function of the docs tooling (methods_tools.figure_data).
+DATA_CODE = '''
+
+def {data}(steps: int = 40, strength: float = 0.5) -> dict[str, Any]:
+    """Synthetic Method {i:04d}'s figure: the strength a run that ramps the dimming in over its first
+    {ramp} % uses at each step."""
+    t = torch.linspace(0, 1, steps)
+    return {{"type": "lines", "x": t, "series": {{"strength": strength * (t / {ramp_fraction}).clamp(max=1)}},
+            "xlabel": "fraction of training", "ylabel": "strength"}}
 '''
 
 
@@ -159,21 +171,30 @@ def _band(i: int) -> float:
     return (1, 2, 3)[i % 3] / 8
 
 
-def method_files(i: int) -> dict[str, str]:
-    """``{file name: content}`` of generated method ``i``'s folder."""
-    key, cls, fn = method_key(i), class_name(i), functional_name(i)
-    data = f"synthetic_{i:04d}_schedule"
+def _names(i: int) -> dict[str, object]:
     ramp = 10 + i % 9 * 10
-    names = {
+    return {
         "i": i,
-        "key": key,
-        "cls": cls,
-        "fn": fn,
-        "data": data,
+        "key": method_key(i),
+        "cls": class_name(i),
+        "fn": functional_name(i),
+        "data": f"synthetic_{i:04d}_schedule",
         "band": _band(i),
         "ramp": ramp,
         "ramp_fraction": ramp / 100,
     }
+
+
+def figure_data_code(i: int) -> str:
+    """The function of ``methods_tools.figure_data`` that generated method ``i``'s plot figure draws
+    (every method but each third one, whose figure is a batch); empty for the others."""
+    return "" if i % 3 == 0 else DATA_CODE.format(**_names(i))
+
+
+def method_files(i: int) -> dict[str, str]:
+    """``{file name: content}`` of generated method ``i``'s folder."""
+    names = _names(i)
+    key, cls, fn, data, ramp = (names[k] for k in ("key", "cls", "fn", "data", "ramp"))
     if i % 3 == 0:
         figure = {
             "kind": "batch",
@@ -205,8 +226,8 @@ def method_files(i: int) -> dict[str, str]:
         "math_equivalent": False,
         "observable": ["changed_inputs"],
         "hyperparameters": {
-            "strength": {"suggested": 0.5, "range": [0, 1], "note": "Half the band's brightness."},
-            "band": {"suggested": _band(i), "range": [0, 1], "exclusive": ["low"]},
+            "strength": {"suggested": 0.5, "note": "Half the band's brightness."},
+            "band": {"suggested": _band(i)},
         },
         "plumbing": ["input_key"],
     }
@@ -334,6 +355,18 @@ write_atomic(root / "results/composability/cpu-synthetic.json", json.dumps(matri
 """
 
 
+def _set_exports(path: Path, entries: list[tuple[str, str]]) -> None:
+    """Replace the ``EXPORTS`` table of ``path`` (and its ``TYPE_CHECKING`` imports) by ``entries``,
+    ``(name, module)`` pairs, in the modules' order."""
+    entries = sorted(entries, key=lambda e: (e[1], e[0].lower()))
+    table = "".join(f'    "{name}": "{module}",\n' for name, module in entries)
+    imports = "".join(f"    from .{module} import {name} as {name}\n" for name, module in entries)
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r"(?m)^EXPORTS = \{\n(?:    .*\n)*\}\n", lambda _: "EXPORTS = {\n" + table + "}\n", text)
+    text = re.sub(r"(?m)^if TYPE_CHECKING:\n(?:    .*\n)*", lambda _: "if TYPE_CHECKING:\n" + imports, text)
+    path.write_text(text, encoding="utf-8")
+
+
 def make_catalog(root: Path, n: int) -> Catalog:
     """Write a synthetic checkout of ``n`` generated methods at ``root`` (which must not exist)."""
     if n < 1:
@@ -346,6 +379,14 @@ def make_catalog(root: Path, n: int) -> Catalog:
         for name, content in method_files(i).items():
             (folder / name).write_text(content, encoding="utf-8")
         keys.append(method_key(i))
+    with (root / "tools" / "methods_tools" / "figure_data.py").open("a", encoding="utf-8") as figure_data:
+        figure_data.write("".join(figure_data_code(i) for i in range(n)))
+    # The export tables name the generated methods, as the scaffold's lines would.
+    shared = [("interpolate_targets", "targets")]
+    _set_exports(root / "algorithms" / "__init__.py", [(class_name(i), method_key(i)) for i in range(n)])
+    _set_exports(
+        root / "algorithms" / "functional.py", [(functional_name(i), method_key(i)) for i in range(n)] + shared
+    )
     tree_python(root, f"sys.path.append({str(Path(__file__).parent)!r})\n" + _FINISH, str(root))
     return Catalog(root, tuple(keys))
 

@@ -169,26 +169,15 @@ def test_missing_kind_is_one_problem_not_a_cascade(tree: Path):
     assert "missing required field 'kind'" in line
 
 
-@pytest.mark.parametrize(
-    ("change", "words"),
-    [
-        (lambda hp: hp.update(suggested=-1.0), "-1.0 lies outside its range [0, inf)"),
-        (lambda hp: hp.update(suggested=0, exclusive=["low"]), "0 lies outside its range (0, inf)"),
-        (lambda hp: hp.update(range=[2, 1], suggested=1.5), "the range [2, 1] is empty — put the low end first"),
-    ],
-)
-def test_a_suggestion_outside_its_own_range_is_one_problem(tree: Path, change, words: str):
-    _edit(tree, lambda d: change(d["hyperparameters"]["alpha"]))
+@pytest.mark.parametrize("field", ["range", "choices", "exclusive"])
+def test_a_range_in_metadata_is_refused_since_the_code_declares_it(tree: Path, field: str):
+    """Ranges and choices are declared beside the signature (PARAMETERS); metadata says only the
+    suggested value and why. Whether the suggestion is in range is nox -s check's (tests/tooling)."""
+    _edit(tree, lambda d: d["hyperparameters"]["alpha"].update({field: [0, 1]}))
     (line,) = _problems(tree)
-    assert ": /cutmix/hyperparameters/alpha/suggested: " in line and words in line, line
+    assert ": /cutmix/hyperparameters/alpha: " in line and f"unknown field(s) '{field}'" in line, line
 
 
-def test_an_excluded_end_needs_a_range(tree: Path):
-    _edit(tree, lambda d: d["hyperparameters"]["interpolate_loss"].update(exclusive=["low"]))
-    lines = _problems(tree)
-    assert any(": /cutmix/hyperparameters/interpolate_loss: " in line and "range" in line for line in lines), lines
-
-
-def test_a_suggestion_on_an_allowed_end_is_accepted(tree: Path):
-    _edit(tree, lambda d: d["hyperparameters"]["alpha"].update(suggested=0.0))
-    assert load_all_metadata(tree)["cutmix"].hyperparameters["alpha"].suggested == 0.0
+def test_a_suggestion_is_any_literal_here(tree: Path):
+    _edit(tree, lambda d: d["hyperparameters"]["alpha"].update(suggested=-1.0))
+    assert load_all_metadata(tree)["cutmix"].hyperparameters["alpha"].suggested == -1.0

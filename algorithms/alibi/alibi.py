@@ -15,27 +15,31 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Integer, Parameters, Real
 from ..core.state import State
 from ..models.transformer import CausalSelfAttention, PositionEmbedding
 from ..surgery import recording_replacements, replace_module_classes
 
-__all__ = [
-    "Alibi",
-    "AlibiAttention",
-    "alibi_bias",
-    "alibi_bias_figure",
-    "alibi_slopes",
-    "apply_alibi",
-    "shorten_sequences",
-]
+__all__ = ["Alibi", "AlibiAttention", "alibi_bias", "alibi_slopes", "apply_alibi", "shorten_sequences"]
+
+PARAMETERS = Parameters(
+    max_sequence_length=Integer(low=1, note="The longest sequence the model accepts afterwards."),
+    train_sequence_length_scaling=Real(
+        low=0,
+        high=1,
+        low_open=True,
+        note="The fraction of each sequence's length to train on; 1 leaves batches as they are.",
+    ),
+)
+#: alibi_slopes's own argument.
+_HEADS = Integer(low=1, note="The number of attention heads.")
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
     """The heads' slopes, steepest first: ``2 ** (-8 h / n_heads)`` for ``h = 1 .. n_heads`` when
     ``n_heads`` is a power of 2; otherwise, as the paper's code does, those of the largest power of
     2 below, ``n``, then every other slope of ``2 n`` heads (the 1st, 3rd, ...) for the rest."""
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads={n_heads!r}: must be a positive integer")
+    _HEADS.check("n_heads", n_heads)
     if n_heads & (n_heads - 1) == 0:
         return [2.0 ** (-8 * h / n_heads) for h in range(1, n_heads + 1)]
     below = 2 ** math.floor(math.log2(n_heads))
@@ -117,7 +121,7 @@ def apply_alibi(
         >>> model(torch.randint(0, 50, (1, 300))).shape
         torch.Size([1, 300, 50])
     """
-    check_max_sequence_length(max_sequence_length)
+    PARAMETERS.check(max_sequence_length=max_sequence_length)
 
     def to_alibi(attention: nn.Module, index: int) -> AlibiAttention:
         assert isinstance(attention, CausalSelfAttention)
@@ -134,48 +138,13 @@ def apply_alibi(
     )
 
 
-def alibi_bias_figure(n_heads: int = 4, head: int = 0, length: int = 16) -> dict[str, Any]:  # pragma: no mutate block
-    """What the card's figure draws: the bias one head adds to its attention logits."""
-    bias = alibi_bias(torch.tensor(alibi_slopes(n_heads)), length)[head]
-    later = torch.ones(length, length, dtype=torch.bool).triu(1)
-    slope = alibi_slopes(n_heads)[head]
-    return {
-        "type": "image",
-        "values": bias.masked_fill(later, float("nan")),  # masked keys: left blank
-        "title": f"ALiBi bias of head {head + 1} of {n_heads} (slope {slope:g}); masked keys blank",
-        "xlabel": "key position j",
-        "ylabel": "query position i",
-    }
-
-
-def check_max_sequence_length(max_sequence_length: Any) -> None:
-    if isinstance(max_sequence_length, bool) or not isinstance(max_sequence_length, int) or max_sequence_length < 1:
-        raise ValueError(
-            f"max_sequence_length={max_sequence_length!r}: must be a positive integer, the longest "
-            "sequence the model will accept"
-        )
-
-
-def check_train_sequence_length_scaling(scaling: Any) -> None:
-    if (
-        isinstance(scaling, bool)
-        or not isinstance(scaling, (int, float))
-        or not math.isfinite(scaling)
-        or not 0 < scaling <= 1
-    ):
-        raise ValueError(
-            f"train_sequence_length_scaling={scaling!r}: must be in (0, 1], the fraction of the "
-            "sequence length to train on"
-        )
-
-
 def shorten_sequences(batch: Any, train_sequence_length_scaling: float) -> Any:
     """The batch with every tensor of two or more dimensions ``(N, T, ...)`` cut into rows of
     ``max(1, int(T * train_sequence_length_scaling))`` positions: each row's consecutive pieces,
     in order, ``(N * (T // length), length, ...)``; a row's last ``T % length`` positions are
     dropped, so no piece joins the end of one row to the start of the next. Other items are kept.
     """
-    check_train_sequence_length_scaling(train_sequence_length_scaling)
+    PARAMETERS.check(train_sequence_length_scaling=train_sequence_length_scaling)
     items = batch.items() if isinstance(batch, Mapping) else enumerate(batch)
     shapes = {tuple(v.shape[:2]) for _, v in items if isinstance(v, torch.Tensor) and v.ndim >= 2}
     if len(shapes) > 1:
@@ -231,8 +200,9 @@ class Alibi(Algorithm):
     }
 
     def __init__(self, max_sequence_length: int, train_sequence_length_scaling: float = 0.25):
-        check_max_sequence_length(max_sequence_length)
-        check_train_sequence_length_scaling(train_sequence_length_scaling)
+        PARAMETERS.check(
+            max_sequence_length=max_sequence_length, train_sequence_length_scaling=train_sequence_length_scaling
+        )
         self.max_sequence_length = max_sequence_length
         self.train_sequence_length_scaling = train_sequence_length_scaling
 

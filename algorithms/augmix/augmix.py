@@ -6,36 +6,50 @@ to Improve Robustness and Uncertainty", 2020.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from .._augmentations import (
+    AUGMENTATION_SET,
+    SEVERITY,
     ImageAugmentation,
-    check_severity,
     random_operations,
     resolve_augmentation_set,
     restored,
     working_copy,
 )
+from .._pil import from_pil, is_pil_image, to_pil
+from ..core.parameters import Integer, Parameters, Real
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 __all__ = ["AugMix", "augmix_image"]
+
+PARAMETERS = Parameters(
+    severity=SEVERITY,
+    depth=Integer(low=1, also=(-1,), note="The operations per chain; -1 draws 1 to 3 per chain."),
+    width=Integer(low=1, note="The number of chains mixed."),
+    alpha=Real(low=0, low_open=True, note="The concentration of the Dirichlet chain weights and the Beta skip weight."),
+    augmentation_set=AUGMENTATION_SET,
+)
 
 #: The most operations a chain gets when ``depth=-1`` (then 1 to 3, uniformly), as in Composer.
 MAX_RANDOM_DEPTH = 3
 
 
 def augmix_image(
-    img: torch.Tensor,
+    img: torch.Tensor | PIL.Image.Image,
     severity: float = 3,
     depth: int = -1,
     width: int = 3,
     alpha: float = 1.0,
     augmentation_set: str | Sequence[str] = "all",
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | PIL.Image.Image:
     """Mix each image with ``width`` chains of random operations, as ``composer.functional.augmix_image``.
 
     For each image: chain weights ``w ~ Dirichlet(alpha, ..., alpha)`` (``width`` of them) and a
@@ -46,7 +60,8 @@ def augmix_image(
 
     Args:
         img: one image ``(C, H, W)`` or a batch ``(N, C, H, W)``, uint8 in ``[0, 255]`` or floating
-            point in ``[0, 1]``; not modified.
+            point in ``[0, 1]``, or a PIL image of 8-bit levels (mode ``L``, ``RGB``, ``RGBA``, ...,
+            taken as uint8); not modified.
         severity: the strength of every operation, in ``[0, 10]``.
         depth: the operations per chain, ``>= 1``, or ``-1`` for 1 to 3 drawn uniformly per chain.
         width: the number of chains mixed, ``>= 1``.
@@ -56,7 +71,8 @@ def augmix_image(
         generator: torch generator for every random draw (default: torch's global one).
 
     Returns:
-        A new tensor with the input's shape, dtype, device and memory format.
+        A new tensor with the input's shape, dtype, device and memory format; for a PIL image, a
+        new PIL image of its mode and size.
 
     Example::
 
@@ -67,8 +83,15 @@ def augmix_image(
         >>> out.shape, out.dtype, bool(out.min() >= 0 and out.max() <= 1)
         (torch.Size([4, 3, 16, 16]), torch.float32, True)
     """
-    severity = check_severity(severity)
-    alpha = check_augmix(depth, width, alpha)
+    if is_pil_image(img):
+        return to_pil(
+            augmix_image(
+                from_pil(img, "img", eight_bit=True), severity, depth, width, alpha, augmentation_set, generator
+            ),
+            img,
+        )
+    PARAMETERS.check(severity=severity, depth=depth, width=width, alpha=alpha)
+    severity, alpha = float(severity), float(alpha)
     names = resolve_augmentation_set(augmentation_set)
     work = working_copy(img)
     x = work.values
@@ -109,18 +132,6 @@ def mixing_weights(
     return torch.tensor(chains, dtype=torch.float64).view(n, width), torch.tensor(skips, dtype=torch.float64)
 
 
-def check_augmix(depth: int, width: int, alpha: float) -> float:
-    if isinstance(depth, bool) or not isinstance(depth, int) or not (depth == -1 or depth >= 1):
-        raise ValueError(
-            f"depth={depth!r}: must be an integer >= 1 (the operations per chain) or -1 (1 to 3, drawn per chain)"
-        )
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise ValueError(f"width={width!r}: must be an integer >= 1 (the number of chains mixed)")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
-        raise ValueError(f"alpha={alpha!r}: must be a finite number > 0 (the Dirichlet and Beta concentration)")
-    return float(alpha)
-
-
 class AugMix(ImageAugmentation):
     """AugMix as a training-loop algorithm: after the data loader, :func:`augmix_image` mixes
     each image of the batch with its own chains of operations; the targets are left as they are.
@@ -158,10 +169,9 @@ class AugMix(ImageAugmentation):
         input_key: int | str = 0,
     ):
         super().__init__(value_range, input_key)
-        self.severity = check_severity(severity)
-        self.alpha = check_augmix(depth, width, alpha)
+        PARAMETERS.check(severity=severity, depth=depth, width=width, alpha=alpha, augmentation_set=augmentation_set)
+        self.severity, self.alpha = float(severity), float(alpha)
         self.depth, self.width = depth, width
-        resolve_augmentation_set(augmentation_set)
         self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else tuple(augmentation_set)
 
     def augment(self, images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

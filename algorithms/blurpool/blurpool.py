@@ -13,10 +13,24 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Boolean, Integer, Parameters, Rule
 from ..core.state import State
 from ..surgery import recording_replacements, replace_module_classes
 
-__all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "apply_blurpool", "blur_2d", "blur_filter", "blur_filter_plot"]
+__all__ = ["BlurConv2d", "BlurMaxPool2d", "BlurPool", "apply_blurpool", "blur_2d", "blur_filter"]
+
+PARAMETERS = Parameters(
+    Rule(
+        lambda replace_convs, replace_maxpools: replace_convs or replace_maxpools,
+        "BlurPool would replace nothing; set one of them",
+    ),
+    replace_convs=Boolean(note="Replace strided convolutions with BlurConv2d."),
+    replace_maxpools=Boolean(note="Replace max-pools with BlurMaxPool2d."),
+    blur_first=Boolean(
+        note="Blur before the strided convolution; False convolves densely, then blurs, as the paper does."
+    ),
+    min_channels=Integer(low=0, note="Leave convolutions with fewer input channels alone."),
+)
 
 
 def apply_blurpool(
@@ -59,7 +73,9 @@ def apply_blurpool(
         >>> type(model.layer2[0].conv1).__name__, model(torch.randn(2, 3, 16, 16)).shape
         ('BlurConv2d', torch.Size([2, 10]))
     """
-    check_blurpool(replace_convs, replace_maxpools, blur_first, min_channels)
+    PARAMETERS.check(
+        replace_convs=replace_convs, replace_maxpools=replace_maxpools, blur_first=blur_first, min_channels=min_channels
+    )
 
     def blur_conv(conv: nn.Conv2d, index: int) -> nn.Module | None:
         strided = max(conv.stride) > 1
@@ -117,22 +133,6 @@ def blur_2d(input: torch.Tensor, stride: int | tuple[int, int] = 1, filter: torc
     pad = (kw // 2, kw // 2, kh // 2, kh // 2)
     mode = "reflect" if input.shape[-2] > kh // 2 and input.shape[-1] > kw // 2 else "replicate"
     return F.conv2d(F.pad(input, pad, mode=mode), filter, stride=stride, groups=channels)
-
-
-def check_blurpool(replace_convs: bool, replace_maxpools: bool, blur_first: bool, min_channels: int) -> None:
-    for name, value in (
-        ("replace_convs", replace_convs),
-        ("replace_maxpools", replace_maxpools),
-        ("blur_first", blur_first),
-    ):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name}={value!r}: must be True or False")
-    if not (replace_convs or replace_maxpools):
-        raise ValueError(
-            "replace_convs=False and replace_maxpools=False: BlurPool would replace nothing; set one of them"
-        )
-    if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 0:
-        raise ValueError(f"min_channels={min_channels!r}: must be an integer >= 0")
 
 
 class BlurConv2d(nn.Module):
@@ -268,18 +268,6 @@ def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
 
 
-def blur_filter_plot() -> dict[str, Any]:  # pragma: no mutate block
-    """The card's figure: the filter :func:`blur_filter` returns, which every BlurConv2d and
-    BlurMaxPool2d applies to each channel."""
-    return {
-        "type": "image",
-        "values": blur_filter(torch.float64).tolist(),
-        "title": "BlurPool's filter (sums to 1)",
-        "xlabel": "column",
-        "ylabel": "row",
-    }
-
-
 class BlurPool(Algorithm):
     """BlurPool as a training-loop algorithm: at ``Event.INIT``, before the Trainer wraps the model
     or builds its optimizer, :func:`apply_blurpool` blurs the model's strided convolutions and
@@ -309,7 +297,12 @@ class BlurPool(Algorithm):
     def __init__(
         self, replace_convs: bool = True, replace_maxpools: bool = True, blur_first: bool = True, min_channels: int = 16
     ):
-        check_blurpool(replace_convs, replace_maxpools, blur_first, min_channels)
+        PARAMETERS.check(
+            replace_convs=replace_convs,
+            replace_maxpools=replace_maxpools,
+            blur_first=blur_first,
+            min_channels=min_channels,
+        )
         self.replace_convs = replace_convs
         self.replace_maxpools = replace_maxpools
         self.blur_first = blur_first

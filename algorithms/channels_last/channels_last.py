@@ -13,9 +13,12 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Parameters
 from ..core.state import State
 
-__all__ = ["ChannelsLast", "apply_channels_last", "weight_strides"]
+__all__ = ["ChannelsLast", "apply_channels_last"]
+
+PARAMETERS = Parameters()  # no hyperparameters
 
 
 def apply_channels_last(model: nn.Module) -> nn.Module:
@@ -55,29 +58,6 @@ def apply_channels_last(model: nn.Module) -> nn.Module:
             "3-D convolutional model with model.to(memory_format=torch.channels_last_3d)"
         )
     return model.to(memory_format=torch.channels_last)
-
-
-def weight_strides(
-    model: str = "resnet20", module: str = "layer1.0.conv1"
-) -> dict[str, Any]:  # pragma: no mutate block
-    """The card's figure: the strides of a fresh reference model's convolution weight, in
-    elements, before and after :func:`apply_channels_last`."""
-    from .. import models
-
-    network = getattr(models, model)()
-    weight = network.get_submodule(module).weight
-    before = list(weight.stride())
-    apply_channels_last(network)
-    after = list(network.get_submodule(module).weight.stride())
-    shape = " x ".join(map(str, weight.shape))
-    return {
-        "type": "bars",
-        "labels": ["out channel", "in channel", "row", "column"],
-        "series": {"before (contiguous)": before, "after (channels_last)": after},
-        "title": f"Strides of {model} {module}.weight ({shape})",
-        "xlabel": "dimension",
-        "ylabel": "stride (elements)",
-    }
 
 
 class ChannelsLast(Algorithm):

@@ -4,25 +4,42 @@ smaller images; a speed-up for image models from MosaicML's Composer (no paper o
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._pil import from_pil, is_pil_image, to_pil
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Choice, Parameters, Real
 from ..core.state import State
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 __all__ = ["ColOut", "colout_batch"]
 
+PARAMETERS = Parameters(
+    p_row=Real(low=0, high=1, high_open=True, note="The fraction of rows to drop."),
+    p_col=Real(low=0, high=1, high_open=True, note="The fraction of columns to drop."),
+    batch=Choice(
+        choices=(True,),
+        note="ColOut runs on the batch after the data loader; per-sample, call colout_batch in a dataset transform.",
+    ),
+    resize_target=Choice(
+        choices=("auto", True, False),
+        note="Drop the same rows and columns from the target: 'auto' for a target with the images' height and width.",
+    ),
+)
+
 
 def colout_batch(
-    sample: torch.Tensor | tuple[torch.Tensor, Any],
+    sample: torch.Tensor | PIL.Image.Image | tuple[torch.Tensor | PIL.Image.Image, Any],
     p_row: float = 0.15,
     p_col: float = 0.15,
     resize_target: bool | str = "auto",
     generator: torch.Generator | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, Any]:
+) -> torch.Tensor | PIL.Image.Image | tuple[torch.Tensor | PIL.Image.Image, Any]:
     """Drop the same random rows and columns from every image of a batch (and from a dense target),
     as ``composer.functional.colout_batch``.
 
@@ -31,8 +48,9 @@ def colout_batch(
     the batch keeps the same ones.
 
     Args:
-        sample: an image ``(C, H, W)`` or a batch ``(N, C, H, W)``, of any dtype, or a pair
-            ``(input, target)`` of such an input and its target; not modified.
+        sample: an image ``(C, H, W)`` or a batch ``(N, C, H, W)``, of any dtype, or a PIL image
+            (of any mode), or a pair ``(input, target)`` of such an input and its target (a PIL
+            target is a mask ``(C, H, W)``); not modified.
         p_row: the fraction of rows to drop, in ``[0, 1)``.
         p_col: the fraction of columns to drop, in ``[0, 1)``.
         resize_target: whether the target of a pair loses the same rows and columns: ``True``
@@ -44,7 +62,8 @@ def colout_batch(
     Returns:
         For an input alone, the smaller input; for a pair, the pair ``(input, target)`` with the
         target dropped alike or, when it is not resized, the same target object. Each output keeps
-        its input's dtype, device and (for channels-last batches) memory format.
+        its input's dtype, device and (for channels-last batches) memory format; a PIL image comes
+        back as a PIL image of its mode.
 
     Example::
 
@@ -56,7 +75,10 @@ def colout_batch(
         >>> tuple(x.shape), tuple(y.shape)
         ((2, 3, 24, 16), (2, 24, 16))
     """
-    check_colout(p_row, p_col, resize_target)
+    PARAMETERS.check(p_row=p_row, p_col=p_col, resize_target=resize_target)
+    items = sample if isinstance(sample, (tuple, list)) else (sample,)
+    if any(is_pil_image(item) for item in items):
+        return _colout_pil(sample, items, p_row, p_col, resize_target, generator)
     input, target, is_pair = _unpack(sample)
     if resize_target is True and not is_pair:
         raise ValueError("resize_target=True: the sample has no target to resize; pass (input, target)")
@@ -109,6 +131,26 @@ def _select_pixels(tensor: torch.Tensor, flat: torch.Tensor, height: int, width:
     return tensor.reshape(*lead, -1).gather(-1, flat.expand(*lead, -1)).view(*lead, height, width)
 
 
+def _colout_pil(
+    sample: Any,
+    items: tuple[Any, ...] | list[Any],
+    p_row: float,
+    p_col: float,
+    resize_target: bool | str,
+    generator: torch.Generator | None,
+) -> Any:
+    """:func:`colout_batch` of a sample holding PIL images: on their pixel values, each output
+    that was a PIL image given back as one of its mode, a target not resized as it was given."""
+    tensors = [from_pil(item, "sample") if is_pil_image(item) else item for item in items]
+    out = colout_batch(type(items)(tensors) if sample is items else tensors[0], p_row, p_col, resize_target, generator)
+    outs = out if sample is items and len(items) == 2 else (out,)
+    back = [
+        original if result is tensor else to_pil(result, original) if is_pil_image(original) else result
+        for original, tensor, result in zip(items, tensors, outs, strict=False)
+    ]
+    return tuple(back) if len(back) == 2 else back[0]
+
+
 def _unpack(sample: Any) -> tuple[torch.Tensor, Any, bool]:
     """``(input, target, is_pair)`` from a tensor, or a tuple or list of one or two items."""
     if isinstance(sample, (tuple, list)):
@@ -119,9 +161,15 @@ def _unpack(sample: Any) -> tuple[torch.Tensor, Any, bool]:
         input, target, is_pair = sample[0], sample[-1], len(sample) == 2
     else:
         input, target, is_pair = sample, None, False
-    if not isinstance(input, torch.Tensor) or input.ndim not in (3, 4):
-        got = f"shape {tuple(input.shape)}" if isinstance(input, torch.Tensor) else f"a {type(input).__name__}"
-        raise ValueError(f"sample: ColOut needs an image tensor (C, H, W) or a batch (N, C, H, W), got {got}")
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(
+            f"sample: ColOut needs a torch.Tensor or a PIL.Image.Image, or an (input, target) pair, "
+            f"got {type(input).__name__}"
+        )
+    if input.ndim not in (3, 4):
+        raise ValueError(
+            f"sample: ColOut needs an image tensor (C, H, W) or a batch (N, C, H, W), got shape {tuple(input.shape)}"
+        )
     return input, target, is_pair
 
 
@@ -137,16 +185,6 @@ def _should_resize_target(input: torch.Tensor, target: Any, resize_target: bool 
     if resize_target == "auto":
         return same_plane and target.ndim > 2
     return resize_target
-
-
-def check_colout(p_row: float, p_col: float, resize_target: bool | str) -> None:
-    for name, p, what in (("p_row", p_row, "rows"), ("p_col", p_col, "columns")):
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0 <= p < 1:
-            raise ValueError(f"{name}={p!r}: the fraction of {what} to drop, in [0, 1)")
-    if not (
-        resize_target is True or resize_target is False or (isinstance(resize_target, str) and resize_target == "auto")
-    ):
-        raise ValueError(f"resize_target={resize_target!r}: must be True, False or 'auto'")
 
 
 class ColOut(Algorithm):
@@ -188,13 +226,7 @@ class ColOut(Algorithm):
         input_key: int | str = 0,
         target_key: int | str = 1,
     ):
-        check_colout(p_row, p_col, resize_target)
-        if batch is not True:
-            raise ValueError(
-                f"batch={batch!r}: only batch=True is supported (ColOut on the batch after the data "
-                "loader); for per-sample ColOut call colout_batch on each image in the dataset's "
-                "transform"
-            )
+        PARAMETERS.check(p_row=p_row, p_col=p_col, batch=batch, resize_target=resize_target)
         self.p_row = p_row
         self.p_col = p_col
         self.batch = batch

@@ -3,16 +3,18 @@
 ``from algorithms.core import Algorithm, Event, State, Engine, Trainer``; ``MethodLog`` keeps what
 each method did in a run.
 
-Names are imported on first use (PEP 562), so ``algorithms.core.options`` (the torch-free names
-of precisions and parallel modes) can be imported without torch.
+The names are an explicit table, imported on first use and under ``TYPE_CHECKING`` for type
+checkers (the helper :mod:`algorithms._lazy`), so ``algorithms.core.options`` (the torch-free
+names of precisions and parallel modes) can be imported without torch.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-_EXPORTS = {
+from .._lazy import attach
+
+EXPORTS = {
     "Algorithm": "algorithm",
     "AlgorithmLog": "method_log",
     "Engine": "engine",
@@ -30,16 +32,21 @@ _EXPORTS = {
     "Trainer": "trainer",
 }
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:
+    from .algorithm import Algorithm as Algorithm
+    from .engine import Engine as Engine
+    from .engine import Trace as Trace
+    from .event import Event as Event
+    from .method_log import AlgorithmLog as AlgorithmLog
+    from .method_log import MethodLog as MethodLog
+    from .options import PARALLELS as PARALLELS
+    from .options import PRECISIONS as PRECISIONS
+    from .state import State as State
+    from .state import batch_get_item as batch_get_item
+    from .state import batch_set_item as batch_set_item
+    from .time import Duration as Duration
+    from .time import Timestamp as Timestamp
+    from .time import TimeUnit as TimeUnit
+    from .trainer import Trainer as Trainer
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = attach(__name__, EXPORTS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import sys
 import warnings
 import zlib
@@ -9,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["Algorithm", "warn_from_callers_line"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # the algorithms package's folder
+_RANK_STEP = 0x9E3779B97F4A7C15  # 2**64 over the golden ratio (SplitMix64's step): ranks' seeds lie far apart
+_A = TypeVar("_A", bound="Algorithm")
 
 
 def warn_from_callers_line(message: str, category: type[Warning] = UserWarning) -> None:
@@ -54,6 +57,12 @@ class Algorithm(ABC):
     :meth:`match` is true, with this algorithm's own :class:`~algorithms.core.AlgorithmLog` as
     ``logger``; ``apply`` counts what it did with :meth:`report`. Subclasses sample their random
     parameters in ``apply`` and call their functional form; the math lives only there.
+
+    Randomness: each algorithm draws from its own generator (:meth:`generator`), seeded from the
+    Trainer's ``seed``, the rank and which instance of its class it is in the Trainer's list; or,
+    after :meth:`manual_seed`, from the seed given to it and the rank alone, whatever the
+    Trainer's seed and the algorithm's place in the list. A checkpoint keeps the generator's state,
+    so a resumed run draws what the uninterrupted one would.
     """
 
     unused_parameters: bool = False
@@ -80,14 +89,52 @@ class Algorithm(ABC):
 
     def hyperparameters(self) -> dict[str, Any]:
         """What the log records once per run and :func:`repr` shows: the public instance attributes
-        (``vars(self)`` without names starting with ``_``)."""
-        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        (``vars(self)`` without names starting with ``_``), and ``seed`` where :meth:`manual_seed`
+        gave one."""
+        params = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        seed = getattr(self, "_seed", None)
+        return params if seed is None else {**params, "seed": seed}
+
+    def manual_seed(self: _A, seed: int) -> _A:
+        """Give this algorithm a seed of its own and return the algorithm, as
+        :meth:`torch.Generator.manual_seed` returns the generator: ``CutOut(length=0.5).manual_seed(7)``.
+
+        Its draws then depend on ``seed`` and the rank alone, not on the Trainer's seed (or its
+        absence) nor on the algorithm's place in the Trainer's list. Rank 0 draws what
+        ``torch.Generator().manual_seed(seed)`` draws; rank ``r`` seeds with
+        ``seed + r * 0x9E3779B97F4A7C15`` (mod 2**64), so the ranks of a distributed run still draw
+        different numbers. Two algorithms given one seed draw alike, as two generators given one seed
+        do. Called again, the stream starts anew from the new seed at the next draw; a checkpoint's
+        generator state, loaded after it, takes over where the saved run stopped.
+
+        ``seed``: an int from 0 to 2**64 - 1 (a bool or a float is a TypeError, a number outside
+        the range a ValueError).
+
+        >>> from algorithms import CutOut
+        >>> cutout = CutOut(length=0.5).manual_seed(7)
+        >>> cutout.hyperparameters()["seed"], repr(cutout).endswith(".manual_seed(7)")
+        (7, True)
+        """
+        try:
+            if isinstance(seed, bool):
+                raise TypeError
+            value = operator.index(seed)
+        except TypeError:
+            raise TypeError(
+                f"{self.name}.manual_seed: seed must be an int from 0 to 2**64 - 1, got {type(seed).__name__} {seed!r}"
+            ) from None
+        if not 0 <= value < 2**64:
+            raise ValueError(f"{self.name}.manual_seed: seed must be an int from 0 to 2**64 - 1, got {value}")
+        self._seed = value
+        self._generator = None  # made from the new seed at the next draw
+        return self
 
     def generator(self, state: State) -> torch.Generator:
         """This algorithm's CPU random generator, created on first use.
 
-        With ``state.seed`` set it is seeded from the seed, the rank, the class name and which
-        instance of its class this is in the Trainer's list (the first, the second...), so runs
+        Given a seed by :meth:`manual_seed`, it is seeded from that seed and the rank alone.
+        Otherwise, with ``state.seed`` set, it is seeded from the seed, the rank, the class name and
+        which instance of its class this is in the Trainer's list (the first, the second...), so runs
         repeat, each rank of a distributed run draws different numbers, and two instances of one
         class draw independently; without a seed it draws fresh entropy. The first instance of a
         class draws what it always did, and adding another method to the list changes no other
@@ -96,7 +143,10 @@ class Algorithm(ABC):
         gen = getattr(self, "_generator", None)
         if gen is None:
             gen = torch.Generator()
-            if state.seed is None:
+            given = getattr(self, "_seed", None)
+            if given is not None:
+                gen.manual_seed((given + state.rank * _RANK_STEP) % 2**64)
+            elif state.seed is None:
                 gen.seed()
             else:
                 instance = getattr(self, "_instance", 0)
@@ -138,5 +188,9 @@ class Algorithm(ABC):
         return type(self).__name__
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
-        return f"{self.name}({params})"
+        params = self.hyperparameters()
+        seed = getattr(self, "_seed", None)
+        if seed is not None:  # not a constructor argument: shown as the call that gave it
+            params.pop("seed", None)
+        text = f"{self.name}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
+        return text if seed is None else f"{text}.manual_seed({seed})"

@@ -11,10 +11,8 @@ import math
 
 import torch
 
-from .._kernels import cpu_kernels
 from .._mixing import (
     MixingAlgorithm,
-    check_alpha,
     check_batch_sizes,
     check_indices,
     host_partners,
@@ -23,9 +21,16 @@ from .._mixing import (
     sample_beta,
     sample_permutation,
 )
+from ..core.parameters import Boolean, Parameters, Real
 from ..core.state import State
 
 __all__ = ["CutMix", "cutmix_batch"]
+
+PARAMETERS = Parameters(
+    alpha=Real(low=0, note="The Beta(alpha, alpha) concentration of the kept area; 0 mixes nothing."),
+    interpolate_loss=Boolean(note="Mix the two losses instead of the targets."),
+    uniform_sampling=Boolean(note="Draw box centres so every pixel is equally likely cut."),
+)
 
 BBox = tuple[int, int, int, int]
 
@@ -79,7 +84,7 @@ def cutmix_batch(
     if input.ndim != 4:
         raise ValueError(f"input: CutMix needs an image batch (N, C, H, W), got shape {tuple(input.shape)}")
     check_batch_sizes(input, target)
-    check_alpha(alpha)
+    PARAMETERS.check(alpha=alpha, uniform_sampling=uniform_sampling)
     if bbox is not None and length is not None:
         raise ValueError(f"length={length!r}, bbox={bbox!r}: give one of them, not both")
     n, height, width = input.shape[0], input.shape[-2], input.shape[-1]
@@ -107,18 +112,13 @@ def cutmix_batch(
             )
 
     x1, y1, x2, y2 = bbox
-    kernels = cpu_kernels() if input.is_cpu else None
     if inplace:
         mixed = input
-        if kernels is None or not kernels.cutmix_inplace(input, indices, x1, y1, x2, y2):
-            _write_boxes_in_place(input[:, :, x1:x2, y1:y2], indices)
+        _write_boxes_in_place(input[:, :, x1:x2, y1:y2], indices)
     else:
-        mixed = torch.empty_like(input)
-        # The kernel writes each byte of the output once; torch's ops copy the batch, then each box
-        # read from the untouched input straight into place.
-        if kernels is None or not kernels.cutmix_into(mixed, input, indices, x1, y1, x2, y2):
-            mixed.copy_(input)
-            torch.index_select(input[:, :, x1:x2, y1:y2], 0, indices, out=mixed[:, :, x1:x2, y1:y2])
+        # A copy of the batch, then each box read from the untouched input straight into place.
+        mixed = torch.empty_like(input).copy_(input)
+        torch.index_select(input[:, :, x1:x2, y1:y2], 0, indices, out=mixed[:, :, x1:x2, y1:y2])
     # The label weight is the exact pixel fraction, not the sampled lambda (the box is clipped).
     area = 1.0 - (x2 - x1) * (y2 - y1) / (height * width)
     return mixed, target.index_select(0, indices), area, bbox
@@ -189,9 +189,17 @@ class CutMix(MixingAlgorithm):
         input_key: int | str = 0,
         target_key: int | str = 1,
     ):
+        PARAMETERS.check(alpha=alpha, interpolate_loss=interpolate_loss, uniform_sampling=uniform_sampling)
         super().__init__(interpolate_loss=interpolate_loss, input_key=input_key, target_key=target_key)
-        self.alpha = check_alpha(alpha)
-        self.uniform_sampling = bool(uniform_sampling)
+        self.alpha = float(alpha)
+        self.uniform_sampling = uniform_sampling
+
+    @property
+    def bbox(self) -> BBox | None:
+        """The box of the last batch mixed, ``(x1, y1, x2, y2)`` as :func:`cutmix_batch` returns it
+        (None before the first batch); with :attr:`indices` and :attr:`permuted_target`, Composer's
+        ``_bbox``, ``_indices`` and ``_permuted_target``."""
+        return getattr(self, "_bbox", None)
 
     def mix(self, input: torch.Tensor, target: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, float]:
         if target.ndim > 2:
@@ -202,7 +210,7 @@ class CutMix(MixingAlgorithm):
             )
         generator = self.generator(state)
         indices = sample_permutation(input.shape[0], input.device, generator)  # the draw cutmix_batch makes first
-        mixed, _, area, _ = cutmix_batch(
+        mixed, _, area, self._bbox = cutmix_batch(
             input,
             target,
             alpha=self.alpha,

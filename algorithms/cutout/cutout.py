@@ -6,35 +6,46 @@ DeVries and Taylor, "Improved Regularization of Convolutional Neural Networks wi
 from __future__ import annotations
 
 import functools
-import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._kernels import cpu_kernels
+from .._pil import check_image_type, from_pil, is_pil_image, to_pil
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Boolean, Integer, Parameters, Real
 from ..core.state import State
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 __all__ = ["CutOut", "cutout_batch"]
 
+PARAMETERS = Parameters(
+    num_holes=Integer(low=0, note="How many holes each image gets."),
+    length=Real(
+        low=0, high=1, low_open=True, note="A hole's side as a fraction of the image's shorter side (not in pixels)."
+    ),
+    uniform_sampling=Boolean(note="Widen the centres' range by half a hole, so every pixel is equally likely cut."),
+)
+
 
 def cutout_batch(
-    input: torch.Tensor,
+    input: torch.Tensor | PIL.Image.Image,
     num_holes: int = 1,
     length: float = 0.5,
     uniform_sampling: bool = False,
     generator: torch.Generator | None = None,
     inplace: bool = False,
-) -> torch.Tensor:
+) -> torch.Tensor | PIL.Image.Image:
     """Zero ``num_holes`` square holes in each image, as ``composer.functional.cutout_batch``.
 
     Each image draws its own holes. A hole's side is ``int(length * min(H, W))`` pixels and its
     centre is uniform over the image; the part of a hole outside the image is clipped away.
 
     Args:
-        input: one image ``(C, H, W)`` or a batch ``(N, C, H, W)``, of any dtype; not modified
-            unless ``inplace``.
+        input: one image ``(C, H, W)`` or a batch ``(N, C, H, W)``, of any dtype, or a PIL image
+            (of any mode, cut as its pixel values); not modified unless ``inplace``.
         num_holes: how many holes each image gets, ``>= 0``.
         length: the side of a hole as a fraction of the image's shorter side, in ``(0, 1]``.
         uniform_sampling: draw centres from a range widened by half a hole on every side, so every
@@ -42,11 +53,12 @@ def cutout_batch(
             the paper, and the border is cut less often.
         generator: torch generator for every random draw (default: torch's global one).
         inplace: zero the holes of ``input`` itself and return it (Composer's ``cutout_batch`` has
-            no such option); otherwise ``input`` is not modified.
+            no such option; not for a PIL image); otherwise ``input`` is not modified.
 
     Returns:
         A new tensor (``input`` itself with ``inplace=True``) with the input's shape, dtype, device
-        and memory format, zero inside the holes and equal to the input elsewhere.
+        and memory format, zero inside the holes and equal to the input elsewhere; for a PIL image,
+        a new PIL image of its mode and size.
 
     Example::
 
@@ -57,7 +69,12 @@ def cutout_batch(
         >>> out.shape, bool((out == 0).any()), bool((out == 1).any())
         (torch.Size([2, 3, 8, 8]), True, True)
     """
-    check_cutout(num_holes, length)
+    PARAMETERS.check(num_holes=num_holes, length=length, uniform_sampling=uniform_sampling)
+    if is_pil_image(input):
+        if inplace:
+            raise ValueError("inplace=True: a PIL image is not written in place; pass a tensor, or inplace=False")
+        return to_pil(cutout_batch(from_pil(input, "input"), num_holes, length, uniform_sampling, generator), input)
+    check_image_type(input, "input")
     if input.ndim not in (3, 4):
         raise ValueError(
             f"input: CutOut needs an image (C, H, W) or a batch (N, C, H, W), got shape {tuple(input.shape)}"
@@ -66,17 +83,6 @@ def cutout_batch(
     n, height, width = batch.shape[0], batch.shape[-2], batch.shape[-1]
     side = int(length * min(height, width))
     centres = hole_centres(n, height, width, num_holes, side, uniform_sampling, generator)
-    kernels = cpu_kernels() if centres is not None and batch.is_cpu else None
-    if kernels is not None:
-        # Each plane copied, then its holes zeroed while it is in cache (in place, only the holes
-        # written); the kernels decline, having written nothing, what they do not apply to.
-        if inplace:
-            if kernels.cutout_inplace(batch, centres, side):
-                return input
-        else:
-            out = torch.empty_like(batch)
-            if kernels.cutout_into(out, batch, centres, side):
-                return out if input.ndim == 4 else out.squeeze(0)
     bits = _SAME_SIZE_INTEGER.get(batch.element_size())
     # torch refuses an in-place write to an inference tensor outside inference mode, but not through
     # a view of another dtype: such a batch takes the fill, which raises torch's error.
@@ -188,21 +194,6 @@ def _outside(offsets: torch.Tensor, radius: float, dtype: torch.dtype) -> torch.
     return keep.to(dtype) if dtype.is_floating_point or dtype == torch.bool else keep.to(dtype).neg_()
 
 
-def check_cutout(num_holes: int, length: float) -> None:
-    if isinstance(num_holes, bool) or not isinstance(num_holes, int) or num_holes < 0:
-        raise ValueError(f"num_holes={num_holes!r}: must be an integer >= 0")
-    if (
-        isinstance(length, bool)
-        or not isinstance(length, (int, float))
-        or not math.isfinite(length)
-        or not 0 < length <= 1
-    ):
-        raise ValueError(
-            f"length={length!r}: the hole's side as a fraction of the image's shorter side, "
-            "in (0, 1] (pixel lengths are not accepted)"
-        )
-
-
 class CutOut(Algorithm):
     """CutOut as a training-loop algorithm: after the data loader, :func:`cutout_batch` zeroes
     random square holes in each image of the batch; the targets are left as they are.
@@ -231,7 +222,7 @@ class CutOut(Algorithm):
     def __init__(
         self, num_holes: int = 1, length: float = 0.5, uniform_sampling: bool = False, input_key: int | str = 0
     ):
-        check_cutout(num_holes, length)
+        PARAMETERS.check(num_holes=num_holes, length=length, uniform_sampling=uniform_sampling)
         self.num_holes = num_holes
         self.length = length
         self.uniform_sampling = bool(uniform_sampling)

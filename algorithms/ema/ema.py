@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -16,10 +17,51 @@ import torch
 from ..core.algorithm import Algorithm
 from ..core.distributed import unwrap_model
 from ..core.event import Event
+from ..core.parameters import Other, Parameters, Real, Rule
 from ..core.state import State
 from ..core.time import Duration, TimeUnit
 
-__all__ = ["EMA", "compute_ema", "ema_trajectory"]
+__all__ = ["EMA", "compute_ema"]
+
+_PERIODIC = (TimeUnit.BATCH, TimeUnit.EPOCH)
+_MOMENTS = (TimeUnit.DURATION, TimeUnit.BATCH, TimeUnit.EPOCH, TimeUnit.SAMPLE)
+#: compute_ema's smoothing; the class also takes None (smoothing from half_life).
+SMOOTHING = Real(low=0, high=1, note="The share of the old average each update keeps; 0 copies the model.")
+
+PARAMETERS = Parameters(
+    Rule(
+        lambda half_life, smoothing: (half_life is None) != (smoothing is None),
+        "give either half_life (e.g. '1000ba') or smoothing (e.g. 0.999), not both; pass half_life=None with smoothing",
+    ),
+    Rule(
+        lambda half_life, update_interval: (
+            half_life is None
+            or update_interval is None
+            or Duration.parse(update_interval).unit is Duration.parse(half_life).unit
+        ),
+        "update_interval must be in half_life's unit, since the smoothing is their ratio",
+    ),
+    half_life=Other(
+        optional=True,
+        requires="a duration in batches or epochs, e.g. '1000ba' or '1ep'",
+        parse=lambda name, value: duration_argument(name, value, _PERIODIC),
+        note="How long a term of the average takes to lose half its weight; give it or smoothing.",
+    ),
+    smoothing=replace(
+        SMOOTHING, optional=True, note="The share of the old average each update keeps, with half_life=None."
+    ),
+    ema_start=Other(
+        requires="a duration, e.g. '0.0dur', '2ep' or '500ba'",
+        parse=lambda name, value: duration_argument(name, value, _MOMENTS),
+        note="When averaging starts.",
+    ),
+    update_interval=Other(
+        optional=True,
+        requires="at least one batch or epoch, e.g. '1ba' or '1ep'",
+        parse=lambda name, value: interval_argument(name, value),
+        note="Update every this many batches or epochs; by default one of half_life's unit.",
+    ),
+)
 
 
 def compute_ema(model: torch.nn.Module, ema_model: torch.nn.Module, smoothing: float = 0.99) -> None:
@@ -51,7 +93,7 @@ def compute_ema(model: torch.nn.Module, ema_model: torch.nn.Module, smoothing: f
         Parameter containing:
         tensor([[0.1000, 0.1000]], requires_grad=True)
     """
-    check_smoothing(smoothing)
+    SMOOTHING.check("smoothing", smoothing)
     averaged, current = [], []
     with torch.no_grad():
         for ema_tensor, tensor in paired_tensors(model, ema_model):
@@ -77,11 +119,6 @@ def paired_tensors(
     return list(zip(mine, theirs, strict=True))
 
 
-def check_smoothing(smoothing: float) -> None:
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 <= smoothing <= 1:
-        raise ValueError(f"smoothing={smoothing!r}: the share of the old average each update keeps, in [0, 1]")
-
-
 def duration_argument(name: str, text: Any, units: tuple[TimeUnit, ...]) -> Duration:
     """``text`` parsed as a duration in one of ``units``, or a ValueError naming the argument."""
     try:
@@ -92,6 +129,14 @@ def duration_argument(name: str, text: Any, units: tuple[TimeUnit, ...]) -> Dura
         example = "0.5dur" if units[0] is TimeUnit.DURATION else f"10{units[0].value}"  # a fraction is at most 1
         raise ValueError(f"{name}={text!r}: give it in {' or '.join(repr(u.value) for u in units)}, e.g. '{example}'")
     return duration
+
+
+def interval_argument(name: str, text: Any) -> Duration:
+    """``text`` parsed as a duration of at least one batch or epoch, or a ValueError naming it."""
+    interval = duration_argument(name, text, _PERIODIC)
+    if interval.value < 1:
+        raise ValueError(f"{name}={text!r}: must be at least one batch or epoch")
+    return interval
 
 
 class EMA(Algorithm):
@@ -147,29 +192,12 @@ class EMA(Algorithm):
         ema_start: str = "0.0dur",
         update_interval: str | None = None,
     ):
-        if half_life is None and smoothing is None:
-            raise ValueError("half_life=None: give half_life (e.g. '1000ba') or smoothing (e.g. 0.999)")
-        if half_life is not None and smoothing is not None:
-            raise ValueError(
-                f"smoothing={smoothing!r}: give either half_life or smoothing, not both — pass "
-                "half_life=None with smoothing"
-            )
-        periodic = (TimeUnit.BATCH, TimeUnit.EPOCH)
-        life = duration_argument("half_life", half_life, periodic) if half_life is not None else None
-        duration_argument("ema_start", ema_start, (TimeUnit.DURATION, TimeUnit.BATCH, TimeUnit.EPOCH, TimeUnit.SAMPLE))
+        PARAMETERS.check(half_life=half_life, smoothing=smoothing, ema_start=ema_start, update_interval=update_interval)
+        life = Duration.parse(half_life) if half_life is not None else None
         if update_interval is None:
             interval = Duration(1, life.unit if life is not None else TimeUnit.BATCH)
         else:
-            interval = duration_argument("update_interval", update_interval, periodic)
-            if interval.value < 1:
-                raise ValueError(f"update_interval={update_interval!r}: must be at least one batch or epoch")
-            if life is not None and interval.unit is not life.unit:
-                raise ValueError(
-                    f"update_interval={update_interval!r}: must be in half_life's unit "
-                    f"({life.unit.value!r}), since the smoothing is their ratio"
-                )
-        if smoothing is not None:
-            check_smoothing(smoothing)
+            interval = Duration.parse(update_interval)
         self.half_life = half_life
         #: The smoothing of each update: as given, or ``exp(-ln 2 * update_interval / half_life)``.
         self.smoothing = float(smoothing) if smoothing is not None else _smoothing(interval, life)
@@ -274,63 +302,3 @@ def _swap(model: torch.nn.Module, other: torch.nn.Module) -> None:
         held = a.detach().clone()
         a.copy_(b)
         b.copy_(held)
-
-
-def ema_trajectory(
-    steps: int = 150,
-    half_life: str = "10ba",
-    lr: float = 0.3,
-    noise: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> dict[str, Any]:  # pragma: no mutate block
-    """One weight of a one-weight model trained by SGD on noisy targets, and its EMA, per step.
-
-    The model is ``y = w * 1`` from ``w = 0``, trained on the squared error to targets drawn from
-    ``N(2, noise**2)``: the weight jumps around 2, and the EMA class (``half_life``) in the Trainer
-    averages the jumps away. For the card's figure.
-    """
-    from ..core.trainer import Trainer
-
-    model = torch.nn.Linear(1, 1, bias=False)
-    with torch.no_grad():
-        model.weight.zero_()
-    targets = 2.0 + noise * torch.randn(steps, generator=generator)
-    batches = [(torch.ones(1, 1), t.reshape(1, 1)) for t in targets]
-    ema = EMA(half_life=half_life)
-    weights = _Record(lambda state: unwrap_model(state.model).weight.item())
-    averages = _Record(lambda state: ema.ema_model.weight.item())
-    trainer = Trainer(
-        model,
-        batches,
-        f"{steps}ba",
-        optimizer=torch.optim.SGD(model.parameters(), lr=lr),
-        loss_fn=lambda out, target: 0.5 * ((out - target) ** 2).mean(),
-        algorithms=[ema, weights, averages],
-        device="cpu",
-    )
-    trainer.fit()
-    return {
-        "type": "lines",
-        "x": list(range(1, steps + 1)),
-        "series": {"weight": weights.values, f"EMA (half_life={half_life!r})": averages.values},
-        "title": f"SGD on noisy targets around 2 (lr {lr}), one weight",
-        "xlabel": "batch",
-        "ylabel": "weight",
-    }
-
-
-class _Record(Algorithm):
-    """Records ``read(state)`` after every batch (for the figure)."""
-
-    activity = {"values_recorded": "values recorded for the figure"}
-
-    def __init__(self, read: Any):
-        self._read = read
-        self.values: list[float] = []
-
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.BATCH_END
-
-    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        self.values.append(self._read(state))
-        self.report(logger, "values_recorded")

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Boolean, FractionOrCount, Integer, Parameters, Rule
 from ..core.state import State
 from ..surgery import recording_replacements, replace_module_classes
 
@@ -28,6 +29,25 @@ __all__ = [
     "latent_size",
     "low_rank_factors",
 ]
+
+PARAMETERS = Parameters(
+    Rule(
+        lambda factorize_convs, factorize_linears: factorize_convs or factorize_linears,
+        "Factorize would replace nothing; set one of them",
+    ),
+    factorize_convs=Boolean(note="Factorize torch.nn.Conv2d modules into FactorizedConv2d."),
+    factorize_linears=Boolean(note="Factorize torch.nn.Linear modules into FactorizedLinear."),
+    min_channels=Integer(low=0, note="Leave convolutions with fewer input or output channels alone."),
+    latent_channels=FractionOrCount(
+        of="the smaller width",
+        note="A factorized convolution's latent channels: a fraction of the smaller width, or a count.",
+    ),
+    min_features=Integer(low=0, note="Leave linear layers with fewer input or output features alone."),
+    latent_features=FractionOrCount(
+        of="the smaller width",
+        note="A factorized linear layer's latent features: a fraction of the smaller width, or a count.",
+    ),
+)
 
 
 def apply_factorization(
@@ -81,7 +101,14 @@ def apply_factorization(
           (module1): Conv2d(16, 64, kernel_size=(1, 1), stride=(1, 1), bias=False)
         )
     """
-    check_factorize(factorize_convs, factorize_linears, min_channels, latent_channels, min_features, latent_features)
+    PARAMETERS.check(
+        factorize_convs=factorize_convs,
+        factorize_linears=factorize_linears,
+        min_channels=min_channels,
+        latent_channels=latent_channels,
+        min_features=min_features,
+        latent_features=latent_features,
+    )
 
     def factorize_conv(conv: nn.Conv2d, index: int) -> nn.Module | None:
         wide = min(conv.in_channels, conv.out_channels) >= min_channels
@@ -145,39 +172,6 @@ def low_rank_factors(matrix: torch.Tensor, rank: int) -> tuple[torch.Tensor, tor
     return first.to(matrix.dtype), second.to(matrix.dtype)
 
 
-def check_factorize(
-    factorize_convs: bool,
-    factorize_linears: bool,
-    min_channels: int,
-    latent_channels: int | float,
-    min_features: int,
-    latent_features: int | float,
-) -> None:
-    for name, value in (("factorize_convs", factorize_convs), ("factorize_linears", factorize_linears)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name}={value!r}: must be True or False")
-    if not (factorize_convs or factorize_linears):
-        raise ValueError(
-            "factorize_convs=False and factorize_linears=False: Factorize would replace nothing; set one of them"
-        )
-    for name, value in (("min_channels", min_channels), ("min_features", min_features)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name}={value!r}: must be an integer >= 0")
-    for name, value in (("latent_channels", latent_channels), ("latent_features", latent_features)):
-        _check_latent(name, value)
-
-
-def _check_latent(name: str, value: Any) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-        or (value >= 1 and value != int(value))
-    ):
-        raise ValueError(f"{name}={value!r}: must be a fraction in (0, 1) of the smaller width or a whole count >= 1")
-
-
 class FactorizedLinear(nn.Module):
     """``module1(module0(x))``: ``module0`` maps ``in_features`` to ``latent_features`` (no bias),
     ``module1`` maps those to ``out_features`` (with the bias, if any). No nonlinearity between.
@@ -200,7 +194,7 @@ class FactorizedLinear(nn.Module):
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
-        _check_latent("latent_features", latent_features)
+        PARAMETERS["latent_features"].check("latent_features", latent_features)
         rank = latent_size(latent_features, in_features, out_features)
         if rank > min(in_features, out_features):
             raise ValueError(
@@ -278,7 +272,7 @@ class FactorizedConv2d(nn.Module):
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
-        _check_latent("latent_channels", latent_channels)
+        PARAMETERS["latent_channels"].check("latent_channels", latent_channels)
         kernel = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
         rank = latent_size(latent_channels, in_channels, out_channels)
         full = min(out_channels, in_channels * math.prod(kernel))
@@ -383,8 +377,13 @@ class Factorize(Algorithm):
         min_features: int = 512,
         latent_features: int | float = 0.25,
     ):
-        check_factorize(
-            factorize_convs, factorize_linears, min_channels, latent_channels, min_features, latent_features
+        PARAMETERS.check(
+            factorize_convs=factorize_convs,
+            factorize_linears=factorize_linears,
+            min_channels=min_channels,
+            latent_channels=latent_channels,
+            min_features=min_features,
+            latent_features=latent_features,
         )
         self.factorize_convs = factorize_convs
         self.factorize_linears = factorize_linears

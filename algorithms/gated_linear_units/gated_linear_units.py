@@ -16,11 +16,23 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Boolean, Other, Parameters
 from ..core.state import State
 from ..models.transformer import FeedForward
 from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["GLUFeedForward", "GatedLinearUnits", "apply_gated_linear_units", "glu_hidden_width"]
+
+PARAMETERS = Parameters(
+    act_fn=Other(
+        optional=True,
+        requires="a function of a tensor, e.g. torch.nn.functional.silu",
+        parse=lambda name, value: _activation(name, value),
+        note="The activation on the gate; None keeps each block's own (GELU gives GEGLU).",
+    ),
+    gated_layer_bias=Boolean(note="Whether the gate layer has a bias."),
+    non_gated_layer_bias=Boolean(note="Whether the up layer has a bias."),
+)
 
 
 class GLUFeedForward(nn.Module):
@@ -126,7 +138,7 @@ def apply_gated_linear_units(
         >>> sum(p.numel() for p in model.parameters()) == before
         True
     """
-    check_gated_linear_units(act_fn, gated_layer_bias, non_gated_layer_bias)
+    PARAMETERS.check(act_fn=act_fn, gated_layer_bias=gated_layer_bias, non_gated_layer_bias=non_gated_layer_bias)
 
     def to_glu(block: nn.Module, index: int) -> GLUFeedForward:
         assert isinstance(block, FeedForward)
@@ -163,15 +175,13 @@ def apply_gated_linear_units(
     return replace_module_classes(model, {FeedForward: to_glu}, optimizers=optimizers, method="GatedLinearUnits")
 
 
-def check_gated_linear_units(act_fn: Any, gated_layer_bias: Any, non_gated_layer_bias: Any) -> None:
-    if act_fn is not None and not callable(act_fn):
+def _activation(name: str, act_fn: Any) -> Any:
+    if not callable(act_fn):
         raise ValueError(
-            f"act_fn={act_fn!r}: must be None (keep each block's activation) or a function of a "
+            f"{name}={act_fn!r}: must be None (keep each block's activation) or a function of a "
             "tensor, e.g. torch.nn.functional.silu"
         )
-    for name, value in (("gated_layer_bias", gated_layer_bias), ("non_gated_layer_bias", non_gated_layer_bias)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{name}={value!r}: must be True or False")
+    return act_fn
 
 
 class GatedLinearUnits(Algorithm):
@@ -209,7 +219,7 @@ class GatedLinearUnits(Algorithm):
         gated_layer_bias: bool = False,
         non_gated_layer_bias: bool = False,
     ):
-        check_gated_linear_units(act_fn, gated_layer_bias, non_gated_layer_bias)
+        PARAMETERS.check(act_fn=act_fn, gated_layer_bias=gated_layer_bias, non_gated_layer_bias=non_gated_layer_bias)
         self.act_fn = act_fn
         self.gated_layer_bias = gated_layer_bias
         self.non_gated_layer_bias = non_gated_layer_bias

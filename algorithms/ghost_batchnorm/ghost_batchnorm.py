@@ -16,6 +16,7 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Integer, Parameters
 from ..core.state import State
 from ..surgery import recording_replacements, replace_module_classes
 
@@ -25,8 +26,9 @@ __all__ = [
     "GhostBatchNorm2d",
     "GhostBatchNorm3d",
     "apply_ghost_batchnorm",
-    "ghost_chunk_statistics",
 ]
+
+PARAMETERS = Parameters(ghost_batch_size=Integer(low=1, note="The most examples a ghost batch holds."))
 
 
 def apply_ghost_batchnorm(
@@ -61,7 +63,7 @@ def apply_ghost_batchnorm(
         >>> cf.apply_ghost_batchnorm(model, ghost_batch_size=16), type(model[1]).__name__
         (1, 'GhostBatchNorm2d')
     """
-    check_ghost_batch_size(ghost_batch_size)
+    PARAMETERS.check(ghost_batch_size=ghost_batch_size)
 
     def ghost(bn: nn.Module, index: int) -> nn.Module | None:
         # Exact classes only: a subclass (a ghost batch norm already, or someone's own batch norm
@@ -71,11 +73,6 @@ def apply_ghost_batchnorm(
 
     policies = dict.fromkeys(_GHOST, ghost)
     return len(replace_module_classes(model, policies, optimizers=optimizers, method="GhostBatchNorm"))
-
-
-def check_ghost_batch_size(ghost_batch_size: int) -> None:
-    if isinstance(ghost_batch_size, bool) or not isinstance(ghost_batch_size, int) or ghost_batch_size < 1:
-        raise ValueError(f"ghost_batch_size={ghost_batch_size!r}: must be an integer >= 1 (examples per ghost batch)")
 
 
 class _GhostBatchNormMixin:
@@ -175,7 +172,7 @@ class GhostBatchNorm(Algorithm):
     activity = {"modules_replaced": "batch norms replaced by ghost batch norms"}
 
     def __init__(self, ghost_batch_size: int = 32):
-        check_ghost_batch_size(ghost_batch_size)
+        PARAMETERS.check(ghost_batch_size=ghost_batch_size)
         self.ghost_batch_size = ghost_batch_size
 
     def match(self, event: Event, state: State) -> bool:
@@ -185,41 +182,3 @@ class GhostBatchNorm(Algorithm):
         with recording_replacements() as replaced:
             apply_ghost_batchnorm(state.model, self.ghost_batch_size, optimizers=state.optimizers)
         self.report(logger, "modules_replaced", len(replaced))
-
-
-def ghost_chunk_statistics(
-    ghost_batch_size: int = 16, batch_size: int = 64, channel: int = 0, generator: torch.Generator | None = None
-) -> dict[str, Any]:  # pragma: no mutate block
-    """The card's figure: how far the mean and the standard deviation of each ghost batch stray
-    from 0 and 1, in one channel of a fresh ResNet-20's first batch norm (``bn1``) in training,
-    on ``batch_size`` real 16-pixel digits, before and after :func:`apply_ghost_batchnorm`."""
-    from ..data import digits
-    from ..models import resnet20
-
-    check_ghost_batch_size(ghost_batch_size)
-    train = digits(image_size=16).train
-    seed = int(torch.randint(0, 2**31, (), generator=generator))
-    index = torch.randperm(len(train), generator=generator)[:batch_size]
-    images = torch.stack([train[int(i)][0] for i in index])
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = resnet20(10)
-    with torch.no_grad():
-        features = model.conv1(images)
-        plain = model.bn1(features)
-        apply_ghost_batchnorm(model, ghost_batch_size)
-        ghost = model.bn1(features)
-    chunks = math.ceil(batch_size / ghost_batch_size)
-    series = {}
-    for label, out in (("BatchNorm2d", plain), ("GhostBatchNorm2d", ghost)):
-        parts = out[:, channel].tensor_split(chunks)
-        series[f"{label}: mean"] = [float(p.mean()) for p in parts]
-        series[f"{label}: std - 1"] = [float(p.std(correction=0)) - 1 for p in parts]
-    return {
-        "type": "bars",
-        "labels": [f"{int(p[0]) + 1}-{int(p[-1]) + 1}" for p in torch.arange(batch_size).tensor_split(chunks)],
-        "series": series,
-        "title": f"bn1 of ResNet-20, channel {channel}, in training: each ghost batch's statistics",
-        "xlabel": f"examples of each ghost batch (ghost_batch_size={ghost_batch_size}, batch of {batch_size})",
-        "ylabel": "mean, and standard deviation - 1",
-    }

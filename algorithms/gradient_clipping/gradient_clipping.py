@@ -7,7 +7,6 @@ Recognition Without Normalization", ICML 2021.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,11 +14,23 @@ import torch
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Choice, Parameters, Real
 from ..core.state import State
 
 __all__ = ["CLIPPING_TYPES", "GradientClipping", "apply_gradient_clipping"]
 
 CLIPPING_TYPES = ("adaptive", "norm", "value")
+
+PARAMETERS = Parameters(
+    clipping_type=Choice(
+        choices=CLIPPING_TYPES, note="Clip the total norm, each value, or each unit's norm relative to its weight's."
+    ),
+    clipping_threshold=Real(
+        low=0,
+        low_open=True,
+        note="The largest total norm, value, or ratio of a unit's gradient norm to its weight norm.",
+    ),
+)
 #: The paper's floor on a unit's weight norm, so units initialised at zero can still move.
 AGC_EPSILON = 1e-3
 
@@ -60,7 +71,7 @@ def apply_gradient_clipping(
         >>> round(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])), 4)
         1.0
     """
-    check_gradient_clipping(clipping_type, clipping_threshold)
+    PARAMETERS.check(clipping_type=clipping_type, clipping_threshold=clipping_threshold)
     if fsdp_enabled and clipping_type == "adaptive":
         raise ValueError(
             "clipping_type='adaptive': not with fsdp_enabled (a unit's gradient may span shards) "
@@ -78,18 +89,6 @@ def apply_gradient_clipping(
             root.clip_grad_norm_(max_norm=clipping_threshold)
     else:  # under fully_shard the gradients are DTensors, and their norm is the whole model's
         torch.nn.utils.clip_grad_norm_(params, max_norm=clipping_threshold)
-
-
-def check_gradient_clipping(clipping_type: str, clipping_threshold: float) -> None:
-    if clipping_type not in CLIPPING_TYPES:
-        raise ValueError(f"clipping_type={clipping_type!r}: use one of {', '.join(map(repr, CLIPPING_TYPES))}")
-    if (
-        isinstance(clipping_threshold, bool)
-        or not isinstance(clipping_threshold, (int, float))
-        or not math.isfinite(clipping_threshold)
-        or clipping_threshold <= 0
-    ):
-        raise ValueError(f"clipping_threshold={clipping_threshold!r}: a number > 0")
 
 
 def unitwise_norm(tensor: torch.Tensor) -> torch.Tensor:
@@ -161,7 +160,7 @@ class GradientClipping(Algorithm):
     activity = {"steps_clipped": "optimizer steps whose gradients went through the clipping"}
 
     def __init__(self, clipping_type: str, clipping_threshold: float):
-        check_gradient_clipping(clipping_type, clipping_threshold)
+        PARAMETERS.check(clipping_type=clipping_type, clipping_threshold=clipping_threshold)
         self.clipping_type = clipping_type
         self.clipping_threshold = clipping_threshold
 
@@ -174,39 +173,3 @@ class GradientClipping(Algorithm):
         )
         if any(p.grad is not None for p in state.model.parameters()):
             self.report(logger, "steps_clipped")
-
-
-# -- the figure ---------------------------------------------------------------------------------
-
-
-def clipping_trajectory(
-    clipping_type: str = "norm",
-    clipping_threshold: float = 1.0,
-    steps: int = 40,
-    lr: float = 0.1,
-    generator: torch.Generator | None = None,
-) -> dict[str, Any]:  # pragma: no mutate block
-    """A small network trained by SGD on random batches with :func:`apply_gradient_clipping`
-    before each step: the total gradient norm per step before and after the clipping."""
-    g = generator if generator is not None else torch.Generator().manual_seed(0)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(torch.randint(0, 2**31, (), generator=g)))
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    before, after = [], []
-    for _ in range(steps):
-        x, y = torch.randn(32, 16, generator=g) * 3, torch.randint(0, 4, (32,), generator=g)
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        before.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
-        apply_gradient_clipping(model, clipping_type, clipping_threshold, fsdp_enabled=False)
-        after.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
-        opt.step()
-    return {
-        "type": "lines",
-        "x": list(range(1, steps + 1)),
-        "series": {"before clipping": before, "after clipping": after},
-        "title": f"clipping_type={clipping_type!r}, clipping_threshold={clipping_threshold}",
-        "xlabel": "step",
-        "ylabel": "total gradient norm",
-    }

@@ -14,11 +14,24 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Integer, Parameters, Real, Rule
 from ..core.state import State
 from ..core.time import TimeUnit
 from ..surgery import recording_replacements, replace_module_classes
 
-__all__ = ["GyroDropout", "GyroDropoutLayer", "apply_gyro_dropout", "batch_masks"]
+__all__ = ["GyroDropout", "GyroDropoutLayer", "apply_gyro_dropout"]
+
+PARAMETERS = Parameters(
+    Rule(
+        lambda tau, sigma: tau <= sigma,
+        "each batch trains tau distinct masks of the sigma pre-selected ones, so tau <= sigma",
+    ),
+    p=Real(low=0, high=1, high_open=True, note="The drop probability of each unit in each pre-selected mask."),
+    sigma=Integer(low=1, note="How many masks each dropout layer pre-selects."),
+    tau=Integer(low=1, note="How many of them each batch trains at once, at most sigma."),
+)
+#: The functional form's schedule: iters_per_epoch and max_epoch.
+_COUNT = Integer(low=1, note="A count of batches or epochs.")
 
 
 def apply_gyro_dropout(
@@ -51,7 +64,9 @@ def apply_gyro_dropout(
         >>> type(model.drop).__name__, type(model.blocks[0].ffn.drop).__name__
         ('GyroDropoutLayer', 'GyroDropoutLayer')
     """
-    check_gyro_dropout(p, sigma, tau, iters_per_epoch=iters_per_epoch, max_epoch=max_epoch)
+    PARAMETERS.check(p=p, sigma=sigma, tau=tau)
+    _COUNT.check("iters_per_epoch", iters_per_epoch)
+    _COUNT.check("max_epoch", max_epoch)
     replace_module_classes(
         model,
         {nn.Dropout: lambda module, index: GyroDropoutLayer(iters_per_epoch, max_epoch, p, sigma, tau)},
@@ -72,6 +87,9 @@ class GyroDropoutLayer(nn.Module):
     ``1 / (1 - p)``, the same mask at every position of an example. In evaluation it is the
     identity.
 
+    ``dropout_mask`` is the mask of the latest training call, one row per example (``None``
+    before the first), as in Composer's layer.
+
     Draws come from ``generator`` (a CPU ``torch.Generator``) when set, else from torch's global
     one. The masks, the selection and the step count are in the state dict, so a resumed run
     goes on with the same subnetworks.
@@ -79,12 +97,15 @@ class GyroDropoutLayer(nn.Module):
 
     def __init__(self, iters_per_epoch: int, max_epoch: int, p: float, sigma: int, tau: int):
         super().__init__()
-        check_gyro_dropout(p, sigma, tau, iters_per_epoch=iters_per_epoch, max_epoch=max_epoch)
+        PARAMETERS.check(p=p, sigma=sigma, tau=tau)
+        _COUNT.check("iters_per_epoch", iters_per_epoch)
+        _COUNT.check("max_epoch", max_epoch)
         self.iters_per_epoch, self.max_epoch = iters_per_epoch, max_epoch
         self.p, self.sigma, self.tau = float(p), sigma, tau
         self.iter_num = max(int(iters_per_epoch * max_epoch / sigma), 1) * tau
         self.training_step = 0
         self.generator: torch.Generator | None = None
+        self.dropout_mask: torch.Tensor | None = None
         self.register_buffer("preselect_masks", torch.empty(0, 0))  # (sigma, units), 1 keeps a unit
         self.register_buffer("selected", torch.empty(0, dtype=torch.long))  # (tau,) indices of the masks
 
@@ -102,6 +123,7 @@ class GyroDropoutLayer(nn.Module):
         n = x.shape[0]
         run = torch.arange(n, device=x.device) * self.tau // n  # which selected mask each example takes
         mask = self.preselect_masks[self.selected[run]].view(n, *([1] * (x.ndim - 2)), x.shape[-1])
+        self.dropout_mask = mask  # the mask of the latest training call, as Composer's layer keeps it
         return x * mask.to(x.dtype) * (1 / (1 - self.p))
 
     def get_extra_state(self) -> dict[str, int]:
@@ -121,41 +143,6 @@ class GyroDropoutLayer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"p={self.p}, sigma={self.sigma}, tau={self.tau}, iter_num={self.iter_num}"
-
-
-def check_gyro_dropout(p: float, sigma: int, tau: int, **counts: int) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-        raise ValueError(f"p={p!r}: a drop probability in [0, 1)")
-    for name, value in (("sigma", sigma), ("tau", tau), *counts.items()):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r}: must be an integer >= 1")
-    if tau > sigma:
-        raise ValueError(
-            f"tau={tau!r}: each batch trains tau distinct masks of the sigma={sigma} pre-selected ones, so tau <= sigma"
-        )
-
-
-def batch_masks(
-    units: int = 32,
-    batch_size: int = 16,
-    p: float = 0.5,
-    sigma: int = 16,
-    tau: int = 4,
-    generator: torch.Generator | None = None,
-) -> dict[str, Any]:  # pragma: no mutate block
-    """The figure's data: the mask each example of one training batch gets from a fresh
-    :class:`GyroDropoutLayer` drawing from ``generator``, as an image (examples x units)."""
-    layer = GyroDropoutLayer(iters_per_epoch=100, max_epoch=1, p=p, sigma=sigma, tau=tau).train()
-    layer.generator = generator
-    with torch.no_grad():
-        mask = layer(torch.ones(batch_size, units)) * (1 - p)
-    return {
-        "type": "image",
-        "values": mask,
-        "title": f"One batch: {tau} of {sigma} pre-selected masks, {batch_size // tau} examples each (p={p})",
-        "xlabel": "unit",
-        "ylabel": "example (1 kept, 0 dropped)",
-    }
 
 
 class GyroDropout(Algorithm):
@@ -186,7 +173,7 @@ class GyroDropout(Algorithm):
     activity = {"modules_replaced": "dropout layers replaced by gyro dropout"}
 
     def __init__(self, p: float = 0.5, sigma: int = 256, tau: int = 16):
-        check_gyro_dropout(p, sigma, tau)
+        PARAMETERS.check(p=p, sigma=sigma, tau=tau)
         self.p, self.sigma, self.tau = p, sigma, tau
 
     def match(self, event: Event, state: State) -> bool:

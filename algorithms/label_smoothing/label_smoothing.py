@@ -12,10 +12,13 @@ import torch
 from .._mixing import check_batch_sizes
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Parameters
 from ..core.state import State
-from ..targets import check_smoothing, lookup_smoothed, smooth_targets, target_dtype
+from ..targets import SMOOTHING, lookup_smoothed, smooth_targets, target_dtype
 
 __all__ = ["LabelSmoothing", "smooth_labels"]
+
+PARAMETERS = Parameters(smoothing=SMOOTHING)
 
 
 def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
@@ -44,7 +47,8 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
         >>> smooth_labels(torch.zeros(1, 4), torch.tensor([2]), smoothing=0.5).tolist()
         [[0.125, 0.125, 0.625, 0.125]]
     """
-    smoothing = check_smoothing(smoothing)
+    PARAMETERS.check(smoothing=smoothing)
+    smoothing = float(smoothing)
     if logits.ndim == 2:  # classification: class indices (N,) are looked up where they can be
         looked_up = lookup_smoothed(target, smoothing, logits.shape[1], target_dtype(logits.dtype), logits.shape)
         if looked_up is not None:
@@ -80,7 +84,8 @@ class LabelSmoothing(Algorithm):
     activity = {"batches_smoothed": "batches whose targets were smoothed"}
 
     def __init__(self, smoothing: float = 0.1, target_key: int | str = 1):
-        self.smoothing = check_smoothing(smoothing)
+        PARAMETERS.check(smoothing=smoothing)
+        self.smoothing = float(smoothing)
         self.target_key = target_key
         self._original: torch.Tensor | None = None
 

@@ -8,7 +8,6 @@ Yosinski and Sohl-Dickstein, SVCCA, 2017), with Composer's linear schedule.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +15,17 @@ import torch
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Parameters, Real
 from ..core.state import State
 
 __all__ = ["LayerFreezing", "freeze_layers"]
+
+PARAMETERS = Parameters(
+    freeze_start=Real(low=0, high=1, high_open=True, note="The fraction of training before freezing begins."),
+    freeze_level=Real(low=0, high=1, note="The fraction of the layers frozen by the end of training."),
+)
+#: The functional form's own argument.
+_PROGRESS = Real(low=0, high=1, note="The fraction of training done.")
 
 log = logging.getLogger(__name__)
 
@@ -88,33 +95,11 @@ def freeze_layers(
 def freeze_schedule(current_duration: float, freeze_start: float = 0.5, freeze_level: float = 1.0) -> float:
     """The fraction of the layers to freeze at ``current_duration``: 0 up to ``freeze_start``, then
     ``freeze_level * (current_duration - freeze_start) / (1 - freeze_start)``."""
-    check_layer_freezing(freeze_start, freeze_level)
-    if (
-        isinstance(current_duration, bool)
-        or not isinstance(current_duration, (int, float))
-        or not 0 <= current_duration <= 1
-    ):
-        raise ValueError(f"current_duration={current_duration!r}: the fraction of training done, in [0, 1]")
+    PARAMETERS.check(freeze_start=freeze_start, freeze_level=freeze_level)
+    _PROGRESS.check("current_duration", current_duration)
     if current_duration <= freeze_start:
         return 0.0
     return freeze_level * (current_duration - freeze_start) / (1.0 - freeze_start)
-
-
-def check_layer_freezing(freeze_start: float, freeze_level: float) -> None:
-    if (
-        isinstance(freeze_start, bool)
-        or not isinstance(freeze_start, (int, float))
-        or not math.isfinite(freeze_start)
-        or not 0 <= freeze_start < 1
-    ):
-        raise ValueError(f"freeze_start={freeze_start!r}: the fraction of training before freezing, in [0, 1)")
-    if (
-        isinstance(freeze_level, bool)
-        or not isinstance(freeze_level, (int, float))
-        or not math.isfinite(freeze_level)
-        or not 0 <= freeze_level <= 1
-    ):
-        raise ValueError(f"freeze_level={freeze_level!r}: the fraction of the layers frozen at the end, in [0, 1]")
 
 
 def _layers(module: torch.nn.Module) -> list[torch.nn.Module]:
@@ -165,7 +150,7 @@ class LayerFreezing(Algorithm):
     activity = {"layers_frozen": "layers frozen while training remained"}
 
     def __init__(self, freeze_start: float = 0.5, freeze_level: float = 1.0):
-        check_layer_freezing(freeze_start, freeze_level)
+        PARAMETERS.check(freeze_start=freeze_start, freeze_level=freeze_level)
         self.freeze_start = freeze_start
         self.freeze_level = freeze_level
 
@@ -178,33 +163,3 @@ class LayerFreezing(Algorithm):
         depth, _ = freeze_layers(state.model, state.optimizers, progress, self.freeze_start, self.freeze_level)
         if progress < 1:
             self.report(logger, "layers_frozen", sum(trainable[:depth]))
-
-
-# -- the figure ---------------------------------------------------------------------------------
-
-
-def freeze_schedule_plot(
-    freeze_start: float = 0.5, freeze_level: float = 1.0, points: int = 41
-) -> dict[str, Any]:  # pragma: no mutate block
-    """The scheduled fraction of layers frozen over training, and the fraction of resnet20's
-    layers :func:`freeze_layers` freezes at each point (whole layers: a staircase)."""
-    from ..models import resnet20
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = resnet20(10)
-    n = len(_layers(model))
-    x = [i / (points - 1) for i in range(points)]
-    scheduled, frozen = [], []
-    for duration in x:
-        depth, fraction = freeze_layers(model, None, duration, freeze_start, freeze_level)
-        scheduled.append(fraction)
-        frozen.append(depth / n)
-    return {
-        "type": "lines",
-        "x": x,
-        "series": {"scheduled fraction": scheduled, f"resnet20: layers frozen / {n}": frozen},
-        "title": f"freeze_start={freeze_start}, freeze_level={freeze_level}",
-        "xlabel": "fraction of training done",
-        "ylabel": "fraction of layers frozen",
-    }

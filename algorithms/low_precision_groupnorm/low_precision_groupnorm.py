@@ -9,7 +9,6 @@ Composer's ``LowPrecisionGroupNorm`` is the model for this method.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -18,9 +17,12 @@ from torch import nn
 from .._low_precision import AUTOCAST_PRECISIONS, LowPrecisionNorm
 from ..core.algorithm import warn_from_callers_line
 from ..core.options import PRECISIONS
+from ..core.parameters import Parameters
 from ..surgery import NoModulesReplacedWarning, replace_module_classes
 
-__all__ = ["LPGroupNorm", "LowPrecisionGroupNorm", "apply_low_precision_groupnorm", "groupnorm_error"]
+__all__ = ["LPGroupNorm", "LowPrecisionGroupNorm", "apply_low_precision_groupnorm"]
+
+PARAMETERS = Parameters()  # no hyperparameters
 
 
 def apply_low_precision_groupnorm(
@@ -100,38 +102,6 @@ def _to_lp_groupnorm(module: nn.Module, index: int) -> LPGroupNorm | None:
             new.weight.copy_(module.weight)
             new.bias.copy_(module.bias)
     return new
-
-
-def groupnorm_error(
-    channels: int = 32,
-    group_counts: tuple[int, ...] | list[int] = (1, 2, 4, 8, 16, 32),
-    generator: torch.Generator | None = None,
-) -> dict[str, Any]:  # pragma: no mutate block
-    """The figure's data: the largest absolute difference between :class:`LPGroupNorm` under CPU
-    autocast (bfloat16, float16) and ``nn.GroupNorm`` in float32, for each group count, on a
-    seeded standard normal batch ``(8, channels, 8, 8)`` with seeded weights and biases."""
-    x = torch.randn(8, channels, 8, 8, generator=generator)
-    series: dict[str, list[float]] = {"bfloat16": [], "float16": []}
-    for groups in group_counts:
-        reference = nn.GroupNorm(groups, channels)
-        with torch.no_grad():
-            reference.weight.copy_(1 + 0.1 * torch.randn(channels, generator=generator))
-            reference.bias.copy_(0.1 * torch.randn(channels, generator=generator))
-        low = apply_low_precision_groupnorm(nn.Sequential(reference), precision="amp_bf16")[0]
-        with torch.no_grad():
-            expected = reference(x)
-            for label, dtype in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
-                with torch.autocast("cpu", dtype=dtype):
-                    out = low(x)
-                series[label].append(float((out.float() - expected).abs().max()))
-    return {
-        "type": "bars",
-        "labels": [str(g) for g in group_counts],
-        "series": series,
-        "title": f"LPGroupNorm under autocast against nn.GroupNorm in float32, {channels} channels",
-        "xlabel": "num_groups",
-        "ylabel": "largest absolute difference",
-    }
 
 
 class LowPrecisionGroupNorm(LowPrecisionNorm):

@@ -10,7 +10,6 @@ Composer's ``LowPrecisionLayerNorm`` is the model for this method.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,9 +18,12 @@ from torch import nn
 from .._low_precision import AUTOCAST_PRECISIONS, LowPrecisionNorm
 from ..core.algorithm import warn_from_callers_line
 from ..core.options import PRECISIONS
+from ..core.parameters import Parameters
 from ..surgery import NoModulesReplacedWarning, replace_module_classes
 
-__all__ = ["LPLayerNorm", "LowPrecisionLayerNorm", "apply_low_precision_layernorm", "layernorm_error"]
+__all__ = ["LPLayerNorm", "LowPrecisionLayerNorm", "apply_low_precision_layernorm"]
+
+PARAMETERS = Parameters()  # no hyperparameters
 
 
 def apply_low_precision_layernorm(
@@ -108,40 +110,6 @@ def _to_lp_layernorm(module: nn.Module, index: int) -> LPLayerNorm | None:
         if module.bias is not None:
             new.bias.copy_(module.bias)
     return new.train(module.training)
-
-
-def layernorm_error(
-    width: int = 64,
-    offsets: tuple[float, ...] | list[float] = (0, 1, 4, 16, 64),
-    generator: torch.Generator | None = None,
-) -> dict[str, Any]:  # pragma: no mutate block
-    """The figure's data: the largest absolute difference between :class:`LPLayerNorm` under CPU
-    autocast (bfloat16, float16) and ``nn.LayerNorm`` in float32, on seeded rows of ``width``
-    standard normal values shifted by each offset (a mean large against the spread, as residual
-    streams grow, is where rounding the input costs most), with seeded weights and biases."""
-    reference = nn.LayerNorm(width)
-    with torch.no_grad():
-        reference.weight.copy_(1 + 0.1 * torch.randn(width, generator=generator))
-        reference.bias.copy_(0.1 * torch.randn(width, generator=generator))
-    low = apply_low_precision_layernorm(nn.Sequential(reference), precision="amp_bf16")[0]
-    noise = torch.randn(256, width, generator=generator)
-    series: dict[str, list[float]] = {"bfloat16": [], "float16": []}
-    for offset in offsets:
-        x = noise + offset
-        with torch.no_grad():
-            expected = reference(x)
-            for label, dtype in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
-                with torch.autocast("cpu", dtype=dtype):
-                    out = low(x)
-                series[label].append(float((out.float() - expected).abs().max()))
-    return {
-        "type": "lines",
-        "x": [float(o) for o in offsets],
-        "series": series,
-        "title": f"LPLayerNorm under autocast against nn.LayerNorm in float32, width {width}",
-        "xlabel": "mean of the input (its standard deviation is 1)",
-        "ylabel": "largest absolute difference",
-    }
 
 
 class LowPrecisionLayerNorm(LowPrecisionNorm):

@@ -9,10 +9,8 @@ import itertools
 
 import torch
 
-from .._kernels import cpu_kernels
 from .._mixing import (
     MixingAlgorithm,
-    check_alpha,
     check_batch_sizes,
     check_indices,
     host_partners,
@@ -20,9 +18,15 @@ from .._mixing import (
     sample_beta,
     sample_permutation,
 )
+from ..core.parameters import Boolean, Parameters, Real
 from ..core.state import State
 
 __all__ = ["MixUp", "mixup_batch"]
+
+PARAMETERS = Parameters(
+    alpha=Real(low=0, note="The Beta(alpha, alpha) concentration of the mixing weight; 0 mixes nothing."),
+    interpolate_loss=Boolean(note="Mix the two losses instead of the targets."),
+)
 
 
 def mixup_batch(
@@ -65,7 +69,7 @@ def mixup_batch(
         ([2.5, 7.5], [1, 0], 0.25)
     """
     check_batch_sizes(input, target)
-    check_alpha(alpha)
+    PARAMETERS.check(alpha=alpha)
     if inplace and not input.is_floating_point():
         raise ValueError(
             f"inplace=True: the mixed batch is floating point and cannot be written into the "
@@ -84,14 +88,6 @@ def mixup_batch(
     target_perm = target.index_select(0, indices)
     if not input.is_floating_point():  # integer inputs mix into floats, as the formula does
         return input * (1.0 - mixing) + input[indices] * mixing, target_perm, float(mixing)
-    kernels = cpu_kernels() if input.is_cpu else None
-    if kernels is not None:  # one pass, writing each element once (in place, along the permutation's cycles)
-        if inplace and kernels.mixup_inplace(input, indices, float(mixing)):
-            return input, target_perm, float(mixing)
-        if not inplace:
-            mixed = torch.empty_like(input)
-            if kernels.mixup_into(mixed, input, indices, float(mixing)):
-                return mixed, target_perm, float(mixing)
     partners = host_partners(input, indices, permutation=inplace)
     if partners is not None:
         return _mix_one_at_a_time(input, partners, mixing, inplace), target_perm, float(mixing)
@@ -145,8 +141,9 @@ class MixUp(MixingAlgorithm):
     def __init__(
         self, alpha: float = 0.2, interpolate_loss: bool = False, input_key: int | str = 0, target_key: int | str = 1
     ):
+        PARAMETERS.check(alpha=alpha, interpolate_loss=interpolate_loss)
         super().__init__(interpolate_loss=interpolate_loss, input_key=input_key, target_key=target_key)
-        self.alpha = check_alpha(alpha)
+        self.alpha = float(alpha)
 
     def mix(self, input: torch.Tensor, target: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, float]:
         generator = self.generator(state)

@@ -14,11 +14,29 @@ import torch.nn.functional as F
 from .._mixing import randint
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Boolean, Choice, Integer, Parameters, Real, Rule
 from ..core.state import State
 
 __all__ = ["ProgressiveResizing", "resize_batch"]
 
-MODES = ("resize", "crop")
+PARAMETERS = Parameters(
+    Rule(
+        lambda delay_fraction, finetune_fraction: delay_fraction + finetune_fraction <= 1,
+        "together more than all of training; they must add up to at most 1",
+    ),
+    mode=Choice(
+        choices=("resize", "crop"),
+        fold_case=True,
+        note="'resize' interpolates (nearest neighbour); 'crop' takes a random window.",
+    ),
+    initial_scale=Real(low=0, high=1, low_open=True, note="The scale of the images at the start."),
+    finetune_fraction=Real(low=0, high=1, note="The fraction of training at the end run at full size."),
+    delay_fraction=Real(low=0, high=1, note="The fraction of training at the start run at initial_scale."),
+    size_increment=Integer(low=1, note="The width is rounded to a multiple of this many pixels."),
+    resize_targets=Boolean(note="Resize a dense target (a segmentation mask) alike."),
+)
+#: resize_batch's own argument.
+_SCALE_FACTOR = Real(low=0, low_open=True, note="The factor both sides are multiplied by; 1 or more leaves the batch.")
 
 
 def resize_batch(
@@ -66,10 +84,10 @@ def resize_batch(
         >>> tuple(x.shape)
         (2, 3, 24, 24)
     """
-    mode = check_mode(mode)
-    check_scale_factor(scale_factor)
+    PARAMETERS.check(mode=mode, resize_targets=resize_targets)
+    mode = mode.lower()
+    _SCALE_FACTOR.check("scale_factor", scale_factor)
     check_images(input)
-    resize_targets = bool(resize_targets)
     if resize_targets:
         _check_dense_target(target)
     if scale_factor >= 1:
@@ -98,21 +116,6 @@ def resize_batch(
         target_left = min(left * target_width // width, target_width - target_size[1])
         target = _window(target, target_top, target_left, *target_size)
     return out, target
-
-
-def check_mode(mode: str) -> str:
-    """``mode`` in lower case, or a ``ValueError`` naming the allowed modes."""
-    if not isinstance(mode, str) or mode.lower() not in MODES:
-        raise ValueError(f"mode={mode!r}: must be one of {', '.join(repr(m) for m in MODES)}")
-    return mode.lower()
-
-
-def check_scale_factor(scale_factor: float) -> None:
-    if not _is_number(scale_factor) or scale_factor <= 0:
-        raise ValueError(
-            f"scale_factor={scale_factor!r}: the factor both sides are multiplied by, a number > 0 "
-            "(1 or more leaves the batch as it is)"
-        )
 
 
 def check_images(input: Any) -> None:
@@ -184,32 +187,6 @@ def _factor_for_width(width: int, new_width: int) -> float:
     return factor
 
 
-def check_progressive_resizing(
-    mode: str, initial_scale: float, finetune_fraction: float, delay_fraction: float, size_increment: int
-) -> str:
-    """Check the class's hyperparameters; returns ``mode`` in lower case."""
-    mode = check_mode(mode)
-    if not _is_number(initial_scale) or not 0 < initial_scale <= 1:
-        raise ValueError(f"initial_scale={initial_scale!r}: the scale of the first images, in (0, 1]")
-    for name, value in (("finetune_fraction", finetune_fraction), ("delay_fraction", delay_fraction)):
-        if not _is_number(value) or not 0 <= value <= 1:
-            raise ValueError(f"{name}={value!r}: a fraction of training, in [0, 1]")
-    if delay_fraction + finetune_fraction > 1:
-        raise ValueError(
-            f"delay_fraction={delay_fraction!r}, finetune_fraction={finetune_fraction!r}: together "
-            f"{delay_fraction + finetune_fraction:g} of training; they must add up to at most 1"
-        )
-    if isinstance(size_increment, bool) or not isinstance(size_increment, int) or size_increment < 1:
-        raise ValueError(
-            f"size_increment={size_increment!r}: the multiple of pixels the width is rounded to, an integer >= 1"
-        )
-    return mode
-
-
-def _is_number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-
 class ProgressiveResizing(Algorithm):
     """Progressive Resizing as a training-loop algorithm: after the data loader,
     :func:`resize_batch` shrinks the batch to the scale the schedule gives at ``state.progress()``.
@@ -256,12 +233,20 @@ class ProgressiveResizing(Algorithm):
         input_key: int | str = 0,
         target_key: int | str = 1,
     ):
-        self.mode = check_progressive_resizing(mode, initial_scale, finetune_fraction, delay_fraction, size_increment)
+        PARAMETERS.check(
+            mode=mode,
+            initial_scale=initial_scale,
+            finetune_fraction=finetune_fraction,
+            delay_fraction=delay_fraction,
+            size_increment=size_increment,
+            resize_targets=resize_targets,
+        )
+        self.mode = mode.lower()
         self.initial_scale = initial_scale
         self.finetune_fraction = finetune_fraction
         self.delay_fraction = delay_fraction
         self.size_increment = size_increment
-        self.resize_targets = bool(resize_targets)
+        self.resize_targets = resize_targets
         self.input_key = input_key
         self.target_key = target_key
 

@@ -7,28 +7,41 @@ search space", 2020.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from .._augmentations import (
+    AUGMENTATION_SET,
+    SEVERITY,
     ImageAugmentation,
-    check_severity,
     random_operations,
     resolve_augmentation_set,
     restored,
     working_copy,
 )
+from .._pil import from_pil, is_pil_image, to_pil
+from ..core.parameters import Integer, Parameters
+
+if TYPE_CHECKING:
+    import PIL.Image
 
 __all__ = ["RandAugment", "randaugment_image"]
 
+PARAMETERS = Parameters(
+    severity=SEVERITY,
+    depth=Integer(low=0, note="How many operations each image gets in a row."),
+    augmentation_set=AUGMENTATION_SET,
+)
+
 
 def randaugment_image(
-    img: torch.Tensor,
+    img: torch.Tensor | PIL.Image.Image,
     severity: float = 9,
     depth: int = 2,
     augmentation_set: str | Sequence[str] = "all",
     generator: torch.Generator | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | PIL.Image.Image:
     """Apply ``depth`` random operations in a row to each image, as ``composer.functional.randaugment_image``.
 
     At each of the ``depth`` steps every image draws one operation, uniformly from
@@ -38,7 +51,8 @@ def randaugment_image(
 
     Args:
         img: one image ``(C, H, W)`` or a batch ``(N, C, H, W)``, uint8 in ``[0, 255]`` or floating
-            point in ``[0, 1]``; not modified.
+            point in ``[0, 1]``, or a PIL image of 8-bit levels (mode ``L``, ``RGB``, ``RGBA``, ...,
+            taken as uint8); not modified.
         severity: the strength of every operation, in ``[0, 10]`` (M in the paper).
         depth: how many operations each image gets in a row, ``>= 0`` (N in the paper).
         augmentation_set: ``"all"``, ``"safe"`` (without color, contrast, brightness and sharpness,
@@ -47,7 +61,8 @@ def randaugment_image(
         generator: torch generator for every random draw (default: torch's global one).
 
     Returns:
-        A new tensor with the input's shape, dtype, device and memory format.
+        A new tensor with the input's shape, dtype, device and memory format; for a PIL image, a
+        new PIL image of its mode and size.
 
     Example::
 
@@ -58,19 +73,18 @@ def randaugment_image(
         >>> out.shape, out.dtype
         (torch.Size([4, 3, 16, 16]), torch.uint8)
     """
-    severity = check_severity(severity)
-    check_depth(depth)
+    if is_pil_image(img):
+        return to_pil(
+            randaugment_image(from_pil(img, "img", eight_bit=True), severity, depth, augmentation_set, generator), img
+        )
+    PARAMETERS.check(severity=severity, depth=depth)
+    severity = float(severity)
     names = resolve_augmentation_set(augmentation_set)
     work = working_copy(img)
     x = work.values
     for _ in range(depth):
         x = random_operations(work, x, names, severity, generator)
     return restored(x if depth else x.clone(), img)
-
-
-def check_depth(depth: int) -> None:
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise ValueError(f"depth={depth!r}: must be an integer >= 0 (the number of operations in a row)")
 
 
 class RandAugment(ImageAugmentation):
@@ -106,10 +120,9 @@ class RandAugment(ImageAugmentation):
         input_key: int | str = 0,
     ):
         super().__init__(value_range, input_key)
-        self.severity = check_severity(severity)
-        check_depth(depth)
+        PARAMETERS.check(severity=severity, depth=depth, augmentation_set=augmentation_set)
+        self.severity = float(severity)
         self.depth = depth
-        resolve_augmentation_set(augmentation_set)
         self.augmentation_set = augmentation_set if isinstance(augmentation_set, str) else tuple(augmentation_set)
 
     def acted(self, activity: Mapping[str, int]) -> bool:

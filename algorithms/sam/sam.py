@@ -7,17 +7,23 @@ Generalization", ICLR 2021.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Integer, Parameters, Real
 from ..core.state import State
 
 __all__ = ["SAM", "SAMOptimizer", "sam_perturbation"]
+
+PARAMETERS = Parameters(
+    rho=Real(low=0, note="The neighbourhood's radius; 0 takes plain steps at twice the cost."),
+    epsilon=Real(low=0, note="Added to the gradient norm, so a zero gradient does not divide by zero."),
+    interval=Integer(low=1, note="Take the gradient at w + e(w) every interval-th step only."),
+)
 
 
 def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05, epsilon: float = 1e-12) -> list[torch.Tensor]:
@@ -46,7 +52,7 @@ def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05, epsilon: 
         >>> e
         tensor([0.3000, 0.4000])
     """
-    check_sam(rho, epsilon)
+    PARAMETERS.check(rho=rho, epsilon=epsilon)
     grads = list(grads)
     if not grads:
         return []
@@ -57,17 +63,6 @@ def sam_perturbation(grads: Sequence[torch.Tensor], rho: float = 0.05, epsilon: 
     # Not finite: an overflowed gradient, or a zero one with epsilon = 0 (a scale of rho / 0): no step.
     finite = torch.isfinite(norm) & torch.isfinite(scale)
     return [torch.where(finite.to(g.device), g * scale.to(g.device, g.dtype), 0.0) for g in grads]
-
-
-def check_sam(rho: float, epsilon: float, interval: int | None = None) -> None:
-    """Refuse a bad ``rho`` or ``epsilon``, and a bad ``interval`` where there is one (not for
-    :func:`sam_perturbation`)."""
-    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not math.isfinite(rho) or rho < 0:
-        raise ValueError(f"rho={rho!r}: the neighbourhood's radius, a number >= 0")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon < 0:
-        raise ValueError(f"epsilon={epsilon!r}: added to the gradient norm, a number >= 0")
-    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
-        raise ValueError(f"interval={interval!r}: SAM runs every interval-th step, an integer >= 1")
 
 
 class SAMOptimizer(torch.optim.Optimizer):
@@ -98,7 +93,7 @@ class SAMOptimizer(torch.optim.Optimizer):
         interval: int = 1,
         global_step: int = 0,
     ):
-        check_sam(rho, epsilon, interval)
+        PARAMETERS.check(rho=rho, epsilon=epsilon, interval=interval)
         # Not Optimizer.__init__: that would copy the groups' list and add SAM's keys to them.
         self.base_optimizer = base_optimizer
         self.rho, self.epsilon, self.interval = rho, epsilon, interval
@@ -204,7 +199,7 @@ class SAM(Algorithm):
     activity = {"sam_steps": "optimizer steps with the gradient at the perturbed weights"}
 
     def __init__(self, rho: float = 0.05, epsilon: float = 1e-12, interval: int = 1):
-        check_sam(rho, epsilon, interval)
+        PARAMETERS.check(rho=rho, epsilon=epsilon, interval=interval)
         self.rho = rho
         self.epsilon = epsilon
         self.interval = interval
@@ -233,53 +228,3 @@ class SAM(Algorithm):
 
 def _perturbed_steps(state: State) -> int:
     return sum(opt.perturbed_steps for opt in state.optimizers if isinstance(opt, SAMOptimizer))
-
-
-# -- the figure ---------------------------------------------------------------------------------
-
-
-def _valley_loss(w: torch.Tensor) -> torch.Tensor:  # pragma: no mutate block
-    """A 2-D loss whose minima, w_1 = 0, form a valley that is sharp near w_2 = 0 and flatter away
-    from it: the curvature across the valley is 1 + 10 / (1 + w_2^2)."""
-    return 0.5 * w[..., 0] ** 2 * (1 + 10 / (1 + w[..., 1] ** 2))
-
-
-def _worst_nearby(w: torch.Tensor, rho: float, directions: int = 64) -> float:  # pragma: no mutate block
-    """``max_{||e|| = rho} L(w + e)`` over ``directions`` evenly spaced directions."""
-    angles = torch.arange(directions, dtype=w.dtype) * (2 * math.pi / directions)
-    return float(_valley_loss(w.detach() + rho * torch.stack([angles.cos(), angles.sin()], dim=1)).max())
-
-
-def sam_trajectory(
-    steps: int = 150, lr: float = 0.05, rho: float = 0.3, start: Iterable[float] = (0.5, 0.3)
-) -> dict[str, Any]:  # pragma: no mutate block
-    """Plain gradient descent and SAM (:class:`SAMOptimizer` around the same SGD, its
-    ``first_step`` given the closure the Trainer would give) from the same start on a valley of
-    minima that is sharp at one end: per step, each run's loss ``L(w)`` and the worst loss within
-    ``rho`` of it, what SAM minimises. Both reach the valley floor; gradient descent stops where it
-    lands, SAM goes on along the floor to where the valley is flatter."""
-    series: dict[str, list[float]] = {}
-    for name in ("gradient descent", "SAM"):
-        w = torch.tensor(list(start), dtype=torch.float64, requires_grad=True)
-        base = torch.optim.SGD([w], lr=lr)
-        opt = SAMOptimizer(base, rho=rho) if name == "SAM" else base
-        losses, worst = [], []
-        for _ in range(steps + 1):
-            opt.zero_grad()
-            loss = _valley_loss(w)
-            loss.backward()
-            losses.append(float(loss.detach()))
-            worst.append(_worst_nearby(w, rho))
-            if isinstance(opt, SAMOptimizer):
-                opt.first_step(lambda w=w: _valley_loss(w).backward())
-            opt.step()
-        series[f"{name}: L(w)"] = losses
-        series[f"{name}: max L within rho"] = worst
-    return {
-        "type": "lines",
-        "x": list(range(steps + 1)),
-        "series": series,
-        "title": f"A valley of minima, sharp at one end (rho={rho}, lr={lr})",
-        "xlabel": "step",
-        "ylabel": "loss",
-    }

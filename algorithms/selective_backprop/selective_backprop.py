@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,10 +16,31 @@ import torch.nn.functional as F
 from ..core.algorithm import Algorithm
 from ..core.distributed import unwrap_model
 from ..core.event import Event
+from ..core.parameters import Integer, Parameters, Real, Rule
 from ..core.precision import autocast
 from ..core.state import State
 
 __all__ = ["SelectiveBackprop", "select_using_loss", "selection_probabilities", "should_selective_backprop"]
+
+PARAMETERS = Parameters(
+    Rule(lambda start, end: start < end, "the interval must end after it starts"),
+    start=Real(low=0, high=1, high_open=True, note="The fraction of training at which selection begins."),
+    end=Real(low=0, high=1, low_open=True, note="The fraction of training at which it stops."),
+    keep=Real(low=0, high=1, low_open=True, note="The fraction of each selected batch kept for the step."),
+    scale_factor=Real(
+        low=0,
+        high=1,
+        low_open=True,
+        note="The resize of the input for the scoring forward pass only; 1 scores at full size.",
+    ),
+    interrupt=Integer(
+        low=2,
+        also=(0,),
+        note="A full batch every interrupt batches inside the interval; 0 never (1 would be every batch).",
+    ),
+)
+#: should_selective_backprop's start and end: in any unit of time (Composer's tests use epochs).
+_TIME = Real(note="A time in the caller's unit.")
 
 #: ``F.interpolate``'s mode for an input of each rank when ``scale_factor < 1``.
 _INTERPOLATION = {3: "linear", 4: "bilinear", 5: "trilinear"}
@@ -52,7 +72,7 @@ def should_selective_backprop(
         (False, True)
     """
     _check_interval(start, end)
-    _check_interrupt(interrupt)
+    PARAMETERS.check(interrupt=interrupt)
     in_interval = start <= current_duration < end
     return in_interval and (interrupt == 0 or (batch_idx + 1) % interrupt != 0)
 
@@ -109,7 +129,7 @@ def select_using_loss(
         >>> kept_x.shape, kept_y.shape
         (torch.Size([3, 4]), torch.Size([3]))
     """
-    check_selection(keep, scale_factor)
+    PARAMETERS.check(keep=keep, scale_factor=scale_factor)
     check_loss_fun(loss_fun)
     if not isinstance(input, torch.Tensor) or input.ndim == 0:
         raise ValueError(
@@ -204,11 +224,7 @@ class SelectiveBackprop(Algorithm):
         input_key: int | str = 0,
         target_key: int | str = 1,
     ):
-        _check_interval(start, end)
-        if not 0 <= start < end <= 1:
-            raise ValueError(f"start={start!r}, end={end!r}: fractions of training with 0 <= start < end <= 1")
-        _check_interrupt(interrupt)
-        check_selection(keep, scale_factor)
+        PARAMETERS.check(start=start, end=end, keep=keep, scale_factor=scale_factor, interrupt=interrupt)
         self.start, self.end = start, end
         self.keep = keep
         self.scale_factor = scale_factor
@@ -301,30 +317,8 @@ def check_loss_fun(loss_fun: Any, name: str = "loss_fun") -> None:
         ) from None
 
 
-def check_selection(keep: float, scale_factor: float) -> None:
-    if not _is_real(keep) or not 0 < keep <= 1:
-        raise ValueError(f"keep={keep!r}: the fraction of the batch kept, in (0, 1]")
-    if not _is_real(scale_factor) or not 0 < scale_factor <= 1:
-        raise ValueError(
-            f"scale_factor={scale_factor!r}: the resize of the input for scoring, in (0, 1] (1 scores at full size)"
-        )
-
-
 def _check_interval(start: float, end: float) -> None:
-    for name, value in (("start", start), ("end", end)):
-        if not _is_real(value):
-            raise ValueError(f"{name}={value!r}: must be a number")
+    _TIME.check("start", start)
+    _TIME.check("end", end)
     if start > end:
         raise ValueError(f"start={start!r}, end={end!r}: the interval must not end before it starts")
-
-
-def _check_interrupt(interrupt: int) -> None:
-    if isinstance(interrupt, bool) or not isinstance(interrupt, int) or interrupt < 0 or interrupt == 1:
-        raise ValueError(
-            f"interrupt={interrupt!r}: a full batch every `interrupt` batches, an integer 0 (never) "
-            "or >= 2 (1 would make every batch a full one)"
-        )
-
-
-def _is_real(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)

@@ -16,10 +16,26 @@ import torch
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Boolean, Integer, Parameters, Real, Rule
 from ..core.state import State
 from ..core.time import TimeUnit
 
-__all__ = ["SeqLengthWarmup", "sequence_length_schedule", "set_batch_sequence_length"]
+__all__ = ["SeqLengthWarmup", "set_batch_sequence_length"]
+
+PARAMETERS = Parameters(
+    Rule(
+        lambda min_seq_length, max_seq_length: max_seq_length >= min_seq_length,
+        "max_seq_length must be >= min_seq_length",
+    ),
+    duration=Real(low=0, high=1, note="The fraction of training over which the length rises."),
+    min_seq_length=Integer(low=1, note="The length at the start."),
+    max_seq_length=Integer(low=1, note="The length from duration on, at least min_seq_length."),
+    step_size=Integer(low=1, note="The length rises in multiples of this."),
+    truncate=Boolean(note="Cut the sequences; False reshapes them into more, shorter rows."),
+    preserve_end_of_sequence=Boolean(note="Keep each row's last token when truncating."),
+)
+#: set_batch_sequence_length's own argument.
+_LENGTH = Integer(low=1, note="The sequence length to give the batch.")
 
 
 def set_batch_sequence_length(
@@ -63,7 +79,8 @@ def set_batch_sequence_length(
         tensor([[10, 11, 12],
                 [13, 14, 15]])
     """
-    _check_length("curr_seq_len", curr_seq_len)
+    _LENGTH.check("curr_seq_len", curr_seq_len)
+    PARAMETERS.check(truncate=truncate, preserve_end_of_sequence=preserve_end_of_sequence)
     if not isinstance(batch, Mapping) or not all(isinstance(v, torch.Tensor) for v in batch.values()):
         raise ValueError(
             f"batch: Sequence Length Warmup needs a mapping of tensors such as "
@@ -116,11 +133,6 @@ def _truncate_keeping_the_end(
     return out
 
 
-def _check_length(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r}: must be an integer >= 1")
-
-
 class SeqLengthWarmup(Algorithm):
     """Sequence Length Warmup as a training-loop algorithm: after the data loader,
     :func:`set_batch_sequence_length` gives the batch the schedule's length (see
@@ -165,19 +177,20 @@ class SeqLengthWarmup(Algorithm):
         truncate: bool = True,
         preserve_end_of_sequence: bool = False,
     ):
-        if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 0 <= duration <= 1:
-            raise ValueError(f"duration={duration!r}: the fraction of training to warm up over, in [0, 1]")
-        _check_length("min_seq_length", min_seq_length)
-        _check_length("max_seq_length", max_seq_length)
-        if max_seq_length < min_seq_length:
-            raise ValueError(f"max_seq_length={max_seq_length!r}: must be >= min_seq_length={min_seq_length!r}")
-        _check_length("step_size", step_size)
+        PARAMETERS.check(
+            duration=duration,
+            min_seq_length=min_seq_length,
+            max_seq_length=max_seq_length,
+            step_size=step_size,
+            truncate=truncate,
+            preserve_end_of_sequence=preserve_end_of_sequence,
+        )
         self.duration = duration
         self.min_seq_length = min_seq_length
         self.max_seq_length = max_seq_length
         self.step_size = step_size
-        self.truncate = bool(truncate)
-        self.preserve_end_of_sequence = bool(preserve_end_of_sequence)
+        self.truncate = truncate
+        self.preserve_end_of_sequence = preserve_end_of_sequence
 
     def sequence_length(self, progress: Fraction | float) -> int:
         """The length at ``progress`` (the fraction of training done, in [0, 1]):
@@ -197,6 +210,8 @@ class SeqLengthWarmup(Algorithm):
         return event is Event.AFTER_DATALOADER
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        if event is not Event.AFTER_DATALOADER:
+            return  # at Event.INIT Composer's class runs a warm-up pass, which is not done here
         batch = state.batch
         state.batch = set_batch_sequence_length(
             batch, self.sequence_length(_progress(state)), self.truncate, self.preserve_end_of_sequence
@@ -222,19 +237,3 @@ def _progress(state: State) -> Fraction:
     else:
         return Fraction(str(state.progress()))
     return Fraction(min(done, total), total) if total else Fraction(1)
-
-
-def sequence_length_schedule(
-    batches: int = 100, duration: float = 0.3, min_seq_length: int = 8, max_seq_length: int = 128, step_size: int = 8
-) -> dict[str, Any]:  # pragma: no mutate block
-    """The sequence length of each batch of a run of ``batches`` batches, from
-    :meth:`SeqLengthWarmup.sequence_length` (the method card's figure)."""
-    warmup = SeqLengthWarmup(duration, min_seq_length, max_seq_length, step_size)
-    return {
-        "type": "lines",
-        "x": list(range(batches)),
-        "series": {"sequence length": [warmup.sequence_length(Fraction(b, batches)) for b in range(batches)]},
-        "title": f"Sequence length per batch (duration={duration})",
-        "xlabel": "batch",
-        "ylabel": "tokens per sequence",
-    }

@@ -5,7 +5,6 @@ Hu, Shen, Albanie, Sun and Wu, "Squeeze-and-Excitation Networks", 2018.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -14,10 +13,21 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import FractionOrCount, Integer, Parameters
 from ..core.state import State
 from ..surgery import recording_replacements, replace_module_classes
 
 __all__ = ["SqueezeExcite", "SqueezeExcite2d", "SqueezeExciteConv2d", "apply_squeeze_excite"]
+
+PARAMETERS = Parameters(
+    latent_channels=FractionOrCount(
+        of="the convolution's output channels",
+        note="The width of each block's hidden layer: a count, or a fraction of the convolution's output channels.",
+    ),
+    min_channels=Integer(
+        low=0, note="Only convolutions with at least this many input and output channels get a block."
+    ),
+)
 
 
 def apply_squeeze_excite(
@@ -53,7 +63,7 @@ def apply_squeeze_excite(
         >>> cf.apply_squeeze_excite(model, latent_channels=0.5, min_channels=8), model[2].se.latent_channels
         (1, 4)
     """
-    check_squeeze_excite(latent_channels, min_channels)
+    PARAMETERS.check(latent_channels=latent_channels, min_channels=min_channels)
 
     def excite(conv: nn.Conv2d, index: int) -> nn.Module | None:
         if getattr(conv, "_squeeze_excited", False) or min(conv.in_channels, conv.out_channels) < min_channels:
@@ -61,25 +71,6 @@ def apply_squeeze_excite(
         return SqueezeExciteConv2d(conv, latent_channels)
 
     return len(replace_module_classes(model, {nn.Conv2d: excite}, optimizers=optimizers, method="SqueezeExcite"))
-
-
-def check_squeeze_excite(latent_channels: float, min_channels: int) -> None:
-    if (
-        isinstance(latent_channels, bool)
-        or not isinstance(latent_channels, (int, float))
-        or not math.isfinite(latent_channels)
-        or latent_channels <= 0
-        or (latent_channels >= 1 and latent_channels != int(latent_channels))
-    ):
-        raise ValueError(
-            f"latent_channels={latent_channels!r}: must be a whole number of channels >= 1 or a "
-            "fraction in (0, 1) of the convolution's output channels"
-        )
-    if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 0:
-        raise ValueError(
-            f"min_channels={min_channels!r}: must be an integer >= 0 (channels a convolution needs "
-            "on both sides to get a block)"
-        )
 
 
 class SqueezeExcite2d(nn.Module):
@@ -94,7 +85,7 @@ class SqueezeExcite2d(nn.Module):
 
     def __init__(self, num_features: int, latent_channels: float = 0.125):
         super().__init__()
-        check_squeeze_excite(latent_channels, 0)
+        PARAMETERS.check(latent_channels=latent_channels)
         self.latent_channels = (
             int(latent_channels) if latent_channels >= 1 else max(1, int(latent_channels * num_features))
         )
@@ -155,7 +146,7 @@ class SqueezeExcite(Algorithm):
     activity = {"modules_replaced": "convolutions given a squeeze-excite block"}
 
     def __init__(self, latent_channels: float = 64, min_channels: int = 128):
-        check_squeeze_excite(latent_channels, min_channels)
+        PARAMETERS.check(latent_channels=latent_channels, min_channels=min_channels)
         self.latent_channels = latent_channels
         self.min_channels = min_channels
 

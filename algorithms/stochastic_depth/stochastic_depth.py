@@ -6,7 +6,6 @@ Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", 20
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +14,7 @@ from torch import nn
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Choice, Other, Parameters, Real
 from ..core.state import State
 from ..core.time import Duration, TimeUnit
 from ..models.resnet import BasicBlock, Bottleneck
@@ -26,7 +26,6 @@ __all__ = [
     "StochasticDepth",
     "apply_stochastic_depth",
     "block_drop_rates",
-    "drop_rate_per_block",
 ]
 
 #: ``target_layer_name`` -> the block class it names; ``ResNetBottleneck`` is Composer's name.
@@ -35,8 +34,27 @@ TARGET_LAYERS: dict[str, type[nn.Module]] = {
     "Bottleneck": Bottleneck,
     "ResNetBottleneck": Bottleneck,
 }
-STOCHASTIC_METHODS = ("block", "sample")
-DROP_DISTRIBUTIONS = ("uniform", "linear")
+
+PARAMETERS = Parameters(
+    target_layer_name=Choice(
+        choices=tuple(TARGET_LAYERS),
+        note="The residual block class to make stochastic; ResNetBottleneck is Bottleneck.",
+    ),
+    stochastic_method=Choice(
+        choices=("block", "sample"), note="Drop a block for the whole batch, or for each example on its own."
+    ),
+    drop_rate=Real(low=0, high=1, note="The drop probability of the last block."),
+    drop_distribution=Choice(
+        choices=("linear", "uniform"),
+        note="Drop rates rising linearly with depth to drop_rate, or drop_rate for every block.",
+    ),
+    drop_warmup=Other(
+        requires="a fraction of training in [0, 1] or a duration such as '2ep'",
+        parse=lambda name, value: _drop_warmup(name, value),
+        note="How long the drop rates take to rise from 0 to their full values; 0 for no warm-up.",
+    ),
+)
+_FRACTION = Real(low=0, high=1, note="A fraction of training.")
 
 
 def apply_stochastic_depth(
@@ -81,7 +99,12 @@ def apply_stochastic_depth(
         >>> [round(b.drop_rate, 4) for b in model.layer3]
         [0.1556, 0.1778, 0.2]
     """
-    check_stochastic_depth(target_layer_name, stochastic_method, drop_rate, drop_distribution)
+    PARAMETERS.check(
+        target_layer_name=target_layer_name,
+        stochastic_method=stochastic_method,
+        drop_rate=drop_rate,
+        drop_distribution=drop_distribution,
+    )
     target = TARGET_LAYERS[target_layer_name]
     stochastic = _STOCHASTIC[target]
     count = count_module_instances(model, target) - count_module_instances(model, _StochasticResidual)
@@ -105,56 +128,15 @@ def block_drop_rates(num_blocks: int, drop_rate: float, drop_distribution: str) 
     return [float(drop_rate)] * num_blocks
 
 
-def drop_rate_per_block(model: str = "resnet20", drop_rate: float = 0.2) -> dict[str, Any]:  # pragma: no mutate block
-    """The figure's data: each block's drop probability after :func:`apply_stochastic_depth` on a
-    fresh reference ``model`` (``resnet20`` or ``resnet56``), read from the replaced blocks, for
-    both distributions."""
-    from .. import models
-
-    series, labels = {}, []
-    for distribution in ("linear", "uniform"):
-        net = apply_stochastic_depth(
-            getattr(models, model)(), "BasicBlock", drop_rate=drop_rate, drop_distribution=distribution
-        )
-        blocks = [(name, m) for name, m in net.named_modules() if isinstance(m, _StochasticResidual)]
-        labels = [name for name, _ in blocks]
-        series[distribution] = [m.drop_rate for _, m in blocks]
-    return {
-        "type": "bars",
-        "labels": labels,
-        "series": series,
-        "title": f"Stochastic Depth's drop rate per block of {model}, drop_rate={drop_rate}",
-        "xlabel": "block",
-        "ylabel": "probability of dropping the branch",
-    }
-
-
-def check_stochastic_depth(
-    target_layer_name: str, stochastic_method: str, drop_rate: float, drop_distribution: str
-) -> None:
-    if target_layer_name not in TARGET_LAYERS:
-        raise ValueError(f"target_layer_name={target_layer_name!r}: use one of {', '.join(TARGET_LAYERS)}")
-    if stochastic_method not in STOCHASTIC_METHODS:
-        raise ValueError(f"stochastic_method={stochastic_method!r}: use 'block' or 'sample'")
-    if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float)) or not 0 <= drop_rate <= 1:
-        raise ValueError(f"drop_rate={drop_rate!r}: a probability in [0, 1]")
-    if drop_distribution not in DROP_DISTRIBUTIONS:
-        raise ValueError(f"drop_distribution={drop_distribution!r}: use 'linear' or 'uniform'")
-
-
-def _check_drop_warmup(drop_warmup: float | str) -> Duration:
-    if isinstance(drop_warmup, bool):
-        raise ValueError(f"drop_warmup={drop_warmup!r}: a fraction of training in [0, 1] or a duration such as '2ep'")
+def _drop_warmup(name: str, drop_warmup: float | str) -> Duration:
     if isinstance(drop_warmup, (int, float)):
-        if not (math.isfinite(drop_warmup) and 0 <= drop_warmup <= 1):
-            raise ValueError(
-                f"drop_warmup={drop_warmup!r}: a fraction of training in [0, 1] or a duration such as '2ep'"
-            )
+        if not _FRACTION.accepts(drop_warmup):
+            raise ValueError(f"{name}={drop_warmup!r}: must be {PARAMETERS['drop_warmup'].requirement()}")
         return Duration(float(drop_warmup), TimeUnit.DURATION)
     try:
         return Duration.parse(drop_warmup)
     except ValueError as error:
-        raise ValueError(f"drop_warmup={drop_warmup!r}: {error}") from None
+        raise ValueError(f"{name}={drop_warmup!r}: {error}") from None
 
 
 class _StochasticResidual(nn.Module):
@@ -270,8 +252,14 @@ class StochasticDepth(Algorithm):
         drop_distribution: str = "linear",
         drop_warmup: float | str = 0.0,
     ):
-        check_stochastic_depth(target_layer_name, stochastic_method, drop_rate, drop_distribution)
-        self._warmup = _check_drop_warmup(drop_warmup)
+        PARAMETERS.check(
+            target_layer_name=target_layer_name,
+            stochastic_method=stochastic_method,
+            drop_rate=drop_rate,
+            drop_distribution=drop_distribution,
+            drop_warmup=drop_warmup,
+        )
+        self._warmup = _drop_warmup("drop_warmup", drop_warmup)
         self.target_layer_name = target_layer_name
         self.stochastic_method = stochastic_method
         self.drop_rate = drop_rate

@@ -6,7 +6,6 @@ Better Generalization", UAI 2018.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -17,14 +16,67 @@ from torch.optim.swa_utils import SWALR, get_swa_multi_avg_fn, update_bn
 from ..core.algorithm import Algorithm, warn_from_callers_line
 from ..core.distributed import all_reduce_sum, unwrap_model
 from ..core.event import Event
+from ..core.parameters import Boolean, Integer, Other, Parameters, Real, Rule
 from ..core.precision import autocast
 from ..core.state import State, batch_get_item
-from ..core.time import TimeUnit
-from ..ema.ema import duration_argument, frozen_copy, paired_tensors
+from ..core.time import Duration, TimeUnit
+from ..ema.ema import duration_argument, frozen_copy, interval_argument, paired_tensors
 
-__all__ = ["SWA", "swa_trajectory", "update_swa_average"]
+__all__ = ["SWA", "update_swa_average"]
 
 _ANNEAL = {"linear": "linear", "lin": "linear", "cos": "cos", "cosine": "cos"}
+_MOMENTS = (TimeUnit.DURATION, TimeUnit.EPOCH, TimeUnit.BATCH)
+
+
+def _moment(name: str, text: Any) -> Duration:
+    return duration_argument(name, text, _MOMENTS)
+
+
+def _anneal_strategy(name: str, strategy: Any) -> str:
+    found = _ANNEAL.get(strategy.lower()) if isinstance(strategy, str) else None
+    if found is None:
+        raise ValueError(f"{name}={strategy!r}: must be 'linear' or 'cos'")
+    return found
+
+
+PARAMETERS = Parameters(
+    Rule(
+        lambda swa_start, swa_end: Duration.parse(swa_end).unit is Duration.parse(swa_start).unit,
+        "swa_end must be in swa_start's unit",
+    ),
+    Rule(
+        lambda swa_start, swa_end: Duration.parse(swa_end).value > Duration.parse(swa_start).value,
+        "swa_end must come after swa_start",
+    ),
+    swa_start=Other(
+        requires="a duration such as '0.7dur', '3ep' or '300ba'", parse=_moment, note="When averaging starts."
+    ),
+    swa_end=Other(
+        requires="a duration in swa_start's unit, after it",
+        parse=_moment,
+        note="When the mean replaces the weights.",
+    ),
+    update_interval=Other(
+        requires="at least one batch or epoch, e.g. '5ba' or '1ep'",
+        parse=interval_argument,
+        note="A snapshot every this many batches or epochs, the first at swa_start.",
+    ),
+    schedule_swa_lr=Boolean(note="Anneal the learning rate during averaging with SWALR."),
+    anneal_strategy=Other(
+        requires="'linear' or 'cos'",
+        parse=_anneal_strategy,
+        note="How the learning rate is annealed, with schedule_swa_lr ('lin' and 'cosine' too).",
+    ),
+    anneal_steps=Integer(low=1, note="The number of snapshots over which the learning rate is annealed."),
+    swa_lr=Real(
+        low=0,
+        low_open=True,
+        optional=True,
+        note="The learning rate to anneal to; None keeps each group's rate at swa_start.",
+    ),
+)
+#: update_swa_average's own argument.
+_NUM_AVERAGED = Integer(low=0, note="How many snapshots swa_model holds.")
 
 
 def update_swa_average(swa_model: torch.nn.Module, model: torch.nn.Module, num_averaged: int) -> int:
@@ -63,8 +115,7 @@ def update_swa_average(swa_model: torch.nn.Module, model: torch.nn.Module, num_a
         >>> n, swa_model.weight.item()
         (3, 3.0)
     """
-    if isinstance(num_averaged, bool) or not isinstance(num_averaged, int) or num_averaged < 0:
-        raise ValueError(f"num_averaged={num_averaged!r}: how many snapshots swa_model holds, an integer >= 0")
+    _NUM_AVERAGED.check("num_averaged", num_averaged)
     pairs = paired_tensors(model, swa_model, "swa_model")
     num_params = sum(1 for _ in swa_model.parameters())
     averaged, current = [], []
@@ -138,27 +189,17 @@ class SWA(Algorithm):
         input_key: int | str = 0,
         bn_dataloader: Iterable[Any] | None = None,
     ):
-        moments = (TimeUnit.DURATION, TimeUnit.EPOCH, TimeUnit.BATCH)
-        start = duration_argument("swa_start", swa_start, moments)
-        end = duration_argument("swa_end", swa_end, moments)
-        if end.unit is not start.unit:
-            raise ValueError(f"swa_end={swa_end!r}: must be in swa_start's unit ({start.unit.value!r})")
-        if end.value <= start.value:
-            raise ValueError(f"swa_end={swa_end!r}: must come after swa_start={swa_start!r}")
-        interval = duration_argument("update_interval", update_interval, (TimeUnit.BATCH, TimeUnit.EPOCH))
-        if interval.value < 1:
-            raise ValueError(f"update_interval={update_interval!r}: must be at least one batch or epoch")
-        if not isinstance(schedule_swa_lr, bool):
-            raise ValueError(f"schedule_swa_lr={schedule_swa_lr!r}: True or False")
-        strategy = _ANNEAL.get(anneal_strategy.lower()) if isinstance(anneal_strategy, str) else None
-        if strategy is None:
-            raise ValueError(f"anneal_strategy={anneal_strategy!r}: 'linear' or 'cos'")
-        if isinstance(anneal_steps, bool) or not isinstance(anneal_steps, int) or anneal_steps <= 0:
-            raise ValueError(f"anneal_steps={anneal_steps!r}: the number of snapshots to anneal over, an integer > 0")
-        if swa_lr is not None and (
-            isinstance(swa_lr, bool) or not isinstance(swa_lr, (int, float)) or not math.isfinite(swa_lr) or swa_lr <= 0
-        ):
-            raise ValueError(f"swa_lr={swa_lr!r}: a learning rate > 0, or None to keep the rate at swa_start")
+        PARAMETERS.check(
+            swa_start=swa_start,
+            swa_end=swa_end,
+            update_interval=update_interval,
+            schedule_swa_lr=schedule_swa_lr,
+            anneal_strategy=anneal_strategy,
+            anneal_steps=anneal_steps,
+            swa_lr=swa_lr,
+        )
+        interval = Duration.parse(update_interval)
+        strategy = _anneal_strategy("anneal_strategy", anneal_strategy)
         self.swa_start = swa_start
         self.swa_end = swa_end
         self.update_interval = update_interval
@@ -320,68 +361,3 @@ def recompute_batch_norm(model: torch.nn.Module, loader: Iterable[Any], state: S
             if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
                 for stat in (module.running_mean, module.running_var):
                     all_reduce_sum(stat).div_(state.world_size)
-
-
-def swa_trajectory(
-    steps: int = 120,
-    swa_start: str = "0.5dur",
-    swa_end: str = "0.85dur",
-    update_interval: str = "5ba",
-    lr: float = 0.3,
-    noise: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> dict[str, Any]:  # pragma: no mutate block
-    """One weight of a one-weight model trained by SGD on noisy targets, and SWA's running mean, per step.
-
-    The model is ``y = w * 1`` from ``w = 0``, trained on the squared error to targets drawn from
-    ``N(2, noise**2)``. The SWA class in the Trainer averages a snapshot every ``update_interval``
-    from ``swa_start``; at ``swa_end`` the weight becomes the mean and training goes on from it.
-    For the card's figure.
-    """
-    from ..core.trainer import Trainer
-
-    model = torch.nn.Linear(1, 1, bias=False)
-    with torch.no_grad():
-        model.weight.zero_()
-    targets = 2.0 + noise * torch.randn(steps, generator=generator)
-    batches = [(torch.ones(1, 1), t.reshape(1, 1)) for t in targets]
-    swa = SWA(swa_start=swa_start, swa_end=swa_end, update_interval=update_interval)
-    record = _Record(swa)
-    trainer = Trainer(
-        model,
-        batches,
-        f"{steps}ba",
-        optimizer=torch.optim.SGD(model.parameters(), lr=lr),
-        loss_fn=lambda out, target: 0.5 * ((out - target) ** 2).mean(),
-        algorithms=[swa, record],
-        device="cpu",
-    )
-    trainer.fit()
-    return {
-        "type": "lines",
-        "x": list(range(1, steps + 1)),
-        "series": {"weight": record.weights, f"SWA mean (every {update_interval})": record.means},
-        "title": f"SGD on noisy targets around 2 (lr {lr}); SWA from {swa_start} to {swa_end}",
-        "xlabel": "batch",
-        "ylabel": "weight",
-    }
-
-
-class _Record(Algorithm):
-    """Records the weight and SWA's mean (NaN where there is none) after every batch (for the figure)."""
-
-    activity = {"values_recorded": "weights recorded for the figure"}
-
-    def __init__(self, swa: SWA):
-        self._swa = swa
-        self.weights: list[float] = []
-        self.means: list[float] = []
-
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.BATCH_END
-
-    def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        self.weights.append(unwrap_model(state.model).weight.item())
-        mean = self._swa.swa_model
-        self.means.append(mean.weight.item() if mean is not None else float("nan"))
-        self.report(logger, "values_recorded")

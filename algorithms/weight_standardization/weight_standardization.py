@@ -17,6 +17,7 @@ from torch import nn
 
 from ..core.algorithm import Algorithm, warn_from_callers_line
 from ..core.event import Event
+from ..core.parameters import Integer, Parameters
 from ..core.state import State
 from ..surgery import count_module_instances, recording_replacements, replace_module_classes
 
@@ -25,9 +26,12 @@ __all__ = [
     "WeightStandardization",
     "WeightStandardizer",
     "apply_weight_standardization",
-    "filter_histogram",
     "standardize_weight",
 ]
+
+PARAMETERS = Parameters(
+    n_last_layers_ignore=Integer(low=0, note="How many convolutions at the end of the forward to leave as they are.")
+)
 
 #: Added to each filter's variance before the square root, as in Composer.
 EPS = 1e-10
@@ -68,7 +72,7 @@ def apply_weight_standardization(module: nn.Module, n_last_layers_ignore: int = 
         >>> bool(mean.abs().max() < 1e-6), bool((var - 1).abs().max() < 1e-5)
         (True, True)
     """
-    check_n_last_layers_ignore(n_last_layers_ignore)
+    PARAMETERS.check(n_last_layers_ignore=n_last_layers_ignore)
     ignored = _ignore_rule(module, n_last_layers_ignore)
     position = itertools.count()
 
@@ -91,14 +95,6 @@ def _standardized(conv: nn.Module) -> bool:
     return parametrize.is_parametrized(conv, "weight") and any(
         isinstance(p, WeightStandardizer) for p in conv.parametrizations.weight
     )
-
-
-def check_n_last_layers_ignore(n_last_layers_ignore: int) -> None:
-    if isinstance(n_last_layers_ignore, bool) or not isinstance(n_last_layers_ignore, int) or n_last_layers_ignore < 0:
-        raise ValueError(
-            f"n_last_layers_ignore={n_last_layers_ignore!r}: must be an integer >= 0 (convolutions at "
-            "the end of the model to leave unstandardized)"
-        )
 
 
 def _ignore_rule(module: nn.Module, n: int) -> Callable[[nn.Module, int], bool]:
@@ -167,7 +163,7 @@ class WeightStandardization(Algorithm):
     activity = {"modules_replaced": "convolutions given standardized weights"}
 
     def __init__(self, n_last_layers_ignore: int = 0):
-        check_n_last_layers_ignore(n_last_layers_ignore)
+        PARAMETERS.check(n_last_layers_ignore=n_last_layers_ignore)
         self.n_last_layers_ignore = n_last_layers_ignore
 
     def match(self, event: Event, state: State) -> bool:
@@ -177,37 +173,3 @@ class WeightStandardization(Algorithm):
         with recording_replacements() as replaced:
             apply_weight_standardization(state.model, n_last_layers_ignore=self.n_last_layers_ignore)
         self.report(logger, "modules_replaced", len(replaced))
-
-
-def filter_histogram(
-    module: str = "layer1.0.conv1", filter: int = 0, bins: int = 24, generator: torch.Generator | None = None
-) -> dict[str, Any]:  # pragma: no mutate block
-    """The card's figure: a histogram of one filter of a fresh ResNet-20's convolution ``module``,
-    as initialized and as :func:`apply_weight_standardization` makes the forward see it."""
-    from ..models import resnet20
-
-    seed = int(torch.randint(0, 2**31, (), generator=generator))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = resnet20(10)
-    before = model.get_submodule(module).weight.detach()[filter].flatten().clone()
-    apply_weight_standardization(model)
-    after = model.get_submodule(module).weight.detach()[filter].flatten()
-    low, high = float(min(before.min(), after.min())), float(max(before.max(), after.max()))
-    edges = torch.linspace(low, high, bins + 1)
-    centres = ((edges[:-1] + edges[1:]) / 2).tolist()
-
-    def counts(values: torch.Tensor) -> list[int]:
-        return torch.histc(values, bins=bins, min=low, max=high).int().tolist()
-
-    return {
-        "type": "lines",
-        "x": centres,
-        "series": {
-            f"as initialized (std {float(before.std(correction=0)):.3f})": counts(before),
-            f"standardized (std {float(after.std(correction=0)):.3f})": counts(after),
-        },
-        "title": f"{module} of ResNet-20, filter {filter}: its {before.numel()} weights",
-        "xlabel": "weight",
-        "ylabel": "weights per bin",
-    }

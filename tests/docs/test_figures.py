@@ -94,15 +94,14 @@ def test_a_surgery_figure_shows_the_captions_call_changing_the_reference_model(r
 
 @pytest.mark.parametrize("record", PLOT, ids=[r.key for r in PLOT])
 def test_a_plot_figure_draws_what_the_captions_call_returns(record):
-    """The caption's call is the method's own function, it repeats with the seed, and it returns a
-    drawable dict."""
+    """The caption's call is a function of the docs tooling's figure_data, it repeats with the
+    seed, and it returns a drawable dict."""
     region = regions(render_card("method", record.key))["figure"].body
-    (call,) = re.findall(r"`(algorithms\.[^`]+)`", region)
-    assert call == figures.figure_call(record)
-    import importlib
+    (call,) = re.findall(r"`(methods_tools\.[^`]+)`", region)
+    assert call == figures.figure_call(record) and call.startswith("methods_tools.figure_data.")
+    import methods_tools.figure_data
 
-    module = importlib.import_module(call.split("(")[0].rsplit(".", 1)[0])
-    namespace = {"torch": torch, "algorithms": importlib.import_module("algorithms"), module.__name__: module}
+    namespace = {"torch": torch, "methods_tools": methods_tools}
     first = eval(call, namespace)  # noqa: S307 (the caption's own code)
     second = figures.plot_data(record)
     assert first.keys() == second.keys() and first["type"] in ("image", "lines", "bars")
@@ -115,6 +114,8 @@ def test_the_figure_kinds_surgery_and_plot_draw_from_the_methods_code(tmp_path, 
     """A synthetic surgery method (ReLU -> GELU) and a plot function: the surgery view counts the
     replaced modules of resnet20 from the model itself, and a bad plot return is one clear error."""
     import types
+
+    from methods_tools import figure_data
 
     import algorithms.models
     from algorithms.surgery import replace_module_classes
@@ -130,10 +131,12 @@ def test_the_figure_kinds_surgery_and_plot_draw_from_the_methods_code(tmp_path, 
         return [1, 2]
 
     module = types.ModuleType("algorithms.fake_surgery.fake_surgery")
-    module.apply_gelu, module.data, module.bad = apply_gelu, data, bad
-    for f in (apply_gelu, data, bad):
-        f.__module__ = module.__name__
+    module.apply_gelu = apply_gelu
+    apply_gelu.__module__ = module.__name__
     monkeypatch.setitem(__import__("sys").modules, module.__name__, module)
+    for f in (data, bad):  # a plot's data function lives in the docs tooling
+        f.__module__ = figure_data.__name__
+        monkeypatch.setattr(figure_data, f.__name__, f, raising=False)
     monkeypatch.setattr(figures, "_functional", lambda record: apply_gelu)
     relus = sum(isinstance(m, torch.nn.ReLU) for m in algorithms.models.resnet20(10).modules())
     record = types.SimpleNamespace(
@@ -157,12 +160,12 @@ def test_the_figure_kinds_surgery_and_plot_draw_from_the_methods_code(tmp_path, 
     assert svg.lstrip().startswith("<") and "GELU" in svg and f"{relus} modules changed class" in svg
     record.raw["figure"] = {"kind": "plot", "data": "data", "arguments": {"n": 4}, "seed": 0, "alt": "x"}
     assert figures.plot_data(record)["series"]["y"] == [0, 1, 4, 9]
-    assert figures.figure_call(record) == "algorithms.fake_surgery.fake_surgery.data(n=4)"
+    assert figures.figure_call(record) == "methods_tools.figure_data.data(n=4)"
     assert "<svg" in figures._draw(record, "sha256:test")
     record.raw["figure"]["arguments"] = {}
-    monkeypatch.setattr(module, "data", lambda: {"type": "image", "values": [[0.0, 1.0], [2.0, 3.0]]})
+    monkeypatch.setattr(figure_data, "data", lambda: {"type": "image", "values": [[0.0, 1.0], [2.0, 3.0]]})
     assert "<svg" in figures._draw(record, "sha256:test")
-    monkeypatch.setattr(module, "data", lambda: {"type": "bars", "labels": ["a", "b"], "series": {"s": [1, 2]}})
+    monkeypatch.setattr(figure_data, "data", lambda: {"type": "bars", "labels": ["a", "b"], "series": {"s": [1, 2]}})
     assert "<svg" in figures._draw(record, "sha256:test")
     record.raw["figure"].update(data="bad", arguments={})
     with pytest.raises(figures.FigureError, match="returned list"):

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from pil_support import pixels, random_image
 from torch.overrides import TorchFunctionMode
 
 from algorithms._augmentations import (
@@ -576,7 +577,6 @@ def test_a_bad_augmentation_set_is_refused(value, message):
     ("img", "name", "message"),
     [
         (torch.rand(4, 4), "rotate", "img: needs an image (C, H, W) or a batch (N, C, H, W), got (4, 4)"),
-        ([[[0.5]]], "rotate", "img: needs an image (C, H, W) or a batch (N, C, H, W), got list"),
         (
             torch.zeros(3, 4, 4, dtype=torch.long),
             "rotate",
@@ -588,6 +588,26 @@ def test_a_bad_augmentation_set_is_refused(value, message):
 def test_bad_images_are_refused(img, name, message):
     with pytest.raises(ValueError, match=exactly(message)):
         apply_operation(img, name, 1)
+
+
+@pytest.mark.parametrize("img", [[[[0.5]]], "image"])
+def test_an_image_neither_tensor_nor_pil_image_is_a_type_error(img):
+    with pytest.raises(
+        TypeError, match=exactly(f"img: needs a torch.Tensor or a PIL.Image.Image, got {type(img).__name__}")
+    ):
+        apply_operation(img, "rotate", 1)
+
+
+@pytest.mark.parametrize("name", OPERATIONS)
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_a_pil_image_takes_each_operation_as_uint8_and_comes_back_in_its_mode(name, mode):
+    """As Composer's ``augmentation_primitives``, which take PIL images."""
+    img = random_image(mode, height=9, width=7, seed=2)
+    magnitude = 0.5 if name in ("color", "contrast", "brightness", "sharpness") else 3
+    out = apply_operation(img, name, magnitude)
+    expected = apply_operation(pixels(img), name, magnitude)
+    assert type(out) is type(img) and (out.mode, out.size) == (img.mode, img.size)
+    assert torch.equal(pixels(out), expected)
 
 
 # -- the classes' value range -----------------------------------------------------------------

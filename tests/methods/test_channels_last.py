@@ -19,7 +19,6 @@ from trainer_support import Observed
 
 import algorithms.functional as cf
 from algorithms import ChannelsLast
-from algorithms.channels_last.channels_last import weight_strides
 from algorithms.core import Event, Trainer
 from algorithms.models import resnet20
 
@@ -156,15 +155,6 @@ def test_in_the_trainer_the_model_is_channels_last_from_the_first_step():
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert seen.inputs[0].is_contiguous()  # the batch is left as it is
-
-
-def test_the_figure_is_the_strides_of_a_real_weight():
-    out = weight_strides("resnet20", "layer1.0.conv1")
-    model = resnet20()
-    weight = model.layer1[0].conv1.weight
-    assert out["series"]["before (contiguous)"] == list(weight.stride())
-    assert out["series"]["after (channels_last)"] == list(weight.contiguous(memory_format=torch.channels_last).stride())
-    assert out["series"]["after (channels_last)"][1] == 1  # the channels are innermost
 
 
 @pytest.mark.cuda

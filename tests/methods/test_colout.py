@@ -16,6 +16,7 @@ import re
 
 import pytest
 import torch
+from pil_support import pixels, random_image
 from test_cutout import _expected as _cutout_definition
 from trainer_support import Observed, no_host_sync, replayed_generator
 
@@ -189,16 +190,16 @@ def _whole(message: str) -> str:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"p_row": 1.5}, "p_row=1.5: the fraction of rows to drop, in [0, 1)"),
-        ({"p_col": 1.5}, "p_col=1.5: the fraction of columns to drop, in [0, 1)"),
-        ({"p_row": -0.1}, "p_row=-0.1: the fraction of rows to drop, in [0, 1)"),
-        ({"p_col": 1}, "p_col=1: the fraction of columns to drop, in [0, 1)"),
-        ({"p_row": float("nan")}, "p_row=nan: the fraction of rows to drop, in [0, 1)"),
-        ({"p_row": "0.15"}, "p_row='0.15': the fraction of rows to drop, in [0, 1)"),
-        ({"p_col": True}, "p_col=True: the fraction of columns to drop, in [0, 1)"),
-        ({"resize_target": "yes"}, "resize_target='yes': must be True, False or 'auto'"),
-        ({"resize_target": None}, "resize_target=None: must be True, False or 'auto'"),
-        ({"resize_target": 1}, "resize_target=1: must be True, False or 'auto'"),
+        ({"p_row": 1.5}, "p_row=1.5: must be a number in [0, 1)"),
+        ({"p_col": 1.5}, "p_col=1.5: must be a number in [0, 1)"),
+        ({"p_row": -0.1}, "p_row=-0.1: must be a number in [0, 1)"),
+        ({"p_col": 1}, "p_col=1: must be a number in [0, 1)"),
+        ({"p_row": float("nan")}, "p_row=nan: must be a number in [0, 1)"),
+        ({"p_row": "0.15"}, "p_row='0.15': must be a number in [0, 1)"),
+        ({"p_col": True}, "p_col=True: must be a number in [0, 1)"),
+        ({"resize_target": "yes"}, "resize_target='yes': must be one of 'auto', True, False"),
+        ({"resize_target": None}, "resize_target=None: must be one of 'auto', True, False"),
+        ({"resize_target": 1}, "resize_target=1: must be one of 'auto', True, False"),
     ],
 )
 def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
@@ -210,10 +211,7 @@ def test_bad_hyperparameters_fail_with_a_clear_error(kwargs, message):
 
 @pytest.mark.parametrize("batch", [False, 0, "True"])
 def test_only_the_batch_mode_is_offered(batch):
-    message = (
-        f"batch={batch!r}: only batch=True is supported (ColOut on the batch after the data loader); for "
-        "per-sample ColOut call colout_batch on each image in the dataset's transform"
-    )
+    message = f"batch={batch!r}: must be True"  # per-sample ColOut is colout_batch in a dataset transform
     with pytest.raises(ValueError, match=_whole(message)):
         ColOut(batch=batch)
 
@@ -235,8 +233,6 @@ IMAGES_OR_BATCH = "sample: ColOut needs an image tensor (C, H, W) or a batch (N,
     [
         (torch.rand(4, 5), {}, IMAGES_OR_BATCH + "shape (4, 5)"),
         (torch.rand(1, 2, 3, 8, 8), {}, IMAGES_OR_BATCH + "shape (1, 2, 3, 8, 8)"),
-        ("images", {}, IMAGES_OR_BATCH + "a str"),
-        (([[0.5]], torch.zeros(1)), {}, IMAGES_OR_BATCH + "a list"),
         ((torch.rand(2, 3, 8, 8),) * 3, {}, "sample: a tensor or an (input, target) pair, got a tuple of 3 items"),
         ([], {}, "sample: a tensor or an (input, target) pair, got a list of 0 items"),
         (
@@ -459,3 +455,41 @@ def test_it_reports_the_batches_that_lost_rows_or_columns(kwargs, cut):
     trainer = Trainer(model, batches, "1ep", algorithms=[ColOut(**kwargs)], seed=0, device="cpu")
     trainer.fit()
     assert trainer.method_log.records["ColOut"]["activity"] == {"batches_cut": cut}
+
+
+# -- PIL images, as Composer's colout_batch takes them ------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA", "P", "I", "F", "1"])
+def test_a_pil_image_loses_its_rows_and_columns_in_its_mode(mode):
+    img = random_image(mode, height=10, width=8, seed=4)
+    out = cf.colout_batch(img, p_row=0.3, p_col=0.25, generator=_seeded(2))
+    assert type(out) is type(img) and out.mode == img.mode and out.size == (int(0.75 * 8), int(0.7 * 10))
+    assert torch.equal(pixels(out), cf.colout_batch(pixels(img), p_row=0.3, p_col=0.25, generator=_seeded(2)))
+    assert out.getpalette() == img.getpalette()
+
+
+def test_a_pair_of_pil_images_loses_the_same_rows_and_columns():
+    img, mask = random_image("RGB", 10, 8, seed=4), random_image("L", 10, 8, seed=5)
+    out, out_mask = cf.colout_batch((img, mask), p_row=0.3, p_col=0.25, generator=_seeded(2))
+    x, y = cf.colout_batch((pixels(img), pixels(mask)), p_row=0.3, p_col=0.25, generator=_seeded(2))
+    assert (out.mode, out_mask.mode) == ("RGB", "L") and out.size == out_mask.size == (6, 7)
+    assert torch.equal(pixels(out), x) and torch.equal(pixels(out_mask), y)
+
+
+def test_a_pil_image_with_class_targets_keeps_its_targets():
+    img, target = random_image("RGB", 10, 8, seed=4), torch.tensor([3])
+    out, out_target = cf.colout_batch((img, target), p_row=0.3, p_col=0.25, generator=_seeded(2))
+    assert out_target is target
+    assert torch.equal(pixels(out), cf.colout_batch(pixels(img), p_row=0.3, p_col=0.25, generator=_seeded(2)))
+
+
+@pytest.mark.parametrize("sample", ["images", ([[0.5]], torch.zeros(1)), None])
+def test_a_sample_neither_tensor_nor_pil_image_is_a_type_error(sample):
+    input = sample[0] if isinstance(sample, tuple) else sample
+    message = (
+        "sample: ColOut needs a torch.Tensor or a PIL.Image.Image, or an (input, target) pair, "
+        f"got {type(input).__name__}"
+    )
+    with pytest.raises(TypeError, match=_whole(message)):
+        cf.colout_batch(sample)

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 
 import pytest
 import torch
+from pil_support import pixels, random_image
 from trainer_support import Observed, no_host_sync, replayed_generator
 
 import algorithms.functional as cf
 from algorithms import CutOut
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.cutout.cutout import keep_mask
-
-# Every test runs with the CPU kernel of CutOut and with torch's ops alone (tests/methods/conftest.py).
-pytestmark = pytest.mark.usefixtures("kernels_or_torch_ops")
 
 
 def _expected(
@@ -232,7 +231,7 @@ def test_pixels_are_cut_with_the_probabilities_the_sampling_implies():
         ({"num_holes": 1.5}, "num_holes=1.5"),
         ({"length": 0}, "length=0"),
         ({"length": 1.5}, "length=1.5"),
-        ({"length": 16}, "pixel lengths are not accepted"),
+        ({"length": 16}, "length=16: must be a number in (0, 1]"),
         ({"length": float("nan")}, "length=nan"),
         ({"length": "0.5"}, "length='0.5'"),
         ({"length": True}, "length=True"),
@@ -319,8 +318,7 @@ def test_on_cuda_it_stays_on_the_device():
 def test_a_pixel_length_is_refused_with_the_whole_message():
     with pytest.raises(
         ValueError,
-        match=r"^length=16: the hole's side as a fraction of the image's shorter side, "
-        r"in \(0, 1\] \(pixel lengths are not accepted\)$",
+        match=r"^length=16: must be a number in \(0, 1\]$",
     ):
         CutOut(length=16)
 
@@ -397,9 +395,9 @@ def test_on_cuda_the_batch_forms_make_no_host_sync():
 @pytest.mark.parametrize(("num_holes", "uniform_sampling"), [(1, False), (3, True)])
 def test_the_fill_path_matches_the_definition(inplace, num_holes, uniform_sampling):
     """The batches the bitwise path does not take: complex128 (16-byte elements, no integer of that
-    size; the CPU kernel takes it where it runs) and a batch that requires grad (a non-leaf, which
-    can be written in place; the kernel declines it) are filled with masked_fill; they get the same
-    holes, in place or not, and the gradient is zero in the holes."""
+    size) and a batch that requires grad (a non-leaf, which can be written in place) are filled
+    with masked_fill; they get the same holes, in place or not, and the gradient is zero in the
+    holes."""
     images = torch.rand(5, 3, 9, 12, generator=torch.Generator().manual_seed(2)) + 1  # no zero pixels
     expected = _expected(images, num_holes, 0.4, uniform_sampling, seed=5)
     complex_batch = images.to(torch.complex128)
@@ -446,3 +444,29 @@ def test_it_reports_the_batches_given_holes_of_a_pixel_or_more(kwargs, cut):
     trainer = Trainer(model, batches, "1ep", algorithms=[CutOut(**kwargs)], seed=0, device="cpu")
     trainer.fit()
     assert trainer.method_log.records["CutOut"]["activity"] == {"batches_cut": cut}
+
+
+# -- PIL images, as Composer's cutout_batch takes them ------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA", "P", "I", "F", "1"])
+def test_a_pil_image_is_cut_as_its_pixel_values_and_given_back_in_its_mode(mode):
+    img = random_image(mode, height=7, width=6, seed=3)
+    out = cf.cutout_batch(img, num_holes=2, length=0.5, generator=torch.Generator().manual_seed(5))
+    expected = cf.cutout_batch(pixels(img), num_holes=2, length=0.5, generator=torch.Generator().manual_seed(5))
+    assert type(out) is type(img) and (out.mode, out.size) == (img.mode, img.size)
+    assert torch.equal(pixels(out), expected)
+    assert out.getpalette() == img.getpalette()
+    assert torch.equal(pixels(img), pixels(random_image(mode, height=7, width=6, seed=3)))  # not modified
+
+
+def test_a_pil_image_is_not_cut_in_place():
+    with pytest.raises(ValueError, match=r"^inplace=True: a PIL image is not written in place; pass a tensor"):
+        cf.cutout_batch(random_image(), inplace=True)
+
+
+@pytest.mark.parametrize("input", [[[[0.5]]], "image", None])
+def test_an_input_neither_tensor_nor_pil_image_is_a_type_error(input):
+    message = f"input: needs a torch.Tensor or a PIL.Image.Image, got {type(input).__name__}"
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        cf.cutout_batch(input)

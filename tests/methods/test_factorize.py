@@ -375,8 +375,8 @@ _LATENT = "must be a fraction in (0, 1) of the smaller width or a whole count >=
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"min_channels": -1}, "min_channels=-1: must be an integer >= 0"),
-        ({"min_features": 2.5}, "min_features=2.5: must be an integer >= 0"),
+        ({"min_channels": -1}, "min_channels=-1: must be an integer in [0, inf)"),
+        ({"min_features": 2.5}, "min_features=2.5: must be an integer in [0, inf)"),
         ({"latent_channels": 0}, f"latent_channels=0: {_LATENT}"),
         ({"latent_channels": -0.5}, f"latent_channels=-0.5: {_LATENT}"),
         ({"latent_channels": 1.5}, f"latent_channels=1.5: {_LATENT}"),
@@ -386,7 +386,7 @@ _LATENT = "must be a fraction in (0, 1) of the smaller width or a whole count >=
         ({"factorize_linears": "no"}, "factorize_linears='no': must be True or False"),
         (
             {"factorize_convs": False, "factorize_linears": False},
-            "factorize_convs=False and factorize_linears=False: Factorize would replace nothing; set one of them",
+            "factorize_convs=False, factorize_linears=False: Factorize would replace nothing; set one of them",
         ),
     ],
 )

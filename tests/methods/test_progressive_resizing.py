@@ -307,7 +307,7 @@ def test_dtype_and_memory_format_are_kept_and_the_input_is_not_modified(mode, dt
         assert out.data_ptr() != images.data_ptr()  # a copy, not a view of the caller's batch
 
 
-_FACTOR = "the factor both sides are multiplied by, a number > 0 (1 or more leaves the batch as it is)"
+_FACTOR = "must be a number in (0, inf)"
 
 
 @pytest.mark.parametrize(
@@ -370,9 +370,9 @@ def test_bad_inputs_and_targets_fail_with_a_clear_error(input, target, scale_fac
         cf.resize_batch(input, target, scale_factor, resize_targets=resize_targets)
 
 
-_SCALE = "the scale of the first images, in (0, 1]"
-_FRACTION = "a fraction of training, in [0, 1]"
-_INCREMENT = "the multiple of pixels the width is rounded to, an integer >= 1"
+_SCALE = "must be a number in (0, 1]"
+_FRACTION = "must be a number in [0, 1]"
+_INCREMENT = "must be an integer in [1, inf)"
 
 
 @pytest.mark.parametrize(
@@ -389,7 +389,8 @@ _INCREMENT = "the multiple of pixels the width is rounded to, an integer >= 1"
         ({"delay_fraction": True}, f"delay_fraction=True: {_FRACTION}"),
         (
             {"delay_fraction": 0.5, "finetune_fraction": 0.6},
-            "delay_fraction=0.5, finetune_fraction=0.6: together 1.1 of training; they must add up to at most 1",
+            "delay_fraction=0.5, finetune_fraction=0.6: together more than all of training; they must add up to "
+            "at most 1",
         ),
         ({"size_increment": 0}, f"size_increment=0: {_INCREMENT}"),
         ({"size_increment": 2.5}, f"size_increment=2.5: {_INCREMENT}"),

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import algorithms.functional as cf
 from algorithms import SAM
 from algorithms.core import Algorithm, Event, Trainer
-from algorithms.sam.sam import SAMOptimizer, sam_trajectory
+from algorithms.sam.sam import SAMOptimizer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -338,9 +338,9 @@ def test_a_resumed_run_ends_where_the_uninterrupted_one_does(tmp_path):
         assert torch.equal(a, b)
 
 
-RHO = "the neighbourhood's radius, a number >= 0"
-EPSILON = "added to the gradient norm, a number >= 0"
-INTERVAL = "SAM runs every interval-th step, an integer >= 1"
+RHO = "must be a number in [0, inf)"
+EPSILON = "must be a number in [0, inf)"
+INTERVAL = "must be an integer in [1, inf)"
 
 
 @pytest.mark.parametrize(
@@ -368,14 +368,6 @@ def test_bad_hyperparameters_fail_naming_the_argument(kwargs, message):
     if "interval" not in kwargs:
         with pytest.raises(ValueError, match=match):
             cf.sam_perturbation([torch.ones(2)], **kwargs)
-
-
-def test_the_figure_is_computed_by_the_sam_optimizer():
-    out = sam_trajectory(steps=150, lr=0.05, rho=0.3)
-    s = out["series"]
-    assert out["type"] == "lines" and len(out["x"]) == 151 and all(len(v) == 151 for v in s.values())
-    assert s["gradient descent: L(w)"][-1] < 1e-3 and s["SAM: L(w)"][-1] < 1e-2  # both reach the floor
-    assert s["SAM: max L within rho"][-1] < 0.5 * s["gradient descent: max L within rho"][-1]  # SAM's is flatter
 
 
 # -- two ranks under DDP ------------------------------------------------------------------------

@@ -377,8 +377,8 @@ def test_an_input_or_target_that_is_not_a_batch_is_refused(input, target, messag
         cf.select_using_loss(input, target, _classifier(), F.cross_entropy)
 
 
-_KEEP = "the fraction of the batch kept, in (0, 1]"
-_SCALE = "the resize of the input for scoring, in (0, 1] (1 scores at full size)"
+_KEEP = "must be a number in (0, 1]"
+_SCALE = "must be a number in (0, 1]"
 
 
 @pytest.mark.parametrize(
@@ -406,13 +406,15 @@ def test_bad_selection_hyperparameters_fail_with_a_clear_error(kwargs, message):
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"start": -0.1}, r"start=-0.1, end=0.9: fractions of training with 0 <= start < end <= 1"),
-        ({"start": 0.9}, r"start=0.9, end=0.9: fractions"),
-        ({"end": 1.5}, r"start=0.5, end=1.5: fractions"),
-        ({"start": 0.95}, r"start=0.95, end=0.9: the interval must not end before it starts"),
+        ({"start": -0.1}, r"start=-0.1: must be a number in \[0, 1\)$"),
+        ({"start": 1}, r"start=1: must be a number in \[0, 1\)$"),
+        ({"start": 0.9}, r"start=0.9, end=0.9: the interval must end after it starts$"),
+        ({"end": 1.5}, r"end=1.5: must be a number in \(0, 1\]$"),
+        ({"end": 0}, r"end=0: must be a number in \(0, 1\]$"),
+        ({"start": 0.95}, r"start=0.95, end=0.9: the interval must end after it starts$"),
         ({"start": "0.5"}, r"start='0.5': must be a number"),
         ({"end": None}, r"end=None: must be a number"),
-        ({"interrupt": 1}, r"interrupt=1: a full batch every `interrupt` batches, an integer 0 \(never\) or >= 2"),
+        ({"interrupt": 1}, r"interrupt=1: must be 0 or an integer in \[2, inf\)$"),
         ({"interrupt": -1}, r"interrupt=-1"),
         ({"interrupt": 2.0}, r"interrupt=2.0"),
         ({"interrupt": True}, "interrupt=True"),

@@ -180,8 +180,8 @@ def test_applying_it_twice_adds_nothing_the_second_time():
         assert cf.apply_squeeze_excite(copy.deepcopy(model), min_channels=3) == 0
 
 
-_LATENT = "must be a whole number of channels >= 1 or a fraction in (0, 1) of the convolution's output channels"
-_MIN = "must be an integer >= 0 (channels a convolution needs on both sides to get a block)"
+_LATENT = "must be a fraction in (0, 1) of the convolution's output channels or a whole count >= 1"
+_MIN = "must be an integer in [0, inf)"
 
 
 @pytest.mark.parametrize(

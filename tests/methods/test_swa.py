@@ -23,7 +23,6 @@ from algorithms import SWA
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.core import trainer as trainer_module
 from algorithms.models import resnet20
-from algorithms.swa.swa import swa_trajectory
 
 
 def _model():
@@ -459,8 +458,8 @@ def test_schedule_swa_lr_refuses_a_trainer_without_exactly_one_optimizer(count):
 
 
 NOT_UNDERSTOOD = "duration 'later' is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'"
-NOT_A_RATE = "a learning rate > 0, or None to keep the rate at swa_start"
-NOT_A_STEP_COUNT = "the number of snapshots to anneal over, an integer > 0"
+NOT_A_RATE = "must be None or a number in (0, inf)"
+NOT_A_STEP_COUNT = "must be an integer in [1, inf)"
 
 
 @pytest.mark.parametrize(
@@ -469,14 +468,14 @@ NOT_A_STEP_COUNT = "the number of snapshots to anneal over, an integer > 0"
         (dict(swa_start="later"), f"swa_start='later': {NOT_UNDERSTOOD}"),
         (dict(swa_end="later"), f"swa_end='later': {NOT_UNDERSTOOD}"),
         (dict(swa_start="100sp"), "swa_start='100sp': give it in 'dur' or 'ep' or 'ba', e.g. '0.5dur'"),
-        (dict(swa_end="9ep"), "swa_end='9ep': must be in swa_start's unit ('dur')"),
-        (dict(swa_end="0.5dur"), "swa_end='0.5dur': must come after swa_start='0.7dur'"),
-        (dict(swa_end="0.7dur"), "swa_end='0.7dur': must come after swa_start='0.7dur'"),
+        (dict(swa_end="9ep"), "swa_start='0.7dur', swa_end='9ep': swa_end must be in swa_start's unit"),
+        (dict(swa_end="0.5dur"), "swa_start='0.7dur', swa_end='0.5dur': swa_end must come after swa_start"),
+        (dict(swa_end="0.7dur"), "swa_start='0.7dur', swa_end='0.7dur': swa_end must come after swa_start"),
         (dict(update_interval="0.1dur"), "update_interval='0.1dur': give it in 'ba' or 'ep', e.g. '10ba'"),
         (dict(update_interval="0ba"), "update_interval='0ba': must be at least one batch or epoch"),
-        (dict(schedule_swa_lr="yes"), "schedule_swa_lr='yes': True or False"),
-        (dict(anneal_strategy="step"), "anneal_strategy='step': 'linear' or 'cos'"),
-        (dict(anneal_strategy=3), "anneal_strategy=3: 'linear' or 'cos'"),
+        (dict(schedule_swa_lr="yes"), "schedule_swa_lr='yes': must be True or False"),
+        (dict(anneal_strategy="step"), "anneal_strategy='step': must be 'linear' or 'cos'"),
+        (dict(anneal_strategy=3), "anneal_strategy=3: must be 'linear' or 'cos'"),
         (dict(anneal_steps=0), f"anneal_steps=0: {NOT_A_STEP_COUNT}"),
         (dict(anneal_steps=True), f"anneal_steps=True: {NOT_A_STEP_COUNT}"),
         (dict(anneal_steps=2.0), f"anneal_steps=2.0: {NOT_A_STEP_COUNT}"),
@@ -506,23 +505,6 @@ def test_the_defaults_are_composers_constructor():
 def test_anneal_strategy_takes_composers_spellings():
     assert SWA(anneal_strategy="cosine").anneal_strategy == "cos"
     assert SWA(anneal_strategy="LIN").anneal_strategy == "linear"
-
-
-def test_the_figure_is_the_classs_mean_of_a_noisy_weight():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a model without batch norm needs no pass over the data
-        out = swa_trajectory(
-            steps=40,
-            swa_start="10ba",
-            swa_end="30ba",
-            update_interval="5ba",
-            generator=torch.Generator().manual_seed(0),
-        )
-    weight, mean = out["series"].values()
-    assert out["type"] == "lines" and len(weight) == len(mean) == 40
-    assert all(math.isnan(m) for m in mean[:9] + mean[30:])
-    snapshots = [weight[i - 1] for i in (10, 15, 20, 25)]
-    assert mean[28] == pytest.approx(sum(snapshots) / 4, abs=1e-6)  # batch 29: four snapshots
 
 
 def test_it_reports_its_snapshots_and_the_mean_loaded_once():

@@ -204,10 +204,10 @@ CASES = [
     ("unknown-tag", _json("mixup/metadata.json", lambda d: d.update(tags=["magic"])), _validate, "/mixup/tags/0"),
     ("unknown-field", _json("mixup/metadata.json", lambda d: d.update(colour="red")), _validate, "unknown field"),
     (
-        "range-and-choices",
-        _json("cutmix/metadata.json", lambda d: d["hyperparameters"]["alpha"].update(choices=[1.0])),
+        "range-in-metadata",  # the code declares it, beside the signature
+        _json("cutmix/metadata.json", lambda d: d["hyperparameters"]["alpha"].update(range=[0, None])),
         _validate,
-        "not both",
+        "unknown field(s) 'range'",
     ),
     (
         "http-link",
@@ -295,6 +295,20 @@ CASES = [
         _json("cutmix/metadata.json", lambda d: d["hyperparameters"].update(beta={"suggested": 1})),
         _functional,
         "'beta' is not a parameter of CutMix",
+    ),
+    (
+        "suggestion-outside-the-declared-range",
+        _json("cutmix/metadata.json", lambda d: d["hyperparameters"]["alpha"].update(suggested=-1.0)),
+        _functional,
+        "/cutmix/hyperparameters/alpha/suggested: alpha=-1.0: must be a number in [0, inf)",
+    ),
+    (
+        "suggestions-breaking-a-declared-rule",
+        _json(
+            "progressive_resizing/metadata.json", lambda d: d["hyperparameters"]["delay_fraction"].update(suggested=0.9)
+        ),
+        _functional,
+        "the suggested delay_fraction=0.9, finetune_fraction=0.2: together more than all of training",
     ),
     (
         "parameter-unlisted",

@@ -216,3 +216,19 @@ def test_batch_methods_writes_its_report_only_when_asked_and_never_over_a_file(m
     report["rows"][0].update(value=2.5, met=False)
     assert batch_methods.main(["--quick", "--output", str(path), "--force"]) == 1  # a missed target: status 1
     assert json.loads(path.read_text())["rows"][0]["value"] == 2.5
+
+
+def test_import_time_reports_the_librarys_own_milliseconds_after_torch():
+    """Two fresh interpreters per repeat: torch alone, and torch then the library; the row is the
+    library's part of the second (no timing asserted, only that the figures are well formed)."""
+    import import_time
+
+    section = import_time.run(quick=True)
+    (row,) = section["rows"]
+    assert set(row) == ROW_KEYS and row["unit"] == "ms" and row["target"] == import_time.TARGET_MS
+    lo, hi = row["spread"]
+    assert 0 < lo <= row["value"] <= hi and row["met"] == (row["value"] < row["target"])
+    assert section["details"]["repeats"] == import_time.QUICK_REPEATS
+    for name in ("torch ms", "torch + algorithms ms"):
+        low, high = section["details"][name]["range"]
+        assert 0 < low <= section["details"][name]["median"] <= high

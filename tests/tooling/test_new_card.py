@@ -22,6 +22,7 @@ from methods_tools.commands import new_card_main
 from methods_tools.facts import CardFacts, directives
 from methods_tools.scaffold import card_path, render_card
 
+from algorithms.core.parameters import Choice, Integer, Other, Real
 from algorithms.metadata import PACKAGE_ROOT, Kind, load_all_datasets, load_all_metadata, load_all_model_families
 
 REPO_ROOT = PACKAGE_ROOT.parent
@@ -82,8 +83,12 @@ def test_scaffold_table_comes_from_code_and_metadata(scratch):
         line.split(" | ")[0].strip("| `"): line.split(" | ") for line in body.splitlines() if line.startswith("| `")
     }
     assert set(rows) == {"alpha", "interpolate_loss", "uniform_sampling"}  # input_key/target_key are plumbing
-    assert rows["alpha"][1:4] == ["`1.0`", "`1.0`", "`[0, inf)`"]  # alpha = 0 is allowed
-    assert "Beta concentration" in rows["alpha"][4]  # the docstring's Args description
+    # name and default from the signature, range and description from the declaration beside it,
+    # the suggested value and why from the metadata
+    assert rows["alpha"][1:3] == ["`1.0`", "`[0, inf)`"]  # alpha = 0 is allowed
+    assert "concentration of the kept area" in rows["alpha"][3]
+    assert rows["alpha"][4] == "`1.0`" and "uniformly, as in the paper" in rows["alpha"][5]
+    assert rows["interpolate_loss"][2] == "`True or False`" and rows["interpolate_loss"][5].startswith("—")
 
 
 def test_a_card_holds_directives_so_a_metadata_change_needs_no_card_change(scratch):
@@ -334,18 +339,23 @@ def test_best_practice_scaffold_has_no_table_passes_checks_and_runs(scratch, opt
 
 
 @pytest.mark.parametrize(
-    ("range_", "exclusive", "shown"),
+    ("declared", "shown"),
     [
-        ((0, 1), (), "`[0, 1]`"),
-        ((0, 1), ("low",), "`(0, 1]`"),
-        ((0, 1), ("low", "high"), "`(0, 1)`"),
-        ((0, None), (), "`[0, inf)`"),
-        ((None, 5), ("high",), "`(-inf, 5)`"),
+        (Real(low=0, high=1, note="n"), "`[0, 1]`"),
+        (Real(low=0, high=1, low_open=True, note="n"), "`(0, 1]`"),
+        (Real(low=0, high=1, low_open=True, high_open=True, note="n"), "`(0, 1)`"),
+        (Integer(low=0, note="n"), "`[0, inf)`"),
+        (Real(high=5, high_open=True, note="n"), "`(-inf, 5)`"),
+        (Real(low=0, low_open=True, optional=True, note="n"), "`None or (0, inf)`"),
+        (Choice(choices=("block", "sample"), note="n"), "`'block', 'sample'`"),
+        (
+            Other(requires="a duration such as '2ep'", parse=lambda name, value: value, note="n"),
+            "a duration such as '2ep'",
+        ),
+        (None, "—"),
     ],
 )
-def test_ranges_are_shown_as_intervals_with_their_allowed_ends(range_, exclusive, shown):
+def test_ranges_are_shown_as_intervals_with_their_allowed_ends(declared, shown):
     from methods_tools.scaffold import range_literal
 
-    from algorithms.metadata import Hyperparameter
-
-    assert range_literal(Hyperparameter(suggested=0.5, range=range_, exclusive=exclusive)) == shown
+    assert range_literal(declared) == shown

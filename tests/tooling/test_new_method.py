@@ -31,9 +31,12 @@ import torch
 
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.parameters import Parameters, Real
 from ..core.state import State
 
 __all__ = ["DemoScale", "demo_scale_batch"]
+
+PARAMETERS = Parameters(factor=Real(low=0, note="The scale."))
 
 
 def demo_scale_batch(input: torch.Tensor, factor: float = 0.5) -> torch.Tensor:
@@ -43,6 +46,7 @@ def demo_scale_batch(input: torch.Tensor, factor: float = 0.5) -> torch.Tensor:
         input: a batch ``(N, ...)``; not modified.
         factor: the scale.
     """
+    PARAMETERS.check(factor=factor)
     return input * factor
 
 
@@ -55,6 +59,7 @@ class DemoScale(Algorithm):
     """
 
     def __init__(self, factor: float = 0.5, input_key: int | str = 0):
+        PARAMETERS.check(factor=factor)
         self.factor = factor
         self.input_key = input_key
 
@@ -111,6 +116,14 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
         f"docs/source/method_cards/{KEY}.md",
     }
     assert run("tools/new_card.py", KEY, "--new").returncode == 1  # never overwritten without --force
+    # ...and the export tables gained the method's two lines each, in the modules' order
+    for table, name in (("__init__.py", "DemoScale"), ("functional.py", f"{KEY}_batch")):
+        text = (root / "algorithms" / table).read_text()
+        assert f'    "{name}": "{KEY}",\n' in text and f"    from .{KEY} import {name} as {name}\n" in text, table
+        before_text = (REPO_ROOT / "algorithms" / table).read_text()
+        assert sorted(set(text.splitlines()) - set(before_text.splitlines())) == sorted(
+            [f'    "{name}": "{KEY}",', f"    from .{KEY} import {name} as {name}"]
+        )
 
     # Every prompt fails the checks, one line each, saying what to write.
     for tool, where in (
@@ -141,7 +154,7 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
         summary="It scales the batch.",
         use="Nowhere: it is a demonstration.",
         observable=["changed_inputs"],
-        hyperparameters={"factor": {"suggested": 0.5, "range": [0, None]}},
+        hyperparameters={"factor": {"suggested": 0.5, "note": "Halves the input."}},
     )
     entry.pop("paper")
     (folder / "metadata.json").write_text(json.dumps(metadata, indent=2))
@@ -178,7 +191,7 @@ def test_new_method_from_scaffold_to_passing_checks(tmp_path):
         "from algorithms.metadata import Kind\n"
         f"print(CardFacts().body(Kind.METHOD, {KEY!r}, 'hyperparameters'))",
     )
-    assert "| `factor` | `0.5` | `0.5` | `[0, inf)` |" in out.stdout, out.stderr
+    assert "| `factor` | `0.5` | `[0, inf)` | The scale. | `0.5` | Halves the input. |" in out.stdout, out.stderr
     out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/methods/test_{KEY}.py")
     assert out.returncode == 0, out.stdout[-3000:]
     out = run(

@@ -50,6 +50,7 @@ __all__ = [
     "check_card_sections",
     "check_builders",
     "check_card_facts",
+    "check_declaration",
     "check_functional",
     "check_method_placeholders",
     "valid_records",
@@ -190,8 +191,9 @@ def check_functional(
                     record,
                     "functional",
                     f"{record.functional!r} is not a function exported by "
-                    f"algorithms.functional — define it in algorithms/{record.key}/ "
-                    "(re-exported by its __init__.py) or fix the name",
+                    f"algorithms.functional — define it in algorithms/{record.key}/ and add "
+                    f'"{record.functional}": "{record.key}" to EXPORTS in algorithms/functional.py, '
+                    "with its TYPE_CHECKING import, or fix the name",
                 )
         if record.class_name is None:
             continue
@@ -202,8 +204,8 @@ def check_functional(
                 record,
                 "class_name",
                 f"{record.class_name!r} is not exported by algorithms — define it "
-                f"in algorithms/{record.key}/ (re-exported by its __init__.py) or fix "
-                "the name",
+                f'in algorithms/{record.key}/ and add "{record.class_name}": "{record.key}" to EXPORTS '
+                "in algorithms/__init__.py, with its TYPE_CHECKING import, or fix the name",
             )
             continue
         if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
@@ -238,6 +240,7 @@ def check_functional(
                     f"{record.class_name} parameter {name!r} is neither in "
                     "hyperparameters nor in plumbing — add it to one",
                 )
+        problems.extend(check_declaration(record, cls, [n for n in params if n not in record.plumbing]))
         form = getattr(functional, record.functional, None) if record.functional else None
         if callable(form):
             for name, param in parameters(form).items():
@@ -257,6 +260,62 @@ def check_functional(
                         "them the same",
                     )
     return problems
+
+
+def check_declaration(record: MethodRecord, cls: type, hyperparameters: list[str]) -> list[Problem]:
+    """The class's module declares exactly its ``hyperparameters`` (``PARAMETERS``), and each
+    suggested value lies in its declared range, the suggestions together keeping its rules."""
+    from .codeinfo import declaration
+
+    declared = declaration(cls)
+    module = cls.__module__
+
+    def problem(message: str, *where: str) -> Problem:
+        where = where or ("hyperparameters",)
+        return Problem(record.path, _pointer([record.key, *where]), message, _locate(record.path, [record.key, *where]))
+
+    if declared is None:
+        return [
+            problem(
+                f"{module} declares no PARAMETERS — declare each hyperparameter of {record.class_name} "
+                "beside its signature (algorithms.core.parameters), even none: PARAMETERS = Parameters()",
+                "class_name",
+            )
+        ]
+    found = [
+        problem(
+            f"{record.class_name} parameter {name!r} is not declared in {module}.PARAMETERS — declare its "
+            "kind, range and note there (or list it under plumbing)"
+        )
+        for name in hyperparameters
+        if name not in declared
+    ]
+    found += [
+        problem(
+            f"{module}.PARAMETERS declares {name!r}, which is not a hyperparameter of {record.class_name} — "
+            "remove it or fix the name"
+        )
+        for name in declared
+        if name not in hyperparameters
+    ]
+    suggested = {}
+    for name, spec in record.hyperparameters.items():
+        if name not in declared:
+            continue
+        try:
+            declared[name].check(name, spec.suggested)
+        except (ValueError, TypeError) as exc:
+            found.append(
+                problem(f"{exc} — fix the suggestion or {module}.PARAMETERS", "hyperparameters", name, "suggested")
+            )
+        else:
+            suggested[name] = spec.suggested
+    if not found:
+        try:
+            declared.check(**suggested)
+        except (ValueError, TypeError) as exc:
+            found.append(problem(f"the suggested {exc} — fix the suggestions"))
+    return found
 
 
 def _is_optimizer_class(obj: Any) -> bool:

@@ -1,4 +1,5 @@
-"""What the code says about a method: constructor parameters, defaults, docstring arguments.
+"""What the code says about a method: constructor parameters, defaults, docstring arguments, and
+its hyperparameters' declaration (kind, range or choices, note).
 
 The card tools compare cards and metadata with this, so it is read from the code by ``inspect``
 rather than copied. Importing the method code imports torch; only these functions do that.
@@ -18,6 +19,7 @@ __all__ = [
     "REQUIRED",
     "CodeLookupError",
     "Parameter",
+    "declaration",
     "docstring_args",
     "lookup",
     "parameters",
@@ -53,6 +55,17 @@ def parameters(obj: Callable[..., Any]) -> dict[str, Parameter]:
         for name, p in signature.parameters.items()
         if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) and name != "self"
     }
+
+
+def declaration(cls: type) -> Any:
+    """The hyperparameters' declaration beside a method's class: ``PARAMETERS`` of the module that
+    defines it (an :class:`algorithms.core.parameters.Parameters`), or None where there is none."""
+    import sys
+
+    from algorithms.core.parameters import Parameters
+
+    found = getattr(sys.modules.get(cls.__module__), "PARAMETERS", None)
+    return found if isinstance(found, Parameters) else None
 
 
 def docstring_args(obj: Any) -> dict[str, str]:

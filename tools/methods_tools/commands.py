@@ -7,6 +7,7 @@ mistakes never raise a traceback, and nothing is written unless the command succ
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -178,22 +179,21 @@ def _kind_flag(kind: str) -> str:
 
 
 def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
-    """Scaffold the folder, metadata, test and card of a new method; nothing is written on error."""
+    """Scaffold the folder, metadata, test and card of a new method, and add its export lines;
+    nothing is written (and nothing changed) on error."""
     import importlib
 
     import algorithms
     import algorithms.functional
 
     from .codeinfo import CodeLookupError
-    from .scaffold import card_path, card_source, draft_record, scaffold_method
+    from .scaffold import card_path, card_source, draft_record, export_edits, scaffold_method
 
+    root = Path(repo_root or REPO_ROOT)
     try:
         files = scaffold_method(args.name, class_name=args.class_name, functional=args.functional, repo_root=repo_root)
     except ValueError as exc:
-        print(
-            f"{display_path(Path(repo_root or REPO_ROOT) / 'algorithms' / args.name / 'metadata.json')}: key: {exc}",
-            file=sys.stderr,
-        )
+        print(f"{display_path(root / 'algorithms' / args.name / 'metadata.json')}: key: {exc}", file=sys.stderr)
         return 1
     card = card_path("method", args.name, repo_root)
     existing = [p for p in [*files, card] if p.exists()]
@@ -201,19 +201,32 @@ def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
         for p in existing:
             print(f"{display_path(p)}: file: exists — nothing written; pass --force to overwrite", file=sys.stderr)
         return 1
+    try:
+        names = _scaffolded_names(files[next(p for p in files if p.name == "metadata.json")], args.name)
+        exports = export_edits(args.name, **names, repo_root=repo_root)
+    except ValueError as exc:  # the message names the file (and line) of the export table
+        print(f"{exc} — nothing written", file=sys.stderr)
+        return 1
     if args.dry_run:
         for p, content in files.items():
             sys.stdout.write(f"==> {display_path(p)} <==\n{content}\n")
+        for p, content in exports.items():
+            added = sorted(set(content.splitlines()) - set(p.read_text(encoding="utf-8").splitlines()))
+            sys.stdout.write(f"==> {display_path(p)} (lines added) <==\n" + "\n".join(added) + "\n")
         return 0
     written: list[Path] = []
+    originals = {p: p.read_text(encoding="utf-8") for p in exports}
     try:
         for p, content in files.items():
             write_atomic(p, content, force=args.force)
             written.append(p)
+        for p, content in exports.items():
+            write_atomic(p, content, force=True)
         # The card is rendered from the code just written (its facts render at every docs build).
         importlib.invalidate_caches()
-        for module in (algorithms, algorithms.functional):
-            module._exports.cache_clear()
+        for package in (algorithms, algorithms.functional):
+            if Path(package.__file__).resolve() in {p.resolve() for p in exports}:
+                importlib.reload(package)
         metadata = next(p for p in files if p.name == "metadata.json")
         record = draft_record(args.name, files[metadata], metadata)
         write_atomic(card, card_source("method", args.name, repo_root=repo_root, record=record), force=args.force)
@@ -221,12 +234,22 @@ def _new_method(args: argparse.Namespace, repo_root: Path | None) -> int:
     except (OSError, CodeLookupError, ImportError, ValueError) as exc:
         for p in written:
             p.unlink(missing_ok=True)
+        for p, text in originals.items():
+            write_atomic(p, text, force=True)
         print(f"new_card: {exc} — nothing written", file=sys.stderr)
         return 1
     for p in written:
         print(f"wrote {display_path(p)}")
+    for p in exports:
+        print(f"added {args.name}'s export lines to {display_path(p)}")
     print(
         "next: replace each TODO(new_card) prompt; `nox -s check` lists the ones left, one line each; the "
         "card's facts (TL;DR, hyperparameters, API) render from metadata.json and the code at every docs build"
     )
     return 0
+
+
+def _scaffolded_names(metadata_text: str, key: str) -> dict[str, str]:
+    """The class and functional names the scaffold's ``metadata.json`` gives the new method."""
+    entry = json.loads(metadata_text)[key]
+    return {"class_name": entry["class_name"], "functional": entry["functional"]}

@@ -25,17 +25,18 @@ that gives the exact call. The kinds:
   (``model``, a builder of ``algorithms.models``, built under ``seed``) before (left) and after
   (right) the call, as the structure of its submodule ``module``, with how many modules of the
   whole model changed class or went;
-- ``plot``: the function ``data`` of the method's own module (where its functional form is),
-  called with the arguments (and the seeded generator, if it takes one), returns what to draw:
-  ``{"type": "image", "values": 2-D}``, ``{"type": "lines", "x": [...], "series": {label: [...]}}``
-  or ``{"type": "bars", "labels": [...], "series": {label: [...]}}``, each with optional
-  ``title``, ``xlabel`` and ``ylabel``: a method's filter, schedule or bias matrix, computed by
-  its own code.
+- ``plot``: the function ``data`` of :mod:`.figure_data` (the docs tooling, not the runtime
+  package), called with the arguments (and the seeded generator, if it takes one), returns what
+  to draw: ``{"type": "image", "values": 2-D}``, ``{"type": "lines", "x": [...], "series":
+  {label: [...]}}`` or ``{"type": "bars", "labels": [...], "series": {label: [...]}}``, each with
+  optional ``title``, ``xlabel`` and ``ylabel``: a method's filter, schedule or bias matrix,
+  computed by running the method's own code.
 
-A figure carries the hash of its inputs (the figure entry, the method's source, the drawing code,
-the versions of torch, matplotlib and scikit-image) as its ``dc:identifier``; an unchanged figure
-in the output folder is reused, not drawn again. Figures are build outputs and are never
-committed. A figure that cannot be drawn is one problem line naming the method and the reason.
+A figure carries the hash of its inputs (the figure entry, the method's source, a plot's data
+code, the drawing code, the versions of torch, matplotlib and scikit-image) as its
+``dc:identifier``; an unchanged figure in the output folder is reused, not drawn again. Figures
+are build outputs and are never committed. A figure that cannot be drawn is one problem line
+naming the method and the reason.
 """
 
 from __future__ import annotations
@@ -150,13 +151,14 @@ def _functional(record: Any) -> Callable[..., Any]:
 
 
 def _data_function(record: Any) -> Callable[..., Any]:
-    """A plot figure's ``data`` function, from the module that defines the functional form."""
-    module = inspect.getmodule(_functional(record))
+    """A plot figure's ``data`` function, from :mod:`.figure_data`."""
+    from . import figure_data
+
     name = record.raw["figure"]["data"]
-    data = getattr(module, name, None)
+    data = getattr(figure_data, name, None)
     if not callable(data):
         raise FigureError(
-            f"the plot's data function {name!r} is not in {module.__name__} — define it there or "
+            f"the plot's data function {name!r} is not in {figure_data.__name__} — define it there or "
             f"fix 'data' in algorithms/{record.key}/metadata.json"
         )
     return data
@@ -321,8 +323,9 @@ def _versions() -> dict[str, str | None]:
 def _key(record: Any) -> str:
     """The hash of everything the figure is drawn from."""
     module = inspect.getmodule(_functional(record))
+    kind = record.raw["figure"]["kind"]
     models = None
-    if record.raw["figure"]["kind"] == "surgery":  # the reference model's code is an input too
+    if kind == "surgery":  # the reference model's code is an input too
         import algorithms.models as reference
 
         models = [
@@ -336,6 +339,7 @@ def _key(record: Any) -> str:
         "key": record.key,
         "functional": record.functional,
         "source": inspect.getsource(module) if module else None,
+        "data": inspect.getsource(inspect.getmodule(_data_function(record))) if kind == "plot" else None,
         "drawing": _DRAWING_CODE,
         "models": models,
         "versions": _versions(),

@@ -10,7 +10,8 @@ in place of each (:func:`card_source`), which the docs build renders from the sa
 (:mod:`.facts`); :func:`update_card` turns a card written with regions into one with directives.
 
 :func:`scaffold_method` writes what ``new_card.py NAME --new`` creates: the method folder (code
-whose bodies say what to write, ``metadata.json``), its test file and its card. Every part left
+whose bodies say what to write, ``metadata.json``), its test file and its card; :func:`export_edits`
+adds the method's lines to the export tables of ``algorithms`` and ``algorithms.functional``. Every part left
 to the author carries a ``TODO(new_card)`` prompt, and ``nox -s check`` names each one until it
 is replaced (:mod:`.prompts`).
 
@@ -33,9 +34,11 @@ from typing import Any
 import jinja2
 
 from algorithms.core.options import DISTRIBUTED
+from algorithms.core.parameters import Other
 from algorithms.metadata import (
     Kind,
     _record,
+    display_path,
     load_all_datasets,
     load_all_metadata,
     load_all_model_families,
@@ -49,6 +52,7 @@ from .prompts import PLACEHOLDER
 
 __all__ = [
     "CARD_DIRS",
+    "EXPORT_TABLES",
     "KINDS",
     "LAUNCH_COMMAND",
     "TEMPLATES",
@@ -56,6 +60,7 @@ __all__ = [
     "card_path",
     "card_source",
     "closest_first",
+    "export_edits",
     "range_literal",
     "render_card",
     "scaffold_method",
@@ -125,11 +130,15 @@ class UnknownName(LookupError):
 
 @dataclass(frozen=True)
 class _Row:
+    """A row of a card's hyperparameter table: the name and default from the signature, the range
+    and description from the declaration, the suggested value and why from the metadata."""
+
     name: str
     default: str
-    suggested: str
     range: str
     description: str
+    suggested: str
+    why: str
 
 
 def card_path(kind: str, key: str, repo_root: Path | None = None) -> Path:
@@ -142,23 +151,14 @@ def closest_first(name: str, known: list[str]) -> list[str]:
     return close + sorted(k for k in known if k not in close)
 
 
-def range_literal(spec: Any) -> str:
-    """The Range cell for a metadata hyperparameter, or its choices: an interval in the usual
-    notation, ``[0, 1]`` when both ends are allowed, ``(0, 1]`` when 0 is not, ``[0, inf)``."""
-    if spec is None:
+def range_literal(declared: Any) -> str:
+    """The Range cell of a declared hyperparameter (:mod:`algorithms.core.parameters`): an interval
+    in the usual notation, ``[0, 1]`` when both ends are allowed, ``(0, 1]`` when 0 is not,
+    ``[0, inf)``; the choices; or what it takes; ``None or`` first where None is allowed."""
+    if declared is None:
         return "—"
-    if spec.range is not None:
-        return f"`{spec.interval()}`"
-    if spec.choices is not None:
-        return f"`{literal(spec.choices)}`"
-    return "—"
-
-
-def _rst_to_md(text: str) -> str:
-    """Docstring RST inline markup as MyST: ````x```` -> ```x```, ``:func:`f``` -> ``{func}`f```."""
-    text = re.sub(r"``(.+?)``", r"`\1`", text)
-    text = re.sub(r":(\w+):`", r"{\1}`", text)
-    return text.replace("|", "\\|")
+    text = f"{'None or ' if declared.optional else ''}{declared.range()}"
+    return md_text(text) if isinstance(declared, Other) else f"`{text}`"  # Other's range is prose
 
 
 @cache
@@ -266,6 +266,8 @@ def _method_context(record: Any) -> dict[str, Any]:
     # From the method's own folder, so a new method's first card renders before its metadata is valid.
     cls = codeinfo.lookup(f"algorithms.{record.key}.{record.class_name}", record.path, record.key, "class_name")
     params = codeinfo.parameters(cls)
+    # A new method's first card renders before its declaration is complete: what is missing shows as —.
+    declared = codeinfo.declaration(cls) or {}
     suggested: dict[str, Any] = {}
     for name, param in params.items():
         if name in record.plumbing:
@@ -273,16 +275,15 @@ def _method_context(record: Any) -> dict[str, Any]:
         spec = record.hyperparameters.get(name)
         if spec is not None:
             suggested[name] = spec.suggested
-        description = _rst_to_md(param.description or "")
-        if spec is not None and spec.note:
-            description = f"{description} {md_text(spec.note)}".strip()
+        kind = declared.get(name)
         context["rows"].append(
             _Row(
                 name=name,
                 default="required" if param.default is codeinfo.REQUIRED else f"`{literal(param.default)}`",
+                range=range_literal(kind),
+                description=md_text(kind.note) if kind is not None else "—",
                 suggested=f"`{literal(spec.suggested)}`" if spec is not None else "—",
-                range=range_literal(spec),
-                description=description or "—",
+                why=md_text(spec.note) if spec is not None and spec.note else "—",
             )
         )
     functional = codeinfo.lookup(f"algorithms.{record.key}.{record.functional}", record.path, record.key, "functional")
@@ -341,7 +342,10 @@ def new_method_metadata(key: str, class_name: str, functional: str) -> dict[str,
                 "composability matrix checks to see the method act"
             ],
             "hyperparameters": {
-                "example_hparam": {"suggested": 0.5, "range": [0, 1], "note": f"{todo}: rename it to the method's own."}
+                "example_hparam": {
+                    "suggested": 0.5,
+                    "note": f"{todo}: why this value (the paper's, Composer's, or fitted to the reference workload).",
+                }
             },
             "plumbing": ["input_key"],
         },
@@ -384,6 +388,73 @@ def scaffold_method(
         folder / "metadata.json": json.dumps(new_method_metadata(key, class_name, functional), indent=2) + "\n",
         root / "tests" / "methods" / f"test_{key}.py": env.get_template("test_method.py.jinja").render(**context),
     }
+
+
+#: The export tables ``new_card.py NAME --new`` adds a method's lines to: the file under the
+#: repository root, and what a method exports there (its class, its functional form).
+EXPORT_TABLES = {"class_name": Path("algorithms") / "__init__.py", "functional": Path("algorithms") / "functional.py"}
+_TABLE_ENTRY = re.compile(r'^    "(?P<name>\w+)": "(?P<module>\w+)",$')
+_TYPING_IMPORT = re.compile(r"^    from \.(?P<module>\w+) import (?P<name>\w+) as (?P=name)$")
+
+
+def export_edits(key: str, *, class_name: str, functional: str, repo_root: Path | None = None) -> dict[Path, str]:
+    """The export tables with a new method's lines added: ``{path: new content}`` for
+    ``algorithms/__init__.py`` (its class) and ``algorithms/functional.py`` (its functional form).
+
+    Each file gets one line in its ``EXPORTS`` table and one import under ``TYPE_CHECKING``, both in
+    the order of the modules (as ruff's import sorting keeps them); a file that exports the name from
+    this method already is left as it is. Raises ValueError naming the file and line where a table
+    exports the name from another module, or where a file has no table to add to.
+    """
+    root = Path(repo_root or REPO_ROOT)
+    edits = {}
+    for field, name in (("class_name", class_name), ("functional", functional)):
+        path = root / EXPORT_TABLES[field]
+        if not path.is_file():
+            raise ValueError(
+                f"{display_path(path)}: exports: no such file to add {name} to — run this in the repository"
+            )
+        edits[path] = _add_export(path, path.read_text(encoding="utf-8"), name, key)
+    return edits
+
+
+def _add_export(path: Path, text: str, name: str, module: str) -> str:
+    lines = text.splitlines(keepends=True)
+    for pattern, line, opening in (
+        (_TABLE_ENTRY, f'    "{name}": "{module}",\n', "EXPORTS = {"),
+        (_TYPING_IMPORT, f"    from .{module} import {name} as {name}\n", "if TYPE_CHECKING:"),
+    ):
+        try:
+            start = next(i for i, text_line in enumerate(lines) if text_line.rstrip() == opening) + 1
+        except StopIteration:
+            raise ValueError(f"{display_path(path)}: exports: no line {opening!r} to add {name} under") from None
+        end, present = start, False
+        while end < len(lines) and (match := pattern.match(lines[end].rstrip("\n"))):
+            if match["name"] == name and match["module"] != module:
+                raise ValueError(
+                    f"{display_path(path)}:{end + 1}: exports: {name!r} is exported already, from "
+                    f"algorithms.{match['module']} — "
+                    "choose another name"
+                )
+            present = present or match["name"] == name  # there already (a scaffold rewritten with --force)
+            end += 1
+        if present:
+            continue
+        at = next(
+            (
+                i
+                for i in range(start, end)
+                if _export_order(pattern.match(lines[i].rstrip("\n"))) > (module, name.lower())
+            ),
+            end,
+        )
+        lines.insert(at, line)
+    return "".join(lines)
+
+
+def _export_order(match: re.Match[str] | None) -> tuple[str, str]:
+    assert match is not None
+    return match["module"], match["name"].lower()
 
 
 def draft_record(key: str, metadata_text: str, path: Path) -> Any:
