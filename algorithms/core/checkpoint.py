@@ -1,23 +1,19 @@
-"""Checkpoints of a :class:`~algorithms.core.Trainer`: what a resumed run needs to go on exactly as
-the uninterrupted run would.
+"""Checkpoint files: what :meth:`State.state_dict() <algorithms.core.State.state_dict>` returns,
+written atomically, read back safely, and checked before it is used.
 
-A checkpoint holds the model's weights (unwrapped from DataParallel), every optimizer's and
-scheduler's state, the GradScaler's, the timestamp (epochs, batches, samples, batches into the
-epoch), every algorithm's :meth:`~algorithms.core.Algorithm.state_dict` (their generators
-included) and the global random generators (torch's, CUDA's, Python's). It is written through a
-temporary file and a rename, so a reader never sees half of one, and read with
-``torch.load(weights_only=True)``: tensors and plain data, no code. A file that is not a complete
-checkpoint of this format, or one made with other algorithms or another model, is refused with a
-:class:`CheckpointError` before anything is changed.
+A file is written through a temporary file in the target's folder and a rename, so a reader never
+sees half of one, and read with ``torch.load(weights_only=True)``: tensors and plain data, no code.
+A file that is not a complete checkpoint of this format (:func:`read_checkpoint`), or one made with
+other algorithms, optimizers, schedulers, model or precision (:func:`check_compatible`), is refused
+with a :class:`CheckpointError` of one line naming the file, before anything is changed.
 
-Supported for ``parallel="single"`` and ``"dp"``; the distributed modes keep per-rank state
-(sharded weights, each rank's generators) that one file does not hold yet.
+The Trainer writes and resumes through these (``Trainer.save_checkpoint``, ``Trainer(load_path=)``);
+this module knows the state, not the Trainer.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import re
 import tempfile
 from collections.abc import Mapping
@@ -29,15 +25,14 @@ import torch
 from .distributed import unwrap_model
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from .state import State
 
-__all__ = ["FORMAT", "VERSION", "CheckpointError", "read_checkpoint", "restore_checkpoint", "save_checkpoint"]
+__all__ = ["FORMAT", "KEYS", "VERSION", "CheckpointError", "check_compatible", "read_checkpoint", "write_checkpoint"]
 
 FORMAT = "methods-library-checkpoint"
 VERSION = 1
-SUPPORTED_PARALLELS = ("single", "dp")
+#: What a checkpoint holds: its format and version, and the keys of ``State.state_dict()``.
 KEYS = ("format", "version", "model", "optimizers", "schedulers", "scaler", "timestamp", "algorithms", "rng")
-TIMESTAMP_FIELDS = ("epoch", "batch", "sample", "batch_in_epoch")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -45,37 +40,13 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be written or used: one line naming the file and what to do."""
 
 
-def _check_parallel(trainer: Trainer, what: str) -> None:
-    if trainer.parallel not in SUPPORTED_PARALLELS:
-        raise CheckpointError(
-            f"{what}: checkpoints support parallel={' or '.join(map(repr, SUPPORTED_PARALLELS))} "
-            f"so far, not {trainer.parallel!r} (its per-rank state is not in one file yet)"
-        )
-
-
-def save_checkpoint(trainer: Trainer, path: str | Path, overwrite: bool = False) -> Path:
-    """Write ``trainer``'s checkpoint to ``path`` atomically; an existing file only with ``overwrite``."""
+def write_checkpoint(path: str | Path, state_dict: Mapping[str, Any], overwrite: bool = False) -> Path:
+    """Write ``state_dict`` (a ``State.state_dict()``) to ``path`` atomically, as a checkpoint of
+    this format; an existing file is replaced only with ``overwrite``. Returns the path."""
     path = Path(path)
-    _check_parallel(trainer, f"save_checkpoint({str(path)!r})")
     if path.exists() and not overwrite:
         raise CheckpointError(f"{path}: exists — pass overwrite=True to replace it, or choose another path")
-    state = trainer.state
-    ts = state.timestamp
-    checkpoint = {
-        "format": FORMAT,
-        "version": VERSION,
-        "model": unwrap_model(state.model).state_dict(),
-        "optimizers": [opt.state_dict() for opt in state.optimizers],
-        "schedulers": [s.state_dict() for s in state.schedulers],
-        "scaler": trainer.scaler.state_dict() if trainer.scaler.is_enabled() else None,
-        "timestamp": {name: getattr(ts, name) for name in TIMESTAMP_FIELDS},
-        "algorithms": [{"name": a.name, "state": a.state_dict()} for a in trainer.engine.algorithms],
-        "rng": {
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "python": random.getstate(),
-        },
-    }
+    checkpoint = {"format": FORMAT, "version": VERSION, **state_dict}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -120,17 +91,18 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return dict(checkpoint)
 
 
-def _check_compatible(checkpoint: Mapping[str, Any], trainer: Trainer, path: Path) -> None:
-    """Refuse a checkpoint of other algorithms, optimizers, schedulers or model, before any change."""
-    state = trainer.state
-    saved = [a["name"] for a in checkpoint["algorithms"]]
-    here = [a.name for a in trainer.engine.algorithms]
-    if saved != here:
+def check_compatible(saved: Mapping[str, Any], state: State, path: str | Path) -> None:
+    """Refuse ``saved`` (read from ``path``) unless it fits ``state``: the same algorithms in the
+    same order, each keeping no state its class does not, as many optimizers and schedulers, the
+    same model parameters, and a GradScaler where the state's precision uses one."""
+    saved_names = [a["name"] for a in saved["algorithms"]]
+    here = [a.name for a in state.algorithms]
+    if saved_names != here:
         raise CheckpointError(
-            f"{path}: saved with algorithms [{', '.join(saved)}], this Trainer has "
+            f"{path}: saved with algorithms [{', '.join(saved_names)}], this Trainer has "
             f"[{', '.join(here)}] — resume with the same algorithms in the same order"
         )
-    for algo, entry in zip(trainer.engine.algorithms, checkpoint["algorithms"], strict=True):
+    for algo, entry in zip(state.algorithms, saved["algorithms"], strict=True):
         unknown = sorted(set(entry["state"]) - algo._state_keys())
         if unknown:
             raise CheckpointError(
@@ -138,56 +110,26 @@ def _check_compatible(checkpoint: Mapping[str, Any], trainer: Trainer, path: Pat
                 f"{algo.name} does not keep — resume with the same version of the method"
             )
     for what, saved_n, here_n in (
-        ("optimizer", len(checkpoint["optimizers"]), len(state.optimizers)),
-        ("scheduler", len(checkpoint["schedulers"]), len(state.schedulers)),
+        ("optimizer", len(saved["optimizers"]), len(state.optimizers)),
+        ("scheduler", len(saved["schedulers"]), len(state.schedulers)),
     ):
         if saved_n != here_n:
             raise CheckpointError(
                 f"{path}: saved with {saved_n} {what}(s), this Trainer has {here_n} — resume with the same {what}s"
             )
     model_keys = set(unwrap_model(state.model).state_dict())
-    if set(checkpoint["model"]) != model_keys:
-        extra = sorted(set(checkpoint["model"]) - model_keys)[:3]
-        lacking = sorted(model_keys - set(checkpoint["model"]))[:3]
+    if set(saved["model"]) != model_keys:
+        extra = sorted(set(saved["model"]) - model_keys)[:3]
+        lacking = sorted(model_keys - set(saved["model"]))[:3]
         raise CheckpointError(
             f"{path}: the model's parameters differ (in the file only: {extra or 'none'}; "
             f"in this model only: {lacking or 'none'}) — resume the same model"
         )
-    if (checkpoint["scaler"] is None) == trainer.scaler.is_enabled():
+    scaled = state.scaler is not None and state.scaler.is_enabled()
+    if (saved["scaler"] is None) == scaled:
         raise CheckpointError(
-            f"{path}: saved {'without' if checkpoint['scaler'] is None else 'with'} a GradScaler, "
+            f"{path}: saved {'without' if saved['scaler'] is None else 'with'} a GradScaler, "
             f"this Trainer's precision {state.precision!r} "
-            f"{'uses' if trainer.scaler.is_enabled() else 'does not use'} one — resume in the "
+            f"{'uses' if scaled else 'does not use'} one — resume in the "
             "same precision"
         )
-
-
-def restore_checkpoint(trainer: Trainer, path: str | Path) -> None:
-    """Put the checkpoint at ``path`` into ``trainer``; nothing changes unless all of it fits."""
-    path = Path(path)
-    _check_parallel(trainer, f"load_path={str(path)!r}")
-    checkpoint = read_checkpoint(path)
-    _check_compatible(checkpoint, trainer, path)
-    state = trainer.state
-    unwrap_model(state.model).load_state_dict(checkpoint["model"])
-    for opt, saved in zip(state.optimizers, checkpoint["optimizers"], strict=True):
-        opt.load_state_dict(saved)
-    for scheduler, saved in zip(state.schedulers, checkpoint["schedulers"], strict=True):
-        scheduler.load_state_dict(saved)
-    if checkpoint["scaler"] is not None:
-        trainer.scaler.load_state_dict(checkpoint["scaler"])
-    for algo, saved in zip(trainer.engine.algorithms, checkpoint["algorithms"], strict=True):
-        algo.load_state_dict(saved["state"])
-    for name in TIMESTAMP_FIELDS:
-        setattr(state.timestamp, name, int(checkpoint["timestamp"][name]))
-    rng = checkpoint["rng"]
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    random.setstate(_python_state(rng["python"]))
-
-
-def _python_state(saved: Any) -> tuple:
-    """``random.getstate()`` comes back from the file with lists where it had tuples."""
-    version, internal, gauss = saved
-    return version, tuple(internal), gauss

@@ -40,6 +40,7 @@ __all__ = [
     "check_deepspeed",
     "check_parallel",
     "destroy_process_group",
+    "distributed_sampler",
     "deepspeed_precision_problem",
     "deepspeed_unavailable_reason",
     "init_distributed",
@@ -70,6 +71,16 @@ def rank_and_world_size() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def distributed_sampler(dataset: Any, **kwargs: Any) -> torch.utils.data.DistributedSampler:
+    """A ``DistributedSampler`` over ``dataset`` for this process, made before any process group
+    exists: the rank and world size come from torchrun's environment (:func:`rank_and_world_size`),
+    so a script needs no process-group code before it builds its data loader; the
+    :class:`~algorithms.core.Trainer` makes the group. ``kwargs`` go to the sampler (``shuffle``,
+    ``seed``, ``drop_last``)."""
+    rank, world_size = rank_and_world_size()
+    return torch.utils.data.DistributedSampler(dataset, num_replicas=world_size, rank=rank, **kwargs)
 
 
 _collect_registered = False
@@ -134,19 +145,39 @@ def destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def init_distributed(device: torch.device) -> None:
+def init_distributed(device: torch.device) -> bool:
     """Join the process group torchrun describes, unless this process already has; either way,
-    free what the process group's users left behind before the interpreter finalizes."""
+    free what the process group's users left behind before the interpreter finalizes. Returns
+    whether it made the group (whose maker then owns it: the Trainer leaves it in ``close()``)."""
     collect_before_exit()
     if dist.is_initialized():
-        return
+        return False
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise RuntimeError(
             "a distributed parallel mode needs the torchrun environment (RANK, WORLD_SIZE, "
             "MASTER_ADDR): launch with `python -m torch.distributed.run --nproc_per_node N ...`"
         )
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    # torchrun's rendezvous store outlives the groups made from it, and torch names every default
+    # group's keys alike ("default_pg/0/..."), so a second group made after the first was destroyed
+    # (a script with two Trainers) could read the first one's addresses from the store and hang.
+    # Each group this process makes gets keys of its own; every rank makes them in the same order.
+    global _groups_made
+    store, rank, world_size = next(dist.rendezvous("env://"))
+    store = dist.PrefixStore(f"methods-library-group-{_groups_made}", store)
+    dist.init_process_group(
+        backend=backend,
+        store=store,
+        rank=rank,
+        world_size=world_size,
+        device_id=device if device.type == "cuda" else None,
+    )
+    _groups_made += 1
+    return True
+
+
+#: How many process groups :func:`init_distributed` has made in this process.
+_groups_made = 0
 
 
 def local_device() -> torch.device:

@@ -61,6 +61,7 @@ class Engine:
     @algorithms.setter
     def algorithms(self, algorithms: Sequence[Algorithm]) -> None:
         self._scoped = tuple((algo, self.method_log.scope(algo)) for algo in algorithms)
+        self.state.algorithms = tuple(algorithms)
         seen: dict[str, int] = {}
         for algo in algorithms:  # which instance of its class each is: its generator's seed depends on it
             algo._instance = seen.get(algo.name, 0)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .distributed import unwrap_model
 from .time import Duration, Timestamp, TimeUnit
+
+if TYPE_CHECKING:
+    from .algorithm import Algorithm
+
+#: The timestamp's counters a checkpoint keeps.
+TIMESTAMP_FIELDS = ("epoch", "batch", "sample", "batch_in_epoch")
 
 __all__ = ["State", "batch_get_item", "batch_set_item"]
 
@@ -67,6 +75,53 @@ class State:
     loss: torch.Tensor | None = None
     #: The target the Trainer's loss was computed on, as the algorithms left it at ``BEFORE_LOSS``.
     loss_target: Any = None
+    #: The algorithms the engine runs, in order (the :class:`~algorithms.core.Engine` keeps it).
+    algorithms: Sequence[Algorithm] = ()
+    #: The loss scaler of ``amp_fp16`` (disabled in the other precisions), or None outside a Trainer.
+    scaler: torch.amp.GradScaler | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to go on exactly as this one would: the model's weights
+        (unwrapped from DataParallel or DDP), every optimizer's and scheduler's state, the
+        GradScaler's (None where it is disabled), the timestamp, every algorithm's state (their
+        generators included), and the global random generators (torch's, CUDA's, Python's)."""
+        enabled = self.scaler is not None and self.scaler.is_enabled()
+        return {
+            "model": unwrap_model(self.model).state_dict(),
+            "optimizers": [opt.state_dict() for opt in self.optimizers],
+            "schedulers": [s.state_dict() for s in self.schedulers],
+            "scaler": self.scaler.state_dict() if enabled else None,
+            "timestamp": {name: getattr(self.timestamp, name) for name in TIMESTAMP_FIELDS},
+            "algorithms": [{"name": a.name, "state": a.state_dict()} for a in self.algorithms],
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "python": random.getstate(),
+            },
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], weights: bool = True) -> None:
+        """Put back what :meth:`state_dict` returned (checked beforehand: see
+        :func:`algorithms.core.checkpoint.check_compatible`); with ``weights=False`` all but the
+        model's and the optimizers' state (a strategy that shards them loads those itself)."""
+        if weights:
+            unwrap_model(self.model).load_state_dict(state_dict["model"])
+            for opt, saved in zip(self.optimizers, state_dict["optimizers"], strict=True):
+                opt.load_state_dict(saved)
+        for scheduler, saved in zip(self.schedulers, state_dict["schedulers"], strict=True):
+            scheduler.load_state_dict(saved)
+        if state_dict["scaler"] is not None and self.scaler is not None:
+            self.scaler.load_state_dict(state_dict["scaler"])
+        for algo, saved in zip(self.algorithms, state_dict["algorithms"], strict=True):
+            algo.load_state_dict(saved["state"])
+        for name in TIMESTAMP_FIELDS:
+            setattr(self.timestamp, name, int(state_dict["timestamp"][name]))
+        rng = state_dict["rng"]
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        version, internal, gauss = rng["python"]  # a file gives lists back where it had tuples
+        random.setstate((version, tuple(internal), gauss))
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:

@@ -25,24 +25,15 @@ import torch.nn.functional as F
 
 from ..targets import class_indices
 from .algorithm import Algorithm
-from .checkpoint import restore_checkpoint, save_checkpoint
-from .distributed import (
-    all_reduce_sum,
-    check_deepspeed,
-    check_parallel,
-    deepspeed_initialize,
-    init_distributed,
-    is_distributed,
-    local_device,
-    rank_and_world_size,
-    wrap_model,
-)
+from .checkpoint import CheckpointError
+from .distributed import all_reduce_sum, local_device
 from .engine import Engine
 from .event import Event
 from .loss import total_loss
 from .method_log import MethodLog, check_method_log
-from .precision import autocast, check_precision, grad_scaler, model_dtype
+from .precision import autocast, check_precision, model_dtype
 from .state import State, batch_get_item
+from .strategies import STRATEGIES, Strategy, strategy
 from .time import Duration, TimeUnit
 
 __all__ = ["Trainer"]
@@ -70,12 +61,14 @@ class Trainer:
         precision: one of ``fp32``, ``fp16``, ``bf16``, ``amp_fp16``, ``amp_bf16``.
         device: defaults to CUDA where available (this process's own GPU under ``torchrun``),
             else the CPU.
-        parallel: one of ``single``, ``dp``, ``ddp``, ``fsdp``, ``deepspeed`` (see
-            :mod:`algorithms.core.distributed`). The distributed modes join the ``torchrun``
-            process group; algorithms see this process's ``state.rank`` and ``state.world_size``
-            from ``Event.INIT`` on, and INIT runs before the model is wrapped, so a method that
-            changes the model changes what gets wrapped. The data loader's batches are per
-            process (use a ``DistributedSampler``; its epoch is set every epoch).
+        parallel: one of ``single``, ``dp``, ``ddp``, ``fsdp``, ``deepspeed``, each a strategy
+            (:mod:`algorithms.core.strategies`). Under ``torchrun`` the distributed modes create
+            the process group when the process has none, and :meth:`close` leaves it again (a
+            group the script made stays the script's); algorithms see this process's
+            ``state.rank`` and ``state.world_size`` from ``Event.INIT`` on, and INIT runs before
+            the model is wrapped, so a method that changes the model changes what gets wrapped.
+            The data loader's batches are per process (use a ``DistributedSampler``; its epoch is
+            set every epoch).
         zero_stage: the DeepSpeed ZeRO stage (1 or 2) for ``parallel="deepspeed"``.
         seed: seeds torch's global generator and the algorithms' generators.
         schedulers: learning-rate schedulers, stepped after every optimizer step.
@@ -97,10 +90,12 @@ class Trainer:
             same batches in the same order (a list, a sequential or a ``DistributedSampler``
             loader; a loader shuffled by torch's global generator draws its order anew). Made with
             another setup, or not a complete checkpoint, it is refused with a ``ValueError``
-            naming the file, before anything is changed. ``single`` and ``dp`` only, so far.
+            naming the file, before anything is changed. Every mode but ``deepspeed`` so far (a
+            strategy's ``resumable``); a distributed run resumes with as many processes.
     """
 
     _closed = False  # until close()
+    strategy: Strategy
 
     def __init__(
         self,
@@ -125,28 +120,23 @@ class Trainer:
     ):
         method_log = check_method_log(logger, "Trainer(logger=...)")
         check_precision(precision)
-        check_parallel(parallel)
         if zero_stage not in (1, 2):
             raise ValueError(f"zero_stage={zero_stage!r}: DeepSpeed ZeRO stage 1 or 2 is supported")
-        if parallel == "fsdp" and isinstance(optimizer, torch.optim.Optimizer):
-            raise ValueError(
-                "parallel='fsdp' shards the parameters when it wraps the model: pass "
-                "optimizer as a function of the parameters, e.g. "
-                "lambda params: torch.optim.SGD(params, lr=0.1)"
-            )
         duration = Duration.parse(max_duration)
         if duration.unit is TimeUnit.DURATION:
             raise ValueError(f"max_duration={max_duration!r}: give epochs, batches or samples, e.g. '2ep' or '100ba'")
         if grad_clip_norm is not None and grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
+        device = torch.device(device) if device is not None else local_device()
+        self.strategy: Strategy = strategy(
+            parallel, precision=precision, device=device, grad_clip_norm=grad_clip_norm, zero_stage=zero_stage
+        )
+        self.strategy.check(optimizer)
+        if load_path is not None and not self.strategy.resumable:
+            raise self._not_resumable(f"load_path={str(load_path)!r}")
         if seed is not None:
             torch.manual_seed(seed)
-        device = torch.device(device) if device is not None else local_device()
-        if parallel == "deepspeed":
-            check_deepspeed(precision, device)
-        if is_distributed(parallel):
-            init_distributed(device)
-        rank, world_size = rank_and_world_size() if is_distributed(parallel) else (0, 1)
+        rank, world_size = self.strategy.connect()
 
         model = model.to(device=device, dtype=model_dtype(precision))
         try:
@@ -174,40 +164,67 @@ class Trainer:
             seed=seed,
             dataloader_len=dataloader_len,
             train_dataloader=train_dataloader,
+            scaler=self.strategy.scaler,
         )
-        # DeepSpeed scales the loss itself (its fp16 mode); everywhere else amp_fp16 needs ours.
-        self.scaler = grad_scaler(precision if parallel != "deepspeed" else "fp32", device)
         self.engine = Engine(self.state, algorithms, method_log)
         self.method_log = method_log
         self.engine.run_event(Event.INIT)
-        self._deepspeed = None
-        self._wrap(optimizer, precision, zero_stage)
+        # Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer.
+        self.state.model, self._forward, optimizer = self.strategy.wrap(
+            self.state.model,
+            optimizer,
+            unused_parameters=any(a.unused_parameters for a in self.engine.algorithms),
+            batch_size=getattr(train_dataloader, "batch_size", None),
+        )
+        self.state.optimizers = (optimizer,)
         self._resume_batches = 0  # batches of the current epoch a resumed run has trained already
         if load_path is not None:
-            restore_checkpoint(self, load_path)
-            self._resume_batches = self.state.timestamp.batch_in_epoch
+            self.load_checkpoint(load_path)
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler:
+        """The loss scaler: enabled under ``amp_fp16`` (not under DeepSpeed, which scales itself)."""
+        return self.strategy.scaler
+
+    def _not_resumable(self, what: str) -> CheckpointError:
+        resumable = [name for name, cls in STRATEGIES.items() if cls.resumable]
+        return CheckpointError(
+            f"{what}: checkpoints support parallel={' or '.join(map(repr, resumable))} "
+            f"so far, not {self.strategy.name!r} ({self.strategy.unresumable})"
+        )
 
     def save_checkpoint(self, path: str | Path, overwrite: bool = False) -> Path:
-        """Write everything a resumed run needs (see :mod:`algorithms.core.checkpoint`) to ``path``,
-        atomically; an existing file is replaced only with ``overwrite``. Resume with
-        ``Trainer(..., load_path=path)``."""
-        return save_checkpoint(self, path, overwrite)
+        """Write everything a resumed run needs (``State.state_dict()``; see
+        :mod:`algorithms.core.checkpoint`) to ``path``, atomically; an existing file is replaced
+        only with ``overwrite``. Resume with ``Trainer(..., load_path=path)``."""
+        if not self.strategy.resumable:
+            raise self._not_resumable(f"save_checkpoint({str(path)!r})")
+        return self.strategy.save(path, self.state, overwrite)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Go on from the checkpoint at ``path`` (what ``load_path`` does): read it, refuse it with a
+        :class:`~algorithms.core.checkpoint.CheckpointError` naming the file before anything changes
+        unless it fits this Trainer, then load it; :meth:`fit` then trains what is left."""
+        if not self.strategy.resumable:
+            raise self._not_resumable(f"load_path={str(path)!r}")
+        self.strategy.load(path, self.state)
+        self._resume_batches = self.state.timestamp.batch_in_epoch
 
     def close(self) -> None:
-        """Release what this Trainer holds beyond the reach of Python's garbage collector; after
-        it, :meth:`fit` is refused (:meth:`eval` still works). Call it before
-        ``destroy_process_group``, or use the Trainer as a context manager (``with Trainer(...)
-        as trainer:``). Calling it again does nothing.
+        """End this Trainer: its strategy releases what it holds beyond the reach of Python's
+        garbage collector, and a process group the Trainer created is left (with the safeguards of
+        :func:`~algorithms.core.distributed.destroy_process_group`); one the script made is left to
+        the script. After it, :meth:`fit` is refused; :meth:`eval` still works, on this process's
+        batches alone once the group is gone. Calling it again does nothing; ``with Trainer(...) as
+        trainer:`` calls it at the end of the block.
 
-        What it releases is DeepSpeed's: its engine hooks every parameter's gradient, and those
-        hooks hold the engine itself in a cycle the collector cannot free, so a DeepSpeed engine
-        left open lives until the interpreter shuts down and is destroyed there, with its
-        process groups, where a rank can abort after it has finished its work. The engine's own
-        ``destroy`` removes the hooks and needs the process group, so it runs here. Other parallel
-        modes hold nothing of the kind; closing them only ends training.
+        DeepSpeed's engine hooks every parameter's gradient, and those hooks hold the engine itself
+        in a cycle the collector cannot free, so an engine left open lives until the interpreter
+        shuts down and is destroyed there, with its process groups, where a rank can abort after it
+        has finished its work. The engine's own ``destroy`` needs the process group, so it runs
+        here, before the group is left.
         """
-        if self._deepspeed is not None and not self._closed:
-            self._deepspeed.destroy()
+        self.strategy.close()
         self._closed = True
 
     def _refuse_if_closed(self) -> None:
@@ -221,23 +238,6 @@ class Trainer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def _wrap(self, optimizer: Any, precision: str, zero_stage: int) -> None:
-        """Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer."""
-        state = self.state
-        if self.parallel != "deepspeed":
-            unused = any(a.unused_parameters for a in self.engine.algorithms)
-            state.model = wrap_model(state.model, self.parallel, state.device, state.precision, unused)
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            factory = optimizer or (lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9))
-            optimizer = factory(state.model.parameters())
-            state.optimizers = (optimizer,)
-        if self.parallel == "deepspeed":
-            batch_size = getattr(self.train_dataloader, "batch_size", None)
-            self._deepspeed = deepspeed_initialize(
-                state.model, optimizer, precision, zero_stage, batch_size, self.grad_clip_norm
-            )
-            state.model = self._deepspeed.module
 
     # -----------------------------------------------------------------------------------------
 
@@ -273,9 +273,8 @@ class Trainer:
     def fit(self) -> None:
         """Train until ``max_duration``."""
         self._refuse_if_closed()
-        state, run = self.state, self.engine.run_event
-        model = state.model
-        forward = self._deepspeed if self._deepspeed is not None else model
+        state, run, strategy = self.state, self.engine.run_event, self.strategy
+        model, forward = state.model, self._forward
         run(Event.FIT_START)
         optimizer = state.optimizer  # read after FIT_START, where an algorithm may wrap it (SAM)
 
@@ -287,7 +286,7 @@ class Trainer:
                 loss = total_loss(
                     state.loss_fn(forward(self._batch_item(state.batch, "input_key")).float(), state.loss_target)
                 )
-            self.scaler.scale(loss).backward()
+            strategy.backward_once(loss)
             return loss
 
         while not self._done():
@@ -317,25 +316,11 @@ class Trainer:
                     state.loss = total_loss(state.loss_fn(state.outputs.float(), state.loss_target))
                 run(Event.AFTER_LOSS)
                 run(Event.BEFORE_BACKWARD)
-                if self._deepspeed is not None:
-                    self._deepspeed.backward(state.loss)
-                else:
-                    self.scaler.scale(state.loss).backward()
-                    if hasattr(optimizer, "first_step"):  # SAM: the gradient at w + e(w) replaces it
-                        optimizer.first_step(backward_again)
+                strategy.backward(state.loss, optimizer, backward_again)
                 run(Event.AFTER_BACKWARD)
-                if self._deepspeed is None:
-                    # The clipping and the algorithms at BEFORE_OPTIMIZER_STEP see true gradients.
-                    self.scaler.unscale_(optimizer)
-                    if self.grad_clip_norm is not None:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
+                strategy.prepare_step(model, optimizer)  # unscaled (and clipped) gradients from here
                 run(Event.BEFORE_OPTIMIZER_STEP)
-                if self._deepspeed is not None:
-                    self._deepspeed.step()  # steps, clips (its config) and zeroes the gradients
-                else:
-                    self.scaler.step(optimizer)
-                    self.scaler.update()
-                    optimizer.zero_grad(set_to_none=True)
+                strategy.step(optimizer)
                 for scheduler in state.schedulers:
                     scheduler.step()
                 run(Event.AFTER_TRAIN_BATCH)

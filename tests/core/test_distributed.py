@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from algorithms import CutMix
 from algorithms.core import PARALLELS, Trainer
+from algorithms.core.checkpoint import CheckpointError
 from algorithms.core.distributed import check_parallel, deepspeed_unavailable_reason, destroy_process_group
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -99,6 +101,64 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, referenc
         assert held == [numel, numel]
     else:
         assert all(0 < h < numel for h in held) and sum(held) >= numel, held
+
+
+def _torchrun(script_path: Path, *args: str, timeout: int = 240) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script_path), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_a_two_rank_run_interrupted_and_resumed_ends_where_the_uninterrupted_run_ends(parallel, tmp_path):
+    """6 batches straight, against 3 batches, a checkpoint, and 3 more in fresh processes (mid-epoch:
+    an epoch is 4 batches), each rank with dropout (torch's generator) and CutMix (its own): the
+    same parameters bit for bit, and every rank's generator where the uninterrupted run left it.
+    FSDP's checkpoint is its full state dict, gathered to rank 0 and scattered back on resume."""
+    import resume_script
+
+    _torchrun(Path(resume_script.__file__), parallel, "first", str(tmp_path))
+    _torchrun(Path(resume_script.__file__), parallel, "rest", str(tmp_path))
+    whole, resumed = torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "resumed.pt")
+    assert whole["batch"] == resumed["batch"] == resume_script.TOTAL
+    assert whole["params"].keys() == resumed["params"].keys()
+    for name, expected in whole["params"].items():
+        assert torch.equal(resumed["params"][name], expected), name
+    assert len(whole["generators"]) == 2 and not torch.equal(*whole["generators"])  # the ranks draw apart
+    for mine, expected in zip(resumed["generators"], whole["generators"], strict=True):
+        assert torch.equal(mine, expected)
+    checkpoint = torch.load(tmp_path / "run.ckpt", weights_only=True)
+    assert len(checkpoint["ranks"]) == 2
+    # plain, whole tensors (FSDP's gathered from the shards), of the parameters' full shapes
+    assert {k: (type(v), v.shape) for k, v in checkpoint["model"].items()} == {
+        k: (torch.Tensor, v.shape) for k, v in whole["params"].items()
+    }
+
+
+def test_a_distributed_checkpoint_is_refused_by_a_run_of_another_size(tmp_path):
+    """A file two ranks wrote holds two ranks' generators: one process cannot go on with them."""
+    import resume_script
+
+    _torchrun(Path(resume_script.__file__), "ddp", "first", str(tmp_path))
+    with pytest.raises(CheckpointError, match=r"saved by 2 process\(es\), this run has 1 — resume with as many"):
+        Trainer(
+            resume_script.make_model(),
+            [(torch.randn(8, 3, 8, 8), torch.randint(0, 5, (8,)))],
+            "6ba",
+            algorithms=[CutMix(alpha=1.0)],
+            device="cpu",
+            load_path=tmp_path / "run.ckpt",
+        )
 
 
 def test_training_changed_the_reference(reference):
@@ -254,7 +314,7 @@ def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypa
             torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu", seed=0
         ) as trainer:
             trainer.fit()
-            engine = weakref.ref(trainer._deepspeed)
+            engine = weakref.ref(trainer.strategy._engine)
             assert type(engine()).__name__ == "DeepSpeedEngine"
         with pytest.raises(RuntimeError, match=r"fit\(\) after close\(\)"):
             trainer.fit()
@@ -284,6 +344,42 @@ def test_a_second_deepspeed_world_in_one_process_starts_clean(monkeypatch):
                 assert trainer.state.timestamp.batch == 1
         finally:
             destroy_process_group()
+    assert not torch.distributed.is_initialized()
+
+
+def test_a_trainer_that_made_the_process_group_leaves_it_when_closed(monkeypatch):
+    """Under torchrun with no group yet, the Trainer makes one and close() leaves it: a script
+    needs neither init nor destroy. A one-process world; the with block closes the Trainer."""
+    _one_process_world(monkeypatch)
+    data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
+    try:
+        with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="ddp", device="cpu", seed=0) as trainer:
+            assert torch.distributed.is_initialized() and trainer.strategy.owns_process_group
+            trainer.fit()
+        assert not torch.distributed.is_initialized()
+        trainer.close()  # again: nothing more to do
+        assert not torch.distributed.is_initialized()
+        # a second Trainer in the same script makes a group of its own, and leaves it too
+        trainer = Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="ddp", device="cpu", seed=0)
+        trainer.fit()
+        assert torch.distributed.is_initialized()
+        trainer.close()
+        assert not torch.distributed.is_initialized()
+    finally:
+        destroy_process_group()
+
+
+def test_a_process_group_the_script_made_stays_the_scripts(monkeypatch):
+    _one_process_world(monkeypatch)
+    torch.distributed.init_process_group("gloo")
+    try:
+        data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
+        with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="ddp", device="cpu", seed=0) as trainer:
+            assert not trainer.strategy.owns_process_group
+            trainer.fit()
+        assert torch.distributed.is_initialized()
+    finally:
+        destroy_process_group()
     assert not torch.distributed.is_initialized()
 
 

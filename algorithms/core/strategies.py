@@ -1,0 +1,357 @@
+"""The Trainer's parallel modes, one strategy object each: how a mode joins its processes, wraps
+the model and optimizer, runs the backward pass and the optimizer step, unwraps, and closes.
+
+=============  ==========================================================================
+``single``     :class:`Single`: one process, one device
+``dp``         :class:`DataParallel`: ``torch.nn.DataParallel`` over the visible GPUs
+``ddp``        :class:`DDP`: ``DistributedDataParallel``, one process per device
+``fsdp``       :class:`FSDP`: ``fully_shard`` (FSDP2) on every Conv2d and Linear and the model
+``deepspeed``  :class:`DeepSpeed`: DeepSpeed ZeRO stage 1 or 2; its engine scales, steps and clips
+=============  ==========================================================================
+
+The :class:`~algorithms.core.Trainer` builds one with :func:`strategy` and calls the same methods
+whatever the mode, so its loop (``fit``) has no branch on the mode. The distributed strategies join
+the process group ``torchrun`` describes when the process has none, and then own it: :meth:`close`
+leaves it (:func:`~algorithms.core.distributed.destroy_process_group`, with its safeguards). A
+group the user made stays the user's.
+
+An optimizer with a ``first_step(closure)`` (:class:`~algorithms.sam.SAMOptimizer`) takes its
+gradient at a second point: after the backward pass the strategy calls it with a closure that
+runs the batch's forward, loss and backward once more, as torch's optimizer API passes closures to
+``step``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+import torch.distributed as dist
+
+from .checkpoint import CheckpointError, check_compatible, read_checkpoint, write_checkpoint
+from .distributed import (
+    check_deepspeed,
+    deepspeed_initialize,
+    destroy_process_group,
+    init_distributed,
+    rank_and_world_size,
+    unwrap_model,
+    wrap_model,
+)
+from .precision import grad_scaler
+
+if TYPE_CHECKING:
+    from .state import State
+
+__all__ = ["DDP", "FSDP", "STRATEGIES", "DataParallel", "DeepSpeed", "Single", "Strategy", "strategy"]
+
+Optimizer = torch.optim.Optimizer
+#: What the Trainer is given as ``optimizer``: an optimizer, a function of the parameters that
+#: makes one once the model is wrapped, or None for the default SGD.
+OptimizerSpec = Optimizer | Callable[[Any], Optimizer] | None
+
+
+def _default_optimizer(params: Any) -> Optimizer:
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+class Strategy:
+    """A parallel mode of the Trainer (the base class is one process on one device).
+
+    Args:
+        precision: the Trainer's precision; ``amp_fp16`` gets a GradScaler.
+        device: this process's device.
+        grad_clip_norm: clip the gradients' norm to this before each step (None: never).
+        zero_stage: DeepSpeed's ZeRO stage (only :class:`DeepSpeed` uses it).
+    """
+
+    name: ClassVar[str] = "single"
+    #: Whether the mode runs one process per device under ``torchrun``.
+    distributed: ClassVar[bool] = False
+    #: Whether a checkpoint of this mode can be written and resumed from one file.
+    resumable: ClassVar[bool] = True
+    #: Why not, where it cannot.
+    unresumable: ClassVar[str] = ""
+
+    def __init__(self, precision: str, device: torch.device, grad_clip_norm: float | None = None, zero_stage: int = 2):
+        self.precision, self.device, self.grad_clip_norm, self.zero_stage = (
+            precision,
+            device,
+            grad_clip_norm,
+            zero_stage,
+        )
+        self.scaler = grad_scaler(self.scaler_precision(precision), device)
+        self.owns_process_group = False
+        self.closed = False
+
+    def scaler_precision(self, precision: str) -> str:
+        """The precision the GradScaler is made for: the Trainer's, unless the mode scales itself."""
+        return precision
+
+    def check(self, optimizer: OptimizerSpec) -> None:
+        """Refuse, before anything is done, what this mode cannot train with."""
+
+    def connect(self) -> tuple[int, int]:
+        """Join this mode's processes, if it has any; ``(rank, world_size)``."""
+        return 0, 1
+
+    def wrap(
+        self, model: torch.nn.Module, optimizer: OptimizerSpec, *, unused_parameters: bool, batch_size: int | None
+    ) -> tuple[torch.nn.Module, Callable[..., Any], Optimizer]:
+        """``(model, forward, optimizer)``: the model as ``state.model`` holds it, what the forward
+        pass calls, and the optimizer over the wrapped model's parameters."""
+        model = self.wrap_model(model, unused_parameters)
+        if not isinstance(optimizer, Optimizer):
+            optimizer = (optimizer or _default_optimizer)(model.parameters())
+        return model, model, optimizer
+
+    def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
+        return model
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The network inside whatever :meth:`wrap` put around it."""
+        return unwrap_model(model)
+
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer, again: Callable[[], torch.Tensor]) -> None:
+        """The backward pass of ``loss``; an optimizer with ``first_step`` then takes the gradient
+        at its second point through ``again`` (the batch's forward, loss and :meth:`backward_once`)."""
+        self.backward_once(loss)
+        first_step = getattr(optimizer, "first_step", None)
+        if first_step is not None:
+            first_step(again)
+
+    def backward_once(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
+        """Before ``Event.BEFORE_OPTIMIZER_STEP``: unscale the gradients and clip them, so the
+        algorithms at that event see true (and clipped) gradients."""
+        self.scaler.unscale_(optimizer)
+        if self.grad_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
+
+    def step(self, optimizer: Optimizer) -> None:
+        """The optimizer's step (skipped by the scaler where the gradients overflowed), then clear
+        the gradients."""
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def save(self, path: str | Path, state: State, overwrite: bool = False) -> Path:
+        """Write ``state``'s checkpoint to ``path`` (one file, atomically; see
+        :mod:`algorithms.core.checkpoint`)."""
+        return write_checkpoint(path, state.state_dict(), overwrite)
+
+    def load(self, path: str | Path, state: State) -> None:
+        """Read the checkpoint at ``path``, refuse it (naming the file, before anything changes)
+        unless it fits ``state``, then load it."""
+        saved = self._read(path, state)
+        check_compatible(saved, state, path)
+        state.load_state_dict(saved)
+
+    def _read(self, path: str | Path, state: State) -> dict[str, Any]:
+        """The checkpoint at ``path`` with this rank's own algorithms' and generators' state in
+        place (a distributed run's file keeps every rank's under ``ranks``)."""
+        saved = read_checkpoint(path)
+        ranks = saved.get("ranks")
+        processes = 1 if ranks is None else len(ranks)
+        if processes != state.world_size:
+            raise CheckpointError(
+                f"{path}: saved by {processes} process(es), this run has {state.world_size} — resume with "
+                f"as many (each rank goes on with its own generators)"
+            )
+        return saved if ranks is None else {**saved, **ranks[state.rank]}
+
+    def close(self) -> None:
+        """Release what the mode holds: the process group it made, where it made one. Calling it
+        again does nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        self.release()
+        if self.owns_process_group:
+            destroy_process_group()
+            self.owns_process_group = False
+
+    def release(self) -> None:
+        """What a mode frees before its process group goes (DeepSpeed's engine)."""
+
+
+class Single(Strategy):
+    """One process on one device."""
+
+
+class DataParallel(Strategy):
+    """``torch.nn.DataParallel``: one process splits each batch over the visible GPUs, its replicas
+    running the Trainer's autocast (on the CPU it runs the module once)."""
+
+    name = "dp"
+
+    def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
+        return wrap_model(model, "dp", self.device, self.precision)
+
+
+#: What each rank of a distributed run keeps apart in a checkpoint: its algorithms' generators
+#: and state, and its global generators. The rest (weights, optimizers, schedulers, scaler,
+#: timestamp) is the same on every rank, or gathered to rank 0.
+PER_RANK = ("algorithms", "rng")
+
+
+class _Distributed(Strategy):
+    """The modes with one process per device. A checkpoint is one file, written by rank 0 with
+    every rank's own state under ``ranks`` (gathered), and read by every rank, so it lies on a file
+    system every rank sees. Saving and loading are collective: every rank calls them."""
+
+    distributed = True
+
+    def connect(self) -> tuple[int, int]:
+        self.owns_process_group = init_distributed(self.device)
+        return rank_and_world_size()
+
+    def shared_state(self, state: State) -> dict[str, Any]:
+        """What rank 0 writes of the weights and optimizers (DDP: its own copy, the same on every rank)."""
+        return state.state_dict()
+
+    def save(self, path: str | Path, state: State, overwrite: bool = False) -> Path:
+        path = Path(path)
+        shared = self.shared_state(state)
+        own = {key: shared[key] for key in PER_RANK}
+        ranks: list[Any] | None = [None] * state.world_size if state.rank == 0 else None
+        dist.gather_object(own, ranks, dst=0)
+        failure: list[Any] = [None]
+        if state.rank == 0:
+            try:
+                write_checkpoint(path, {**shared, "ranks": ranks}, overwrite)
+            except Exception as exc:  # every rank raises, not only the one that wrote
+                failure[0] = exc
+        dist.broadcast_object_list(failure, src=0)  # also keeps the others until the file is whole
+        if failure[0] is not None:
+            if state.rank == 0:
+                raise failure[0]
+            raise CheckpointError(f"{path}: rank 0 could not write the checkpoint: {failure[0]}")
+        return path
+
+
+class DDP(_Distributed):
+    """``DistributedDataParallel``: one process per device, gradients all-reduced in the backward."""
+
+    name = "ddp"
+
+    def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
+        return wrap_model(model, "ddp", self.device, self.precision, unused_parameters)
+
+
+class FSDP(_Distributed):
+    """FSDP2 (``fully_shard``): parameters, gradients and optimizer state sharded over the ranks."""
+
+    name = "fsdp"
+
+    def check(self, optimizer: OptimizerSpec) -> None:
+        if isinstance(optimizer, Optimizer):
+            raise ValueError(
+                "parallel='fsdp' shards the parameters when it wraps the model: pass "
+                "optimizer as a function of the parameters, e.g. "
+                "lambda params: torch.optim.SGD(params, lr=0.1)"
+            )
+
+    def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
+        return wrap_model(model, "fsdp", self.device, self.precision)
+
+    # A full (unsharded) state dict, gathered to rank 0 on the CPU: one file that any number of
+    # ranks can resume from, for the price of the whole model and optimizer state in rank 0's
+    # memory while it is written. A sharded checkpoint (torch.distributed.checkpoint, a folder of
+    # per-rank files) would scale further; at the sizes this Trainer is measured on one file is
+    # simpler to check, move and refuse, so this is the full state dict.
+    def shared_state(self, state: State) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        self._one_optimizer(state)
+        model, optimizer = get_state_dict(
+            state.model, state.optimizers[0], options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        return {**state.state_dict(), "model": model, "optimizers": [optimizer]}
+
+    def load(self, path: str | Path, state: State) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        self._one_optimizer(state)
+        saved = self._read(path, state)
+        check_compatible(saved, state, path)
+        set_state_dict(
+            state.model,
+            state.optimizers[0],
+            model_state_dict=saved["model"],
+            optim_state_dict=saved["optimizers"][0],
+            options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+        )
+        state.load_state_dict(saved, weights=False)
+
+    @staticmethod
+    def _one_optimizer(state: State) -> None:
+        if len(state.optimizers) != 1:
+            raise CheckpointError(
+                f"parallel='fsdp' checkpoints hold one optimizer, this Trainer has {len(state.optimizers)}"
+            )
+
+
+class DeepSpeed(_Distributed):
+    """DeepSpeed ZeRO: its engine runs the forward and backward, scales the loss in its own fp16
+    mode, and steps, clips and zeroes the gradients itself."""
+
+    name = "deepspeed"
+    resumable = False
+    unresumable = "its ZeRO partitions need DeepSpeed's own checkpoint folders, which the Trainer does not write yet"
+    _engine: Any = None
+
+    def scaler_precision(self, precision: str) -> str:
+        return "fp32"  # DeepSpeed scales the loss itself (its fp16 mode)
+
+    def connect(self) -> tuple[int, int]:
+        check_deepspeed(self.precision, self.device)
+        return super().connect()
+
+    def wrap(
+        self, model: torch.nn.Module, optimizer: OptimizerSpec, *, unused_parameters: bool, batch_size: int | None
+    ) -> tuple[torch.nn.Module, Callable[..., Any], Optimizer]:
+        if not isinstance(optimizer, Optimizer):
+            optimizer = (optimizer or _default_optimizer)(model.parameters())
+        self._engine = deepspeed_initialize(
+            model, optimizer, self.precision, self.zero_stage, batch_size, self.grad_clip_norm
+        )
+        return self._engine.module, self._engine, optimizer
+
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer, again: Callable[[], torch.Tensor]) -> None:
+        self._engine.backward(loss)
+
+    def backward_once(self, loss: torch.Tensor) -> None:
+        self._engine.backward(loss)
+
+    def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
+        """Nothing: DeepSpeed's engine clips (its config) inside its step."""
+
+    def step(self, optimizer: Optimizer) -> None:
+        self._engine.step()  # steps, clips and zeroes the gradients
+
+    def release(self) -> None:
+        """DeepSpeed's engine hooks every parameter's gradient, and those hooks hold the engine in a
+        cycle the collector cannot free; left open it lives until the interpreter shuts down and is
+        destroyed there, with its process groups, where a rank can abort after finishing its work.
+        Its own ``destroy`` removes the hooks and needs the process group, so it runs first."""
+        if self._engine is not None:
+            self._engine.destroy()
+
+
+#: The strategy class of each ``Trainer(parallel=...)`` mode, in :data:`~algorithms.core.PARALLELS` order.
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Single, DataParallel, DDP, FSDP, DeepSpeed)}
+
+
+def strategy(parallel: str, **kwargs: Any) -> Strategy:
+    """The strategy of ``parallel`` (a ValueError naming the modes for anything else)."""
+    cls = STRATEGIES.get(parallel) if isinstance(parallel, str) else None
+    if cls is None:
+        raise ValueError(f"parallel={parallel!r} is not supported — use one of {', '.join(STRATEGIES)}")
+    return cls(**kwargs)
