@@ -61,13 +61,15 @@ def write_checkpoint(path: str | Path, state_dict: Mapping[str, Any], overwrite:
     return path
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint at ``path``, checked to be a complete one of this format."""
+def read_checkpoint(path: str | Path, weights_only: bool = True, keys: tuple[str, ...] = KEYS) -> dict[str, Any]:
+    """The checkpoint at ``path``, checked to be a complete one of this format. ``weights_only=False``
+    only for a file another library wrote beside ours (DeepSpeed's model states, whose config
+    objects torch's safe loader refuses), inside a folder this format names, whose ``keys`` differ."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file — check load_path")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=weights_only)
     except Exception as exc:  # truncated, not a torch file, or holding code
         text = _ANSI.sub("", str(exc)).strip()  # torch's weights-only refusal has terminal bold in it
         first = text.splitlines()[0].strip() if text else type(exc).__name__
@@ -85,7 +87,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: checkpoint version {checkpoint.get('version')!r}, this library reads version {VERSION}"
         )
-    missing = [key for key in KEYS if key not in checkpoint]
+    missing = [key for key in keys if key not in checkpoint]
     if missing:
         raise CheckpointError(f"{path}: incomplete checkpoint, missing {', '.join(missing)} — write it again")
     return dict(checkpoint)

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["total_loss"]
+__all__ = ["loss_parts", "total_loss"]
 
 
 def total_loss(loss: Any) -> torch.Tensor:
@@ -33,3 +33,16 @@ def total_loss(loss: Any) -> torch.Tensor:
     for part in parts[1:]:
         total = total + part.mean()
     return total
+
+
+def loss_parts(loss: Any) -> dict[str, torch.Tensor]:
+    """The parts of what a ``loss_fn`` returned, each detached and reduced to its mean, by name: a
+    dict's keys (``"total"`` included where there is one), a tuple's or list's positions (``"0"``,
+    ``"1"``, ...); empty for a plain tensor. No host sync: the values stay on their device."""
+    if isinstance(loss, Mapping):
+        items = loss.items()
+    elif isinstance(loss, (tuple, list)):
+        items = ((str(i), part) for i, part in enumerate(loss))
+    else:
+        return {}
+    return {str(name): part.detach().mean() for name, part in items if isinstance(part, torch.Tensor)}

@@ -73,6 +73,9 @@ class State:
     batch: Any = None
     outputs: Any = None
     loss: torch.Tensor | None = None
+    #: The parts of the latest batch's loss where ``loss_fn`` returned a dict or a tuple (each
+    #: detached, reduced to its mean, by key or position); empty for a plain tensor.
+    loss_parts: dict[str, torch.Tensor] = field(default_factory=dict)
     #: The target the Trainer's loss was computed on, as the algorithms left it at ``BEFORE_LOSS``.
     loss_target: Any = None
     #: The algorithms the engine runs, in order (the :class:`~algorithms.core.Engine` keeps it).

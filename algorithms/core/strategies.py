@@ -23,6 +23,7 @@ runs the batch's forward, loss and backward once more, as torch's optimizer API 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from .checkpoint import CheckpointError, check_compatible, read_checkpoint, write_checkpoint
+from .checkpoint import FORMAT, KEYS, VERSION, CheckpointError, check_compatible, read_checkpoint, write_checkpoint
 from .distributed import (
     check_deepspeed,
     deepspeed_initialize,
@@ -70,10 +71,6 @@ class Strategy:
     name: ClassVar[str] = "single"
     #: Whether the mode runs one process per device under ``torchrun``.
     distributed: ClassVar[bool] = False
-    #: Whether a checkpoint of this mode can be written and resumed from one file.
-    resumable: ClassVar[bool] = True
-    #: Why not, where it cannot.
-    unresumable: ClassVar[str] = ""
 
     def __init__(self, precision: str, device: torch.device, grad_clip_norm: float | None = None, zero_stage: int = 2):
         self.precision, self.device, self.grad_clip_norm, self.zero_stage = (
@@ -261,9 +258,9 @@ class FSDP(_Distributed):
     def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
         return wrap_model(model, "fsdp", self.device, self.precision)
 
-    # A full (unsharded) state dict, gathered to rank 0 on the CPU: one file that any number of
-    # ranks can resume from, for the price of the whole model and optimizer state in rank 0's
-    # memory while it is written. A sharded checkpoint (torch.distributed.checkpoint, a folder of
+    # A full (unsharded) state dict, gathered to rank 0 on the CPU: one file, independent of how
+    # the weights were sharded, for the price of the whole model and optimizer state in rank 0's
+    # memory while it is written (a run resumes with as many ranks for their generators' sake). A sharded checkpoint (torch.distributed.checkpoint, a folder of
     # per-rank files) would scale further; at the sizes this Trainer is measured on one file is
     # simpler to check, move and refuse, so this is the full state dict.
     def shared_state(self, state: State) -> dict[str, Any]:
@@ -303,9 +300,64 @@ class DeepSpeed(_Distributed):
     mode, and steps, clips and zeroes the gradients itself."""
 
     name = "deepspeed"
-    resumable = False
-    unresumable = "its ZeRO partitions need DeepSpeed's own checkpoint folders, which the Trainer does not write yet"
     _engine: Any = None
+    #: The tag of DeepSpeed's checkpoint inside the folder (one checkpoint a folder).
+    TAG = "checkpoint"
+
+    # A checkpoint is a folder written by DeepSpeed's own save_checkpoint: the weights once, and
+    # each rank's ZeRO partition of the optimizer state in a file of its own; the rest of the state
+    # (schedulers, timestamp, every rank's algorithms and generators, and this format's name) is
+    # its client state. It is written under a temporary name beside the target and renamed by rank
+    # 0 once every rank has written its part, so a folder at the target is always whole.
+    def save(self, path: str | Path, state: State, overwrite: bool = False) -> Path:
+        import shutil
+
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise CheckpointError(f"{path}: exists — pass overwrite=True to replace it, or choose another path")
+        shared = state.state_dict()
+        ranks: list[Any] = [None] * state.world_size
+        dist.all_gather_object(ranks, {key: shared[key] for key in PER_RANK})
+        client = {key: value for key, value in shared.items() if key not in ("model", "optimizers")}
+        client.update(format=FORMAT, version=VERSION, ranks=ranks, optimizers=[None] * len(state.optimizers))
+        tmp = path.with_name(f".{path.name}.tmp")
+        if state.rank == 0 and tmp.exists():
+            shutil.rmtree(tmp)
+        dist.barrier()
+        self._engine.save_checkpoint(str(tmp), tag=self.TAG, client_state=client, save_latest=False)
+        dist.barrier()
+        if state.rank == 0:
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        dist.barrier()
+        return path
+
+    def load(self, path: str | Path, state: State) -> None:
+        path = Path(path)
+        model_file = path / self.TAG / "mp_rank_00_model_states.pt"
+        if not model_file.is_file():
+            raise CheckpointError(
+                f"{path}: not a checkpoint folder of parallel='deepspeed' (no {self.TAG}/{model_file.name}) — "
+                "use one written by Trainer.save_checkpoint"
+            )
+        # DeepSpeed's file, its weights under "module", holds its own config objects, which torch's
+        # safe loader refuses; DeepSpeed's load_checkpoint unpickles it all the same.
+        keys = tuple("module" if key == "model" else key for key in KEYS)
+        saved = read_checkpoint(model_file, weights_only=False, keys=keys)
+        saved = {**saved, "model": saved["module"]}
+        ranks = saved["ranks"]
+        if len(ranks) != state.world_size:
+            raise CheckpointError(
+                f"{path}: saved by {len(ranks)} process(es), this run has {state.world_size} — resume with "
+                "as many (each rank goes on with its own generators)"
+            )
+        saved.update(ranks[state.rank])
+        check_compatible(saved, state, path)
+        self._engine.load_checkpoint(
+            str(path), tag=self.TAG, load_optimizer_states=True, load_lr_scheduler_states=False
+        )
+        state.load_state_dict(saved, weights=False)
 
     def scaler_precision(self, precision: str) -> str:
         return "fp32"  # DeepSpeed scales the loss itself (its fp16 mode)

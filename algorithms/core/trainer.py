@@ -25,15 +25,14 @@ import torch.nn.functional as F
 
 from ..targets import class_indices
 from .algorithm import Algorithm
-from .checkpoint import CheckpointError
 from .distributed import all_reduce_sum, local_device
 from .engine import Engine
 from .event import Event
-from .loss import total_loss
+from .loss import loss_parts, total_loss
 from .method_log import MethodLog, check_method_log
 from .precision import autocast, check_precision, model_dtype
 from .state import State, batch_get_item
-from .strategies import STRATEGIES, Strategy, strategy
+from .strategies import Strategy, strategy
 from .time import Duration, TimeUnit
 
 __all__ = ["Trainer"]
@@ -55,7 +54,9 @@ class Trainer:
         loss_fn: ``loss_fn(outputs, targets)``; the default cross-entropy takes class indices
             or class probabilities, so mixed (soft) targets work unchanged. It may return a
             tensor, a dict of tensors (its ``"total"``, or the sum of its values' means, is
-            backpropagated, as in Composer) or a tuple of tensors (the sum of their means).
+            backpropagated, as in Composer) or a tuple of tensors (the sum of their means), in
+            every parallel mode. Each part's mean is ``state.loss_parts[name]`` after the loss
+            (a tuple's by position), logged at DEBUG by ``algorithms.core.trainer`` per batch.
         algorithms: run in this order at every event where their ``match`` is true.
         eval_dataloader: batches for :meth:`eval` when it is called without any.
         precision: one of ``fp32``, ``fp16``, ``bf16``, ``amp_fp16``, ``amp_bf16``.
@@ -90,8 +91,9 @@ class Trainer:
             same batches in the same order (a list, a sequential or a ``DistributedSampler``
             loader; a loader shuffled by torch's global generator draws its order anew). Made with
             another setup, or not a complete checkpoint, it is refused with a ``ValueError``
-            naming the file, before anything is changed. Every mode but ``deepspeed`` so far (a
-            strategy's ``resumable``); a distributed run resumes with as many processes.
+            naming the file, before anything is changed. Every parallel mode resumes (each
+            strategy writes and reads its own form: one file, or DeepSpeed's folder); a distributed
+            run resumes with as many processes.
     """
 
     _closed = False  # until close()
@@ -132,8 +134,6 @@ class Trainer:
             parallel, precision=precision, device=device, grad_clip_norm=grad_clip_norm, zero_stage=zero_stage
         )
         self.strategy.check(optimizer)
-        if load_path is not None and not self.strategy.resumable:
-            raise self._not_resumable(f"load_path={str(load_path)!r}")
         if seed is not None:
             torch.manual_seed(seed)
         rank, world_size = self.strategy.connect()
@@ -186,27 +186,18 @@ class Trainer:
         """The loss scaler: enabled under ``amp_fp16`` (not under DeepSpeed, which scales itself)."""
         return self.strategy.scaler
 
-    def _not_resumable(self, what: str) -> CheckpointError:
-        resumable = [name for name, cls in STRATEGIES.items() if cls.resumable]
-        return CheckpointError(
-            f"{what}: checkpoints support parallel={' or '.join(map(repr, resumable))} "
-            f"so far, not {self.strategy.name!r} ({self.strategy.unresumable})"
-        )
-
     def save_checkpoint(self, path: str | Path, overwrite: bool = False) -> Path:
         """Write everything a resumed run needs (``State.state_dict()``; see
         :mod:`algorithms.core.checkpoint`) to ``path``, atomically; an existing file is replaced
-        only with ``overwrite``. Resume with ``Trainer(..., load_path=path)``."""
-        if not self.strategy.resumable:
-            raise self._not_resumable(f"save_checkpoint({str(path)!r})")
+        only with ``overwrite``. Resume with ``Trainer(..., load_path=path)``. Under a distributed
+        mode every rank calls it: rank 0 writes one file with every rank's generators (DeepSpeed: a
+        folder, DeepSpeed's own, each rank's ZeRO partition in a file of its own)."""
         return self.strategy.save(path, self.state, overwrite)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Go on from the checkpoint at ``path`` (what ``load_path`` does): read it, refuse it with a
         :class:`~algorithms.core.checkpoint.CheckpointError` naming the file before anything changes
         unless it fits this Trainer, then load it; :meth:`fit` then trains what is left."""
-        if not self.strategy.resumable:
-            raise self._not_resumable(f"load_path={str(path)!r}")
         self.strategy.load(path, self.state)
         self._resume_batches = self.state.timestamp.batch_in_epoch
 
@@ -313,7 +304,12 @@ class Trainer:
                 run(Event.BEFORE_LOSS)
                 state.loss_target = self._batch_item(state.batch, "target_key")
                 with autocast(state.precision, state.device):
-                    state.loss = total_loss(state.loss_fn(state.outputs.float(), state.loss_target))
+                    returned = state.loss_fn(state.outputs.float(), state.loss_target)
+                    state.loss = total_loss(returned)
+                state.loss_parts = loss_parts(returned)
+                if state.loss_parts and log.isEnabledFor(logging.DEBUG):  # a host sync, only when asked
+                    parts = ", ".join(f"{name} {float(value):.6g}" for name, value in state.loss_parts.items())
+                    log.debug("batch %d: loss %.6g (%s)", state.timestamp.batch, float(state.loss.detach()), parts)
                 run(Event.AFTER_LOSS)
                 run(Event.BEFORE_BACKWARD)
                 strategy.backward(state.loss, optimizer, backward_again)

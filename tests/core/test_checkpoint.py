@@ -17,7 +17,6 @@ import torch
 from algorithms import CutMix, LabelSmoothing
 from algorithms.core import Trainer
 from algorithms.core.checkpoint import CheckpointError, write_checkpoint
-from algorithms.core.strategies import DeepSpeed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -194,12 +193,6 @@ def test_a_bad_checkpoint_is_refused_naming_the_file_and_changes_nothing(make, m
             r"the model's parameters differ",
         ),
         (dict(precision="amp_fp16"), r"saved without a GradScaler, this Trainer's precision 'amp_fp16' uses one"),
-        (
-            dict(parallel="deepspeed"),
-            r"^load_path='[^']*c\.ckpt': checkpoints support parallel='single' or 'dp' or 'ddp' or 'fsdp' so "
-            r"far, not 'deepspeed' \(its ZeRO partitions need DeepSpeed's own checkpoint folders, which the "
-            r"Trainer does not write yet\)$",
-        ),
     ],
 )
 def test_a_checkpoint_of_another_setup_is_refused_before_anything_changes(change, message, tmp_path):
@@ -219,7 +212,6 @@ def test_a_checkpoint_of_another_setup_is_refused_before_anything_changes(change
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     schedulers = change.get("schedulers", [torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)])
     algorithms = change.get("algorithms", [CutMix(alpha=1.0), LabelSmoothing(0.1)])
-    # parallel="deepspeed" is refused before any process group is joined, or DeepSpeed imported
     with pytest.raises(CheckpointError, match=message):
         Trainer(
             model,
@@ -479,17 +471,3 @@ def test_save_checkpoint_refuses_to_overwrite_by_default_and_writes_beside_the_t
         trainer.save_checkpoint(tmp_path / "new.ckpt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ckpt", "runs"]
     assert sorted(p.name for p in nested.parent.iterdir()) == ["run.ckpt"]
-
-
-def test_save_checkpoint_of_a_distributed_trainer_is_refused_naming_the_call(tmp_path, monkeypatch):
-    trainer = _build("1ba")
-    monkeypatch.setattr(trainer, "strategy", DeepSpeed(precision="fp32", device=torch.device("cpu")))
-    path = tmp_path / "c.ckpt"
-    with pytest.raises(CheckpointError) as refused:
-        trainer.save_checkpoint(path)
-    assert str(refused.value) == (
-        f"save_checkpoint({str(path)!r}): checkpoints support parallel='single' or 'dp' or 'ddp' or 'fsdp' "
-        "so far, not 'deepspeed' (its ZeRO partitions need DeepSpeed's own checkpoint folders, which the "
-        "Trainer does not write yet)"
-    )
-    assert not path.exists()

@@ -108,6 +108,7 @@ def _torchrun(script_path: Path, *args: str, timeout: int = 240) -> None:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
+        "DS_ACCELERATOR": "cpu",  # DeepSpeed on the CPU also where CUDA is
     }
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script_path), *args],
@@ -119,7 +120,7 @@ def _torchrun(script_path: Path, *args: str, timeout: int = 240) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp", pytest.param("deepspeed", marks=needs_deepspeed)])
 def test_a_two_rank_run_interrupted_and_resumed_ends_where_the_uninterrupted_run_ends(parallel, tmp_path):
     """6 batches straight, against 3 batches, a checkpoint, and 3 more in fresh processes (mid-epoch:
     an epoch is 4 batches), each rank with dropout (torch's generator) and CutMix (its own): the
@@ -137,7 +138,17 @@ def test_a_two_rank_run_interrupted_and_resumed_ends_where_the_uninterrupted_run
     assert len(whole["generators"]) == 2 and not torch.equal(*whole["generators"])  # the ranks draw apart
     for mine, expected in zip(resumed["generators"], whole["generators"], strict=True):
         assert torch.equal(mine, expected)
-    checkpoint = torch.load(tmp_path / "run.ckpt", weights_only=True)
+    if parallel == "deepspeed":  # DeepSpeed's folder: the weights once, each rank's ZeRO partition apart
+        files = sorted(p.name for p in (tmp_path / "run.ckpt" / "checkpoint").iterdir())
+        assert files == [
+            "mp_rank_00_model_states.pt",
+            "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+            "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        ], files
+        checkpoint = torch.load(tmp_path / "run.ckpt" / "checkpoint" / files[0], weights_only=False)
+        checkpoint["model"] = checkpoint["module"]
+    else:
+        checkpoint = torch.load(tmp_path / "run.ckpt", weights_only=True)
     assert len(checkpoint["ranks"]) == 2
     # plain, whole tensors (FSDP's gathered from the shards), of the parameters' full shapes
     assert {k: (type(v), v.shape) for k, v in checkpoint["model"].items()} == {
@@ -367,6 +378,37 @@ def test_a_trainer_that_made_the_process_group_leaves_it_when_closed(monkeypatch
         assert not torch.distributed.is_initialized()
     finally:
         destroy_process_group()
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp", pytest.param("deepspeed", marks=needs_deepspeed)])
+def test_a_dict_loss_trains_in_the_distributed_modes(parallel, monkeypatch):
+    """A one-process torchrun world: the dict's values are summed, backpropagated through the
+    wrapped model, and kept by name, as in one process."""
+    _one_process_world(monkeypatch, DS_ACCELERATOR="cpu")
+    data = [(torch.randn(4, 3, generator=torch.Generator().manual_seed(i)), torch.arange(4) % 2) for i in range(2)]
+
+    def loss_fn(outputs, targets):
+        return {"ce": torch.nn.functional.cross_entropy(outputs, targets), "l2": outputs.pow(2).mean()}
+
+    def train(parallel):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 2))  # FSDP shards the layer, then the root
+        with Trainer(
+            model, data, "2ba", loss_fn=loss_fn, optimizer=script.optimizer, parallel=parallel, device="cpu", seed=0
+        ) as trainer:
+            trainer.fit()
+            params = {n.removeprefix("module."): p.detach() for n, p in trainer.state.model.named_parameters()}
+            params = {n: p.full_tensor() if hasattr(p, "full_tensor") else p for n, p in params.items()}
+            return params, sorted(trainer.state.loss_parts)
+
+    try:
+        params, parts = train(parallel)
+    finally:
+        destroy_process_group()
+    single, _ = train("single")
+    assert parts == ["ce", "l2"]
+    for name, expected in single.items():
+        torch.testing.assert_close(params[name], expected, rtol=1e-6, atol=1e-7, msg=name)
 
 
 def test_a_process_group_the_script_made_stays_the_scripts(monkeypatch):

@@ -761,6 +761,34 @@ def test_a_loss_fn_may_return_a_dict_or_a_tuple_whose_total_is_backpropagated():
         assert math.isfinite(trainer.eval(data())["loss"])
 
 
+def test_each_part_of_a_dict_or_tuple_loss_is_kept_and_logged(caplog):
+    """state.loss_parts holds each part's mean of the latest batch (a dict's by key, a tuple's by
+    position), and the Trainer logs them per batch at DEBUG; a plain tensor has no parts."""
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(4, 3, generator=g), torch.arange(4) % 2) for _ in range(2)]
+
+    def parts(outputs, targets):
+        return {"ce": torch.nn.functional.cross_entropy(outputs, targets), "l2": outputs.pow(2)}
+
+    trainer = Trainer(torch.nn.Linear(3, 2), data, "2ba", loss_fn=parts, seed=0)
+    with caplog.at_level(logging.DEBUG, logger="algorithms.core.trainer"):
+        trainer.fit()
+    state = trainer.state
+    assert sorted(state.loss_parts) == ["ce", "l2"] and all(v.ndim == 0 for v in state.loss_parts.values())
+    outputs = trainer.state.outputs.detach()
+    assert torch.allclose(state.loss_parts["l2"], outputs.float().pow(2).mean())
+    assert torch.allclose(state.loss, state.loss_parts["ce"] + state.loss_parts["l2"])
+    lines = [r.getMessage() for r in caplog.records if r.name == "algorithms.core.trainer" and "loss" in r.getMessage()]
+    assert len(lines) == 2 and lines[0].startswith("batch 0: loss ") and "(ce " in lines[0] and ", l2 " in lines[0]
+
+    pair = Trainer(torch.nn.Linear(3, 2), data, "1ba", loss_fn=lambda o, t: (o.sum(), o.mean()), seed=0)
+    pair.fit()
+    assert sorted(pair.state.loss_parts) == ["0", "1"]
+    plain = Trainer(torch.nn.Linear(3, 2), data, "1ba", seed=0)
+    plain.fit()
+    assert plain.state.loss_parts == {}
+
+
 def test_a_loss_fn_returning_something_else_is_a_type_error_saying_what_to_return():
     trainer = Trainer(
         torch.nn.Linear(3, 2), [(torch.randn(4, 3), torch.arange(4) % 2)], "1ep", loss_fn=lambda o, t: 1.0
