@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .distributed import unwrap_model
 from .time import Duration, Timestamp, TimeUnit
 
 if TYPE_CHECKING:
@@ -88,6 +87,8 @@ class State:
         (unwrapped from DataParallel or DDP), every optimizer's and scheduler's state, the
         GradScaler's (None where it is disabled), the timestamp, every algorithm's state (their
         generators included), and the global random generators (torch's, CUDA's, Python's)."""
+        from .distributed import unwrap_model  # not at import: `import algorithms.<method>` stays light
+
         enabled = self.scaler is not None and self.scaler.is_enabled()
         return {
             "model": unwrap_model(self.model).state_dict(),
@@ -107,6 +108,8 @@ class State:
         """Put back what :meth:`state_dict` returned (checked beforehand: see
         :func:`algorithms.core.checkpoint.check_compatible`); with ``weights=False`` all but the
         model's and the optimizers' state (a strategy that shards them loads those itself)."""
+        from .distributed import unwrap_model
+
         if weights:
             unwrap_model(self.model).load_state_dict(state_dict["model"])
             for opt, saved in zip(self.optimizers, state_dict["optimizers"], strict=True):
