@@ -46,12 +46,12 @@ FAST = ["-m", "not slow"]
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The fast tests (CUDA-marked tests skip without a GPU; DeepSpeed's run on the CPU): every test
+    """The fast tests (CUDA-marked tests skip without a GPU; DeepSpeed's and Accelerate's run on the CPU): every test
     but the slow end-to-end ones, in a few minutes. Arguments replace the selection:
     ``nox -s tests -- -m slow`` runs the end-to-end tests (site builds in Chromium, every card's
     code, torchrun launches, the composability sample), which CI runs too; ``nox -s tests -- tests``
     runs everything."""
-    install_project(session, "dev", "deepspeed")
+    install_project(session, "dev", "deepspeed", "accelerate")
     session.run("pytest", "-q", *(session.posargs or FAST))
 
 

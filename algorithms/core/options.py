@@ -10,14 +10,26 @@ from __future__ import annotations
 
 from functools import cache
 
-__all__ = ["DISTRIBUTED", "PARALLELS", "PRECISIONS", "dataset_names", "model_input_sizes", "model_names"]
+__all__ = [
+    "DISTRIBUTED",
+    "MATRIX_PARALLELS",
+    "PARALLELS",
+    "PRECISIONS",
+    "dataset_names",
+    "model_input_sizes",
+    "model_names",
+]
 
 #: Numeric precisions of ``Trainer(precision=...)``.
 PRECISIONS = ("fp32", "fp16", "bf16", "amp_fp16", "amp_bf16")
 #: Parallel modes of ``Trainer(parallel=...)``.
-PARALLELS = ("single", "dp", "ddp", "fsdp", "deepspeed")
-#: The parallel modes that run one process per device under ``torchrun``.
-DISTRIBUTED = ("ddp", "fsdp", "deepspeed")
+PARALLELS = ("single", "dp", "ddp", "fsdp", "deepspeed", "accelerate")
+#: The parallel modes that run one process per device under ``torchrun`` (or ``accelerate launch``).
+DISTRIBUTED = ("ddp", "fsdp", "deepspeed", "accelerate")
+#: The distributed modes the composability matrix runs. ``accelerate`` has no column: under its DDP,
+#: FSDP and DeepSpeed configurations it runs the same torch and DeepSpeed wrappers the other columns
+#: test, and the committed matrix would have to be rerun for one.
+MATRIX_PARALLELS = ("ddp", "fsdp", "deepspeed")
 
 
 @cache

@@ -1,13 +1,15 @@
 """The Trainer's parallel modes, one strategy object each: how a mode joins its processes, wraps
 the model and optimizer, runs the backward pass and the optimizer step, unwraps, and closes.
 
-=============  ==========================================================================
-``single``     :class:`Single`: one process, one device
-``dp``         :class:`DataParallel`: ``torch.nn.DataParallel`` over the visible GPUs
-``ddp``        :class:`DDP`: ``DistributedDataParallel``, one process per device
-``fsdp``       :class:`FSDP`: ``fully_shard`` (FSDP2) on every Conv2d and Linear and the model
-``deepspeed``  :class:`DeepSpeed`: DeepSpeed ZeRO stage 1 or 2; its engine scales, steps and clips
-=============  ==========================================================================
+==============  ==========================================================================
+``single``      :class:`Single`: one process, one device
+``dp``          :class:`DataParallel`: ``torch.nn.DataParallel`` over the visible GPUs
+``ddp``         :class:`DDP`: ``DistributedDataParallel``, one process per device
+``fsdp``        :class:`FSDP`: ``fully_shard`` (FSDP2) on every Conv2d and Linear and the model
+``deepspeed``   :class:`DeepSpeed`: DeepSpeed ZeRO stage 1 or 2; its engine scales, steps and clips
+``accelerate``  :class:`Accelerate`: Hugging Face Accelerate, set up by ``accelerate launch
+                --config_file`` (``configs/accelerate/``): it prepares the model and optimizer
+==============  ==========================================================================
 
 The :class:`~algorithms.core.Trainer` builds one with :func:`strategy` and calls the same methods
 whatever the mode, so its loop (``fit``) has no branch on the mode. The distributed strategies join
@@ -46,7 +48,7 @@ from .precision import grad_scaler
 if TYPE_CHECKING:
     from .state import State
 
-__all__ = ["DDP", "FSDP", "STRATEGIES", "DataParallel", "DeepSpeed", "Single", "Strategy", "strategy"]
+__all__ = ["DDP", "FSDP", "STRATEGIES", "Accelerate", "DataParallel", "DeepSpeed", "Single", "Strategy", "strategy"]
 
 Optimizer = torch.optim.Optimizer
 #: What the Trainer is given as ``optimizer``: an optimizer, a function of the parameters that
@@ -260,8 +262,9 @@ class FSDP(_Distributed):
 
     # A full (unsharded) state dict, gathered to rank 0 on the CPU: one file, independent of how
     # the weights were sharded, for the price of the whole model and optimizer state in rank 0's
-    # memory while it is written (a run resumes with as many ranks for their generators' sake). A sharded checkpoint (torch.distributed.checkpoint, a folder of
-    # per-rank files) would scale further; at the sizes this Trainer is measured on one file is
+    # memory while it is written (a run resumes with as many ranks for their generators' sake). A
+    # sharded checkpoint (torch.distributed.checkpoint, a folder of per-rank files) would scale
+    # further; at the sizes this Trainer is measured on one file is
     # simpler to check, move and refuse, so this is the full state dict.
     def shared_state(self, state: State) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -397,8 +400,159 @@ class DeepSpeed(_Distributed):
             self._engine.destroy()
 
 
+class Accelerate(_Distributed):
+    """Hugging Face Accelerate: an ``accelerate.Accelerator`` made from the configuration
+    ``accelerate launch --config_file configs/accelerate/<mode>.yaml`` puts in the environment
+    (``ACCELERATE_*``; under plain ``torchrun`` set them yourself, without them it is one process).
+
+    ``accelerator.prepare`` gets the model and the optimizer only. The data loader stays the
+    user's, as in every mode: each rank iterates its own loader (a ``DistributedSampler``), and the
+    Trainer counts batches and samples and skips a resumed epoch's batches itself, which a loader
+    Accelerate re-shards would change under it. The backward pass is ``accelerator.backward``,
+    clipping ``accelerator.clip_grad_norm_`` and unwrapping ``accelerator.unwrap_model``.
+
+    Mixed precision stays the Trainer's ``precision``: the Trainer autocasts the forward pass and
+    the loss and scales ``amp_fp16`` losses as in every mode, so the Accelerator is made with
+    ``mixed_precision="no"``, or it would wrap the model's forward in a second autocast and add a
+    second scaler. A configuration's ``mixed_precision`` must agree (``no``, or ``fp16`` with
+    ``amp_fp16``, ``bf16`` with ``amp_bf16``); it is refused otherwise, so no setting is silently
+    dropped. ``gradient_accumulation_steps`` above 1 is refused: the Trainer's events, schedulers
+    and timestamp count one optimizer step per batch, and Accelerate's accumulation would skip the
+    step on the other batches while ``BEFORE_OPTIMIZER_STEP`` and the schedulers still ran.
+
+    Accelerate's ``PartialState`` would create the process group itself (``env://``, whose keys a
+    second group in the same torchrun processes finds stale: a second Trainer hung), and its
+    ``end_training`` destroys whatever group there is, the user's too. So, as in the other modes,
+    the strategy makes the group when the process has none (Accelerate then uses it), and
+    :meth:`close` leaves only a group it made, with the safeguards of
+    :func:`~algorithms.core.distributed.destroy_process_group`, not ``end_training``; it also
+    forgets Accelerate's process-wide state where this Accelerator made it, so a later one starts
+    clean.
+
+    Checkpoints are one file, as under ``ddp``, in Accelerate's DDP and one-process modes; its FSDP
+    and DeepSpeed modes refuse them, and they need accelerator devices (the CPU runs refused them,
+    see ``configs/accelerate/README.md``), so their step through this class has not been run.
+    """
+
+    name = "accelerate"
+    accelerator: Any = None
+    _made_state = False
+
+    def connect(self) -> tuple[int, int]:
+        try:
+            import accelerate
+        except ImportError:
+            raise RuntimeError(
+                "parallel='accelerate' needs Hugging Face Accelerate: pip install 'methods-library[accelerate]'"
+            ) from None
+        check_accelerate_config(self.precision)
+        if "WORLD_SIZE" in os.environ:  # launched: the group first, as every distributed mode makes it
+            self.owns_process_group = init_distributed(self.device)
+        self._made_state = not accelerate.PartialState._shared_state  # Accelerate's process-wide state
+        self.accelerator = accelerate.Accelerator(mixed_precision="no")
+        problem = self._setup_problem()
+        if problem is not None:
+            self.close()  # the group and Accelerate's state it made, before the refusal
+            raise RuntimeError(problem)
+        return self.accelerator.process_index, self.accelerator.num_processes
+
+    def _setup_problem(self) -> str | None:
+        """Why the Accelerator's setup is not what the launch and the Trainer asked for, or None."""
+        kind, processes = self.accelerator.distributed_type.value, self.accelerator.num_processes
+        for flag, asked in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DEEPSPEED")):
+            if os.environ.get(flag, "false").lower() == "true" and kind != asked:
+                return (
+                    f"the Accelerate configuration asks for {asked} but Accelerate set up {kind} here "
+                    "(it runs FSDP and DeepSpeed on accelerator devices only) — see configs/accelerate/README.md"
+                )
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched != processes:  # e.g. a MULTI_GPU configuration on a machine without GPUs: no sync
+            return (
+                f"Accelerate set up {processes} of the {launched} processes launched ({kind}); on a machine "
+                "without GPUs launch a MULTI_CPU configuration (use_cpu: true) under torchrun — see "
+                "configs/accelerate/README.md"
+            )
+        device = self.accelerator.device
+        if device.type != self.device.type or (device.type != "cpu" and device != self.device):  # cpu == cpu:0
+            return (
+                f"parallel='accelerate' runs on {device} (its configuration) but the Trainer's device is "
+                f"{self.device}: leave device unset, or change the configuration"
+            )
+        return None
+
+    def wrap(
+        self, model: torch.nn.Module, optimizer: OptimizerSpec, *, unused_parameters: bool, batch_size: int | None
+    ) -> tuple[torch.nn.Module, Callable[..., Any], Optimizer]:
+        from accelerate.utils import DistributedDataParallelKwargs
+
+        if unused_parameters:  # as under ddp: only when an algorithm leaves some parameters unused
+            self.accelerator.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=True)
+        if not isinstance(optimizer, Optimizer):
+            optimizer = (optimizer or _default_optimizer)(model.parameters())
+        model, optimizer = self.accelerator.prepare(model, optimizer)
+        return model, model, optimizer
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(model)
+
+    def backward_once(self, loss: torch.Tensor) -> None:
+        self.accelerator.backward(self.scaler.scale(loss))
+
+    def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
+        self.scaler.unscale_(optimizer)
+        if self.grad_clip_norm is not None:
+            self.accelerator.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
+
+    def save(self, path: str | Path, state: State, overwrite: bool = False) -> Path:
+        self._check_checkpointable()
+        if not dist.is_initialized():
+            return Strategy.save(self, path, state, overwrite)
+        return super().save(path, state, overwrite)
+
+    def load(self, path: str | Path, state: State) -> None:
+        self._check_checkpointable()
+        super().load(path, state)
+
+    def _check_checkpointable(self) -> None:
+        kind = self.accelerator.distributed_type.value
+        if kind not in ("NO", "MULTI_CPU", "MULTI_GPU"):
+            raise CheckpointError(
+                f"parallel='accelerate' checkpoints one file for Accelerate's DDP and one-process modes, "
+                f"not its {kind} mode"
+            )
+
+    def release(self) -> None:
+        if self.accelerator is None:
+            return
+        from accelerate.state import AcceleratorState, GradientState
+
+        self.accelerator.free_memory()
+        if self._made_state:  # as Accelerate's own tests do; a state the script made stays the script's
+            AcceleratorState._reset_state(reset_partial_state=True)
+            GradientState._reset_state()
+
+
+def check_accelerate_config(precision: str) -> None:
+    """Refuse an Accelerate configuration (its ``ACCELERATE_*`` environment) the Trainer cannot
+    follow, with one line naming the setting."""
+    steps = os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "1")
+    if steps.strip() != "1":
+        raise ValueError(
+            f"Accelerate's gradient_accumulation_steps={steps} is refused under parallel='accelerate': the Trainer "
+            "steps the optimizer, schedulers and events once per batch; set it to 1 and pass a larger batch"
+        )
+    mixed = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+    if mixed != "no" and precision != f"amp_{mixed}":
+        raise ValueError(
+            f"Accelerate's mixed_precision={mixed!r} disagrees with Trainer(precision={precision!r}): pass "
+            f"precision='amp_{mixed}' or set mixed_precision: 'no' (the Trainer autocasts itself)"
+        )
+
+
 #: The strategy class of each ``Trainer(parallel=...)`` mode, in :data:`~algorithms.core.PARALLELS` order.
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (Single, DataParallel, DDP, FSDP, DeepSpeed)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (Single, DataParallel, DDP, FSDP, DeepSpeed, Accelerate)
+}
 
 
 def strategy(parallel: str, **kwargs: Any) -> Strategy:

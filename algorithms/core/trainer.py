@@ -62,8 +62,9 @@ class Trainer:
         precision: one of ``fp32``, ``fp16``, ``bf16``, ``amp_fp16``, ``amp_bf16``.
         device: defaults to CUDA where available (this process's own GPU under ``torchrun``),
             else the CPU.
-        parallel: one of ``single``, ``dp``, ``ddp``, ``fsdp``, ``deepspeed``, each a strategy
-            (:mod:`algorithms.core.strategies`). Under ``torchrun`` the distributed modes create
+        parallel: one of ``single``, ``dp``, ``ddp``, ``fsdp``, ``deepspeed``, ``accelerate``
+            (Hugging Face Accelerate, configured by ``accelerate launch --config_file``), each a
+            strategy (:mod:`algorithms.core.strategies`). Under ``torchrun`` the distributed modes create
             the process group when the process has none, and :meth:`close` leaves it again (a
             group the script made stays the script's); algorithms see this process's
             ``state.rank`` and ``state.world_size`` from ``Event.INIT`` on, and INIT runs before

@@ -186,7 +186,7 @@ def test_distributed_modes_need_torchrun(monkeypatch):
 
 
 def test_parallel_modes_and_bad_values():
-    assert PARALLELS == ("single", "dp", "ddp", "fsdp", "deepspeed")
+    assert PARALLELS == ("single", "dp", "ddp", "fsdp", "deepspeed", "accelerate")
     with pytest.raises(ValueError, match="parallel='tp'"):
         check_parallel("tp")
     with pytest.raises(ValueError, match="function of the parameters"):

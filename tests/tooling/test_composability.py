@@ -20,7 +20,7 @@ from methods_tools import matrix
 from methods_tools.matrix import Batch, Cell, CellRun, Settings, decide, effects_seen
 from methods_tools.results import composability_problems, discover_composability, load_composability
 
-from algorithms.core.options import DISTRIBUTED, PRECISIONS
+from algorithms.core.options import MATRIX_PARALLELS, PRECISIONS
 from algorithms.metadata import load_all_metadata
 
 RERUN = "run `nox -s matrix` and commit the results file it writes"
@@ -510,7 +510,7 @@ def test_every_method_acts_alone_and_every_distributed_mode_runs(computed):
         ]
         assert acting, f"{key} acts in no precision cell"
     parallels, skipped = matrix.runnable_parallels()
-    assert set(parallels) | set(skipped) == set(DISTRIBUTED)
+    assert set(parallels) | set(skipped) == set(MATRIX_PARALLELS)
     assert {c["parallel"] for c in computed if c["kind"] == "parallel"} == set(parallels)
 
 

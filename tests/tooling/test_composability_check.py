@@ -111,7 +111,7 @@ def test_interaction_keys_name_a_paired_method_a_precision_or_a_parallel_mode(ca
     by_key = {p.split(": ", 2)[1]: p for p in found}
     assert by_key["/cutmix/interactions/cutmixx"].endswith(
         "'cutmixx': it is not a method key, nor precision=<fp32|fp16|bf16|amp_fp16|amp_bf16>, nor "
-        "parallel=<single|dp|ddp|fsdp|deepspeed> — fix the key or remove the note"
+        "parallel=<single|dp|ddp|fsdp|deepspeed|accelerate> — fix the key or remove the note"
     )
     assert "MixUp shares no domain with CutMix, so the matrix never pairs them" in by_key["/cutmix/interactions/mixup"]
     assert "a note on the method with itself is never shown" in by_key["/cutmix/interactions/cutmix"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from algorithms.core.options import DISTRIBUTED, PRECISIONS
+from algorithms.core.options import MATRIX_PARALLELS, PRECISIONS
 from algorithms.metadata import MethodRecord
 
 from . import results
@@ -78,7 +78,7 @@ def parallel_modes(document: Mapping[str, Any]) -> tuple[str, ...]:
     """The parallel modes a matrix file must have run for every method: the distributed ones,
     DeepSpeed only where the file ran it at all (the runner leaves it out where it cannot run)."""
     ran = {c["parallel"] for c in document["cells"] if c["kind"] == "parallel"}
-    return tuple(m for m in DISTRIBUTED if m != "deepspeed" or m in ran)
+    return tuple(m for m in MATRIX_PARALLELS if m != "deepspeed" or m in ran)
 
 
 def expected_cells(
@@ -221,7 +221,7 @@ def matrix_view(path: Path, document: Mapping[str, Any], records: Sequence[Metho
     ran = {k[2] for k in cells if k[0] == "precision"}
     precisions = tuple(m for m in PRECISIONS if m in ran) + tuple(sorted(ran - set(PRECISIONS)))
     ran = {k[2] for k in cells if k[0] == "parallel"} | set(parallel_modes(document))
-    parallels = tuple(m for m in DISTRIBUTED if m in ran) + tuple(sorted(ran - set(DISTRIBUTED)))
+    parallels = tuple(m for m in MATRIX_PARALLELS if m in ran) + tuple(sorted(ran - set(MATRIX_PARALLELS)))
     env = document["environment"]
     return Matrix(
         file=f"results/composability/{path.name}",

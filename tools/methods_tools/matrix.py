@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from algorithms.core.options import DISTRIBUTED, PRECISIONS
+from algorithms.core.options import MATRIX_PARALLELS, PRECISIONS
 
 from .files import write_atomic
 from .results import COMPOSABILITY_DIR, composability_problems
@@ -152,7 +152,7 @@ def _method_records(records: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 
 def plan_cells(
-    records: Mapping[str, Any] | None = None, kinds: Iterable[str] = KINDS, parallels: Sequence[str] = DISTRIBUTED
+    records: Mapping[str, Any] | None = None, kinds: Iterable[str] = KINDS, parallels: Sequence[str] = MATRIX_PARALLELS
 ) -> list[Cell]:
     """Every cell of ``kinds``, in a fixed order, from the registry's ``kind: method`` records.
 
@@ -642,7 +642,7 @@ def run_cell(
             error_type="LookupError",
             detail=f"no workload for the domains the methods share: add one to WORKLOADS in {__name__}",
         )
-    rank = rank_and_world_size()[0] if cell.parallel in DISTRIBUTED else 0
+    rank = rank_and_world_size()[0] if cell.parallel in MATRIX_PARALLELS else 0
     try:
         workload = WORKLOADS[domain](settings, rank)
         batches = _train(cell, _build_methods(cell, records, workload), workload, settings)
@@ -770,7 +770,7 @@ def runnable_parallels() -> tuple[list[str], dict[str, str]]:
     reason = deepspeed_unavailable_reason()
     if reason is not None:
         skipped["deepspeed"] = reason
-    return [m for m in DISTRIBUTED if m not in skipped], skipped
+    return [m for m in MATRIX_PARALLELS if m not in skipped], skipped
 
 
 def matrix_environment() -> dict[str, Any]:
@@ -841,7 +841,7 @@ def run_cells(
         return references[key, domain]
 
     for i, cell in enumerate(cells):
-        if cell.parallel in DISTRIBUTED:
+        if cell.parallel in MATRIX_PARALLELS:
             continue
         run = run_cell(cell, settings, records)
         if cell.kind == "solo":
@@ -851,7 +851,7 @@ def run_cells(
             domain = _workload_domain(cell, records)
             refs = {key: reference(key, domain) for key in cell.methods}
         report(i, cell, decide(cell, run, records, refs))
-    for mode in dict.fromkeys(c.parallel for c in cells if c.parallel in DISTRIBUTED):
+    for mode in dict.fromkeys(c.parallel for c in cells if c.parallel in MATRIX_PARALLELS):
         mine = [(i, c) for i, c in enumerate(cells) if c.parallel == mode]
         progress(f"{mode}: one launch of {settings.nproc} processes for {len(mine)} cells")
         launch = _launch(mode, [c for _, c in mine], settings, timeout_s, progress)
