@@ -36,6 +36,7 @@ import torch.distributed as dist
 from .checkpoint import FORMAT, KEYS, VERSION, CheckpointError, check_compatible, read_checkpoint, write_checkpoint
 from .distributed import (
     check_deepspeed,
+    check_parallel,
     deepspeed_initialize,
     destroy_process_group,
     init_distributed,
@@ -556,8 +557,6 @@ STRATEGIES: dict[str, type[Strategy]] = {
 
 
 def strategy(parallel: str, **kwargs: Any) -> Strategy:
-    """The strategy of ``parallel`` (a ValueError naming the modes for anything else)."""
-    cls = STRATEGIES.get(parallel) if isinstance(parallel, str) else None
-    if cls is None:
-        raise ValueError(f"parallel={parallel!r} is not supported — use one of {', '.join(STRATEGIES)}")
-    return cls(**kwargs)
+    """The strategy of ``parallel`` (a ValueError naming the modes for anything else:
+    :func:`~algorithms.core.distributed.check_parallel`)."""
+    return STRATEGIES[check_parallel(parallel)](**kwargs)

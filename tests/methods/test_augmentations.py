@@ -17,6 +17,7 @@ import torch
 from pil_support import pixels, random_image
 from torch.overrides import TorchFunctionMode
 
+import algorithms.functional as cf
 from algorithms._augmentations import (
     AUGMENTATION_SETS,
     OPERATIONS,
@@ -736,3 +737,39 @@ def test_on_cuda_every_operation_stays_on_the_device_and_agrees_with_the_cpu(dty
             atol=1 if dtype == torch.uint8 else 2e-3,
             rtol=0,
         )
+
+
+# -- PIL images in the per-image forms, as Composer's augmix_image and randaugment_image take them --
+
+IMAGE_FORMS = {"augmix_image": {"width": 3}, "randaugment_image": {"depth": 3}}
+
+
+@pytest.mark.parametrize("form", sorted(IMAGE_FORMS))
+@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
+def test_a_pil_image_is_augmented_as_uint8_and_given_back_in_its_mode(form, mode):
+    augment = getattr(cf, form)
+    img = random_image(mode, height=9, width=7, seed=6)
+    out = augment(img, severity=9, **IMAGE_FORMS[form], generator=torch.Generator().manual_seed(4))
+    expected = augment(pixels(img), severity=9, **IMAGE_FORMS[form], generator=torch.Generator().manual_seed(4))
+    assert type(out) is type(img) and (out.mode, out.size) == (img.mode, img.size)
+    assert torch.equal(pixels(out), expected)
+
+
+@pytest.mark.parametrize("form", sorted(IMAGE_FORMS))
+@pytest.mark.parametrize("mode", ["P", "I", "F", "1"])
+def test_a_pil_image_not_of_8_bit_levels_is_refused(form, mode):
+    message = (
+        f"img: needs a PIL image of 8-bit levels (mode L, RGB, RGBA, ...), got mode {mode!r}; "
+        "convert it first, e.g. img.convert('RGB')"
+    )
+    with pytest.raises(ValueError, match=exactly(message)):
+        getattr(cf, form)(random_image(mode))
+
+
+@pytest.mark.parametrize("form", sorted(IMAGE_FORMS))
+@pytest.mark.parametrize("img", [[[[0.5]]], "image", None])
+def test_an_input_neither_tensor_nor_pil_image_is_a_type_error(form, img):
+    with pytest.raises(
+        TypeError, match=exactly(f"img: needs a torch.Tensor or a PIL.Image.Image, got {type(img).__name__}")
+    ):
+        getattr(cf, form)(img)

@@ -15,7 +15,6 @@ import random
 
 import pytest
 import torch
-from pil_support import pixels, random_image
 from test_augmentations import ALLOWED_SETS, REFERENCE, Float64ImageWork, exactly, reference_magnitude
 from trainer_support import Observed, image_batches, no_host_sync, one_hot, replayed_generator, soft_cross_entropy
 
@@ -345,33 +344,3 @@ def test_on_cuda_the_class_makes_no_host_sync():
     with no_host_sync():
         algo.apply(Event.AFTER_DATALOADER, state)
     assert state.batch[0].device.type == "cuda" and state.batch[0].dtype == torch.float32
-
-
-# -- PIL images, as Composer's augmix takes them ----------------------------------------------------
-
-
-@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
-def test_a_pil_image_is_augmented_as_uint8_and_given_back_in_its_mode(mode):
-    img = random_image(mode, height=9, width=7, seed=6)
-    out = cf.augmix_image(img, severity=9, width=3, generator=torch.Generator().manual_seed(4))
-    expected = cf.augmix_image(pixels(img), severity=9, width=3, generator=torch.Generator().manual_seed(4))
-    assert type(out) is type(img) and (out.mode, out.size) == (img.mode, img.size)
-    assert torch.equal(pixels(out), expected)
-
-
-@pytest.mark.parametrize("mode", ["P", "I", "F", "1"])
-def test_a_pil_image_not_of_8_bit_levels_is_refused(mode):
-    message = (
-        f"img: needs a PIL image of 8-bit levels (mode L, RGB, RGBA, ...), got mode {mode!r}; "
-        "convert it first, e.g. img.convert('RGB')"
-    )
-    with pytest.raises(ValueError, match=exactly(message)):
-        cf.augmix_image(random_image(mode))
-
-
-@pytest.mark.parametrize("img", [[[[0.5]]], "image", None])
-def test_an_input_neither_tensor_nor_pil_image_is_a_type_error(img):
-    with pytest.raises(
-        TypeError, match=exactly(f"img: needs a torch.Tensor or a PIL.Image.Image, got {type(img).__name__}")
-    ):
-        cf.augmix_image(img)

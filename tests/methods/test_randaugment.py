@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pil_support import pixels, random_image
-from test_augmentations import REFERENCE, exactly, reference_magnitude
+from test_augmentations import REFERENCE, reference_magnitude
 from trainer_support import Observed, no_host_sync, replayed_generator
 
 import algorithms.functional as cf
@@ -316,33 +315,3 @@ def test_it_reports_the_batches_it_augmented_and_with_no_operation_did_not_act(d
     trainer.fit()
     assert trainer.method_log.records["RandAugment"]["activity"] == {"batches_augmented": 2}
     assert trainer.method_log.acted("RandAugment") is acted
-
-
-# -- PIL images, as Composer's randaugment takes them ----------------------------------------------------
-
-
-@pytest.mark.parametrize("mode", ["RGB", "L", "RGBA"])
-def test_a_pil_image_is_augmented_as_uint8_and_given_back_in_its_mode(mode):
-    img = random_image(mode, height=9, width=7, seed=6)
-    out = cf.randaugment_image(img, severity=9, depth=3, generator=torch.Generator().manual_seed(4))
-    expected = cf.randaugment_image(pixels(img), severity=9, depth=3, generator=torch.Generator().manual_seed(4))
-    assert type(out) is type(img) and (out.mode, out.size) == (img.mode, img.size)
-    assert torch.equal(pixels(out), expected)
-
-
-@pytest.mark.parametrize("mode", ["P", "I", "F", "1"])
-def test_a_pil_image_not_of_8_bit_levels_is_refused(mode):
-    message = (
-        f"img: needs a PIL image of 8-bit levels (mode L, RGB, RGBA, ...), got mode {mode!r}; "
-        "convert it first, e.g. img.convert('RGB')"
-    )
-    with pytest.raises(ValueError, match=exactly(message)):
-        cf.randaugment_image(random_image(mode))
-
-
-@pytest.mark.parametrize("img", [[[[0.5]]], "image", None])
-def test_an_input_neither_tensor_nor_pil_image_is_a_type_error(img):
-    with pytest.raises(
-        TypeError, match=exactly(f"img: needs a torch.Tensor or a PIL.Image.Image, got {type(img).__name__}")
-    ):
-        cf.randaugment_image(img)
