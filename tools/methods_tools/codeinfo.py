@@ -1,4 +1,4 @@
-"""What the code says about a method: constructor parameters, defaults, docstring arguments, and
+"""What the code says about a method: constructor parameters and their defaults, and
 its hyperparameters' declaration (kind, range or choices, note).
 
 The card tools compare cards and metadata with this, so it is read from the code by ``inspect``
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -20,7 +19,6 @@ __all__ = [
     "CodeLookupError",
     "Parameter",
     "declaration",
-    "docstring_args",
     "lookup",
     "parameters",
     "resolve",
@@ -40,18 +38,14 @@ REQUIRED: Any = _Required()  # the default of a parameter that has none
 class Parameter:
     name: str
     default: Any  # REQUIRED when the parameter has no default
-    description: str | None
 
 
 def parameters(obj: Callable[..., Any]) -> dict[str, Parameter]:
-    """Named parameters of a function or of a class's constructor, with defaults and the
-    docstring's ``Args:`` descriptions (``self``, ``*args`` and ``**kwargs`` left out)."""
+    """Named parameters of a function or of a class's constructor, with their defaults (``self``,
+    ``*args`` and ``**kwargs`` left out); what each means is its declaration's note."""
     signature = inspect.signature(obj)
-    described = docstring_args(obj)
-    if inspect.isclass(obj):
-        described = {**docstring_args(obj.__init__), **described}
     return {
-        name: Parameter(name, REQUIRED if p.default is inspect.Parameter.empty else p.default, described.get(name))
+        name: Parameter(name, REQUIRED if p.default is inspect.Parameter.empty else p.default)
         for name, p in signature.parameters.items()
         if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) and name != "self"
     }
@@ -66,32 +60,6 @@ def declaration(cls: type) -> Any:
 
     found = getattr(sys.modules.get(cls.__module__), "PARAMETERS", None)
     return found if isinstance(found, Parameters) else None
-
-
-def docstring_args(obj: Any) -> dict[str, str]:
-    """The ``Args:`` section of a Google-style docstring: ``{name: one-line description}``."""
-    doc = inspect.getdoc(obj) or ""
-    lines = doc.splitlines()
-    try:
-        start = next(i for i, line in enumerate(lines) if line.strip() in ("Args:", "Arguments:", "Parameters:"))
-    except StopIteration:
-        return {}
-    base = len(lines[start]) - len(lines[start].lstrip())
-    found: dict[str, str] = {}
-    current, found_indent = None, 0
-    for line in lines[start + 1 :]:
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        if indent <= base:
-            break
-        match = re.match(r"^\s*\*{0,2}([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$", line)
-        if match and (current is None or indent <= found_indent):
-            current, found_indent = match.group(1), indent
-            found[current] = match.group(2).strip()
-        elif current is not None:
-            found[current] = f"{found[current]} {line.strip()}".strip()
-    return found
 
 
 def resolve(dotted: str) -> Any:
