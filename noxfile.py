@@ -84,8 +84,11 @@ def gpu(session: nox.Session) -> None:
 
     The comparison: ResNet-50 on synthetic 224-pixel data, 2 epochs of at most 50 batches of 64 (the
     first a warm-up, timed apart) per configuration, every precision in one process plus dp, ddp,
-    fsdp and DeepSpeed ZeRO-1 and 2 over all visible GPUs, three rounds interleaved: sized to about
-    five minutes on one current GPU (not yet timed there). Writes
+    fsdp and DeepSpeed ZeRO-1 and 2 over all visible GPUs, and the same DDP, FSDP and DeepSpeed
+    through Hugging Face Accelerate (``accelerate launch`` with each file of configs/accelerate/;
+    its DeepSpeed row is skipped, with the reason, unless ``transformers`` is installed, which
+    Accelerate's DeepSpeed plugin reads), three rounds interleaved: sized to about five minutes on
+    one current GPU (not yet timed there). Writes
     results/gpu-<device>-<date>.json. The effects: the vision sweep on the digits at 32 pixels
     (a fifth of them to train, 12 epochs) and the language-model sweep at 400 steps of 256-byte
     windows, 5 seeds each, into results/effects/<workload>-gpu-<device>.json (a run is mostly its
@@ -93,7 +96,7 @@ def gpu(session: nox.Session) -> None:
     Set METHODS_TORCH_SPEC to a CUDA build of torch. Extra arguments go to
     tools/compare_training.py (e.g. --out).
     """
-    install_project(session, "dev")
+    install_project(session, "dev", "deepspeed", "accelerate")
     session.run(
         "python",
         "-c",
@@ -127,7 +130,8 @@ def gpu(session: nox.Session) -> None:
         "--force",
         "--configs",
         "fp32:single,fp16:single,bf16:single,amp_fp16:single,amp_bf16:single,"
-        "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2",
+        "fp32:dp,amp_bf16:ddp,amp_bf16:fsdp,bf16:deepspeed:1,bf16:deepspeed:2,"
+        "amp_bf16:accelerate:ddp,amp_bf16:accelerate:fsdp,amp_bf16:accelerate:deepspeed",
         *session.posargs,
     )
     session.run("python", "tools/measure_methods.py", "--image-size", "32", "--seeds", "5", "--timeout", "300")

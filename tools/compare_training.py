@@ -8,9 +8,12 @@ Example (the committed CPU results):
 (The digits are 8x8 images, so 8 pixels lose nothing and keep the run to minutes on two CPU cores.)
 
 (``--configs`` defaults to every precision in one process plus fp32 under dp, ddp, fsdp and
-deepspeed with ZeRO stages 1 and 2, the source's table.)
+deepspeed with ZeRO stages 1 and 2, the source's table, and fp32 through Hugging Face Accelerate
+with each file of ``configs/accelerate/``: ``fp32:accelerate:ddp``, ``:fsdp`` and ``:deepspeed``.)
 
-Each run is a process of its own (ddp, fsdp and deepspeed under torchrun). Every configuration
+Each run is a process of its own (ddp, fsdp and deepspeed under torchrun; an Accelerate
+configuration under ``accelerate launch --config_file configs/accelerate/<name>.yaml``, with
+``ACCELERATE_USE_CPU=true`` on a machine without GPUs). Every configuration
 runs ``--repeats`` times (default 3), interleaved: round 1 runs each configuration once, then
 round 2, and so on. Per configuration the file holds every run and the median and range of the
 total time, the first epoch (warm-up), the epochs after it (steady state), the steady-state
@@ -45,6 +48,9 @@ DEFAULT_CONFIGS = ",".join(
         "fp32:fsdp",
         "fp32:deepspeed:1",
         "fp32:deepspeed:2",
+        "fp32:accelerate:ddp",
+        "fp32:accelerate:fsdp",
+        "fp32:accelerate:deepspeed",
     ]
 )
 
@@ -62,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--configs",
         default=DEFAULT_CONFIGS,
-        help="comma-separated precision:parallel[:zero_stage], e.g. fp32:single,amp_bf16:ddp",
+        help="comma-separated precision:parallel[:zero_stage or Accelerate file], e.g. "
+        "fp32:single,amp_bf16:ddp,fp32:deepspeed:1,fp32:accelerate:fsdp",
     )
-    p.add_argument("--nproc", type=int, default=2, help="processes for ddp, fsdp and deepspeed")
+    p.add_argument("--nproc", type=int, default=2, help="processes for ddp, fsdp, deepspeed and accelerate")
     p.add_argument(
         "--repeats",
         type=int,

@@ -470,7 +470,7 @@ class Accelerate(_Distributed):
         if launched != processes:  # e.g. a MULTI_GPU configuration on a machine without GPUs: no sync
             return (
                 f"Accelerate set up {processes} of the {launched} processes launched ({kind}); on a machine "
-                "without GPUs launch a MULTI_CPU configuration (use_cpu: true) under torchrun — see "
+                "without GPUs set ACCELERATE_USE_CPU=true for accelerate launch (its MULTI_CPU mode) — see "
                 "configs/accelerate/README.md"
             )
         device = self.accelerator.device

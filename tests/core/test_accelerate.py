@@ -26,42 +26,34 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "accelerate"
 
 
-def _launch_env(config: Path) -> tuple[dict[str, str], int]:
-    """What ``accelerate launch --config_file config`` puts in the environment for the Trainer, and
-    its process count. On one machine ``accelerate launch`` runs a MULTI_CPU configuration's
-    processes only through mpirun, which this machine lacks, so the tests launch them with torchrun
-    (Accelerate's MULTI_CPU mode under torchrun; see configs/accelerate/README.md)."""
-    from accelerate.commands.config.config_args import load_config_from_file
-
-    loaded = load_config_from_file(str(config))
+def _accelerate_launch(config: Path, script_path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``accelerate launch --config_file config script args``, as a user runs it. This machine has
+    no GPU, so ``ACCELERATE_USE_CPU=true``: the launcher starts the file's processes through torchrun
+    and Accelerate sets up its MULTI_CPU mode (DDP over gloo) in them (configs/accelerate/README.md)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
-        "ACCELERATE_USE_CPU": str(loaded.use_cpu).lower(),
-        "ACCELERATE_MIXED_PRECISION": str(loaded.mixed_precision),
+        "ACCELERATE_USE_CPU": "true",
     }
-    return env, loaded.num_processes
-
-
-def _torchrun(config: Path, script_path: Path, *args: str) -> None:
-    env, nproc = _launch_env(config)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-        + [str(script_path), *args],
+        [*command, "--main_process_port", "0", str(script_path), *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=240,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
 
 
 @pytest.mark.slow
 def test_two_ranks_match_one_process_on_the_same_global_batch(tmp_path):
     """As under parallel="ddp": each rank's half batch, gradients averaged, equals the whole batch."""
     out = tmp_path / "params.pt"
-    _torchrun(CONFIGS / "ddp.yaml", Path(script.__file__), "accelerate", str(out))
+    _accelerate_launch(CONFIGS / "ddp.yaml", Path(script.__file__), "accelerate", str(out))
     result, reference = torch.load(out), _single_process_params()
     assert result["params"].keys() == reference.keys()
     for name, expected in reference.items():
@@ -78,14 +70,36 @@ def test_a_two_rank_run_interrupted_and_resumed_ends_where_the_uninterrupted_run
     """The single-file checkpoint of parallel="ddp", through Accelerate's DDP: bit for bit."""
     import resume_script
 
-    _torchrun(CONFIGS / "ddp.yaml", Path(resume_script.__file__), "accelerate", "first", str(tmp_path))
-    _torchrun(CONFIGS / "ddp.yaml", Path(resume_script.__file__), "accelerate", "rest", str(tmp_path))
+    _accelerate_launch(CONFIGS / "ddp.yaml", Path(resume_script.__file__), "accelerate", "first", str(tmp_path))
+    _accelerate_launch(CONFIGS / "ddp.yaml", Path(resume_script.__file__), "accelerate", "rest", str(tmp_path))
     whole, resumed = torch.load(tmp_path / "whole.pt"), torch.load(tmp_path / "resumed.pt")
     assert whole["batch"] == resumed["batch"] == resume_script.TOTAL
     for name, expected in whole["params"].items():
         assert torch.equal(resumed["params"][name], expected), name
     for a, b in zip(whole["generators"], resumed["generators"], strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fsdp", "deepspeed"])
+def test_fsdp_and_deepspeed_files_are_refused_where_accelerate_sets_up_another_mode(mode, tmp_path):
+    """On a machine without GPUs Accelerate sets up MULTI_CPU (plain DDP) for these files: the
+    Trainer stops in every rank rather than train in a mode the file did not ask for (the reason
+    tools/compare_training.py records for their rows here)."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine: Accelerate sets up the file's own mode there")
+    script_path = tmp_path / "train.py"
+    script_path.write_text(
+        "import torch\n"
+        "from algorithms.core import Trainer\n"
+        "data = [(torch.randn(4, 3), torch.arange(4) % 2)]\n"
+        "with Trainer(torch.nn.Linear(3, 2), data, '1ba', parallel='accelerate') as trainer:\n"
+        "    trainer.fit()\n"
+    )
+    proc = _accelerate_launch(CONFIGS / f"{mode}.yaml", script_path, check=False)
+    assert proc.returncode != 0
+    message = f"the Accelerate configuration asks for {mode.upper()} but Accelerate set up MULTI_CPU here"
+    assert proc.stderr.count(message) >= 2, proc.stderr[-3000:]  # each rank's own refusal
 
 
 def test_one_process_without_a_launcher_trains_as_single():
@@ -167,7 +181,7 @@ def test_the_committed_configurations_are_accelerates():
     from accelerate.commands.config.config_args import load_config_from_file
 
     kinds = {path.stem: load_config_from_file(str(path)).distributed_type for path in CONFIGS.glob("*.yaml")}
-    assert kinds == {"ddp": "MULTI_CPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED"}
+    assert kinds == {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED"}
 
 
 @pytest.mark.parametrize("unused", [True, False])

@@ -43,8 +43,9 @@ def _options(configs: str, **kw) -> compare.CompareOptions:
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
-    """fp32 and amp_bf16, one process and 2-rank DDP, plus 2-rank DeepSpeed ZeRO-2 (skipped, with
-    the reason, where DeepSpeed cannot run)."""
+    """fp32 and amp_bf16, one process and 2-rank DDP, 2-rank DeepSpeed ZeRO-2 (skipped, with the
+    reason, where DeepSpeed cannot run), and Accelerate's DDP and FSDP files under accelerate launch
+    (FSDP skipped, with the reason, on a machine without GPUs)."""
     out = tmp_path_factory.mktemp("results") / "small.json"
     argv = [
         "--model",
@@ -66,7 +67,7 @@ def small_run(tmp_path_factory):
         "--out",
         str(out),
         "--configs",
-        "fp32:single,amp_bf16:single,fp32:ddp,amp_bf16:ddp,fp32:deepspeed",
+        "fp32:single,amp_bf16:single,fp32:ddp,amp_bf16:ddp,fp32:deepspeed,fp32:accelerate:ddp,fp32:accelerate:fsdp",
     ]
     status = _cli().main(argv)
     assert status == 0
@@ -81,8 +82,16 @@ def test_small_run_finishes_and_validates(small_run):
     runs = {r["config"]: r for r in document["runs"] if r["round"] == 1}
     assert {r["round"] for r in document["runs"]} <= {1, 2}
     assert [s["config"] for s in document["summary"]] == list(runs)
-    assert list(runs) == ["fp32:single", "amp_bf16:single", "fp32:ddp", "amp_bf16:ddp", "fp32:deepspeed:2"]
-    ran = ["fp32:single", "amp_bf16:single", "fp32:ddp", "amp_bf16:ddp"]
+    assert list(runs) == [
+        "fp32:single",
+        "amp_bf16:single",
+        "fp32:ddp",
+        "amp_bf16:ddp",
+        "fp32:deepspeed:2",
+        "fp32:accelerate:ddp",
+        "fp32:accelerate:fsdp",
+    ]
+    ran = ["fp32:single", "amp_bf16:single", "fp32:ddp", "amp_bf16:ddp", "fp32:accelerate:ddp"]
     if DEEPSPEED_MISSING is None:
         ran.append("fp32:deepspeed:2")
     else:
@@ -108,6 +117,20 @@ def test_small_run_finishes_and_validates(small_run):
         assert entry["speedup"]["over"] == (
             "fp32:single" if label.endswith("single") or "fp32" in label else "amp_bf16:single"
         )
+    # Accelerate's rows: launched by accelerate launch with the file, in the mode Accelerate set up.
+    accelerated = runs["fp32:accelerate:ddp"]
+    assert accelerated["accelerate_config"] == "configs/accelerate/ddp.yaml"
+    assert accelerated["note"] == (
+        "launched with ACCELERATE_USE_CPU=true accelerate launch --config_file configs/accelerate/ddp.yaml: "
+        "Accelerate set up MULTI_CPU, 2 processes"
+    )
+    # The same weights, data and steps as native DDP: the same model at the end.
+    assert accelerated["loss"] == pytest.approx(runs["fp32:ddp"]["loss"], rel=1e-4)
+    sharded = runs["fp32:accelerate:fsdp"]
+    assert (
+        sharded["status"] == "skipped"
+        and "Accelerate runs its FSDP mode on accelerator devices only" in (sharded["reason"])
+    )
     # All ranks together evaluated each test image once: accuracy is a multiple of 1 / 359.
     assert (runs["fp32:ddp"]["accuracy"] * 359) == pytest.approx(round(runs["fp32:ddp"]["accuracy"] * 359))
     env = document["environment"]
@@ -154,11 +177,17 @@ def test_parse_configs():
         compare.Config("amp_bf16", "ddp"),
         compare.Config("fp16", "deepspeed", 1),
     )
+    assert compare.parse_configs("fp32:accelerate,amp_bf16:accelerate:fsdp") == (
+        compare.Config("fp32", "accelerate", None, "ddp"),
+        compare.Config("amp_bf16", "accelerate", None, "fsdp"),
+    )
+    assert compare.Config("fp32", "accelerate", None, "fsdp").label == "fp32:accelerate:fsdp"
     with pytest.raises(ValueError) as info:
-        compare.parse_configs("fp8:single,fp32:tp,fp32,fp32:ddp:2")
+        compare.parse_configs("fp8:single,fp32:tp,fp32,fp32:ddp:2,fp32:accelerate:tpu")
     lines = str(info.value).splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 5
     assert "fp8" in lines[0] and "'tp'" in lines[1] and "precision:parallel" in lines[2] and "ZeRO" in lines[3]
+    assert "configs/accelerate/tpu.yaml" in lines[4] and "ddp, deepspeed, fsdp" in lines[4]
 
 
 def test_bad_options_exit_1_with_one_line_each_and_write_nothing(tmp_path, capsys):

@@ -380,9 +380,13 @@ def test_the_reference_experiment_gives_every_figure_its_source_gives(rendered):
         "| Fully Sharded Data Parallel, 4 GPUs | 581 | 2.88 | 99 % | about 85 % |",
         "| Fully Sharded Data Parallel, 4 GPUs, batch 1 | — | 0.19 | 60 % | — |",
         "| DeepSpeed | — | — | — | — |",
+        "| Accelerate, DDP, 4 GPUs | 569 | 3.15 | 99 % | about 85 % |",
+        "| Accelerate, FSDP, 4 GPUs | 576 | 2.90 | 99 % | about 85 % |",
+        "| Accelerate, FSDP, 4 GPUs, batch 1 | — | 0.38 | 60 % | — |",
+        "| Accelerate, DeepSpeed | — | — | — | — |",
     ):
         assert row in rows
-    assert "did not start" in prose
+    assert "did not start" in prose and "accelerate launch --config_file default_DDP.yml" in prose
     for text in rendered.values():
         assert "source experiment" not in text.lower() and "issue" not in text.lower()
 
@@ -437,7 +441,11 @@ def test_a_version_1_file_is_one_line_saying_to_regenerate_it(tmp_path):
 
 
 def _configs(document):
-    return [compare.Config(s["precision"], s["parallel"], s["zero_stage"]) for s in document["summary"]]
+    configs = compare.parse_configs(",".join(s["config"] for s in document["summary"]))
+    assert [(c.precision, c.parallel, c.zero_stage) for c in configs] == [
+        (s["precision"], s["parallel"], s["zero_stage"]) for s in document["summary"]
+    ]
+    return configs
 
 
 def test_committed_results_validate_render_and_summarize_their_runs():
@@ -501,3 +509,54 @@ def test_a_best_practice_for_an_option_the_comparison_does_not_vary_gets_no_rows
     snippet = generated.outputs[Path("tables/results/clipping.md.inc")]
     assert "No committed results file measures `grad_clip_norm=1.0` yet." in snippet
     assert "| `" not in snippet
+
+
+def test_a_parallel_cards_rows_add_the_same_mode_through_accelerate_after_the_native_one(tmp_path):
+    """The DDP card shows fp32:accelerate:ddp after fp32:ddp, the DeepSpeed card Accelerate's
+    DeepSpeed row (skipped here, with its reason); the page lists both with their notes."""
+    pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
+    configs = compare.parse_configs(
+        "fp32:single,fp32:ddp,fp32:accelerate:ddp,fp32:deepspeed:2,fp32:accelerate:deepspeed"
+    )
+    note = "launched with accelerate launch --config_file configs/accelerate/ddp.yaml"
+    runs = []
+    for round_ in (1, 2):
+        runs += [
+            _run("fp32:single", round_=round_, epoch_s=(6.0, 4.0)),
+            _run("fp32:ddp", round_=round_, epoch_s=(6.0, 4.0)),
+            _run(
+                "fp32:accelerate:ddp",
+                round_=round_,
+                epoch_s=(6.0, 5.0),
+                world_size=2,
+                note=note,
+                accelerate_config="configs/accelerate/ddp.yaml",
+                samples=1280,
+                throughput=1280 / 11.0,
+            ),
+        ]
+    runs += [
+        _run("fp32:deepspeed:2", status="skipped", zero_stage=2),
+        _run("fp32:accelerate:deepspeed", status="skipped", accelerate_config="configs/accelerate/deepspeed.yaml"),
+    ]
+    document = _document()
+    document["runs"], document["summary"] = runs, compare.summarize(runs, configs)
+    assert results_problems(document) == []
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "cpu-test.json").write_text(json.dumps(document))
+    generated = _render(results, tmp_path / "src")
+    assert generated.problems == []
+
+    def configs_on(key):
+        return [
+            line.split(" | ")[0].strip("| `") for line in _rows(generated.outputs[Path(f"tables/results/{key}.md.inc")])
+        ]
+
+    assert configs_on("ddp") == ["fp32:single", "fp32:ddp", "fp32:accelerate:ddp"]
+    assert configs_on("deepspeed_zero") == ["fp32:single", "fp32:deepspeed:2", "fp32:accelerate:deepspeed"]
+    page = _page(generated.outputs)
+    assert any(
+        line.startswith("- `fp32:accelerate:ddp`: launched with accelerate launch") for line in page.splitlines()
+    )
+    assert "`accelerate:<file>` under `accelerate launch --config_file" in " ".join(page.split())

@@ -2,7 +2,8 @@
 ``tools/compare_training.py``.
 
 Each run of a configuration is a process of its own, :mod:`methods_tools.compare_worker`; the
-distributed ones (ddp, fsdp, deepspeed) under ``python -m torch.distributed.run --standalone``.
+distributed ones (ddp, fsdp, deepspeed) under ``python -m torch.distributed.run --standalone``, and
+``accelerate`` under ``accelerate launch --config_file configs/accelerate/<name>.yaml``.
 Every configuration runs ``repeats`` times, interleaved: round 1 runs each configuration once,
 then round 2, and so on, so a change in the machine's load reaches all of them. Per configuration
 :func:`summarize` gives the median and range over its runs of the total time, the first epoch
@@ -12,8 +13,9 @@ run of its precision exceeds its process count is re-measured once (one extra ro
 still above it, it is flagged, and the page does not publish it as a speed-up.
 
 A configuration that fails is recorded with its error and the rest go on; one the machine
-cannot run (DeepSpeed not installed, or no C++ compiler for its CPU op, or a precision its
-accelerator lacks) is recorded as skipped with the reason, once. The results are validated
+cannot run (DeepSpeed or Accelerate not installed, a precision its accelerator lacks, or an
+Accelerate configuration that needs accelerator devices on a machine without them) is recorded as
+skipped with the reason, once. The results are validated
 against ``algorithms/results.schema.json`` before they are written.
 """
 
@@ -58,6 +60,9 @@ __all__ = [
 
 SCHEMA_VERSION = 2  # algorithms/results.schema.json
 
+# The Accelerate configuration files an ``accelerate`` configuration names (``fp32:accelerate:ddp``).
+ACCELERATE_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
+
 
 Progress = Callable[[str], None]
 
@@ -67,10 +72,22 @@ class Config:
     precision: str
     parallel: str
     zero_stage: int | None = None
+    accelerate: str | None = None  # parallel "accelerate": the name of its file in configs/accelerate/
 
     @property
     def label(self) -> str:
-        return f"{self.precision}:{self.parallel}" + (f":{self.zero_stage}" if self.zero_stage else "")
+        third = self.zero_stage or self.accelerate
+        return f"{self.precision}:{self.parallel}" + (f":{third}" if third else "")
+
+    @property
+    def accelerate_config(self) -> str | None:
+        """The Accelerate configuration file, relative to the repository, or None."""
+        return f"configs/accelerate/{self.accelerate}.yaml" if self.accelerate else None
+
+
+def accelerate_config_names() -> list[str]:
+    """The committed Accelerate configurations, by name (``configs/accelerate/<name>.yaml``)."""
+    return sorted(path.stem for path in ACCELERATE_CONFIGS.glob("*.yaml"))
 
 
 @dataclass(frozen=True)
@@ -101,11 +118,14 @@ class CompareOptions:
 
 
 def parse_configs(text: str) -> tuple[Config, ...]:
-    """``"fp32:single,amp_bf16:ddp,fp16:deepspeed:1"`` as configurations; ValueError lists every bad item.
+    """``"fp32:single,amp_bf16:ddp,fp16:deepspeed:1,fp32:accelerate:fsdp"`` as configurations;
+    ValueError lists every bad item.
 
-    The optional third field of a ``deepspeed`` item is its ZeRO stage (1 or 2; default 2).
+    The optional third field of a ``deepspeed`` item is its ZeRO stage (1 or 2; default 2); that of
+    an ``accelerate`` item names its configuration file in ``configs/accelerate/`` (default ``ddp``).
     """
     configs, problems = [], []
+    accelerate_names = accelerate_config_names()
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
@@ -119,8 +139,21 @@ def parse_configs(text: str) -> tuple[Config, ...]:
             problems.append(f"--configs: {item!r}: precision {precision!r} — use one of {', '.join(PRECISIONS)}")
         if parallel not in PARALLELS:
             problems.append(f"--configs: {item!r}: parallel {parallel!r} — use one of {', '.join(PARALLELS)}")
+        if parallel == "accelerate":
+            name = stage or "ddp"
+            if name not in accelerate_names:
+                problems.append(
+                    f"--configs: {item!r}: no Accelerate configuration configs/accelerate/{name}.yaml — "
+                    f"use one of {', '.join(accelerate_names)}"
+                )
+                continue
+            configs.append(Config(precision, parallel, None, name))
+            continue
         if stage is not None and (parallel != "deepspeed" or stage not in ("1", "2")):
-            problems.append(f"--configs: {item!r}: a third field is the ZeRO stage of deepspeed: 1 or 2")
+            problems.append(
+                f"--configs: {item!r}: a third field is the ZeRO stage of deepspeed (1 or 2) or the "
+                "Accelerate configuration of accelerate (e.g. fp32:accelerate:fsdp)"
+            )
             continue
         zero = int(stage) if stage else (2 if parallel == "deepspeed" else None)
         configs.append(Config(precision, parallel, zero))
@@ -189,9 +222,59 @@ def _skipped_reason(config: Config, options: CompareOptions, env: dict[str, Any]
         return deepspeed_unavailable_reason() or deepspeed_precision_problem(
             config.precision, torch.device(env["device_type"])
         )
-    if config.parallel == "dp" and env["device_type"] == "cuda" and env["device_count"] < 2:
-        return None  # runs, with a note that there are no replicas
+    if config.parallel == "accelerate":
+        return accelerate_skipped_reason(config, env["device_type"])
     return None
+
+
+def accelerate_skipped_reason(config: Config, device_type: str) -> str | None:
+    """Why ``config``'s Accelerate configuration cannot run on this machine, or None.
+
+    Accelerate sets up its FSDP and DeepSpeed modes on accelerator devices only: on a machine with
+    none it sets up MULTI_CPU (plain DDP) instead, or NO, one process, in each rank, and the
+    Trainer refuses either rather than train in a mode the file did not ask for
+    (``tests/core/test_accelerate.py``). Its DeepSpeed plugin also needs DeepSpeed, and, in
+    Accelerate 1.16, ``transformers`` (it reads that package's version whatever the model)."""
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        return "Accelerate is not installed: pip install 'methods-library[accelerate]'"
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    loaded = load_config_from_file(str(ACCELERATE_CONFIGS / f"{config.accelerate}.yaml"))
+    kind = getattr(loaded.distributed_type, "value", loaded.distributed_type)  # an enum, or its name
+    if kind in ("FSDP", "DEEPSPEED") and device_type == "cpu":
+        return (
+            f"Accelerate runs its {kind} mode on accelerator devices only: on this machine, which has "
+            "none, it sets up MULTI_CPU (plain DDP) or one process per rank, which the Trainer refuses "
+            f"(the native {'fp32:fsdp' if kind == 'FSDP' else 'fp32:deepspeed'} rows run on the CPU)"
+        )
+    if kind == "DEEPSPEED":
+        missing = [name for name in ("deepspeed", "transformers") if importlib.util.find_spec(name) is None]
+        if missing:
+            return (
+                f"Accelerate's DeepSpeed plugin needs {' and '.join(missing)}, not installed: "
+                f"pip install {' '.join(missing)}"
+            )
+    return None
+
+
+def launch_environment(config: Config, device_type: str) -> dict[str, str]:
+    """What a configuration's launch adds to the environment: ``ACCELERATE_USE_CPU=true`` for an
+    Accelerate configuration on a machine without GPUs, so that ``accelerate launch`` of a
+    ``MULTI_GPU`` file starts its processes (through torchrun) and Accelerate sets up its
+    ``MULTI_CPU`` mode, DDP over gloo, in them."""
+    if config.parallel == "accelerate" and device_type == "cpu":
+        return {"ACCELERATE_USE_CPU": "true"}
+    return {}
+
+
+def launch_note(config: Config, device_type: str) -> str | None:
+    """How an Accelerate configuration was launched, for its row."""
+    if config.parallel != "accelerate":
+        return None
+    prefix = "ACCELERATE_USE_CPU=true " if launch_environment(config, device_type) else ""
+    return f"launched with {prefix}accelerate launch --config_file {config.accelerate_config}"
 
 
 def _load_average() -> list[float] | None:
@@ -204,6 +287,7 @@ def _empty_run(config: Config, world_size: int, status: str, reason: str | None)
         "precision": config.precision,
         "parallel": config.parallel,
         "zero_stage": config.zero_stage,
+        "accelerate_config": config.accelerate_config,
         "world_size": world_size,
         "status": status,
         "reason": reason,
@@ -269,6 +353,21 @@ def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc
             args += [flag, str(value)]
     if options.algorithm is not None:
         args += ["--hparams", options.hparams]
+    if config.parallel == "accelerate":
+        # Accelerate's launcher reads the file and starts the processes through torchrun (port 0:
+        # a free one on localhost).
+        return [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(ACCELERATE_CONFIGS / f"{config.accelerate}.yaml"),
+            "--num_processes",
+            str(nproc),
+            "--main_process_port",
+            "0",
+            *args,
+        ]
     if config.parallel in DISTRIBUTED:
         # --standalone: a rendezvous on localhost with a free port, nothing leaves the machine.
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
@@ -376,20 +475,30 @@ def run_config(
     if reason:
         return _empty_run(config, nproc, "skipped", reason)
     returncode, tail, ranks = run_worker(
-        lambda out_dir: worker_command(config, options, out_dir, nproc), options.timeout_s, progress
+        lambda out_dir: worker_command(config, options, out_dir, nproc),
+        options.timeout_s,
+        progress,
+        launch_environment(config, env["device_type"]),
     )
     failure = worker_failure(returncode, tail, ranks, options.timeout_s)
     if failure:
         return _empty_run(config, nproc, "failed", failure)
-    return _merge(config, ranks, nproc)
+    run = _merge(config, ranks, nproc)
+    launched = launch_note(config, env["device_type"])
+    if launched and run["status"] == "ok":
+        run["note"] = f"{launched}: {run['note']}" if run["note"] else launched
+    return run
 
 
 def run_worker(
-    command_for: Callable[[Path], list[str]], timeout_s: float, progress: Progress = lambda line: None
+    command_for: Callable[[Path], list[str]],
+    timeout_s: float,
+    progress: Progress = lambda line: None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> tuple[int | None, list[str], list[dict[str, Any]]]:
     """Run a worker's command line (``command_for`` the folder its processes write ``rank<r>.json``
-    into) to its end, with this checkout importable: ``(exit status, or None when it ran past
-    timeout_s, the tail of its stderr, the records its processes wrote)``."""
+    into) to its end, with this checkout importable and ``extra_env`` set: ``(exit status, or None
+    when it ran past timeout_s, the tail of its stderr, the records its processes wrote)``."""
     with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
         out_dir = Path(tmp)
         env_vars = {
@@ -397,6 +506,7 @@ def run_worker(
             "PYTHONPATH": os.pathsep.join(
                 filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")])
             ),
+            **(extra_env or {}),
         }
         returncode, tail = run_with_progress(command_for(out_dir), env_vars, timeout_s, progress)
         ranks = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json"))]
@@ -436,7 +546,9 @@ def run_comparison(options: CompareOptions, progress: Progress = lambda line: No
             progress(f"{prefix} {config.label}: {run['status']} ({detail})")
             if run["status"] == "skipped":  # known before launching: the same in every round
                 skipped.add(config)
-            head = {k: run[k] for k in ("config", "precision", "parallel", "zero_stage", "world_size")}
+            head = {
+                k: run[k] for k in ("config", "precision", "parallel", "zero_stage", "accelerate_config", "world_size")
+            }
             runs.append({**head, "round": round_, **{k: v for k, v in run.items() if k != "round"}})
 
     for round_ in range(1, options.repeats + 1):
@@ -569,6 +681,7 @@ def summarize(
                 "precision": config.precision,
                 "parallel": config.parallel,
                 "zero_stage": config.zero_stage,
+                "accelerate_config": config.accelerate_config,
                 "world_size": first["world_size"],
                 "status": status,
                 "reason": failures[0]["reason"] if failures else None,

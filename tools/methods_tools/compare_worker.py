@@ -273,6 +273,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         if text:  # a language model's figure is its validation loss, not next-byte accuracy
             metrics["accuracy"] = None
         tokens = trainer.method_log.records["TokenCounter"]["activity"]["tokens"] if counter else None
+        if parallel == "accelerate":  # what Accelerate made of its configuration here
+            accelerator = trainer.strategy.accelerator
+            setup = f"Accelerate set up {accelerator.distributed_type.value}, {accelerator.num_processes} processes"
         activity = acted = None
         if args.algorithm:  # the method is the first algorithm: its label is its class name
             label = type(extra[0]).__name__
@@ -287,7 +290,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_peak_rss"
         reserved = None
     dp_devices = torch.cuda.device_count() if parallel == "dp" and device.type == "cuda" else 1
-    note = None
+    note = setup if parallel == "accelerate" else None
     if parallel == "dp" and dp_devices == 1:
         note = "DataParallel with one device (or the CPU) runs the model once: no replicas"
     return {

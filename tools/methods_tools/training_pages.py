@@ -78,6 +78,12 @@ REFERENCE_EXPERIMENT = (
     ReferenceRow("Fully Sharded Data Parallel, 4 GPUs", 581, 2.88, 99, 85),
     ReferenceRow("Fully Sharded Data Parallel, 4 GPUs, batch 1", None, 0.19, 60, None),
     ReferenceRow("DeepSpeed", None, None, None, None),
+    # The same modes through Hugging Face Accelerate (accelerate launch --config_file
+    # default_DDP.yml / default_FSDP.yml, 4 processes).
+    ReferenceRow("Accelerate, DDP, 4 GPUs", 569, 3.15, 99, 85),
+    ReferenceRow("Accelerate, FSDP, 4 GPUs", 576, 2.90, 99, 85),
+    ReferenceRow("Accelerate, FSDP, 4 GPUs, batch 1", None, 0.38, 60, None),
+    ReferenceRow("Accelerate, DeepSpeed", None, None, None, None),
 )
 
 # Precision modes shown together on a precision best practice's card.
@@ -275,8 +281,10 @@ def _card_runs(results: ResultsFile, option: str, value: Any) -> list[Run]:
     if option == "precision":
         wanted = PRECISION_FAMILY.get(value, (value,))
         chosen = [r for r in runs if r.parallel == "single" and r.precision in wanted]
-    elif option == "parallel":
-        chosen = [r for r in runs if r.parallel == value]
+    elif option == "parallel":  # the native mode, then the same mode through Accelerate's file for it
+        chosen = [r for r in runs if r.parallel == value] + [
+            r for r in runs if r.parallel == "accelerate" and r.config.split(":")[2:] == [value]
+        ]
     else:  # the comparison varies only precision and parallel: nothing measures other options
         return []
     if not chosen:
