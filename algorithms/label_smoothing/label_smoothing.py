@@ -22,23 +22,26 @@ PARAMETERS = Parameters(smoothing=SMOOTHING)
 
 
 def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
-    """``(1 - smoothing) * onehot(target) + smoothing / C`` for ``C = logits.shape[1]`` classes.
+    """``(1 - smoothing) * onehot(target) + smoothing / C`` over ``C`` classes.
 
     Accepts what ``composer.functional.smooth_labels`` accepts: class indices with the class
-    dimension of the logits missing, or one-hot or probability targets of the logits' own shape.
+    dimension of the logits (``dim=1``) missing, or one-hot or probability targets of the logits'
+    own shape. It also accepts a language model's token targets: logits ``(N, T, C)`` with the
+    classes last and integer indices ``(N, T)``, where those indices do not also fit the classes
+    on ``dim=1`` (where both fit, ``dim=1`` is taken, as Composer takes it).
 
     Args:
-        logits: model outputs ``(N, C, ...)``, classes on ``dim=1``; only their shape and dtype
-            are used.
+        logits: model outputs ``(N, C, ...)``, classes on ``dim=1``, or ``(N, ..., C)`` with the
+            classes last for class indices ``(N, ...)``; only their shape and dtype are used.
         target: class indices ``(N, ...)`` (``(N,)`` for classification, ``(N, H, W)`` for
-            segmentation), or one-hot or probability targets ``(N, C, ...)`` in any dtype; not
-            modified. A negative index (such as ``-100``) marks an ignored position, whose
-            smoothed target stays all zeros.
+            segmentation, ``(N, T)`` for tokens), or one-hot or probability targets of the logits'
+            shape (classes on ``dim=1``) in any dtype; not modified. A negative index (such as
+            ``-100``) marks an ignored position, whose smoothed target stays all zeros.
         smoothing: weight of the uniform distribution, in ``[0, 1]``.
 
     Returns:
-        Smoothed class probabilities of the logits' shape ``(N, C, ...)``, float32 (float64 for
-        float64 logits), on the target's device.
+        Smoothed class probabilities of the logits' shape, float32 (float64 for float64 logits),
+        on the target's device.
 
     Example::
 
@@ -53,10 +56,23 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
         looked_up = lookup_smoothed(target, smoothing, logits.shape[1], target_dtype(logits.dtype), logits.shape)
         if looked_up is not None:
             return looked_up
+    if _classes_last(logits, target):  # a language model's (N, T, C) and (N, T): smooth with classes on dim 1
+        return smooth_labels(logits.movedim(-1, 1), target, smoothing).movedim(1, -1).contiguous()
     check_batch_sizes(logits, target)
     if logits.ndim < 2:
         raise ValueError(f"logits: need classes on dim 1, (N, C, ...), got shape {tuple(logits.shape)}")
     return smooth_targets(target, smoothing, logits.shape[1], target_dtype(logits.dtype), logits.shape)
+
+
+def _classes_last(logits: torch.Tensor, target: torch.Tensor) -> bool:
+    """Whether ``target`` holds class indices for ``logits`` with the classes on their last
+    dimension, and not also for the classes on ``dim=1``."""
+    return (
+        logits.ndim >= 3
+        and not target.is_floating_point()
+        and target.shape == logits.shape[:-1]
+        and target.shape != logits.shape[:1] + logits.shape[2:]
+    )
 
 
 class LabelSmoothing(Algorithm):

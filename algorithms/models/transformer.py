@@ -194,9 +194,16 @@ class TransformerLM(nn.Module):
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross entropy of ``logits`` ``(N, T, V)`` against ``labels`` ``(N, T)``;
-    labels equal to ``-100`` are ignored."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+    """Mean next-token cross entropy of ``logits`` ``(N, T, V)`` against ``labels`` ``(N, T)``,
+    labels equal to ``-100`` ignored; or against class probabilities ``(N, T, V)`` (such as label
+    smoothing's), a position whose probabilities are all zero (an ignored one) ignored, so one-hot
+    probabilities give the same loss as their indices."""
+    flat = logits.reshape(-1, logits.shape[-1]).float()
+    if labels.shape == logits.shape:
+        probabilities = labels.reshape(-1, logits.shape[-1]).float()
+        kept = (probabilities.sum(-1) > 0).sum()  # a tensor: no host sync on a GPU
+        return F.cross_entropy(flat, probabilities, reduction="sum") / kept
+    return F.cross_entropy(flat, labels.reshape(-1), ignore_index=-100)
 
 
 def transformer_tiny(vocab_size: int) -> TransformerLM:

@@ -51,7 +51,7 @@ def test_every_figure_names_its_hardware_and_carries_its_interval(summaries):
 def test_a_method_that_did_not_act_is_never_given_a_number(summaries):
     env = jinja_environment(TEMPLATE_DIR)
     unmeasured = [(key, e) for key, s in summaries.items() for e in s.evidence if not e.measured]
-    assert {e.status for _, e in unmeasured} >= {"did_not_act", "failed"}  # layer_freezing (text), label_smoothing
+    assert "did_not_act" in {e.status for _, e in unmeasured}  # layer_freezing (text); failed: test_effects_pages
     for key, e in unmeasured:
         assert e.quality is e.throughput is e.memory is None, key
         assert e.reason, key

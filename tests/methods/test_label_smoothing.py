@@ -118,6 +118,46 @@ def test_token_targets_of_a_sequence_model():
     torch.testing.assert_close(cf.smooth_labels(logits, y, 0.1), expected)
 
 
+def test_token_targets_of_a_language_model_with_the_classes_last():
+    """Logits (N, T, C) and indices (N, T): each position's target is the definition over the C
+    classes of the last dimension; an ignored position stays all zero."""
+    logits, y = torch.randn(2, 5, 7), torch.randint(0, 7, (2, 5))
+    y[1, 4] = -100
+    smoothed = cf.smooth_labels(logits, y, 0.1)
+    assert smoothed.shape == (2, 5, 7) and smoothed.is_contiguous()
+    expected = reference(F.one_hot(y.clamp(min=0), 7).movedim(-1, 1), 0.1).movedim(1, -1) * (y >= 0).unsqueeze(-1)
+    torch.testing.assert_close(smoothed, expected)
+
+
+def test_where_indices_fit_the_classes_on_dim_1_and_last_dim_1_is_taken_as_composer_takes_it():
+    logits, y = torch.randn(2, 4, 4), torch.randint(0, 4, (2, 4))  # (N, C, L) and (N, T, C) both fit
+    expected = reference(torch.movedim(F.one_hot(y, 4), -1, 1), 0.2)
+    torch.testing.assert_close(cf.smooth_labels(logits, y, 0.2), expected)
+
+
+def test_in_the_trainer_a_language_models_loss_is_against_the_smoothed_tokens():
+    """The transformer's (N, T, V) logits and (N, T) token labels through lm_loss: the loss is
+    (1 - s) * cross entropy + s * the mean over the vocabulary of -log p, averaged over tokens."""
+    from algorithms.models import lm_loss, transformer_tiny
+
+    g = torch.Generator().manual_seed(0)
+    batches = [{"input_ids": torch.randint(0, 11, (2, 6), generator=g)} for _ in range(2)]
+    for batch in batches:
+        batch["labels"] = batch["input_ids"].roll(-1, dims=1)
+    spy = _Spy(target_key="labels")
+    keys = {"input_key": "input_ids", "target_key": "labels"}
+    model = transformer_tiny(11)
+    Trainer(
+        model, batches, "2ba", algorithms=[LabelSmoothing(0.3, target_key="labels"), spy], loss_fn=lm_loss, **keys
+    ).fit()
+    for (out, loss, target_after), batch in zip(spy.seen, batches, strict=True):
+        log_p = out.float().log_softmax(-1)
+        nll = -log_p.gather(-1, batch["labels"].unsqueeze(-1)).squeeze(-1)
+        expected = (0.7 * nll + 0.3 * -log_p.mean(-1)).mean()
+        torch.testing.assert_close(loss, expected)
+        assert target_after is batch["labels"]
+
+
 @pytest.mark.parametrize("ignored", [-100, -1])
 def test_ignored_positions_stay_all_zero_and_add_no_loss(ignored):
     """A negative index is an ignored position, as in Composer's one-hot conversion; its smoothed
@@ -273,14 +313,14 @@ def test_smoothed_rows_are_distributions(n, k, dtype, seed, smoothing):
 class _Spy(Algorithm):
     """Keeps the outputs, the loss and the target the batch holds after the loss."""
 
-    def __init__(self):
-        self.seen = []
+    def __init__(self, target_key=1):
+        self.seen, self.target_key = [], target_key
 
     def match(self, event, state):
         return event is Event.AFTER_LOSS
 
     def apply(self, event, state, logger=None):
-        self.seen.append((state.outputs.detach(), state.loss.detach(), state.batch_get_item(1)))
+        self.seen.append((state.outputs.detach(), state.loss.detach(), state.batch_get_item(self.target_key)))
 
 
 def _image_batches(n=2, bs=6, k=4, seed=0):

@@ -83,6 +83,22 @@ def test_lm_loss_is_the_mean_next_token_cross_entropy_and_ignores_minus_100():
     assert torch.allclose(lm_loss(logits, labels), expected)
 
 
+def test_lm_loss_against_probabilities_is_the_mean_soft_cross_entropy_over_the_kept_positions():
+    """-sum_v p(v) log softmax(logits)(v), averaged over the positions whose probabilities are not
+    all zero; one-hot probabilities give the loss of their indices."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 5, generator=g)
+    labels = torch.tensor([[1, 2, -100], [0, 4, 3]])
+    one_hot = torch.nn.functional.one_hot(labels.clamp(min=0), 5).float() * (labels >= 0).unsqueeze(-1)
+    torch.testing.assert_close(lm_loss(logits, one_hot), lm_loss(logits, labels))
+    p = torch.rand(2, 3, 5, generator=g)
+    p = p / p.sum(-1, keepdim=True)
+    p[0, 2] = 0.0  # an ignored position
+    log_p = logits.log_softmax(-1)
+    rows = [-(p[n, t] * log_p[n, t]).sum() for n in range(2) for t in range(3) if (n, t) != (0, 2)]
+    torch.testing.assert_close(lm_loss(logits, p), torch.stack(rows).mean())
+
+
 def test_bad_sizes_are_refused_naming_the_argument():
     with pytest.raises(ValueError, match="^n_heads=3: must divide d_model=16"):
         TransformerLM(10, d_model=16, n_heads=3)
