@@ -20,7 +20,11 @@ accelerate = pytest.importorskip("accelerate")  # the optional extra
 
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_script as script  # noqa: E402
-from test_distributed import _one_process_world, _single_process_params  # noqa: E402
+from test_distributed import (  # noqa: E402
+    _one_process_world,
+    _single_process_params,
+    check_the_scripts_process_group_stays,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs" / "accelerate"
@@ -148,15 +152,7 @@ def test_a_trainer_that_made_the_process_group_leaves_it_when_closed(monkeypatch
 
 def test_a_process_group_the_script_made_stays_the_scripts(monkeypatch):
     _one_accelerate_process(monkeypatch)
-    torch.distributed.init_process_group("gloo")
-    try:
-        data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
-        with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="accelerate", device="cpu", seed=0) as trainer:
-            assert not trainer.strategy.owns_process_group
-            trainer.fit()
-        assert torch.distributed.is_initialized()
-    finally:
-        destroy_process_group()
+    check_the_scripts_process_group_stays("accelerate")
 
 
 @pytest.mark.parametrize(

@@ -411,18 +411,24 @@ def test_a_dict_loss_trains_in_the_distributed_modes(parallel, monkeypatch):
         torch.testing.assert_close(params[name], expected, rtol=1e-6, atol=1e-7, msg=name)
 
 
-def test_a_process_group_the_script_made_stays_the_scripts(monkeypatch):
-    _one_process_world(monkeypatch)
+def check_the_scripts_process_group_stays(parallel: str) -> None:
+    """In a launched process (its environment set): a group the script made before the Trainer
+    is not the Trainer's, and is still there after the Trainer is closed."""
     torch.distributed.init_process_group("gloo")
     try:
         data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
-        with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel="ddp", device="cpu", seed=0) as trainer:
+        with Trainer(torch.nn.Linear(3, 2), data, "1ba", parallel=parallel, device="cpu", seed=0) as trainer:
             assert not trainer.strategy.owns_process_group
             trainer.fit()
         assert torch.distributed.is_initialized()
     finally:
         destroy_process_group()
     assert not torch.distributed.is_initialized()
+
+
+def test_a_process_group_the_script_made_stays_the_scripts(monkeypatch):
+    _one_process_world(monkeypatch)
+    check_the_scripts_process_group_stays("ddp")
 
 
 def test_destroy_process_group_outside_a_group_does_nothing():

@@ -40,6 +40,7 @@ from typing import Any
 
 from algorithms.core.options import DISTRIBUTED, PARALLELS, PRECISIONS, dataset_names, model_input_sizes, model_names
 
+from . import REPO_ROOT
 from .results import RESULTS_DIR, results_problems
 
 __all__ = [
@@ -61,7 +62,7 @@ __all__ = [
 SCHEMA_VERSION = 2  # algorithms/results.schema.json
 
 # The Accelerate configuration files an ``accelerate`` configuration names (``fp32:accelerate:ddp``).
-ACCELERATE_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
+ACCELERATE_CONFIGS = REPO_ROOT / "configs" / "accelerate"
 
 
 Progress = Callable[[str], None]
@@ -83,6 +84,12 @@ class Config:
     def accelerate_config(self) -> str | None:
         """The Accelerate configuration file, relative to the repository, or None."""
         return f"configs/accelerate/{self.accelerate}.yaml" if self.accelerate else None
+
+    @property
+    def accelerate_file(self) -> Path:
+        """The Accelerate configuration file itself (``accelerate`` configurations only)."""
+        assert self.accelerate_config is not None, self
+        return REPO_ROOT / self.accelerate_config
 
 
 def accelerate_config_names() -> list[str]:
@@ -241,7 +248,7 @@ def accelerate_skipped_reason(config: Config, device_type: str) -> str | None:
         return "Accelerate is not installed: pip install 'methods-library[accelerate]'"
     from accelerate.commands.config.config_args import load_config_from_file
 
-    loaded = load_config_from_file(str(ACCELERATE_CONFIGS / f"{config.accelerate}.yaml"))
+    loaded = load_config_from_file(str(config.accelerate_file))
     kind = getattr(loaded.distributed_type, "value", loaded.distributed_type)  # an enum, or its name
     if kind in ("FSDP", "DEEPSPEED") and device_type == "cpu":
         return (
@@ -361,7 +368,7 @@ def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc
             "-m",
             "accelerate.commands.launch",
             "--config_file",
-            str(ACCELERATE_CONFIGS / f"{config.accelerate}.yaml"),
+            str(config.accelerate_file),
             "--num_processes",
             str(nproc),
             "--main_process_port",
@@ -503,9 +510,7 @@ def run_worker(
         out_dir = Path(tmp)
         env_vars = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")])
-            ),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
             **(extra_env or {}),
         }
         returncode, tail = run_with_progress(command_for(out_dir), env_vars, timeout_s, progress)

@@ -250,6 +250,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         **({"loss_fn": lm_loss, **keys} if text else {}),
     )
+    note = None
     with trainer:  # closed before the process group goes (DeepSpeed releases its hooks)
         state = trainer.state
         device = state.device
@@ -275,7 +276,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         tokens = trainer.method_log.records["TokenCounter"]["activity"]["tokens"] if counter else None
         if parallel == "accelerate":  # what Accelerate made of its configuration here
             accelerator = trainer.strategy.accelerator
-            setup = f"Accelerate set up {accelerator.distributed_type.value}, {accelerator.num_processes} processes"
+            note = f"Accelerate set up {accelerator.distributed_type.value}, {accelerator.num_processes} processes"
         activity = acted = None
         if args.algorithm:  # the method is the first algorithm: its label is its class name
             label = type(extra[0]).__name__
@@ -290,7 +291,6 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_peak_rss"
         reserved = None
     dp_devices = torch.cuda.device_count() if parallel == "dp" and device.type == "cuda" else 1
-    note = setup if parallel == "accelerate" else None
     if parallel == "dp" and dp_devices == 1:
         note = "DataParallel with one device (or the CPU) runs the model once: no replicas"
     return {
