@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 #: The timestamp's counters a checkpoint keeps.
 TIMESTAMP_FIELDS = ("epoch", "batch", "sample", "batch_in_epoch")
 
-__all__ = ["State", "batch_get_item", "batch_set_item"]
+__all__ = ["State", "batch_get_item", "batch_set_item", "rng_state", "set_rng_state"]
 
 
 def batch_get_item(batch: Any, key: int | str) -> Any:
@@ -51,6 +51,24 @@ def batch_set_item(batch: Any, key: int | str, value: Any) -> Any:
     raise TypeError(f"cannot set item {key!r} on a batch of type {type(batch).__name__}")
 
 
+def rng_state() -> dict[str, Any]:
+    """The global generators' states: torch's, CUDA's (None without CUDA) and Python's."""
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "python": random.getstate(),
+    }
+
+
+def set_rng_state(rng: Mapping[str, Any]) -> None:
+    """Put back what :func:`rng_state` returned (read from a file, where tuples came back as lists)."""
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    version, internal, gauss = rng["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
 @dataclass
 class State:
     """Training state. Algorithms read and change it; the :class:`Trainer` owns it."""
@@ -81,6 +99,13 @@ class State:
     algorithms: Sequence[Algorithm] = ()
     #: The loss scaler of ``amp_fp16`` (disabled in the other precisions), or None outside a Trainer.
     scaler: torch.amp.GradScaler | None = None
+    #: The global generators' states as the current epoch's loader was started (``iter(loader)``
+    #: draws its shuffling and worker seeds from them), kept so a resumed run starts its loader alike.
+    epoch_rng: dict[str, Any] | None = None
+    #: The generators a loaded checkpoint holds, put back by :meth:`restore_rng` just before the
+    #: first batch the resumed run trains (after its loader was started and has skipped the batches
+    #: trained already), not when the checkpoint is loaded.
+    pending_rng: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to go on exactly as this one would: the model's weights
@@ -97,11 +122,7 @@ class State:
             "scaler": self.scaler.state_dict() if enabled else None,
             "timestamp": {name: getattr(self.timestamp, name) for name in TIMESTAMP_FIELDS},
             "algorithms": [{"name": a.name, "state": a.state_dict()} for a in self.algorithms],
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "python": random.getstate(),
-            },
+            "rng": {**rng_state(), "epoch": self.epoch_rng},
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any], weights: bool = True) -> None:
@@ -123,11 +144,14 @@ class State:
         for name in TIMESTAMP_FIELDS:
             setattr(self.timestamp, name, int(state_dict["timestamp"][name]))
         rng = state_dict["rng"]
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-        version, internal, gauss = rng["python"]  # a file gives lists back where it had tuples
-        random.setstate((version, tuple(internal), gauss))
+        self.epoch_rng = rng.get("epoch")
+        self.pending_rng = {key: rng[key] for key in ("torch", "cuda", "python")}
+
+    def restore_rng(self) -> None:
+        """Put back the global generators of the checkpoint loaded last (nothing without one)."""
+        if self.pending_rng is not None:
+            set_rng_state(self.pending_rng)
+            self.pending_rng = None
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:

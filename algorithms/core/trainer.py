@@ -31,7 +31,7 @@ from .event import Event
 from .loss import loss_parts, total_loss
 from .method_log import MethodLog, check_method_log
 from .precision import autocast, check_precision, model_dtype
-from .state import State, batch_get_item
+from .state import State, batch_get_item, rng_state, set_rng_state
 from .strategies import Strategy, strategy
 from .time import Duration, TimeUnit
 
@@ -288,13 +288,19 @@ class Trainer:
             if hasattr(sampler, "set_epoch"):  # a DistributedSampler reshuffles per epoch
                 sampler.set_epoch(state.timestamp.epoch)
             if not skip:
+                state.restore_rng()  # resumed at an epoch's end: the checkpoint's generators, from here on
                 run(Event.EPOCH_START)
             model.train()
+            if skip and state.epoch_rng is not None:
+                set_rng_state(state.epoch_rng)  # the loader starts as the interrupted run's did
+            else:
+                state.epoch_rng = rng_state()  # what iter(loader) draws its order and worker seeds from
             empty = True
             for i, batch in enumerate(self.train_dataloader):
                 empty = False
                 if i < skip:
                     continue
+                state.restore_rng()  # resumed: the checkpoint's generators, once the loader has passed what was trained
                 run(Event.BATCH_START)
                 state.batch = self._to_device(batch)
                 run(Event.AFTER_DATALOADER)
