@@ -1,15 +1,5 @@
-"""Parallel modes of the Trainer: one process, DataParallel, DDP, FSDP and DeepSpeed ZeRO.
-
-=============  ==========================================================================
-``single``     one process, one device
-``dp``         ``torch.nn.DataParallel``: one process splits each batch over the visible
-               GPUs (on the CPU it runs the module once; kept because users ask about it)
-``ddp``        ``DistributedDataParallel``: one process per device, gradients all-reduced
-``fsdp``       ``fully_shard`` (FSDP2) on every Conv2d and Linear layer and on the model:
-               parameters, gradients and optimizer state sharded over the processes
-``deepspeed``  DeepSpeed ZeRO stage 1 or 2 (the optional ``deepspeed`` extra), on its CUDA or
-               its CPU accelerator
-=============  ==========================================================================
+"""The process-group and wrapping helpers the parallel strategies (:mod:`algorithms.core.strategies`,
+which lists the modes) build on.
 
 The distributed modes expect to be launched by ``torchrun`` (``python -m
 torch.distributed.run``), which sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous
@@ -90,14 +80,13 @@ def collect_before_exit() -> None:
     """Free unreachable objects at exit, while the interpreter is still whole (registered once).
 
     A wrapped model holds the process group's backend, and a trainer can outlive its script's last
-    reference in reference cycles (with torch 2.13 the frames that built the process's first
-    optimizer stay referenced). Without this the DDP/FSDP module and its gloo backend are
-    destroyed during interpreter finalization, where a rank can abort with "terminate called
-    without an active exception" (SIGABRT) after it has finished its work, even when the script
-    called ``destroy_process_group``: measured on the 2-rank parity tests, 5 of 40 runs without
-    it, 0 of 47 with it. What a script holds in module globals is still alive at exit whatever this
-    does, so a distributed script trains in a function (as the cards' examples do), not at module level.
-    A DeepSpeed engine is out of the collector's reach until :meth:`Trainer.close` has run.
+    reference in reference cycles. Left to interpreter finalization, a DDP or FSDP module and its
+    gloo backend can be destroyed in an order where a rank aborts ("terminate called without an
+    active exception", SIGABRT) after it has finished its work, even when the script called
+    ``destroy_process_group``. Collecting at exit frees them while the interpreter is whole. What a
+    script holds in module globals is still alive at exit whatever this does, so a distributed
+    script trains in a function (as the cards' examples do), not at module level. A DeepSpeed
+    engine is out of the collector's reach until :meth:`Trainer.close` has run.
 
     It collects until a pass frees nothing (at most four passes): freeing some objects runs
     finalizers that release others, as a closed DeepSpeed engine does, freed on the second pass.
@@ -125,10 +114,9 @@ def destroy_process_group() -> None:
 
     - A short pause (``RELEASE_PAUSE_S``) that releases the GIL first. gloo frees a finished
       collective on its own worker thread, and a collective launched during a backward pass (DDP's
-      or ZeRO's gradient reductions) holds a Python object, the context torch 2.13's backward
-      keeps, so freeing it takes the GIL. torch's destroy joins those threads while it holds the
-      GIL, so a thread that has not yet freed its last collective waits for the GIL forever. This
-      happened once in the test suite, in a one-process DDP world, and the whole run hung.
+      or ZeRO's gradient reductions) holds a Python object, so freeing it takes the GIL, while
+      torch's destroy joins those threads holding the GIL: without the pause a thread that has not
+      yet freed its last collective can wait for the GIL forever, and the process hangs.
     - DeepSpeed's own destroy where DeepSpeed set up communication in this process. It also drops
       the groups DeepSpeed cached from this world, so a later world in the same process does not
       find them stale.

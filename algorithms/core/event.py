@@ -36,6 +36,13 @@ class Event(str, Enum):
     EVAL_BATCH_END = "eval_batch_end"
     EVAL_END = "eval_end"
 
+    @property
+    def opens(self) -> Event | None:
+        """The event this one closes (``AFTER_LOSS`` closes ``BEFORE_LOSS``, ``EVAL_END`` closes
+        ``EVAL_START``), or None. At a closing event the Engine runs the algorithms last-in first-out,
+        so what one changed at the opening event and restores at the closing one unwinds in order."""
+        return _OPENS.get(self)
+
     @classmethod
     def batch_events(cls) -> tuple[Event, ...]:
         """The events of one training batch, in order."""
@@ -52,3 +59,14 @@ class Event(str, Enum):
             cls.AFTER_TRAIN_BATCH,
             cls.BATCH_END,
         )
+
+
+#: Each closing event and the event it closes. AFTER_DATALOADER and AFTER_TRAIN_BATCH close none:
+#: the methods that act there transform the batch or the weights in list order.
+_OPENS = {
+    Event.AFTER_FORWARD: Event.BEFORE_FORWARD,
+    Event.AFTER_LOSS: Event.BEFORE_LOSS,
+    Event.AFTER_BACKWARD: Event.BEFORE_BACKWARD,
+    Event.EVAL_BATCH_END: Event.EVAL_BATCH_START,
+    Event.EVAL_END: Event.EVAL_START,
+}

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 #: The timestamp's counters a checkpoint keeps.
 TIMESTAMP_FIELDS = ("epoch", "batch", "sample", "batch_in_epoch")
 
-__all__ = ["State", "batch_get_item", "batch_set_item", "rng_state", "set_rng_state"]
+__all__ = ["State", "batch_get_item", "batch_set_item", "loader_generators", "rng_state", "set_rng_state"]
 
 
 def batch_get_item(batch: Any, key: int | str) -> Any:
@@ -51,22 +51,41 @@ def batch_set_item(batch: Any, key: int | str, value: Any) -> Any:
     raise TypeError(f"cannot set item {key!r} on a batch of type {type(batch).__name__}")
 
 
-def rng_state() -> dict[str, Any]:
-    """The global generators' states: torch's, CUDA's (None without CUDA) and Python's."""
+def loader_generators(loader: Any) -> list[torch.Generator]:
+    """The generators a data loader draws its order and its workers' seeds from, where it has its
+    own: the loader's ``generator`` and its sampler's (or its batch sampler's sampler's), each once."""
+    found: list[torch.Generator] = []
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for owner in (loader, getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None)):
+        generator = getattr(owner, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
+            found.append(generator)
+    return found
+
+
+def rng_state(loader: Any = None) -> dict[str, Any]:
+    """The generators' states: torch's, CUDA's (None without CUDA), Python's, and the data loader's
+    own (:func:`loader_generators`, in order)."""
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "python": random.getstate(),
+        "loader": [g.get_state() for g in loader_generators(loader)],
     }
 
 
-def set_rng_state(rng: Mapping[str, Any]) -> None:
-    """Put back what :func:`rng_state` returned (read from a file, where tuples came back as lists)."""
+def set_rng_state(rng: Mapping[str, Any], loader: Any = None) -> None:
+    """Put back what :func:`rng_state` returned (read from a file, where tuples came back as lists);
+    the loader's generators where the state holds as many as ``loader`` has."""
     torch.set_rng_state(rng["torch"])
     if rng["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
     version, internal, gauss = rng["python"]
     random.setstate((version, tuple(internal), gauss))
+    generators, saved = loader_generators(loader), rng.get("loader") or []
+    if len(generators) == len(saved):
+        for generator, state in zip(generators, saved, strict=True):
+            generator.set_state(state)
 
 
 @dataclass
@@ -122,7 +141,7 @@ class State:
             "scaler": self.scaler.state_dict() if enabled else None,
             "timestamp": {name: getattr(self.timestamp, name) for name in TIMESTAMP_FIELDS},
             "algorithms": [{"name": a.name, "state": a.state_dict()} for a in self.algorithms],
-            "rng": {**rng_state(), "epoch": self.epoch_rng},
+            "rng": {**rng_state(self.train_dataloader), "epoch": self.epoch_rng},
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any], weights: bool = True) -> None:
@@ -145,12 +164,12 @@ class State:
             setattr(self.timestamp, name, int(state_dict["timestamp"][name]))
         rng = state_dict["rng"]
         self.epoch_rng = rng.get("epoch")
-        self.pending_rng = {key: rng[key] for key in ("torch", "cuda", "python")}
+        self.pending_rng = {key: rng.get(key) for key in ("torch", "cuda", "python", "loader")}
 
     def restore_rng(self) -> None:
         """Put back the global generators of the checkpoint loaded last (nothing without one)."""
         if self.pending_rng is not None:
-            set_rng_state(self.pending_rng)
+            set_rng_state(self.pending_rng, self.train_dataloader)
             self.pending_rng = None
 
     @property

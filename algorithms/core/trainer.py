@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -26,10 +27,11 @@ import torch.nn.functional as F
 from ..targets import class_indices
 from .algorithm import Algorithm
 from .distributed import all_reduce_sum, local_device
-from .engine import Engine
+from .engine import Engine, check_together
 from .event import Event
 from .loss import loss_parts, total_loss
 from .method_log import MethodLog, check_method_log
+from .outputs import model_logits
 from .precision import autocast, check_precision, model_dtype
 from .state import State, batch_get_item, rng_state, set_rng_state
 from .strategies import Strategy, strategy
@@ -57,7 +59,15 @@ class Trainer:
             backpropagated, as in Composer) or a tuple of tensors (the sum of their means), in
             every parallel mode. Each part's mean is ``state.loss_parts[name]`` after the loss
             (a tuple's by position), logged at DEBUG by ``algorithms.core.trainer`` per batch.
-        algorithms: run in this order at every event where their ``match`` is true.
+        algorithms: run at every event where their ``match`` is true, in this order after the
+            Engine's ordering rules (:data:`~algorithms.core.engine.ORDER_RULES`: Selective Backprop
+            before the mixing methods, say), and last-in first-out at a closing event
+            (``AFTER_LOSS``, ``EVAL_END``...), so what one method changed and restores unwinds in
+            order. A list that cannot be correct (two methods that interpolate the loss; EMA with
+            SWA), or a method the parallel mode cannot run (``Algorithm.unsupported_parallel``), is
+            refused with a ValueError before anything is done. Each algorithm starts afresh at
+            ``Event.INIT`` (:meth:`~algorithms.core.Algorithm.reset`), so a list reused for a second
+            Trainer (a seed sweep) carries nothing over.
         eval_dataloader: batches for :meth:`eval` when it is called without any.
         precision: one of ``fp32``, ``fp16``, ``bf16``, ``amp_fp16``, ``amp_bf16``.
         device: defaults to CUDA where available (this process's own GPU under ``torchrun``),
@@ -72,10 +82,22 @@ class Trainer:
             The data loader's batches are per process (use a ``DistributedSampler``; its epoch is
             set every epoch).
         zero_stage: the DeepSpeed ZeRO stage (1 or 2) for ``parallel="deepspeed"``.
-        seed: seeds torch's global generator and the algorithms' generators.
-        schedulers: learning-rate schedulers, stepped after every optimizer step.
+        seed: seeds torch's global generator and the algorithms' generators. Every rank seeds
+            torch with ``seed`` before ``Event.INIT``, so modules a method adds there start alike
+            on every rank; once the model is wrapped, rank ``r`` of a distributed run reseeds with
+            ``seed + r``, so ranks draw different dropout masks and loader worker seeds (as
+            Composer's Trainer seeds them).
+        schedulers: learning-rate schedulers, stepped after every optimizer step, or at every
+            epoch's end with ``step_schedulers_every_batch=False``. ``ReduceLROnPlateau``, which
+            needs a metric at every step, is refused: step it yourself after :meth:`eval`.
+        step_schedulers_every_batch: step the schedulers after every optimizer step (True, the
+            default) or once at every epoch's end (False: ``StepLR(step_size=1)`` then halves the
+            rate per epoch), as Composer's option of that name.
         grad_clip_norm: clip the gradient norm to this value (after unscaling under AMP). The
-            algorithms at ``BEFORE_OPTIMIZER_STEP`` see these unscaled (and clipped) gradients.
+            algorithms at ``BEFORE_OPTIMIZER_STEP`` see these unscaled (and clipped) gradients,
+            except under ``parallel="deepspeed"``, whose engine unscales, clips and steps inside its
+            own step: there they see the gradients as its backward left them (in ``fp16``, scaled
+            by DeepSpeed's loss scale).
         logger: a :class:`~algorithms.core.MethodLog` to record what each algorithm did (its
             hyperparameters, once, and its activity counters), or ``None`` for a new one; it is
             ``trainer.method_log``, read after :meth:`fit` (``records``, ``acted(label)``,
@@ -113,6 +135,7 @@ class Trainer:
         device: str | torch.device | None = None,
         seed: int | None = None,
         schedulers: Sequence[Any] = (),
+        step_schedulers_every_batch: bool = True,
         grad_clip_norm: float | None = None,
         logger: MethodLog | None = None,
         parallel: str = "single",
@@ -130,6 +153,17 @@ class Trainer:
             raise ValueError(f"max_duration={max_duration!r}: give epochs, batches or samples, e.g. '2ep' or '100ba'")
         if grad_clip_norm is not None and grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
+        check_together(algorithms)
+        for algo in algorithms:
+            why = getattr(algo, "unsupported_parallel", {}).get(parallel)
+            if why is not None:
+                raise ValueError(f"{algo.name} under parallel={parallel!r}: {why}")
+        for scheduler in schedulers:
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                raise ValueError(
+                    "schedulers: ReduceLROnPlateau steps on a metric, which the Trainer does not compute "
+                    "while training: leave it out and call scheduler.step(trainer.eval()['loss']) yourself"
+                )
         device = torch.device(device) if device is not None else local_device()
         self.strategy: Strategy = strategy(
             parallel, precision=precision, device=device, grad_clip_norm=grad_clip_norm, zero_stage=zero_stage
@@ -178,6 +212,9 @@ class Trainer:
             batch_size=getattr(train_dataloader, "batch_size", None),
         )
         self.state.optimizers = (optimizer,)
+        if seed is not None and world_size > 1:  # the same weights on every rank; different draws from here
+            torch.manual_seed(seed + rank)
+        self.step_schedulers_every_batch = bool(step_schedulers_every_batch)
         self._resume_batches = 0  # batches of the current epoch a resumed run has trained already
         if load_path is not None:
             self.load_checkpoint(load_path)
@@ -263,24 +300,20 @@ class Trainer:
         return self.state.reached(self.state.max_duration)
 
     def fit(self) -> None:
-        """Train until ``max_duration``."""
+        """Train until ``max_duration``.
+
+        Each batch: ``BATCH_START``; the batch is moved to the device and its samples counted (the
+        loader's batch, before any method changes it, summed over the ranks); ``AFTER_DATALOADER``;
+        the forward and loss pass (:meth:`_loss_pass`); the backward, where an optimizer with
+        ``first_step`` (SAM's) takes its second gradient through the same loss pass; the optimizer
+        step; the schedulers (with ``step_schedulers_every_batch``); ``BATCH_END``. An epoch ends
+        when the loader is exhausted (or a sized loader's last batch is trained): then the
+        schedulers step where they are stepped per epoch, and ``EPOCH_END`` runs.
+        """
         self._refuse_if_closed()
-        state, run, strategy = self.state, self.engine.run_event, self.strategy
-        model, forward = state.model, self._forward
+        state, run = self.state, self.engine.run_event
         run(Event.FIT_START)
         optimizer = state.optimizer  # read after FIT_START, where an algorithm may wrap it (SAM)
-
-        def backward_again() -> torch.Tensor:
-            """This batch's forward, loss and backward once more at the weights the optimizer has
-            set, on the batch and loss target as the algorithms left them, without the events: the
-            closure an optimizer with ``first_step(closure)`` (SAM's) gets after the backward."""
-            with autocast(state.precision, state.device):
-                loss = total_loss(
-                    state.loss_fn(forward(self._batch_item(state.batch, "input_key")).float(), state.loss_target)
-                )
-            strategy.backward_once(loss)
-            return loss
-
         while not self._done():
             skip, self._resume_batches = self._resume_batches, 0  # a resumed run's epoch, part done
             state.timestamp.batch_in_epoch = skip
@@ -290,58 +323,113 @@ class Trainer:
             if not skip:
                 state.restore_rng()  # resumed at an epoch's end: the checkpoint's generators, from here on
                 run(Event.EPOCH_START)
-            model.train()
+            state.model.train()
             if skip and state.epoch_rng is not None:
-                set_rng_state(state.epoch_rng)  # the loader starts as the interrupted run's did
+                set_rng_state(state.epoch_rng, self.train_dataloader)  # the loader starts as the interrupted run's did
             else:
-                state.epoch_rng = rng_state()  # what iter(loader) draws its order and worker seeds from
-            empty = True
-            for i, batch in enumerate(self.train_dataloader):
+                state.epoch_rng = rng_state(self.train_dataloader)  # what iter(loader) draws its order and seeds from
+            empty, exhausted = True, True
+            batches = iter(self.train_dataloader)
+            for i, batch in enumerate(batches):
                 empty = False
                 if i < skip:
                     continue
                 state.restore_rng()  # resumed: the checkpoint's generators, once the loader has passed what was trained
-                run(Event.BATCH_START)
-                state.batch = self._to_device(batch)
-                run(Event.AFTER_DATALOADER)
-                run(Event.BEFORE_FORWARD)
-                with autocast(state.precision, state.device):
-                    state.outputs = forward(self._batch_item(state.batch, "input_key"))
-                run(Event.AFTER_FORWARD)
-                run(Event.BEFORE_LOSS)
-                state.loss_target = self._batch_item(state.batch, "target_key")
-                with autocast(state.precision, state.device):
-                    returned = state.loss_fn(state.outputs.float(), state.loss_target)
-                    state.loss = total_loss(returned)
-                state.loss_parts = loss_parts(returned)
-                if state.loss_parts and log.isEnabledFor(logging.DEBUG):  # a host sync, only when asked
-                    parts = ", ".join(f"{name} {float(value):.6g}" for name, value in state.loss_parts.items())
-                    log.debug("batch %d: loss %.6g (%s)", state.timestamp.batch, float(state.loss.detach()), parts)
-                run(Event.AFTER_LOSS)
-                run(Event.BEFORE_BACKWARD)
-                strategy.backward(state.loss, optimizer, backward_again)
-                run(Event.AFTER_BACKWARD)
-                strategy.prepare_step(model, optimizer)  # unscaled (and clipped) gradients from here
-                run(Event.BEFORE_OPTIMIZER_STEP)
-                strategy.step(optimizer)
-                for scheduler in state.schedulers:
-                    scheduler.step()
-                run(Event.AFTER_TRAIN_BATCH)
-                ts = state.timestamp
-                ts.batch += 1
-                ts.batch_in_epoch += 1
-                ts.sample += int(self._batch_item(state.batch, "input_key").shape[0])
-                run(Event.BATCH_END)
+                self._train_batch(batch, optimizer)
                 if state.max_duration.unit is not TimeUnit.EPOCH and self._done():
+                    exhausted = False
+                    if state.timestamp.batch_in_epoch == state.dataloader_len:
+                        next(batches, None)  # ended with the epoch: its loader finishes as in a longer run (a
+                        # sampler of its own draws once more as it stops), so a resumed run's next epoch alike
                     break
             if empty:
                 raise ValueError("train_dataloader yielded no batches — check the data set")
-            if state.timestamp.batch_in_epoch == state.dataloader_len or state.dataloader_len is None:
+            # A duration reached mid-epoch leaves the epoch open: a resumed run goes on within it.
+            if state.timestamp.batch_in_epoch == state.dataloader_len or (exhausted and state.dataloader_len is None):
                 state.timestamp.epoch += 1
                 state.timestamp.batch_in_epoch = 0  # none of the next epoch yet (progress counts it so)
+                if not self.step_schedulers_every_batch:
+                    for scheduler in state.schedulers:
+                        scheduler.step()
                 run(Event.EPOCH_END)
                 log.info("epoch %d done (%d batches)", state.timestamp.epoch, state.timestamp.batch)
+            elif exhausted:
+                raise ValueError(
+                    f"train_dataloader yielded {state.timestamp.batch_in_epoch} batches where its len() is "
+                    f"{state.dataloader_len}: give a loader whose len() is the number of batches it yields"
+                )
         run(Event.FIT_END)
+
+    def _train_batch(self, batch: Any, optimizer: torch.optim.Optimizer) -> None:
+        state, run, strategy = self.state, self.engine.run_event, self.strategy
+        run(Event.BATCH_START)
+        state.batch = self._to_device(batch)
+        samples = self._count_samples(state.batch)  # the loader's batch, before the methods change it
+        run(Event.AFTER_DATALOADER)
+        loaded = state.batch  # what the loss pass starts from, also in SAM's second pass
+        self._loss_pass(loaded)
+        if state.loss_parts and log.isEnabledFor(logging.DEBUG):  # a host sync, only when asked
+            parts = ", ".join(f"{name} {float(value):.6g}" for name, value in state.loss_parts.items())
+            log.debug("batch %d: loss %.6g (%s)", state.timestamp.batch, float(state.loss.detach()), parts)
+        run(Event.BEFORE_BACKWARD)
+
+        def backward_again() -> torch.Tensor:
+            """The closure an optimizer with ``first_step(closure)`` (SAM's) gets after the backward:
+            this batch's loss pass once more, at the weights the optimizer has set, from the batch as
+            it was after ``AFTER_DATALOADER`` and through the same events (unlogged: nothing counts
+            twice), then its backward. What the first pass left in the state (batch, outputs, loss,
+            target) is put back afterwards."""
+            first = (state.batch, state.outputs, state.loss, state.loss_parts, state.loss_target)
+            with torch.enable_grad():
+                loss = self._loss_pass(loaded, log=False)
+                strategy.backward_once(loss)
+            state.batch, state.outputs, state.loss, state.loss_parts, state.loss_target = first
+            return loss.detach()
+
+        strategy.backward(state.loss, optimizer, backward_again)
+        run(Event.AFTER_BACKWARD)
+        strategy.prepare_step(state.model, optimizer)  # unscaled (and clipped) gradients from here
+        run(Event.BEFORE_OPTIMIZER_STEP)
+        strategy.step(optimizer)
+        if self.step_schedulers_every_batch:
+            for scheduler in state.schedulers:
+                scheduler.step()
+        run(Event.AFTER_TRAIN_BATCH)
+        ts = state.timestamp
+        ts.batch += 1
+        ts.batch_in_epoch += 1
+        ts.sample += samples
+        run(Event.BATCH_END)
+
+    def _loss_pass(self, batch: Any, log: bool = True) -> torch.Tensor:
+        """From ``batch`` (as ``AFTER_DATALOADER`` left it): ``BEFORE_FORWARD``, the forward,
+        ``AFTER_FORWARD``, ``BEFORE_LOSS``, the loss on the logits and the target as the methods left
+        them, ``AFTER_LOSS``; returns ``state.loss`` as the methods left it. ``log=False`` runs the
+        events without the methods' logs (SAM's second pass)."""
+        state = self.state
+        run = functools.partial(self.engine.run_event, log=log)
+        state.batch = batch
+        run(Event.BEFORE_FORWARD)
+        with autocast(state.precision, state.device):
+            state.outputs = self._forward(self._batch_item(state.batch, "input_key"))
+        run(Event.AFTER_FORWARD)
+        run(Event.BEFORE_LOSS)
+        state.loss_target = self._batch_item(state.batch, "target_key")
+        with autocast(state.precision, state.device):
+            returned = state.loss_fn(model_logits(state.outputs).float(), state.loss_target)
+            state.loss = total_loss(returned)
+        state.loss_parts = loss_parts(returned)
+        run(Event.AFTER_LOSS)
+        return state.loss
+
+    def _count_samples(self, batch: Any) -> int:
+        """The samples of this batch over every rank: the input's batch size, summed over the
+        process group (one small all-reduce a batch, as Composer's Trainer does, so ranks whose last
+        batches differ in size still count what was trained)."""
+        samples = int(self._batch_item(batch, "input_key").shape[0])
+        if self.state.world_size > 1:
+            samples = int(all_reduce_sum(torch.tensor([samples], device=self.state.device)).item())
+        return samples
 
     @torch.no_grad()
     def eval(self, dataloader: Iterable[Any] | None = None) -> dict[str, float]:
@@ -359,32 +447,33 @@ class Trainer:
         if dataloader is None:
             raise ValueError("eval() needs a dataloader: pass one or give the Trainer eval_dataloader")
         state = self.state
-        self.engine.run_event(Event.EVAL_START)
         was_training = state.model.training
-        state.model.eval()
+        self.engine.run_event(Event.EVAL_START)
         # Accumulate on the device; one host transfer at the end, not one per batch.
         correct, labelled, loss_sum = (torch.zeros((), device=state.device, dtype=torch.float64) for _ in range(3))
         count = 0
-        for batch in dataloader:
-            self.engine.run_event(Event.EVAL_BATCH_START)
-            batch = self._to_device(batch)
-            inputs = self._batch_item(batch, "input_key")
-            targets = self._batch_item(batch, "target_key")
-            with autocast(state.precision, state.device):
-                outputs = state.model(inputs)
-            outputs = outputs.float()
-            n = int(inputs.shape[0])
-            loss_sum += total_loss(state.loss_fn(outputs, targets)).double() * n
-            if _classes_last(outputs, targets):  # a language model's logits (N, T, V) for labels (N, T)
-                outputs = outputs.movedim(-1, 1)
-            labels = class_indices(targets, outputs.shape)
-            counted = labels >= 0
-            correct += ((outputs.argmax(dim=1) == labels) & counted).sum()
-            labelled += counted.sum()
-            count += n
-            self.engine.run_event(Event.EVAL_BATCH_END)
-        state.model.train(was_training)  # an eval mid-epoch leaves the rest of it training as before
-        self.engine.run_event(Event.EVAL_END)
+        try:
+            state.model.eval()
+            for batch in dataloader:
+                self.engine.run_event(Event.EVAL_BATCH_START)
+                batch = self._to_device(batch)
+                inputs = self._batch_item(batch, "input_key")
+                targets = self._batch_item(batch, "target_key")
+                with autocast(state.precision, state.device):
+                    outputs = model_logits(state.model(inputs)).float()
+                n = int(inputs.shape[0])
+                loss_sum += total_loss(state.loss_fn(outputs, targets)).double() * n
+                if _classes_last(outputs, targets):  # a language model's logits (N, T, V) for labels (N, T)
+                    outputs = outputs.movedim(-1, 1)
+                labels = class_indices(targets, outputs.shape)
+                counted = labels >= 0
+                correct += ((outputs.argmax(dim=1) == labels) & counted).sum()
+                labelled += counted.sum()
+                count += n
+                self.engine.run_event(Event.EVAL_BATCH_END)
+        finally:  # also after an error: the training mode back, and the methods' swaps undone (EMA's weights)
+            state.model.train(was_training)  # an eval mid-epoch leaves the rest of it training as before
+            self.engine.run_event(Event.EVAL_END)
         totals = torch.stack(
             [correct, labelled, loss_sum, torch.tensor(float(count), dtype=torch.float64, device=state.device)]
         )

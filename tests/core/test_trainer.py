@@ -567,7 +567,7 @@ class _Wrap(Algorithm):
 
 def test_an_optimizer_with_first_step_gets_the_batch_again_at_the_weights_it_sets():
     """After the backward the Trainer calls first_step with a closure that runs the batch's forward,
-    loss and backward at the weights the optimizer set (no events); the step then sees that
+    loss and backward at the weights the optimizer set (through the loss pass's events again); the step then sees that
     gradient, and state.loss stays the loss at the weights the batch started from. An optimizer
     an algorithm installs at FIT_START is the one the Trainer steps."""
     torch.manual_seed(0)
@@ -594,7 +594,7 @@ def test_an_optimizer_with_first_step_gets_the_batch_again_at_the_weights_it_set
         torch.testing.assert_close(c, d)
     torch.testing.assert_close(wrap.opt.closure_losses[0], loss1)
     torch.testing.assert_close(wrap.loss[0], loss0)
-    assert count.counts[Event.BEFORE_FORWARD] == 1  # the closure ran no events
+    assert count.counts[Event.BEFORE_FORWARD] == 2  # the closure ran the loss pass's events again
     for p, p0, g in zip(model.parameters(), start, g1, strict=True):  # the wrapper's SGD stepped
         torch.testing.assert_close(p.detach(), p0 - 0.1 * g)
 

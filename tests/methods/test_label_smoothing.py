@@ -148,7 +148,7 @@ def test_in_the_trainer_a_language_models_loss_is_against_the_smoothed_tokens():
     keys = {"input_key": "input_ids", "target_key": "labels"}
     model = transformer_tiny(11)
     Trainer(
-        model, batches, "2ba", algorithms=[LabelSmoothing(0.3, target_key="labels"), spy], loss_fn=lm_loss, **keys
+        model, batches, "2ba", algorithms=[spy, LabelSmoothing(0.3, target_key="labels")], loss_fn=lm_loss, **keys
     ).fit()
     for (out, loss, target_after), batch in zip(spy.seen, batches, strict=True):
         log_p = out.float().log_softmax(-1)
@@ -311,7 +311,8 @@ def test_smoothed_rows_are_distributions(n, k, dtype, seed, smoothing):
 
 
 class _Spy(Algorithm):
-    """Keeps the outputs, the loss and the target the batch holds after the loss."""
+    """Keeps the outputs, the loss and the target the batch holds after the loss. Listed first, it
+    runs last at AFTER_LOSS (last-in first-out), once the methods after it have unwound."""
 
     def __init__(self, target_key=1):
         self.seen, self.target_key = [], target_key
@@ -336,7 +337,7 @@ def _classifier(k=4):
 
 def test_in_the_trainer_the_loss_is_cross_entropy_against_the_smoothed_target():
     batches, spy = _image_batches(), _Spy()
-    Trainer(_classifier(), batches, "2ba", algorithms=[LabelSmoothing(0.3), spy], seed=0).fit()
+    Trainer(_classifier(), batches, "2ba", algorithms=[spy, LabelSmoothing(0.3)], seed=0).fit()
     for (out, loss, target_after), (_, y) in zip(spy.seen, batches, strict=True):
         expected = -(reference(F.one_hot(y, 4), 0.3) * out.log_softmax(1)).sum(1).mean()
         torch.testing.assert_close(loss, expected)
@@ -347,7 +348,7 @@ def test_in_the_trainer_segmentation_targets_are_smoothed_per_pixel():
     g = torch.Generator().manual_seed(0)
     batches = [(torch.randn(2, 3, 6, 6, generator=g), torch.randint(0, 5, (2, 6, 6), generator=g))]
     spy = _Spy()
-    Trainer(torch.nn.Conv2d(3, 5, 1), batches, "1ba", algorithms=[LabelSmoothing(0.2), spy]).fit()
+    Trainer(torch.nn.Conv2d(3, 5, 1), batches, "1ba", algorithms=[spy, LabelSmoothing(0.2)]).fit()
     ((out, loss, _),) = spy.seen
     torch.testing.assert_close(loss, F.cross_entropy(out, batches[0][1], label_smoothing=0.2))
 
