@@ -49,6 +49,10 @@ class Algorithm(ABC):
     parameters without a gradient (Stochastic Depth's dropped blocks), so that under DDP the
     Trainer wraps the model with ``find_unused_parameters=True``.
 
+    ``unsupported_parallel``: the parallel modes (``Trainer(parallel=...)`` names, e.g. ``"fsdp"``)
+    this method cannot run under, each with a one-line reason that says what to use instead; the
+    Trainer refuses such a combination when it is built, before any training.
+
     ``activity``: the counters of what the method does, each with a phrase a reader understands,
     e.g. ``{"batches_mixed": "batches mixed"}``. Every method of the library declares them so that
     all of them at 0 after a run means the method did not act (or overrides :meth:`acted`).
@@ -66,6 +70,7 @@ class Algorithm(ABC):
     """
 
     unused_parameters: bool = False
+    unsupported_parallel: Mapping[str, str] = MappingProxyType({})
     activity: Mapping[str, str] = MappingProxyType({})
 
     @abstractmethod

@@ -10,6 +10,7 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -187,6 +188,12 @@ class EMA(Algorithm):
         ['accuracy', 'loss']
     """
 
+    unsupported_parallel = MappingProxyType(
+        {
+            "fsdp": "EMA keeps a whole copy of the model, which FSDP's sharded model cannot give; "
+            "train with parallel='ddp', or average the gathered full weights outside FSDP with compute_ema"
+        }
+    )
     activity = {
         "averaging_updates": "updates of the averaged weights",
         "evaluations_averaged": "evaluations run with the averaged weights",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -179,6 +180,12 @@ class SWA(Algorithm):
         6
     """
 
+    unsupported_parallel = MappingProxyType(
+        {
+            "fsdp": "SWA keeps a whole copy of the model, which FSDP's sharded model cannot give; "
+            "train with parallel='ddp', or average the gathered full weights outside FSDP with update_swa_average"
+        }
+    )
     activity = {
         "snapshots_averaged": "weight snapshots added to the mean",
         "averages_loaded": "times the mean was loaded into the model",

@@ -280,6 +280,23 @@ def test_functional_defaults_equal_the_class_defaults(record):
     assert {n: functional[n].default for n in shared} == {n: constructor[n].default for n in shared}
 
 
+def test_a_refused_parallel_mode_is_a_known_mode_with_a_one_line_reason():
+    """``unsupported_parallel`` maps Trainer parallel modes to a reason of one line that says what to
+    do instead; EMA and SWA, which copy the whole model, refuse FSDP."""
+    from algorithms.core import PARALLELS
+
+    for record in WITH_CLASS:
+        refused = _cls(record).unsupported_parallel
+        assert set(refused) <= set(PARALLELS), record.key
+        assert all(isinstance(r, str) and r.strip() and "\n" not in r for r in refused.values()), record.key
+    for cls in (algorithms.EMA, algorithms.SWA):
+        assert set(cls.unsupported_parallel) == {"fsdp"}
+        assert "ddp" in cls.unsupported_parallel["fsdp"].lower()
+        with pytest.raises(TypeError):
+            cls.unsupported_parallel["ddp"] = "x"  # read-only, shared by every instance
+    assert dict(Algorithm.unsupported_parallel) == {}
+
+
 @pytest.mark.skipif(
     not hasattr(Algorithm, "state_dict"),
     reason="Algorithm.state_dict()/load_state_dict() do not exist yet (algorithms/core/algorithm.py)",
