@@ -145,6 +145,12 @@ class MixingAlgorithm(Algorithm):
         self.interpolate_loss = bool(interpolate_loss)
         self.input_key = input_key
         self.target_key = target_key
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the last batch's mix (:attr:`indices`, :attr:`mixing`, :attr:`permuted_target`) and
+        the generator."""
+        super().reset()
         self._indices: torch.Tensor | None = None
         self._weight_perm = 0.0
         self._mixed_target: torch.Tensor | None = None

@@ -134,6 +134,17 @@ class Algorithm(ABC):
         self._generator = None  # made from the new seed at the next draw
         return self
 
+    def reset(self) -> None:
+        """Forget everything a previous run left: per-run state (an average, counters, the last
+        batch's draws) and the random generator. A seed given by :meth:`manual_seed` stays: the
+        generator is made again from it at the next draw. Hyperparameters stay as constructed.
+
+        The :class:`~algorithms.core.Engine` calls it for every algorithm at ``Event.INIT``,
+        before any algorithm runs, so an instance reused in another Trainer (a seed sweep that
+        builds its list once) starts as a freshly built one would. A subclass with state of its
+        own overrides it and calls ``super().reset()``."""
+        self._generator = None
+
     def generator(self, state: State) -> torch.Generator:
         """This algorithm's CPU random generator, created on first use.
 

@@ -218,6 +218,11 @@ class EMA(Algorithm):
         self.ema_start = ema_start
         self.update_interval = str(interval)
         self._interval = interval
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the average (and a checkpoint's average waiting to be loaded) and the generator."""
+        super().reset()
         self._ema_model: torch.nn.Module | None = None
         self._pending: Mapping[str, torch.Tensor] | None = None  # averaged weights loaded before the copy exists
         self._swapped_into: torch.nn.Module | None = None  # the model holding the average during evaluation

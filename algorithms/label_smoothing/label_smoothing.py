@@ -103,6 +103,11 @@ class LabelSmoothing(Algorithm):
         PARAMETERS.check(smoothing=smoothing)
         self.smoothing = float(smoothing)
         self.target_key = target_key
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the target saved between ``BEFORE_LOSS`` and ``AFTER_LOSS`` and the generator."""
+        super().reset()
         self._original: torch.Tensor | None = None
 
     def match(self, event: Event, state: State) -> bool:

@@ -224,6 +224,12 @@ class SWA(Algorithm):
         self.input_key = input_key
         self._bn_dataloader = bn_dataloader
         self._interval = interval
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the mean, its count, the schedule, whether averaging started or completed, and the
+        generator."""
+        super().reset()
         self._swa_model: torch.nn.Module | None = None
         self._scheduler: SWALR | None = None
         self._pending: dict[str, Any] = {}  # a checkpoint's mean and schedule, until the model is there
