@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from .parameters import plain_number
+
 if TYPE_CHECKING:
     from .event import Event
     from .method_log import AlgorithmLog
@@ -62,6 +64,11 @@ class Algorithm(ABC):
     ``logger``; ``apply`` counts what it did with :meth:`report`. Subclasses sample their random
     parameters in ``apply`` and call their functional form; the math lives only there.
 
+    Hyperparameters are plain Python values: a NumPy scalar or a 0-d tensor that a declaration
+    accepts as a number (``CutOut(num_holes=np.int64(2))``) is stored, as every public attribute
+    is, as the ``int`` or ``float`` it holds (:func:`~algorithms.core.parameters.plain_number`),
+    so :func:`repr`, the log and checkpoints show plain numbers.
+
     Randomness: each algorithm draws from its own generator (:meth:`generator`), seeded from the
     Trainer's ``seed``, the rank and which instance of its class it is in the Trainer's list; or,
     after :meth:`manual_seed`, from the seed given to it and the rank alone, whatever the
@@ -72,6 +79,9 @@ class Algorithm(ABC):
     unused_parameters: bool = False
     unsupported_parallel: Mapping[str, str] = MappingProxyType({})
     activity: Mapping[str, str] = MappingProxyType({})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value if name.startswith("_") else plain_number(value))
 
     @abstractmethod
     def match(self, event: Event, state: State) -> bool:
