@@ -218,7 +218,17 @@ class EMA(Algorithm):
         self.ema_start = ema_start
         self.update_interval = str(interval)
         self._interval = interval
+        self._smoothing_given = smoothing is not None
         self.reset()
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The constructor's arguments, so that :func:`repr` is a call that builds this EMA:
+        ``smoothing`` is ``None`` where it was derived from ``half_life`` (read the derived value
+        from the :attr:`smoothing` attribute), and ``update_interval`` is the interval used."""
+        params = super().hyperparameters()
+        if not self._smoothing_given:
+            params["smoothing"] = None
+        return params
 
     def reset(self) -> None:
         """Forget the average (and a checkpoint's average waiting to be loaded) and the generator."""

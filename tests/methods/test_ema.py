@@ -412,10 +412,12 @@ def test_the_hyperparameters_are_kept_with_composers_defaults(kwargs, attributes
     assert {name: getattr(ema, name) for name in attributes} == attributes
     smoothing = 0.9 if updates_per_half_life is None else math.exp(-math.log(2) / updates_per_half_life)
     assert ema.smoothing == pytest.approx(smoothing, rel=1e-12)
+    given = ema.smoothing if attributes["half_life"] is None else None  # derived from half_life: not an argument
     assert repr(ema) == (
-        f"EMA(half_life={attributes['half_life']!r}, smoothing={ema.smoothing!r}, "
+        f"EMA(half_life={attributes['half_life']!r}, smoothing={given!r}, "
         f"ema_start={attributes['ema_start']!r}, update_interval={attributes['update_interval']!r})"
     )
+    assert repr(eval(repr(ema), {"EMA": EMA})) == repr(ema)
 
 
 # -- two ranks ----------------------------------------------------------------------------------------

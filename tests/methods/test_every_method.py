@@ -297,6 +297,25 @@ def test_a_refused_parallel_mode_is_a_known_mode_with_a_one_line_reason():
     assert dict(Algorithm.unsupported_parallel) == {}
 
 
+def _namespace():
+    return {name: getattr(algorithms, name) for name in algorithms.__all__}
+
+
+@pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
+def test_the_repr_is_a_call_that_builds_an_equal_algorithm(record):
+    """With its defaults, with its metadata's suggested values, and with a manual seed:
+    ``eval(repr(algo))`` in the package's namespace builds an algorithm with the same repr and
+    hyperparameters."""
+    suggested = {name: spec.suggested for name, spec in record.hyperparameters.items()}
+    for algo in (_build(record), _cls(record)(**suggested), _build(record).manual_seed(5)):
+        text = repr(algo)
+        try:
+            again = eval(text, _namespace())
+        except Exception as exc:  # noqa: BLE001 - the message names the repr that is not a valid call
+            pytest.fail(f"{record.key}: eval({text!r}) raised {type(exc).__name__}: {exc}")
+        assert repr(again) == text and again.hyperparameters() == algo.hyperparameters()
+
+
 @pytest.mark.skipif(
     not hasattr(Algorithm, "state_dict"),
     reason="Algorithm.state_dict()/load_state_dict() do not exist yet (algorithms/core/algorithm.py)",
