@@ -87,7 +87,9 @@ def select_using_loss(
     scale_factor: float = 1,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep the rows of a batch chosen by their loss, as ``composer.functional.select_using_loss``.
+    """Keep the rows of a batch chosen by their loss, with the signature and the selection rule of
+    ``composer.functional.select_using_loss``; unlike Composer, a module is scored in eval mode
+    (below).
 
     Each example is scored by ``loss_fun(model(input), target, reduction="none")`` under
     ``torch.no_grad()`` (on ``input`` resized by ``scale_factor`` when it is below 1). With the
