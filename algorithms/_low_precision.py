@@ -29,6 +29,11 @@ class LowPrecisionNorm(Algorithm):
     replace: Callable[..., Any]
     _replaced = 0  # the norms replaced at INIT
 
+    def reset(self) -> None:
+        """Forget how many norms the last run replaced (the next run replaces its own) and the generator."""
+        super().reset()
+        self._replaced = 0
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.INIT or (event is Event.AFTER_FORWARD and self._replaced > 0)
 

@@ -16,6 +16,7 @@ import torch
 from .core.algorithm import Algorithm
 from .core.event import Event
 from .core.loss import total_loss
+from .core.outputs import model_logits
 from .core.state import State
 from .targets import interpolate_targets, target_dtype
 
@@ -135,6 +136,10 @@ class MixingAlgorithm(Algorithm):
     smoothed by a LabelSmoothing listed before or after). Every per-example target transform
     commutes with taking rows ``target[indices]``, so the order of the algorithms does not matter.
 
+    The model may return a tensor of logits, a dict with ``"logits"`` or an object with
+    ``.logits`` (:func:`~algorithms.core.outputs.model_logits`): the target is mixed against the
+    logits, and the interpolated loss calls the Trainer's ``loss_fn`` on the logits.
+
     It counts ``batches_mixed``: the batches of two or more examples mixed with a weight above 0
     (``alpha=0`` draws no mixing); none means it did not act.
     """
@@ -145,6 +150,12 @@ class MixingAlgorithm(Algorithm):
         self.interpolate_loss = bool(interpolate_loss)
         self.input_key = input_key
         self.target_key = target_key
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the last batch's mix (:attr:`indices`, :attr:`mixing`, :attr:`permuted_target`) and
+        the generator."""
+        super().reset()
         self._indices: torch.Tensor | None = None
         self._weight_perm = 0.0
         self._mixed_target: torch.Tensor | None = None
@@ -203,7 +214,7 @@ class MixingAlgorithm(Algorithm):
                 self.report(logger, "batches_mixed")
             return
         if event is Event.BEFORE_LOSS and not self.interpolate_loss:
-            outputs, target = state.outputs, state.batch_get_item(self.target_key)
+            outputs, target = model_logits(state.outputs), state.batch_get_item(self.target_key)
             state.batch_set_item(
                 self.target_key,
                 interpolate_targets(
@@ -215,7 +226,7 @@ class MixingAlgorithm(Algorithm):
                 ),
             )
         elif event is Event.AFTER_LOSS and self.interpolate_loss:
-            outputs, target = state.outputs.float(), state.loss_target
+            outputs, target = model_logits(state.outputs).float(), state.loss_target
             state.loss = (
                 total_loss(state.loss_fn(outputs, target)) * (1.0 - self._weight_perm)
                 + total_loss(state.loss_fn(outputs, self._partners(target, "at the loss"))) * self._weight_perm

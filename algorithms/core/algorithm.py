@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from .parameters import plain_number
+
 if TYPE_CHECKING:
     from .event import Event
     from .method_log import AlgorithmLog
@@ -49,6 +51,10 @@ class Algorithm(ABC):
     parameters without a gradient (Stochastic Depth's dropped blocks), so that under DDP the
     Trainer wraps the model with ``find_unused_parameters=True``.
 
+    ``unsupported_parallel``: the parallel modes (``Trainer(parallel=...)`` names, e.g. ``"fsdp"``)
+    this method cannot run under, each with a one-line reason that says what to use instead; the
+    Trainer refuses such a combination when it is built, before any training.
+
     ``activity``: the counters of what the method does, each with a phrase a reader understands,
     e.g. ``{"batches_mixed": "batches mixed"}``. Every method of the library declares them so that
     all of them at 0 after a run means the method did not act (or overrides :meth:`acted`).
@@ -58,6 +64,11 @@ class Algorithm(ABC):
     ``logger``; ``apply`` counts what it did with :meth:`report`. Subclasses sample their random
     parameters in ``apply`` and call their functional form; the math lives only there.
 
+    Hyperparameters are plain Python values: a NumPy scalar or a 0-d tensor that a declaration
+    accepts as a number (``CutOut(num_holes=np.int64(2))``) is stored, as every public attribute
+    is, as the ``int`` or ``float`` it holds (:func:`~algorithms.core.parameters.plain_number`),
+    so :func:`repr`, the log and checkpoints show plain numbers.
+
     Randomness: each algorithm draws from its own generator (:meth:`generator`), seeded from the
     Trainer's ``seed``, the rank and which instance of its class it is in the Trainer's list; or,
     after :meth:`manual_seed`, from the seed given to it and the rank alone, whatever the
@@ -66,7 +77,11 @@ class Algorithm(ABC):
     """
 
     unused_parameters: bool = False
+    unsupported_parallel: Mapping[str, str] = MappingProxyType({})
     activity: Mapping[str, str] = MappingProxyType({})
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value if name.startswith("_") else plain_number(value))
 
     @abstractmethod
     def match(self, event: Event, state: State) -> bool:
@@ -128,6 +143,17 @@ class Algorithm(ABC):
         self._seed = value
         self._generator = None  # made from the new seed at the next draw
         return self
+
+    def reset(self) -> None:
+        """Forget everything a previous run left: per-run state (an average, counters, the last
+        batch's draws) and the random generator. A seed given by :meth:`manual_seed` stays: the
+        generator is made again from it at the next draw. Hyperparameters stay as constructed.
+
+        The :class:`~algorithms.core.Engine` calls it for every algorithm at ``Event.INIT``,
+        before any algorithm runs, so an instance reused in another Trainer (a seed sweep that
+        builds its list once) starts as a freshly built one would. A subclass with state of its
+        own overrides it and calls ``super().reset()``."""
+        self._generator = None
 
     def generator(self, state: State) -> torch.Generator:
         """This algorithm's CPU random generator, created on first use.

@@ -20,13 +20,19 @@ bad value gets the same one-line ``ValueError`` naming the parameter, the value 
 
 The card's hyperparameter table reads the range (:meth:`Declared.range`) and the note from here,
 and ``metadata.json`` keeps only the suggested value and why. A bool is never a number here
-(``True`` is not accepted where an integer is expected). Standard library only.
+(``True`` is not accepted where an integer is expected). Where a number is declared, a NumPy
+integer or floating scalar and a 0-d torch tensor of an integer or floating dtype are numbers too,
+as Composer, timm and torchvision take them (``np.int64(1)`` from a sweep's ``np.arange``):
+:func:`plain_number` turns them into the ``int`` or ``float`` they hold, and :meth:`Parameters.check`
+returns the values so converted. Standard library only (NumPy and torch are looked up in
+``sys.modules``, never imported).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +48,7 @@ __all__ = [
     "Real",
     "Rule",
     "interval",
+    "plain_number",
 ]
 
 
@@ -81,7 +88,33 @@ class Declared:
         raise ValueError(f"{name}={value!r}: must be {'None or ' if self.optional else ''}{self.requirement()}")
 
 
+def plain_number(value: Any) -> Any:
+    """The Python ``int`` or ``float`` that a NumPy integer or floating scalar (``np.int64(3)``,
+    ``np.float32(0.5)``) or a 0-d torch tensor of an integer or floating dtype
+    (``torch.tensor(3)``) holds; any other value is returned as it is (a bool, ``np.bool_``, a
+    bool tensor, a tensor or array with a dimension, a string).
+
+    >>> plain_number(3), plain_number("3")
+    (3, '3')
+    """
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.generic):
+        if isinstance(value, numpy.integer):
+            return int(value)
+        if isinstance(value, numpy.floating):
+            return float(value)
+        return value
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor) and value.ndim == 0:
+        if value.dtype.is_floating_point:
+            return float(value.item())
+        if not value.dtype.is_complex and value.dtype is not torch.bool:
+            return int(value.item())
+    return value
+
+
 def _is_number(value: Any) -> bool:
+    value = plain_number(value)
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -95,6 +128,7 @@ class Real(Declared):
     high_open: bool = False
 
     def accepts(self, value: Any) -> bool:
+        value = plain_number(value)
         return _is_number(value) and _within(value, self.low, self.high, self.low_open, self.high_open)
 
     def range(self) -> str:
@@ -113,6 +147,7 @@ class Integer(Declared):
     also: tuple[int, ...] = ()
 
     def accepts(self, value: Any) -> bool:
+        value = plain_number(value)
         if isinstance(value, bool) or not isinstance(value, int):
             return False
         return value in self.also or _within(value, self.low, self.high)
@@ -132,6 +167,7 @@ class FractionOrCount(Declared):
     of: str
 
     def accepts(self, value: Any) -> bool:
+        value = plain_number(value)
         return _is_number(value) and value > 0 and (value < 1 or value == int(value))
 
     def range(self) -> str:
@@ -243,16 +279,24 @@ class Parameters(Mapping[str, Declared]):
     def __repr__(self) -> str:
         return f"Parameters({', '.join(self._declared)})"
 
-    def check(self, **values: Any) -> None:
+    def check(self, **values: Any) -> dict[str, Any]:
         """Validate the given hyperparameters (a functional form passes the ones it takes), then
-        every rule whose parameters were all given; the first problem raises ``ValueError``."""
+        every rule whose parameters were all given; the first problem raises ``ValueError``.
+
+        Returns the values by name, a NumPy or 0-d tensor scalar given for a declared number as the
+        Python ``int`` or ``float`` it holds (:func:`plain_number`), the others as given."""
         for name, value in values.items():
             if name not in self._declared:
                 raise TypeError(f"{name!r} is not a declared hyperparameter — declare it or drop it")
             self._declared[name].check(name, value)
+        values = {
+            name: plain_number(value) if isinstance(self._declared[name], (Real, Integer, FractionOrCount)) else value
+            for name, value in values.items()
+        }
         for rule in self.rules:
             if all(name in values for name in rule.names):
                 arguments = {name: values[name] for name in rule.names}
                 if not rule.test(**arguments):
                     given = ", ".join(f"{name}={value!r}" for name, value in arguments.items())
                     raise ValueError(f"{given}: {rule.says}")
+        return values

@@ -199,7 +199,12 @@ class CutMix(MixingAlgorithm):
         """The box of the last batch mixed, ``(x1, y1, x2, y2)`` as :func:`cutmix_batch` returns it
         (None before the first batch); with :attr:`indices` and :attr:`permuted_target`, Composer's
         ``_bbox``, ``_indices`` and ``_permuted_target``."""
-        return getattr(self, "_bbox", None)
+        return self._bbox
+
+    def reset(self) -> None:
+        """Forget the last batch's mix, its box included, and the generator."""
+        super().reset()
+        self._bbox: BBox | None = None
 
     def mix(self, input: torch.Tensor, target: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, float]:
         if target.ndim > 2:

@@ -10,6 +10,7 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -77,7 +78,8 @@ def compute_ema(model: torch.nn.Module, ema_model: torch.nn.Module, smoothing: f
     Args:
         model: the model being trained; not modified.
         ema_model: a copy of ``model`` (the same parameters and buffers, in the same order) holding
-            the average; changed in place.
+            the average; changed in place. Its tensors may be of a wider dtype than ``model``'s (an
+            fp32 copy of a bf16 model): the update is computed in ``ema_model``'s dtype.
         smoothing: how much of the old average each update keeps, in ``[0, 1]``: 0 copies
             ``model``, 1 leaves the average as it is.
 
@@ -99,7 +101,7 @@ def compute_ema(model: torch.nn.Module, ema_model: torch.nn.Module, smoothing: f
         for ema_tensor, tensor in paired_tensors(model, ema_model):
             if ema_tensor.is_floating_point() or ema_tensor.is_complex():
                 averaged.append(ema_tensor.detach())
-                current.append(tensor.detach())
+                current.append(tensor.detach().to(ema_tensor.dtype))  # no copy where the dtypes agree
             else:
                 ema_tensor.copy_(tensor)
         if averaged:
@@ -144,9 +146,15 @@ class EMA(Algorithm):
 
     The training weights are left alone: after each update interval (from ``ema_start`` on) the
     average moves towards them with :func:`compute_ema`; at ``Event.EVAL_START`` the averaged
-    weights are swapped into the model and at ``Event.EVAL_END`` the training weights come back. The
-    first update at or after ``ema_start`` starts the average as a copy of the weights then. The
-    average is in :meth:`state_dict`, so a checkpoint resumes it.
+    weights, cast to the model's dtype, are copied into the model and at ``Event.EVAL_END`` the
+    training weights come back exactly (a copy of them is held during evaluation). The first
+    update at or after ``ema_start`` starts the average as a copy of the weights then. The average
+    is kept in float32 whatever the model's dtype (float64 tensors stay float64), so that with a
+    bf16 or fp16 model an update of ``(1 - smoothing) * W`` is not rounded away; it is in
+    :meth:`state_dict`, in float32, so a checkpoint resumes it.
+
+    Under FSDP it is refused (:attr:`unsupported_parallel`): the average is a copy of the whole
+    model, which a sharded model cannot give.
 
     Args:
         half_life: how long a term of the average takes to lose half its weight, in batches or
@@ -180,6 +188,12 @@ class EMA(Algorithm):
         ['accuracy', 'loss']
     """
 
+    unsupported_parallel = MappingProxyType(
+        {
+            "fsdp": "EMA keeps a whole copy of the model, which FSDP's sharded model cannot give; "
+            "train with parallel='ddp', or average the gathered full weights outside FSDP with compute_ema"
+        }
+    )
     activity = {
         "averaging_updates": "updates of the averaged weights",
         "evaluations_averaged": "evaluations run with the averaged weights",
@@ -204,14 +218,30 @@ class EMA(Algorithm):
         self.ema_start = ema_start
         self.update_interval = str(interval)
         self._interval = interval
+        self._smoothing_given = smoothing is not None
+        self.reset()
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The constructor's arguments, so that :func:`repr` is a call that builds this EMA:
+        ``smoothing`` is ``None`` where it was derived from ``half_life`` (read the derived value
+        from the :attr:`smoothing` attribute), and ``update_interval`` is the interval used."""
+        params = super().hyperparameters()
+        if not self._smoothing_given:
+            params["smoothing"] = None
+        return params
+
+    def reset(self) -> None:
+        """Forget the average (and a checkpoint's average waiting to be loaded) and the generator."""
+        super().reset()
         self._ema_model: torch.nn.Module | None = None
         self._pending: Mapping[str, torch.Tensor] | None = None  # averaged weights loaded before the copy exists
         self._swapped_into: torch.nn.Module | None = None  # the model holding the average during evaluation
+        self._training_weights: list[torch.Tensor] | None = None  # held during evaluation, put back at its end
 
     @property
     def ema_model(self) -> torch.nn.Module | None:
-        """The averaged weights as a copy of the model (``None`` before averaging starts); during
-        evaluation they are in the model and this holds the training weights."""
+        """The averaged weights as a copy of the model with float32 tensors (float64 ones stay
+        float64; ``None`` before averaging starts)."""
         return self._ema_model
 
     def _update_event(self) -> Event:
@@ -229,16 +259,16 @@ class EMA(Algorithm):
         model = unwrap_model(state.model)
         if event is Event.EVAL_START:
             if self._swapped_into is None:
-                _swap(model, self._average(model))
+                self._training_weights = _load_average(model, self._average(model))
                 self._swapped_into = model
                 self.report(logger, "evaluations_averaged")
         elif event is Event.EVAL_END:
             if self._swapped_into is not None:
-                _swap(self._swapped_into, self._average(model))
-                self._swapped_into = None
+                _restore(self._swapped_into, self._training_weights)
+                self._swapped_into, self._training_weights = None, None
         elif not self._started():
             if state.reached(self.ema_start):
-                self._ema_model = frozen_copy(model)
+                self._ema_model = averaging_copy(model)
         elif state.timestamp.get(self._interval.unit) % int(self._interval.value) == 0:
             compute_ema(model, self._average(model), self.smoothing)
             self.report(logger, "averaging_updates")
@@ -246,18 +276,17 @@ class EMA(Algorithm):
     def _average(self, model: torch.nn.Module) -> torch.nn.Module:
         """The copy holding the average, made from ``model`` where a checkpoint's weights wait for it."""
         if self._ema_model is None:
-            self._ema_model = frozen_copy(model)
+            self._ema_model = averaging_copy(model)
             self._ema_model.load_state_dict(self._pending)
             self._pending = None
         return self._ema_model
 
     def state_dict(self) -> dict[str, Any]:
-        """The base's state and ``ema_weights``: the average's ``state_dict`` (``None`` before it
-        starts), taken from the model while evaluation has it swapped in."""
+        """The base's state and ``ema_weights``: the average's ``state_dict`` in float32 (``None``
+        before it starts)."""
         state = super().state_dict()
-        holder = self._swapped_into if self._swapped_into is not None else self._ema_model
-        if holder is not None:
-            state["ema_weights"] = {k: v.detach().clone() for k, v in holder.state_dict().items()}
+        if self._ema_model is not None:
+            state["ema_weights"] = {k: v.detach().clone() for k, v in self._ema_model.state_dict().items()}
         elif self._pending is not None:
             state["ema_weights"] = dict(self._pending)
         else:
@@ -267,7 +296,9 @@ class EMA(Algorithm):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         super().load_state_dict(state_dict)
         weights = state_dict.get("ema_weights")
-        self._swapped_into = None
+        if self._swapped_into is not None:  # loaded during evaluation: the training weights go back first
+            _restore(self._swapped_into, self._training_weights)
+        self._swapped_into, self._training_weights = None, None
         if weights is None:
             self._ema_model, self._pending = None, None
         elif self._ema_model is not None:
@@ -294,11 +325,30 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return duplicate
 
 
+def averaging_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A :func:`frozen_copy` of ``model`` whose floating tensors are float32 (float64 ones stay
+    float64), to accumulate an average that a bf16 or fp16 copy would round away."""
+    duplicate = frozen_copy(model)
+    with torch.no_grad():
+        for tensor in [*duplicate.parameters(), *duplicate.buffers()]:
+            if tensor.is_floating_point() and tensor.dtype not in (torch.float32, torch.float64):
+                tensor.data = tensor.data.to(torch.float32)
+    return duplicate
+
+
 @torch.no_grad()
-def _swap(model: torch.nn.Module, other: torch.nn.Module) -> None:
-    """Exchange the values of every parameter and buffer of two copies of a model, in place (the
-    optimizer keeps its tensors; one tensor's worth of extra memory at a time)."""
-    for a, b in paired_tensors(model, other):
-        held = a.detach().clone()
-        a.copy_(b)
-        b.copy_(held)
+def _load_average(model: torch.nn.Module, average: torch.nn.Module) -> list[torch.Tensor]:
+    """Copy ``average``'s values into ``model`` (cast to its dtypes) and return copies of the values
+    ``model`` held, for :func:`_restore`."""
+    pairs = paired_tensors(model, average)
+    held = [tensor.detach().clone() for _, tensor in pairs]
+    for mean, tensor in pairs:
+        tensor.copy_(mean)
+    return held
+
+
+@torch.no_grad()
+def _restore(model: torch.nn.Module, held: list[torch.Tensor]) -> None:
+    """Put back the values :func:`_load_average` returned, bit for bit."""
+    for tensor, value in zip([*model.parameters(), *model.buffers()], held, strict=True):
+        tensor.copy_(value)

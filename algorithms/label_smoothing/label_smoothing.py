@@ -12,6 +12,7 @@ import torch
 from .._mixing import check_batch_sizes
 from ..core.algorithm import Algorithm
 from ..core.event import Event
+from ..core.outputs import model_logits
 from ..core.parameters import Parameters
 from ..core.state import State
 from ..targets import SMOOTHING, lookup_smoothed, smooth_targets, target_dtype
@@ -21,7 +22,7 @@ __all__ = ["LabelSmoothing", "smooth_labels"]
 PARAMETERS = Parameters(smoothing=SMOOTHING)
 
 
-def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
+def smooth_labels(logits: Any, target: torch.Tensor, smoothing: float = 0.1) -> torch.Tensor:
     """``(1 - smoothing) * onehot(target) + smoothing / C`` over ``C`` classes.
 
     Accepts what ``composer.functional.smooth_labels`` accepts: class indices with the class
@@ -32,7 +33,9 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
 
     Args:
         logits: model outputs ``(N, C, ...)``, classes on ``dim=1``, or ``(N, ..., C)`` with the
-            classes last for class indices ``(N, ...)``; only their shape and dtype are used.
+            classes last for class indices ``(N, ...)``; only their shape and dtype are used. A
+            model's whole output is taken too: a dict with ``"logits"`` or an object with
+            ``.logits`` (a Hugging Face ``ModelOutput``); anything else is a one-line TypeError.
         target: class indices ``(N, ...)`` (``(N,)`` for classification, ``(N, H, W)`` for
             segmentation, ``(N, T)`` for tokens), or one-hot or probability targets of the logits'
             shape (classes on ``dim=1``) in any dtype; not modified. A negative index (such as
@@ -52,6 +55,7 @@ def smooth_labels(logits: torch.Tensor, target: torch.Tensor, smoothing: float =
     """
     PARAMETERS.check(smoothing=smoothing)
     smoothing = float(smoothing)
+    logits = model_logits(logits, "smooth_labels: logits")
     if logits.ndim == 2:  # classification: class indices (N,) are looked up where they can be
         looked_up = lookup_smoothed(target, smoothing, logits.shape[1], target_dtype(logits.dtype), logits.shape)
         if looked_up is not None:
@@ -103,6 +107,11 @@ class LabelSmoothing(Algorithm):
         PARAMETERS.check(smoothing=smoothing)
         self.smoothing = float(smoothing)
         self.target_key = target_key
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the target saved between ``BEFORE_LOSS`` and ``AFTER_LOSS`` and the generator."""
+        super().reset()
         self._original: torch.Tensor | None = None
 
     def match(self, event: Event, state: State) -> bool:

@@ -203,6 +203,12 @@ class SAM(Algorithm):
         self.rho = rho
         self.epsilon = epsilon
         self.interval = interval
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the step count at the last ``fit()``'s start and the generator (the optimizers are
+        the Trainer's: a new Trainer's are wrapped afresh at ``Event.FIT_START``)."""
+        super().reset()
         self._steps_at_fit_start = 0
 
     def match(self, event: Event, state: State) -> bool:

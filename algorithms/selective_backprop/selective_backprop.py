@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from ..core.algorithm import Algorithm
 from ..core.distributed import unwrap_model
 from ..core.event import Event
+from ..core.outputs import model_logits
 from ..core.parameters import Integer, Parameters, Real, Rule
 from ..core.precision import autocast
 from ..core.state import State
@@ -86,7 +87,9 @@ def select_using_loss(
     scale_factor: float = 1,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep the rows of a batch chosen by their loss, as ``composer.functional.select_using_loss``.
+    """Keep the rows of a batch chosen by their loss, with the signature and the selection rule of
+    ``composer.functional.select_using_loss``; unlike Composer, a module is scored in eval mode
+    (below).
 
     Each example is scored by ``loss_fun(model(input), target, reduction="none")`` under
     ``torch.no_grad()`` (on ``input`` resized by ``scale_factor`` when it is below 1). With the
@@ -184,7 +187,9 @@ def select_using_loss(
 class SelectiveBackprop(Algorithm):
     """Selective Backprop as a training-loop algorithm: after the data loader, on the batches
     :func:`should_selective_backprop` picks, :func:`select_using_loss` scores the batch with the
-    Trainer's model and loss and the batch is replaced by the rows it keeps.
+    Trainer's model and loss and the batch is replaced by the rows it keeps. The loss is called as
+    the Trainer calls it: on the logits of what the model returns (a tensor, a dict with
+    ``"logits"`` or an object with ``.logits``), in float32.
 
     Args:
         start: the fraction of training at which selection begins, in ``[0, 1)``.
@@ -248,8 +253,9 @@ class SelectiveBackprop(Algorithm):
             return
         trainer_loss = state.loss_fn
 
-        def loss(outputs: torch.Tensor, target: torch.Tensor, reduction: str) -> torch.Tensor:
-            return trainer_loss(outputs.float(), target, reduction=reduction)  # as the Trainer calls it
+        def loss(outputs: Any, target: torch.Tensor, reduction: str) -> torch.Tensor:
+            # as the Trainer calls it: on the logits of what the model returned, in float32
+            return trainer_loss(model_logits(outputs).float(), target, reduction=reduction)
 
         # scored unwrapped: scoring needs neither DataParallel's scatter nor DDP's gradient hooks
         full = state.batch_get_item(self.input_key)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from ..core.parameters import Boolean, Integer, Other, Parameters, Real, Rule
 from ..core.precision import autocast
 from ..core.state import State, batch_get_item
 from ..core.time import Duration, TimeUnit
-from ..ema.ema import duration_argument, frozen_copy, interval_argument, paired_tensors
+from ..ema.ema import averaging_copy, duration_argument, interval_argument, paired_tensors
 
 __all__ = ["SWA", "update_swa_average"]
 
@@ -95,7 +96,9 @@ def update_swa_average(swa_model: torch.nn.Module, model: torch.nn.Module, num_a
     Composer has no functional form of SWA; this is its core step.
 
     Args:
-        swa_model: a copy of ``model`` (``copy.deepcopy``) holding the mean; changed in place.
+        swa_model: a copy of ``model`` (``copy.deepcopy``) holding the mean; changed in place. Its
+            tensors may be of a wider dtype than ``model``'s (an fp32 copy of a bf16 model): the
+            mean is computed in ``swa_model``'s dtype.
         model: the model whose weights are the next snapshot; not modified.
         num_averaged: how many snapshots ``swa_model`` holds, an integer ``>= 0``.
 
@@ -125,7 +128,7 @@ def update_swa_average(swa_model: torch.nn.Module, model: torch.nn.Module, num_a
                 mean.copy_(tensor)
             else:
                 averaged.append(mean.detach())
-                current.append(tensor.detach())
+                current.append(tensor.detach().to(mean.dtype))  # no copy where the dtypes agree
         if averaged:
             get_swa_multi_avg_fn()(averaged, current, num_averaged)
     return num_averaged + 1
@@ -139,8 +142,13 @@ class SWA(Algorithm):
     (``torch.optim.swa_utils.SWALR``, one step per snapshot). At ``swa_end`` (or at the end of
     training, if that comes first) it recomputes the mean's batch-norm statistics with one pass over
     the training data (``torch.optim.swa_utils.update_bn``) and loads the mean into the model; any
-    training after ``swa_end`` goes on from there. The mean, its count and the schedule are in
-    :meth:`state_dict`, so a checkpoint resumes them.
+    training after ``swa_end`` goes on from there. The mean is kept in float32 whatever the model's
+    dtype (float64 tensors stay float64), so that with a bf16 or fp16 model a late snapshot's
+    ``1 / n`` share is not rounded away, and is cast to the model's dtype when loaded. The mean (in
+    float32), its count and the schedule are in :meth:`state_dict`, so a checkpoint resumes them.
+
+    Under FSDP it is refused (:attr:`unsupported_parallel`): the mean is a copy of the whole model,
+    which a sharded model cannot give.
 
     Args:
         swa_start: when averaging starts: ``'0.7dur'``, ``'3ep'`` or ``'300ba'``.
@@ -172,6 +180,12 @@ class SWA(Algorithm):
         6
     """
 
+    unsupported_parallel = MappingProxyType(
+        {
+            "fsdp": "SWA keeps a whole copy of the model, which FSDP's sharded model cannot give; "
+            "train with parallel='ddp', or average the gathered full weights outside FSDP with update_swa_average"
+        }
+    )
     activity = {
         "snapshots_averaged": "weight snapshots added to the mean",
         "averages_loaded": "times the mean was loaded into the model",
@@ -210,6 +224,12 @@ class SWA(Algorithm):
         self.input_key = input_key
         self._bn_dataloader = bn_dataloader
         self._interval = interval
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the mean, its count, the schedule, whether averaging started or completed, and the
+        generator."""
+        super().reset()
         self._swa_model: torch.nn.Module | None = None
         self._scheduler: SWALR | None = None
         self._pending: dict[str, Any] = {}  # a checkpoint's mean and schedule, until the model is there
@@ -223,7 +243,8 @@ class SWA(Algorithm):
 
     @property
     def swa_model(self) -> torch.nn.Module | None:
-        """The running mean as a copy of the model (``None`` before averaging and after it is loaded)."""
+        """The running mean as a copy of the model with float32 tensors (float64 ones stay float64;
+        ``None`` before averaging and after it is loaded)."""
         return self._swa_model
 
     def _update_event(self) -> Event:
@@ -246,7 +267,7 @@ class SWA(Algorithm):
             if not (update and state.reached(self.swa_start)):
                 return
             self._started, self._step_counter, self.num_averaged = True, 0, 0
-            self._swa_model = frozen_copy(model)
+            self._swa_model = averaging_copy(model)
         swa_model = self._average(model)
         if update:
             if self._step_counter % int(self._interval.value) == 0:
@@ -263,7 +284,7 @@ class SWA(Algorithm):
 
     def _average(self, model: torch.nn.Module) -> torch.nn.Module:
         if self._swa_model is None:  # resumed: the checkpoint's mean, in a copy of this model
-            self._swa_model = frozen_copy(model)
+            self._swa_model = averaging_copy(model)
             self._swa_model.load_state_dict(self._pending.pop("swa_model"))
         return self._swa_model
 

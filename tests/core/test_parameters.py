@@ -103,3 +103,59 @@ def test_an_undeclared_name_is_a_programming_error():
 def test_a_declaration_is_a_mapping_in_signature_order():
     declared = Parameters(b=Boolean(note="first"), a=Real(note="second"))
     assert list(declared) == ["b", "a"] and declared["a"].note == "second" and len(declared) == 2
+
+
+# -- NumPy and 0-d tensor scalars are numbers where a number is declared ----------------------------
+
+np = pytest.importorskip("numpy")
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize(
+    ("given", "plain"),
+    [
+        (np.int64(3), 3),
+        (np.int32(-1), -1),
+        (np.uint8(7), 7),
+        (np.float64(0.25), 0.25),
+        (np.float32(0.5), 0.5),
+        (np.float16(2.0), 2.0),
+        (torch.tensor(3), 3),
+        (torch.tensor(3, dtype=torch.int16), 3),
+        (torch.tensor(0.25, dtype=torch.float64), 0.25),
+        (torch.tensor(0.5, dtype=torch.bfloat16), 0.5),
+    ],
+    ids=repr,
+)
+def test_a_numpy_or_0d_tensor_scalar_is_the_python_number_it_holds(given, plain):
+    from algorithms.core.parameters import plain_number
+
+    got = plain_number(given)
+    assert type(got) is type(plain) and got == plain
+    integer = isinstance(plain, int)
+    assert Real(low=-1, high=7, note="n").accepts(given)
+    assert Integer(low=-1, note="n").accepts(given) is integer
+    assert Parameters(x=Real(note="n")).check(x=given) == {"x": plain}  # what the method stores
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.bool_(True), np.bool_(False), torch.tensor(True), torch.tensor([1]), np.array([1]), torch.tensor(1 + 0j)],
+    ids=repr,
+)
+def test_a_bool_scalar_or_a_tensor_with_a_dimension_is_still_refused(value):
+    from algorithms.core.parameters import plain_number
+
+    assert plain_number(value) is value
+    for declared in (Integer(low=0, note="n"), Real(note="n"), FractionOrCount(of="w", note="n")):
+        assert not declared.accepts(value)
+        assert _refused(declared, value).startswith(f"x={value!r}: must be ")
+
+
+def test_a_numpy_scalar_out_of_range_is_refused_and_rules_see_plain_numbers():
+    assert _refused(Integer(low=1, note="n"), np.int64(0)) == "x=np.int64(0): must be an integer in [1, inf)"
+    assert _refused(Real(high=1, note="n"), np.float64(math.inf)).startswith("x=np.float64(inf): ")
+    seen = []
+    rule = Rule(lambda a, b: seen.append((type(a), type(b))) or a <= b, "a must be <= b")
+    Parameters(rule, a=Integer(note="n"), b=Real(note="n")).check(a=np.int64(1), b=torch.tensor(2.0))
+    assert seen == [(int, float)]

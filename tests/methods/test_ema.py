@@ -412,10 +412,12 @@ def test_the_hyperparameters_are_kept_with_composers_defaults(kwargs, attributes
     assert {name: getattr(ema, name) for name in attributes} == attributes
     smoothing = 0.9 if updates_per_half_life is None else math.exp(-math.log(2) / updates_per_half_life)
     assert ema.smoothing == pytest.approx(smoothing, rel=1e-12)
+    given = ema.smoothing if attributes["half_life"] is None else None  # derived from half_life: not an argument
     assert repr(ema) == (
-        f"EMA(half_life={attributes['half_life']!r}, smoothing={ema.smoothing!r}, "
+        f"EMA(half_life={attributes['half_life']!r}, smoothing={given!r}, "
         f"ema_start={attributes['ema_start']!r}, update_interval={attributes['update_interval']!r})"
     )
+    assert repr(eval(repr(ema), {"EMA": EMA})) == repr(ema)
 
 
 # -- two ranks ----------------------------------------------------------------------------------------
@@ -475,3 +477,96 @@ def test_two_ddp_ranks_keep_the_same_average(tmp_path):
         assert torch.equal(rank0["ema"][name], rank1["ema"][name]), name
         assert torch.equal(rank0["model"][name], rank1["model"][name]), name
     assert not all(torch.equal(rank0["ema"][n], rank0["model"][n]) for n in rank0["ema"])
+
+
+# -- the average is kept in fp32 whatever the model's dtype ----------------------------------------
+
+
+def _low_precision_run(precision, ema, steps=40):
+    """A linear model trained ``steps`` batches in ``precision`` (its weights in that dtype) from a real
+    DataLoader, with ``ema`` and a recorder of the weights at each BATCH_END after it."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    g = torch.Generator().manual_seed(3)
+    data = torch.utils.data.TensorDataset(
+        torch.randn(steps * 8, 16, generator=g), torch.randint(0, 4, (steps * 8,), generator=g)
+    )
+    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=False)
+    recorder = _Weights()
+    trainer = Trainer(
+        model,
+        loader,
+        "1ep",
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+        algorithms=[ema, recorder],
+        precision=precision,
+        seed=0,
+        device="cpu",
+    )
+    trainer.fit()
+    return trainer, recorder.seen
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize(
+    "kwargs", [{"half_life": None, "smoothing": 0.999}, {"half_life": "20ba"}], ids=["s0.999", "hl20"]
+)
+def test_a_low_precision_models_average_is_kept_in_fp32_and_matches_the_exact_average(precision, kwargs):
+    """The reference is the average of the recorded (exactly representable) weights in float64, by the
+    definition: a copy at the first BATCH_END, then W_ema = s * W_ema + (1 - s) * W at each later one.
+    The fp32 average rounds each update's two products and one sum (at most about 2 units of
+    2**-24 of the largest weight each), and earlier errors shrink by s at every update, so after N
+    updates it is within 2 * N * 2**-24 * max|W| of the reference; the test allows twice that. An
+    average kept in bf16 or fp16 (8 or 11 bits) stays near the first weights with s = 0.999, where
+    s * W_ema rounds back to W_ema, and misses by far more than the distance it should have moved."""
+    ema = EMA(**kwargs)
+    trainer, seen = _low_precision_run(precision, ema)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    assert trainer.state.model.weight.dtype is dtype
+    s = ema.smoothing
+    reference = [t.double() for t in seen[0]]
+    for weights in seen[1:]:
+        reference = [s * r + (1 - s) * w.double() for r, w in zip(reference, weights, strict=True)]
+    updates = len(seen) - 1
+    for got, want, first in zip(_tensors(ema.ema_model), reference, seen[0], strict=True):
+        scale = max(want.abs().max().item(), 1e-30)
+        tolerance = 4 * updates * 2**-24 * scale
+        error = (got.double() - want).abs().max().item()
+        assert error <= tolerance, (error, tolerance)
+        assert (want - first.double()).abs().max().item() > 100 * tolerance  # the average did move
+    assert all(t.dtype is torch.float32 for t in _tensors(ema.ema_model))
+    # evaluation runs with the average cast to the model's dtype, and training weights come back exactly
+    probe = _Weights(Event.EVAL_BATCH_START)
+    trainer.engine.algorithms += (probe,)
+    before = [t.clone() for t in _tensors(trainer.state.model)]
+    trainer.eval([(torch.randn(4, 16), torch.randint(0, 4, (4,)))])
+    for evaluated, average in zip(probe.seen[0], _tensors(ema.ema_model), strict=True):
+        assert evaluated.dtype is dtype and torch.equal(evaluated, average.to(dtype))
+    for after, held in zip(_tensors(trainer.state.model), before, strict=True):
+        assert after.dtype is dtype and torch.equal(after, held)
+    # a checkpoint keeps the fp32 average, and a fresh EMA resumes it exactly
+    saved = ema.state_dict()["ema_weights"]
+    assert all(v.dtype is torch.float32 for v in saved.values())
+    fresh = EMA(**kwargs)
+    fresh.load_state_dict(ema.state_dict())
+    trainer.engine.algorithms = (fresh,)
+    trainer.eval([(torch.randn(4, 16), torch.randint(0, 4, (4,)))])
+    for a, b in zip(_tensors(fresh.ema_model), _tensors(ema.ema_model), strict=True):
+        assert a.dtype is torch.float32 and torch.equal(a, b)
+
+
+def test_compute_ema_averages_a_low_precision_model_into_an_fp32_copy():
+    model = torch.nn.Linear(3, 2).to(torch.bfloat16)
+    ema_model = copy.deepcopy(model).float()
+    reference = [p.detach().double() for p in ema_model.parameters()]
+    for step in range(30):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * (step % 7 - 3))
+        cf.compute_ema(model, ema_model, smoothing=0.999)
+        reference = [
+            0.999 * r + 0.001 * p.detach().double() for r, p in zip(reference, model.parameters(), strict=True)
+        ]
+    for got, want in zip(ema_model.parameters(), reference, strict=True):
+        assert got.dtype is torch.float32
+        torch.testing.assert_close(got.double(), want, rtol=0, atol=4 * 30 * 2**-24 * want.abs().max().item())

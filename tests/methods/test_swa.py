@@ -521,3 +521,68 @@ def test_a_run_that_ends_before_swa_start_did_not_act():
     with pytest.warns(UserWarning, match="nothing was averaged"):
         trainer = _train(SWA(swa_start="20ba", swa_end="30ba", update_interval="1ba"))
     assert not trainer.method_log.acted("SWA")
+
+
+# -- the mean is kept in fp32 whatever the model's dtype ------------------------------------------
+
+
+class _Snapshots(Algorithm):
+    """At each BATCH_END: the model's weights (put before SWA in the list) and SWA's mean while it has
+    one (after SWA)."""
+
+    def __init__(self, swa):
+        self.swa, self.weights, self.means = swa, [], []
+
+    def match(self, event, state):
+        return event is Event.BATCH_END
+
+    def apply(self, event, state, logger=None):
+        self.weights.append([p.detach().clone() for p in state.model.parameters()])
+        mean = self.swa.swa_model
+        self.means.append(None if mean is None else [p.detach().clone() for p in mean.parameters()])
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_low_precision_models_mean_is_kept_in_fp32_and_matches_the_exact_mean(precision):
+    """The reference is the mean of the recorded (exactly representable) snapshots in float64. The fp32
+    running mean rounds each update (a lerp: a difference, a product and a sum, about 3 units of
+    2**-24 of the largest weight) and earlier errors shrink by n / (n + 1), so after N snapshots it is
+    within 3 * N * 2**-24 * max|W|; the test allows twice that. A mean kept in bf16 or fp16 rounds
+    each 1 / (n + 1) share of a snapshot to 8 or 11 bits and misses by far more. Loaded at the end,
+    the mean is the fp32 mean cast to the model's dtype (within one rounding of the exact mean)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    g = torch.Generator().manual_seed(3)
+    n = 40
+    data = torch.utils.data.TensorDataset(
+        torch.randn(n * 8, 16, generator=g), torch.randint(0, 4, (n * 8,), generator=g)
+    )
+    swa = SWA(swa_start="1ba", swa_end=f"{n}ba", update_interval="1ba")
+    before, after = _Snapshots(swa), _Snapshots(swa)
+    trainer = Trainer(
+        model,
+        torch.utils.data.DataLoader(data, batch_size=8),
+        "1ep",
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+        algorithms=[before, swa, after],
+        precision=precision,
+        seed=0,
+        device="cpu",
+    )
+    trainer.fit()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    assert model.weight.dtype is dtype and swa.num_averaged == n
+    snapshots = before.weights
+    # the running mean after n - 1 snapshots (batches 1 to n - 1), before the last batch loads it
+    taken = n - 1
+    for i, mean in enumerate(after.means[taken - 1]):
+        want = torch.stack([w[i].double() for w in snapshots[:taken]]).mean(0)
+        tolerance = 6 * taken * 2**-24 * want.abs().max().item()
+        error = (mean.double() - want).abs().max().item()
+        assert error <= tolerance, (error, tolerance)
+        assert mean.dtype is torch.float32
+    # the mean of all n snapshots, loaded into the model in its dtype
+    for i, p in enumerate(model.parameters()):
+        want = torch.stack([w[i].double() for w in snapshots]).mean(0)
+        ulp = torch.finfo(dtype).eps * want.abs().max().item()
+        torch.testing.assert_close(p.double(), want, rtol=0, atol=ulp)
