@@ -151,8 +151,10 @@ class Algorithm(ABC):
 
         The :class:`~algorithms.core.Engine` calls it for every algorithm at ``Event.INIT``,
         before any algorithm runs, so an instance reused in another Trainer (a seed sweep that
-        builds its list once) starts as a freshly built one would. A subclass with state of its
-        own overrides it and calls ``super().reset()``."""
+        builds its list once) starts as a freshly built one would; state loaded by hand with
+        :meth:`load_state_dict` before the Trainer is built is forgotten there too (resume through
+        ``Trainer(load_path=...)``, which loads after ``INIT``). A subclass with state of its own
+        overrides it and calls ``super().reset()``."""
         self._generator = None
 
     def generator(self, state: State) -> torch.Generator:

@@ -155,9 +155,7 @@ class Engine:
         within one batch (SAM's second forward and loss) counts nothing twice."""
         if event is Event.INIT:
             for algo, _ in self._scoped:
-                reset = getattr(algo, "reset", None)
-                if reset is not None:
-                    reset()
+                algo.reset()
         ran = []
         for algo, algo_log in reversed(self._scoped) if event.opens is not None else self._scoped:
             if algo.match(event, self.state):

@@ -352,3 +352,11 @@ def test_a_method_a_parallel_mode_cannot_run_is_refused_before_the_mode_starts()
     """Refused with its reason before any process group or wrapping: no torchrun is needed to see it."""
     with pytest.raises(ValueError, match=r"^_NotUnderFSDP under parallel='fsdp': it keeps a copy"):
         Trainer(torch.nn.Linear(6, 3), _loader(False, 0), "1ep", parallel="fsdp", algorithms=[_NotUnderFSDP()])
+
+
+@pytest.mark.parametrize("cls", [EMA, SWA])
+def test_an_averaging_method_is_refused_under_fsdp_before_the_mode_starts(cls):
+    """EMA and SWA keep a copy of the model, which FSDP's sharded model cannot give (it failed at the
+    first BATCH_END with torch's "FSDP does not support deepcopy")."""
+    with pytest.raises(ValueError, match=rf"^{cls.__name__} under parallel='fsdp': "):
+        Trainer(torch.nn.Linear(6, 3), _loader(False, 0), "1ep", parallel="fsdp", algorithms=[cls()])

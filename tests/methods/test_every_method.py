@@ -331,11 +331,15 @@ def test_state_dict_round_trip_resumes_the_same_draws(record):
     restored.load_state_dict(copy.deepcopy(original.state_dict()))
     assert _equal_state(restored.state_dict(), original.state_dict())
 
-    def resume(algo):
+    saved = copy.deepcopy(original.state_dict())
+
+    def resume(algo):  # the state loaded after INIT, where the Trainer starts every algorithm afresh
         seen = _SeenBatches()
-        Trainer(
+        trainer = Trainer(
             copy.deepcopy(model), batches[1:], "2ba", algorithms=[algo, seen], seed=1, device="cpu", **options
-        ).fit()
+        )
+        algo.load_state_dict(copy.deepcopy(saved))
+        trainer.fit()
         return seen.batches
 
     for a, b in zip(resume(original), resume(restored), strict=True):
@@ -401,35 +405,10 @@ def test_reset_forgets_what_a_run_left_as_a_fresh_instance_holds(record):
 
 
 @pytest.mark.parametrize("record", WITH_CLASS, ids=_ids(WITH_CLASS))
-def test_an_instance_reset_at_init_runs_a_second_trainer_as_a_fresh_instance_does(record, monkeypatch):
-    """A seed sweep that builds its list once: the second Trainer (another seed) with the used instance
-    trains exactly as with a fresh one, once the Engine calls ``reset()`` at ``Event.INIT`` (done here
-    by hand, as the Engine will)."""
-    from algorithms.core import Engine
-
-    original = Engine.run_event
-
-    def run_event(self, event):
-        if event is Event.INIT:
-            for algo in self.algorithms:
-                algo.reset()
-        return original(self, event)
-
-    monkeypatch.setattr(Engine, "run_event", run_event)
-    reused = _build(record)
-    _run(reused, record, seed=0)
-    _assert_same_run(_run(reused, record, seed=1), _run(_build(record), record, seed=1), record.key)
-
-
-FRESH_PER_RUN = [r for r in WITH_CLASS if r.key in ("cutmix", "ema", "swa")]
-
-
-@pytest.mark.xfail(
-    strict=True, reason="the Engine does not call Algorithm.reset() at Event.INIT yet (algorithms/core/engine.py)"
-)
-@pytest.mark.parametrize("record", FRESH_PER_RUN, ids=_ids(FRESH_PER_RUN))
 def test_the_trainer_starts_a_reused_instance_afresh(record):
-    """As the test above, with the Trainer as it is: remove the xfail once the Engine calls reset()."""
+    """A seed sweep that builds its list once: the second Trainer (another seed) with the used instance
+    trains exactly as with a fresh one, since the Engine calls ``reset()`` at ``Event.INIT`` (CutMix
+    drew what it drew before, EMA and SWA went on averaging the first run's weights)."""
     reused = _build(record)
     _run(reused, record, seed=0)
     _assert_same_run(_run(reused, record, seed=1), _run(_build(record), record, seed=1), record.key)
