@@ -144,6 +144,7 @@ class MixingAlgorithm(Algorithm):
     (``alpha=0`` draws no mixing); none means it did not act.
     """
 
+    needs_loss_fn = True
     activity = {"batches_mixed": "batches mixed"}
 
     def __init__(self, interpolate_loss: bool = False, input_key: int | str = 0, target_key: int | str = 1):

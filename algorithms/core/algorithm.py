@@ -77,6 +77,10 @@ class Algorithm(ABC):
     """
 
     unused_parameters: bool = False
+    #: Whether the method computes or changes the loss from the model's logits and the target with
+    #: the Trainer's ``loss_fn`` (Label Smoothing, the mixing methods, Selective Backprop's scoring):
+    #: the Trainer refuses it with ``loss_fn="model"``, where the model computes its own loss.
+    needs_loss_fn: bool = False
     unsupported_parallel: Mapping[str, str] = MappingProxyType({})
     activity: Mapping[str, str] = MappingProxyType({})
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +31,16 @@ from .engine import Engine, check_together
 from .event import Event
 from .loss import loss_parts, total_loss
 from .method_log import MethodLog, check_method_log
-from .outputs import model_logits
+from .outputs import model_logits, model_loss
 from .precision import autocast, check_precision, model_dtype
 from .state import State, batch_get_item, rng_state, set_rng_state
 from .strategies import Strategy, strategy
 from .time import Duration, TimeUnit
 
-__all__ = ["Trainer"]
+__all__ = ["MODEL_LOSS", "Trainer"]
+
+#: ``Trainer(loss_fn=MODEL_LOSS)``: train on the loss the model computes itself.
+MODEL_LOSS = "model"
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,13 @@ class Trainer:
         optimizer: an optimizer, or a function ``params -> optimizer`` that the Trainer calls
             after wrapping the model (required for ``fsdp``, whose sharded parameters exist only
             then); defaults to SGD (lr 0.01, momentum 0.9) over the model's parameters.
-        loss_fn: ``loss_fn(outputs, targets)``; the default cross-entropy takes class indices
+        loss_fn: ``loss_fn(logits, targets)``, where ``logits`` are what the model returned (a
+            tensor), its ``"logits"`` (a dict) or its ``.logits`` (an output object), in float32;
+            ``"model"`` uses the loss the model computed itself (``outputs["loss"]`` or
+            ``outputs.loss``: a Hugging Face model given its labels, with ``input_key=None``), and
+            then refuses the methods that change the loss from the logits and the target
+            (``Algorithm.needs_loss_fn``: Label Smoothing, CutMix, MixUp, Selective Backprop). The
+            default cross-entropy takes class indices
             or class probabilities, so mixed (soft) targets work unchanged. It may return a
             tensor, a dict of tensors (its ``"total"``, or the sum of its values' means, is
             backpropagated, as in Composer) or a tuple of tensors (the sum of their means), in
@@ -104,7 +113,10 @@ class Trainer:
             ``summary()``). Anything else is a TypeError.
         input_key: where the model's input is in each batch: an index of a tuple or list
             batch, or a key of a dict batch such as ``"input_ids"``; the model is called on
-            ``batch[input_key]`` and its batch size counts the samples.
+            ``batch[input_key]`` and its batch size counts the samples. ``None`` calls the model on
+            the whole batch, ``model(**batch)`` for a dict (a Hugging Face model given its
+            ``input_ids``, ``attention_mask`` and ``labels``) or ``model(*batch)``, and counts
+            the samples of its first tensor.
         target_key: where the target is in each batch, e.g. ``"labels"``; the loss is
             ``loss_fn(outputs, batch[target_key])``. Give the methods the same keys.
         load_path: resume from a checkpoint that :meth:`save_checkpoint` wrote, made with the
@@ -128,7 +140,7 @@ class Trainer:
         train_dataloader: Iterable[Any],
         max_duration: str | Duration,
         optimizer: torch.optim.Optimizer | None = None,
-        loss_fn: Callable[..., torch.Tensor] = F.cross_entropy,
+        loss_fn: Callable[..., torch.Tensor] | str = F.cross_entropy,
         algorithms: Sequence[Algorithm] = (),
         eval_dataloader: Iterable[Any] | None = None,
         precision: str = "fp32",
@@ -140,7 +152,7 @@ class Trainer:
         logger: MethodLog | None = None,
         parallel: str = "single",
         zero_stage: int = 2,
-        input_key: int | str = 0,
+        input_key: int | str | None = 0,
         target_key: int | str = 1,
         load_path: str | Path | None = None,
     ):
@@ -158,6 +170,14 @@ class Trainer:
             why = getattr(algo, "unsupported_parallel", {}).get(parallel)
             if why is not None:
                 raise ValueError(f"{algo.name} under parallel={parallel!r}: {why}")
+        if isinstance(loss_fn, str) and loss_fn != MODEL_LOSS:
+            raise ValueError(f"loss_fn={loss_fn!r}: pass a function, or {MODEL_LOSS!r} for the loss the model computes")
+        for algo in algorithms if loss_fn == MODEL_LOSS else ():
+            if algo.needs_loss_fn:
+                raise ValueError(
+                    f"{algo.name} with loss_fn={MODEL_LOSS!r}: it changes the loss the Trainer computes from the "
+                    "logits and the target, not the model's own; pass a loss_fn"
+                )
         for scheduler in schedulers:
             if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 raise ValueError(
@@ -411,22 +431,44 @@ class Trainer:
         state.batch = batch
         run(Event.BEFORE_FORWARD)
         with autocast(state.precision, state.device):
-            state.outputs = self._forward(self._batch_item(state.batch, "input_key"))
+            state.outputs = self._call(self._forward, state.batch)
         run(Event.AFTER_FORWARD)
         run(Event.BEFORE_LOSS)
         state.loss_target = self._batch_item(state.batch, "target_key")
         with autocast(state.precision, state.device):
-            returned = state.loss_fn(model_logits(state.outputs).float(), state.loss_target)
+            returned = self._loss(state.outputs, state.loss_target)
             state.loss = total_loss(returned)
         state.loss_parts = loss_parts(returned)
         run(Event.AFTER_LOSS)
         return state.loss
 
+    def _call(self, model: Callable[..., Any], batch: Any) -> Any:
+        """The model called on ``batch[input_key]``, or on the whole batch with ``input_key=None``."""
+        if self.input_key is not None:
+            return model(self._batch_item(batch, "input_key"))
+        return model(**batch) if isinstance(batch, Mapping) else model(*batch)
+
+    def _loss(self, outputs: Any, target: Any) -> Any:
+        """What ``loss_fn`` returns for the logits in ``outputs``, or the model's own loss."""
+        if self.state.loss_fn == MODEL_LOSS:
+            return model_loss(outputs, "the model (loss_fn='model')")
+        return self.state.loss_fn(model_logits(outputs).float(), target)
+
+    def _batch_size(self, batch: Any) -> int:
+        """The input's first dimension: ``batch[input_key]``'s, or the first tensor's of the batch."""
+        if self.input_key is not None:
+            return int(self._batch_item(batch, "input_key").shape[0])
+        items = batch.values() if isinstance(batch, Mapping) else batch
+        first = next((x for x in items if isinstance(x, torch.Tensor)), None)
+        if first is None:
+            raise TypeError("Trainer(input_key=None): the batch holds no tensor to count its samples by")
+        return int(first.shape[0])
+
     def _count_samples(self, batch: Any) -> int:
         """The samples of this batch over every rank: the input's batch size, summed over the
         process group (one small all-reduce a batch, as Composer's Trainer does, so ranks whose last
         batches differ in size still count what was trained)."""
-        samples = int(self._batch_item(batch, "input_key").shape[0])
+        samples = self._batch_size(batch)
         if self.state.world_size > 1:
             samples = int(all_reduce_sum(torch.tensor([samples], device=self.state.device)).item())
         return samples
@@ -457,12 +499,12 @@ class Trainer:
             for batch in dataloader:
                 self.engine.run_event(Event.EVAL_BATCH_START)
                 batch = self._to_device(batch)
-                inputs = self._batch_item(batch, "input_key")
                 targets = self._batch_item(batch, "target_key")
                 with autocast(state.precision, state.device):
-                    outputs = model_logits(state.model(inputs)).float()
-                n = int(inputs.shape[0])
-                loss_sum += total_loss(state.loss_fn(outputs, targets)).double() * n
+                    returned = self._call(state.model, batch)
+                outputs = model_logits(returned).float()
+                n = self._batch_size(batch)
+                loss_sum += total_loss(self._loss(returned, targets)).double() * n
                 if _classes_last(outputs, targets):  # a language model's logits (N, T, V) for labels (N, T)
                     outputs = outputs.movedim(-1, 1)
                 labels = class_indices(targets, outputs.shape)

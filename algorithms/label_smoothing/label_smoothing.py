@@ -101,6 +101,7 @@ class LabelSmoothing(Algorithm):
         >>> Trainer(torch.nn.Linear(5, 3), batches, "1ep", algorithms=[LabelSmoothing(0.1)]).fit()
     """
 
+    needs_loss_fn = True
     activity = {"batches_smoothed": "batches whose targets were smoothed"}
 
     def __init__(self, smoothing: float = 0.1, target_key: int | str = 1):

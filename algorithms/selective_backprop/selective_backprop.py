@@ -214,6 +214,7 @@ class SelectiveBackprop(Algorithm):
         >>> Trainer(model, batches, "1ep", algorithms=[SelectiveBackprop(keep=0.5)], seed=0).fit()
     """
 
+    needs_loss_fn = True
     activity = {
         "batches_selected": "batches cut to their selected examples",
         "examples_dropped": "examples dropped from those batches",

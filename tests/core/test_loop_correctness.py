@@ -360,3 +360,58 @@ def test_an_averaging_method_is_refused_under_fsdp_before_the_mode_starts(cls):
     first BATCH_END with torch's "FSDP does not support deepcopy")."""
     with pytest.raises(ValueError, match=rf"^{cls.__name__} under parallel='fsdp': "):
         Trainer(torch.nn.Linear(6, 3), _loader(False, 0), "1ep", parallel="fsdp", algorithms=[cls()])
+
+
+class _ComputesItsLoss(torch.nn.Module):
+    """A Hugging Face-style model: called with keyword inputs, it returns logits and, given labels, its loss."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(6, 3)
+
+    def forward(self, features, mask, labels=None):
+        logits = self.linear(features * mask)
+        loss = None if labels is None else torch.nn.functional.cross_entropy(logits, labels) * 2
+        return _Output(logits) if loss is None else {"logits": logits, "loss": loss}
+
+
+def _dict_loader():
+    data = _dataset()
+    rows = [
+        {"features": x, "mask": torch.ones(6), "labels": y}
+        for x, y in zip(data.tensors[0], data.tensors[1], strict=True)
+    ]
+    return DataLoader(rows, batch_size=8)
+
+
+def test_the_loss_a_model_computes_is_trained_on_with_loss_fn_model():
+    """``loss_fn="model"`` with ``input_key=None``: the model gets the whole dict batch as keywords and
+    its own loss (twice the cross entropy here) is what the Trainer backpropagates and evaluates."""
+    trainer = Trainer(_ComputesItsLoss(), _dict_loader(), "1ep", loss_fn="model", input_key=None, target_key="labels")
+    trainer.fit()
+    reference = _ComputesItsLoss()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.01, momentum=0.9)
+    for batch in _dict_loader():
+        optimizer.zero_grad()
+        (2 * torch.nn.functional.cross_entropy(reference.linear(batch["features"]), batch["labels"])).backward()
+        optimizer.step()
+    torch.testing.assert_close(trainer.state.model.linear.weight, reference.linear.weight)
+    assert trainer.state.timestamp.sample == 40
+    features = torch.cat([b["features"] for b in _dict_loader()])
+    labels = torch.cat([b["labels"] for b in _dict_loader()])
+    expected = 2 * torch.nn.functional.cross_entropy(reference.linear(features), labels).item()
+    assert trainer.eval(_dict_loader())["loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_method_that_changes_the_loss_is_refused_with_the_models_own_loss():
+    with pytest.raises(ValueError, match=r"^LabelSmoothing with loss_fn='model': .*pass a loss_fn$"):
+        Trainer(
+            _ComputesItsLoss(),
+            _dict_loader(),
+            "1ep",
+            loss_fn="model",
+            input_key=None,
+            target_key="labels",
+            algorithms=[LabelSmoothing(0.1, target_key="labels")],
+        )
