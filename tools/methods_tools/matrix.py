@@ -895,7 +895,11 @@ class _AverageCheck:
     def verdict(self, precision: str) -> str | None:
         if self.kind == "EMA":
             reference = ema_reference(self.snapshots, self.method.smoothing, self.interval)
-            held = self.method.state_dict().get("ema_weights")  # the average a checkpoint resumes
+            try:
+                held = self.method.state_dict().get("ema_weights")  # the average a checkpoint resumes
+            except Exception:  # not this check's concern (a checkpoint's): the copy that holds it
+                model = self.method.ema_model
+                held = None if model is None else dict(model.named_parameters())
         else:
             reference = swa_reference(self.snapshots, self.interval)
             held = self.held
@@ -917,9 +921,9 @@ def _is_smoother(method: Any) -> bool:
 
 
 #: The observable effects on the loss's target that :func:`reference_loss` models (label smoothing,
-#: mixing) or that would change its batch (fewer examples): a cell with another method showing one
-#: of them has no loss check.
-LOSS_EFFECTS = ("mixed_targets", "smoothed_targets", "fewer_examples")
+#: mixing): a cell with another method showing one of them has no loss check. (One that reshapes
+#: the first batch, fewer rows or shorter sequences, has none either: :meth:`_LossCheck.applies`.)
+LOSS_EFFECTS = ("mixed_targets", "smoothed_targets")
 
 
 class _LossCheck:
@@ -930,6 +934,21 @@ class _LossCheck:
     def __init__(self, methods: Sequence[tuple[str, Any]]):
         self.methods = methods
         self.seen: dict[str, Any] = {}
+        #: The height and width of the images each mixing method mixed (as the batch was when it
+        #: acted: another method may resize them before or after it), by id.
+        self.sizes: dict[int, tuple[int, ...]] = {}
+        for _, m in methods:
+            if _is_mixer(m):
+                _tap(m, self._size_before(m))
+
+    def _size_before(self, method: Any) -> Callable[[Any, Any], None]:
+        from algorithms.core import Event
+
+        def record(event: Any, state: Any) -> None:
+            if event is Event.AFTER_DATALOADER:
+                self.sizes[id(method)] = tuple(state.batch_get_item(method.input_key).shape[-2:])
+
+        return record
 
     def algorithm(self) -> Any:
         from algorithms.core import Algorithm, Event
@@ -953,10 +972,18 @@ class _LossCheck:
             if box is None:
                 return float(method.mixing)
             x1, y1, x2, y2 = box
-            height, width = state.batch_get_item(method.input_key).shape[-2:]
+            height, width = check.sizes[id(method)]
             return (x2 - x1) * (y2 - y1) / (height * width)
 
         return LossProbe()
+
+    def applies(self, batches: Sequence[Batch]) -> bool:
+        """Whether the logits are the loader's target's shape with classes (dim 1 or last): not
+        where another method reshaped the first batch (shorter token sequences, fewer rows)."""
+        if not self.seen or not batches or batches[0].loader_target is None:
+            return True  # the verdict says what was not recorded
+        logits, target = tuple(self.seen["logits"].shape), tuple(batches[0].loader_target.shape)
+        return len(logits) == len(target) + 1 and target in (logits[:-1], logits[:1] + logits[2:])
 
     def verdict(self, batches: Sequence[Batch], precision: str) -> str | None:
         if not self.seen or not batches:
@@ -1079,9 +1106,14 @@ _WITHOUT_SAM: dict[tuple[Any, ...], Any] = {}
 
 
 def run_cell(
-    cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None, domain: str | None = None
+    cell: Cell,
+    settings: Settings,
+    records: Mapping[str, Any] | None = None,
+    domain: str | None = None,
+    check: bool = True,
 ) -> CellRun:
-    """Train the cell in this process (under torchrun for a parallel cell) and say what was seen.
+    """Train the cell in this process (under torchrun for a parallel cell), say what was seen and
+    run its correctness checks (:data:`CHECKS`; not with ``check=False``, for a pair's reference).
 
     A cell with a method whose effect is ``changed_weights`` also trains the same workload without
     any method (once per domain, precision and parallel mode in this process), the baseline that
@@ -1116,12 +1148,12 @@ def run_cell(
     checks: list[str] = []
     misses: list[str | None] = []
     detail = nonfinite_loss(batches)
-    if detail is None:  # a run that went wrong already is not checked further
+    if detail is None and check:  # a run that went wrong already is not checked further
         try:
             for a in averages:
                 checks.append(f"{a.key}.average")
                 misses.append(a.verdict(cell.precision))
-            if loss.methods:
+            if loss.methods and loss.applies(batches):
                 checks += [f"{k}.loss" for k, _ in loss.methods]
                 misses.append(loss.verdict(batches, cell.precision))
             if any(records[k].class_name == "SAM" for k in cell.methods):
@@ -1323,7 +1355,7 @@ def run_cells(
         """What the model and the loss see with ``key`` alone on ``domain``'s workload (its solo
         run there, run once): a pair's reference is on the pair's workload."""
         if (key, domain) not in references:
-            references[key, domain] = run_cell(Cell("solo", (key,)), settings, records, domain=domain).batches
+            references[key, domain] = run_cell(Cell("solo", (key,)), settings, records, domain, check=False).batches
         return references[key, domain]
 
     for i, cell in enumerate(cells):
@@ -1444,8 +1476,8 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
     failed = [c for c in document["cells"] if c["outcome"] == "fails"]
     for c in failed:
         print(
-            f"fails: {Cell.from_dict(c).label}: {describe(c)} — fix it, or explain it with a note in the "
-            "metadata's interactions",
+            f"fails: {Cell.from_dict(c).label}: {describe(c)} — fix it, or, unless a correctness check "
+            "missed, explain it with a note in the metadata's interactions",
             file=sys.stderr,
         )
     return 1 if failed else 0
