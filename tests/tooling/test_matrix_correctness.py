@@ -268,3 +268,25 @@ def test_ema_in_bf16_averages_in_fp32(records):
     entry = _entry(Cell("precision", ("ema",), precision="bf16"), records)
     assert entry["checks"] == ["ema.average"]
     assert entry["outcome"] == "runs", entry["detail"]
+
+
+@pytest.mark.parametrize(
+    "precision",
+    [
+        "fp32",
+        "amp_bf16",
+        pytest.param(
+            "bf16",
+            marks=pytest.mark.xfail(
+                strict=True, reason="SWA keeps its mean in the model's bf16; fixed by SWA's fp32 mean"
+            ),
+        ),
+    ],
+)
+def test_swa_averaging_several_snapshots_holds_their_mean(records, precision):
+    # The suggested update_interval (5ba) takes one snapshot in the matrix's 6 batches, a copy;
+    # every batch from the middle on averages four.
+    records = _suggesting(records, "swa", update_interval="1ba", swa_start="0.5dur")
+    entry = _entry(Cell("precision", ("swa",), precision=precision), records)
+    assert entry["checks"] == ["swa.average"]
+    assert entry["outcome"] == "runs", entry["detail"]
