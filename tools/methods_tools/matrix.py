@@ -957,16 +957,17 @@ class _LossCheck:
 
         class LossProbe(Algorithm):
             def match(self, event: Any, state: Any) -> bool:
-                return event is Event.BEFORE_BACKWARD and state.timestamp.batch == 0
+                # the first pass only, should a second (SAM's) run the loss's events again
+                return event is Event.BEFORE_BACKWARD and state.timestamp.batch == 0 and not check.seen
 
             def apply(self, event: Any, state: Any, logger: Any = None) -> None:
                 check.seen = {
                     "logits": state.outputs.detach().float().clone(),
                     "loss": float(state.loss.detach().float()),
-                    "mixes": [(m.indices.clone(), self_fraction(m, state)) for _, m in check.methods if _is_mixer(m)],
+                    "mixes": [(m.indices.clone(), partners_share(m)) for _, m in check.methods if _is_mixer(m)],
                 }
 
-        def self_fraction(method: Any, state: Any) -> float:
+        def partners_share(method: Any) -> float:
             """The partners' share: CutMix's box as a fraction of the image (its ``bbox``), else ``mixing``."""
             box = getattr(method, "bbox", None)
             if box is None:
