@@ -11,7 +11,10 @@ in each precision mode (fp32, fp16, bf16, amp_fp16, amp_bf16); and in each distr
 machine runs (ddp, fsdp, deepspeed where it is installed; fp32, 2 processes under torchrun, one
 launch per mode). Each cell ends as runs, refused, interaction or fails
 (``algorithms/composability.schema.json``), judged by each method's ``observable`` effects and
-explained by its ``interactions`` notes. The output (default
+explained by its ``interactions`` notes, and by correctness checks that no note explains: EMA's
+and SWA's averages equal an fp64 average of the weights they were given, the first batch's loss
+equals label smoothing's and mixing's definitions, and SAM(rho=0) ends where the same run without
+SAM does (a SAM cell's only extra training). The output (default
 ``results/composability/<cpu|gpu>-<hardware>.json``) is validated before it is written; a cell
 that fails is one line at the end and the exit status is 1 (the file is still written).
 

@@ -15,12 +15,26 @@ batches), with its metadata's suggested hyperparameters:
 Two recorder algorithms watch each run: one listed first records the model at ``INIT`` and the
 loader's batch at ``AFTER_DATALOADER`` (before any method changes them), one listed last records
 the model at ``INIT`` (after every method's surgery, before the Trainer wraps it), what the model
-is given at ``BEFORE_FORWARD`` and the loss's target and value at ``AFTER_LOSS``. Each observable
-effect of the metadata schema is decided from them by its definition (:data:`EFFECTS`), and the
-cell's outcome follows the composability schema: ``runs``, ``refused`` (a ValueError or
+is given at ``BEFORE_FORWARD`` and the loss's target and value at ``BEFORE_BACKWARD`` (after every
+method acted at ``AFTER_LOSS``). Each observable effect of the metadata schema is decided from them
+by its definition (:data:`EFFECTS`).
+
+A cell also checks that what it trained is right, not only that it ran (:data:`CHECKS`):
+
+- ``average`` (EMA, SWA): the averaged weights the method holds at the end equal an fp64 average,
+  by the method's rule, of the weights it was given at its update events (:func:`ema_reference`,
+  :func:`swa_reference`, :func:`check_average`);
+- ``loss`` (label smoothing, MixUp, CutMix): the first batch's loss equals the cross entropy by
+  the methods' definitions, from the logits, the loader's target and the partners and weights
+  the mixing methods recorded (:func:`reference_loss`, :func:`check_loss`);
+- ``rho_zero`` (SAM): the cell run again with SAM(rho=0) in SAM's place, and without SAM, ends at
+  the same weights (:func:`check_sam`), also with each other value of a mixing method's
+  ``interpolate_loss``; the only extra training a check costs.
+
+The cell's outcome follows the composability schema: ``runs``, ``refused`` (a ValueError or
 TypeError), ``interaction`` (an effect not seen or another error, explained by a note in either
-method's ``interactions``) or ``fails`` (the same without a note). Seeds are fixed, so a rerun
-gives the same outcomes.
+method's ``interactions``) or ``fails`` (the same without a note, or a check that missed: a wrong
+result is a bug whatever the notes say). Seeds are fixed, so a rerun gives the same outcomes.
 
 Nothing here imports torch until a cell runs.
 """
@@ -44,9 +58,13 @@ from .files import write_atomic
 from .results import COMPOSABILITY_DIR, composability_problems
 
 __all__ = [
+    "AVERAGE_RTOL",
+    "CHECKS",
     "EFFECTS",
     "KINDS",
+    "LOSS_RTOL",
     "OBSERVABLES",
+    "SAM_RTOL",
     "WORKLOADS",
     "Batch",
     "Cell",
@@ -55,15 +73,21 @@ __all__ = [
     "Settings",
     "Workload",
     "cell_note",
+    "check_average",
+    "check_loss",
+    "check_sam",
     "decide",
     "default_output_path",
     "effects_seen",
+    "ema_reference",
     "matrix_environment",
     "model_signature",
     "plan_cells",
+    "reference_loss",
     "run_cell",
     "run_matrix",
     "sample_cells",
+    "swa_reference",
     "vision_model",
 ]
 
@@ -236,6 +260,8 @@ class Batch:
     #: ``EVAL_START``, after every method's swap), and those of the same run without any method.
     eval_weights: Any = None
     baseline_weights: Any = None
+    #: The loader's target (before any method changes it).
+    loader_target: Any = None
 
 
 def _baseline(b: Batch, r: Batch | None) -> tuple[Any, Any]:
@@ -412,6 +438,172 @@ def nonfinite_loss(batches: Sequence[Batch]) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------------------------- correctness
+
+#: How far an averaged weight may be from the fp64 average of the same trajectory, as a fraction
+#: of the weights' scale (their largest magnitude), by precision. The average is kept in fp32 in
+#: every precision (the half-precision modes train half weights, but their average is fp32), so
+#: the only error is fp32's: about one rounding (6e-8) per update, a few dozen updates in a
+#: cell. 1e-5 leaves two orders of headroom for that (and for a GPU's fused kernels), and is
+#: below what an average kept in half precision loses: an update that moves a weight by less than
+#: half a ulp (fp16: 2.4e-4, bf16: 2e-3 of its magnitude) is lost entirely, and EMA's updates,
+#: (1 - smoothing) of the distance to the weights, are of that size.
+AVERAGE_RTOL: Mapping[str, float] = {p: 1e-5 for p in PRECISIONS}
+#: How far the first batch's loss may be from its value by the methods' definitions, relative to
+#: it, by precision: the Trainer computes the loss in fp32 from the logits (``outputs.float()``)
+#: in every precision and the reference in fp64 from the same logits, so the miss is fp32's
+#: rounding of a log-softmax and a mean (1e-7 to 1e-6); a missing smoothing or mixing moves it by
+#: a tenth or more.
+LOSS_RTOL: Mapping[str, float] = {p: 1e-5 for p in PRECISIONS}
+#: How far SAM(rho=0)'s final weights may be from the same run's without SAM, as a fraction of the
+#: weights' scale, by precision. With rho = 0 the second pass is the first computed again at the
+#: same weights on the same draws, so the runs agree to the bit on a CPU; a GPU's
+#: non-deterministic reductions may differ in the last bits of a gradient, which a few steps keep
+#: at that size (fp32 1e-7, bf16 4e-3 of a step). A pass on the wrong loss moves them by a
+#: sizeable part of a step (lr 0.05), far above.
+SAM_RTOL: Mapping[str, float] = {"fp32": 1e-5, "amp_fp16": 1e-5, "amp_bf16": 1e-5, "fp16": 1e-3, "bf16": 1e-3}
+
+
+def _local(t: Any) -> Any:
+    """A tensor of this rank (a sharded DTensor's local shard)."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _fp64(weights: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _local(w).detach().double().cpu().clone() for k, w in weights.items()}
+
+
+def _largest(tensors: Iterable[Any]) -> float:
+    return max((float(t.abs().max()) for t in tensors if t.numel()), default=0.0)
+
+
+def ema_reference(
+    snapshots: Sequence[tuple[int, bool, Mapping[str, Any]]], smoothing: float, interval: int
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """EMA's average of a trajectory, in fp64, by its definition: ``snapshots`` are ``(time,
+    reached ema_start, weights)`` at each of EMA's update events in turn (the time in the update
+    interval's unit). The first event that reached the start copies the weights; each later one
+    whose time is a multiple of ``interval`` makes ``avg <- s * avg + (1 - s) * w``.
+
+    Returns ``(average, start)``, the average and the copy it started from, or None where the
+    average never started."""
+    average: dict[str, Any] | None = None
+    start: dict[str, Any] = {}
+    for time_, reached, weights in snapshots:
+        if average is None:
+            if reached:
+                average = _fp64(weights)
+                start = {k: w.clone() for k, w in average.items()}
+        elif time_ % interval == 0:
+            for k, w in _fp64(weights).items():
+                average[k] = smoothing * average[k] + (1.0 - smoothing) * w
+    return None if average is None else (average, start)
+
+
+def swa_reference(
+    snapshots: Sequence[tuple[bool, Mapping[str, Any]]], interval: int
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """SWA's mean of a trajectory, in fp64, by its definition: ``snapshots`` are ``(reached
+    swa_start, weights)`` at each of SWA's update events in turn until it loads the mean. From the
+    first event that reached the start, every ``interval``-th event (the first included) adds the
+    weights to the mean: the arithmetic mean of those snapshots.
+
+    Returns ``(mean, first snapshot)``, or None where averaging never started."""
+    taken: list[dict[str, Any]] = []
+    counter = None
+    for reached, weights in snapshots:
+        if counter is None:
+            if not reached:
+                continue
+            counter = 0
+        if counter % interval == 0:
+            taken.append(_fp64(weights))
+        counter += 1
+    if not taken:
+        return None
+    mean = {k: sum(t[k] for t in taken) / len(taken) for k in taken[0]}
+    return mean, taken[0]
+
+
+def check_average(
+    name: str, held: Mapping[str, Any], reference: Mapping[str, Any], start: Mapping[str, Any], precision: str
+) -> str | None:
+    """None where the average ``held`` (the parameters a method holds) is within
+    :data:`AVERAGE_RTOL` of the weights' scale of the fp64 ``reference``; otherwise one line with
+    the size of the miss: how far off, as a fraction of the way the reference moved from
+    ``start``, and as a fraction of the weights' scale."""
+    missing = sorted(set(reference) - set(held))
+    if missing:
+        return f"{name}'s average holds no {missing[0]} ({precision})"
+    miss = _largest(_fp64({k: held[k]})[k] - reference[k] for k in reference)
+    scale = _largest(reference.values())
+    moved = _largest(reference[k] - start[k] for k in reference)
+    rtol = AVERAGE_RTOL[precision]
+    if miss <= rtol * scale:
+        return None
+    way = f"{miss / moved:.2g} of the way off" if moved > 0 else "off"
+    return (
+        f"{name}'s average is {way} an fp64 {name} of the same weights ({precision}: {miss / max(scale, 1e-30):.1e} "
+        f"of the weights' scale, tolerance {rtol:g})"
+    )
+
+
+def reference_loss(
+    logits: Any, target: Any, smoothing: Sequence[float] = (), mixes: Sequence[tuple[Any, float]] = ()
+) -> float:
+    """The cross entropy of ``logits`` against class indices ``target``, in fp64, by the methods'
+    definitions: each label smoothing ``s`` makes the distribution ``(1 - s) * onehot + s / C``;
+    each mix ``(indices, m)``, in the order the methods mixed, makes ``(1 - m) * d + m *
+    d[indices]`` (MixUp's ``mixing``; CutMix's pixel fraction from the partner). Interpolating the
+    losses instead is the same number (the cross entropy is linear in the target). Classes are on
+    the last dim of ``logits`` where ``target`` is its shape without it (a language model's, and
+    ``(N, C)``), else on dim 1; negative labels are ignored positions."""
+    import torch
+
+    logits = logits.detach().double()
+    if tuple(logits.shape[:-1]) != tuple(target.shape):
+        logits = logits.movedim(1, -1)
+    classes = logits.shape[-1]
+    kept = target >= 0
+    dist = torch.nn.functional.one_hot(target.clamp(min=0).long(), classes).double() * kept.unsqueeze(-1)
+    for s in smoothing:
+        dist = dist * (1.0 - s) + kept.unsqueeze(-1).double() * (s / classes)
+    for indices, m in mixes:
+        dist = dist * (1.0 - m) + dist[indices.long()] * m
+    per_position = -(dist * torch.log_softmax(logits, dim=-1)).sum(-1)
+    return float(per_position[kept].sum() / kept.sum().clamp(min=1))
+
+
+def check_loss(loss: float, reference: float, precision: str, names: Sequence[str]) -> str | None:
+    """None where the loss the Trainer computed is within :data:`LOSS_RTOL` of ``reference``; else
+    one line naming the methods whose definitions it was computed by."""
+    rtol = LOSS_RTOL[precision]
+    miss = abs(loss - reference) / max(abs(reference), 1e-12)
+    if miss <= rtol:
+        return None
+    return (
+        f"the first batch's loss is {loss:.6g}, {reference:.6g} by {' and '.join(names)}'s definition "
+        f"({precision}: {miss:.1e} off, tolerance {rtol:g})"
+    )
+
+
+def check_sam(without: Mapping[str, Any], at_zero: Mapping[str, Any], precision: str, variant: str = "") -> str | None:
+    """None where SAM(rho=0)'s final parameters ``at_zero`` are within :data:`SAM_RTOL` of the
+    weights' scale of those of the same run without SAM; else one line with the size of the miss."""
+    if without.keys() != at_zero.keys():
+        return f"SAM(rho=0) ends with other parameters than the same run without SAM{variant}"
+    a, b = _fp64(at_zero), _fp64(without)
+    miss = _largest(a[k] - b[k] for k in b)
+    scale = _largest(b.values())
+    rtol = SAM_RTOL[precision]
+    if miss <= rtol * scale:
+        return None
+    return (
+        f"SAM(rho=0) ends {miss / max(scale, 1e-30):.1e} of the weights' scale from the same run without SAM"
+        f"{variant} ({precision}, tolerance {rtol:g}): its second pass is not the first's loss"
+    )
+
+
 # --------------------------------------------------------------------------------------------- one cell
 
 
@@ -423,11 +615,22 @@ class CellRun:
     error_type: str | None = None
     detail: str | None = None  # "TypeName: first line", or what was not finite
     wall_s: float = 0.0
+    #: The correctness checks run, as ``method.check`` (:data:`CHECKS`), and what the ones that
+    #: missed found, one line each (None where every check passed).
+    checks: list[str] = field(default_factory=list)
+    wrong: str | None = None
     #: What the recorders saw (in-process only: the reference of the pairs; not sent by the worker).
     batches: list[Batch] = field(default_factory=list, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"seen": self.seen, "error_type": self.error_type, "detail": self.detail, "wall_s": self.wall_s}
+        return {
+            "seen": self.seen,
+            "error_type": self.error_type,
+            "detail": self.detail,
+            "wall_s": self.wall_s,
+            "checks": self.checks,
+            "wrong": self.wrong,
+        }
 
 
 def _workload_domain(cell: Cell, records: Mapping[str, Any]) -> str | None:
@@ -526,9 +729,12 @@ class _Loader(list):
         self.batch_size = batch_size
 
 
-def _recorders(batches: list[Batch], input_key: int | str = 0) -> tuple[Any, Any]:
+def _recorders(batches: list[Batch], input_key: int | str = 0, target_key: int | str = 1) -> tuple[Any, Any]:
     """The first and the last algorithm of a cell: the model before and after the methods'
-    surgery at ``INIT``, the loader's batch, and what the model and the loss saw."""
+    surgery at ``INIT``, the loader's batch, and what the model and the loss saw.
+
+    The loss and its target are read at ``BEFORE_BACKWARD``: the loss that is backpropagated,
+    after every method acted at ``AFTER_LOSS`` (whatever order the Engine runs ``AFTER_*`` in)."""
     from algorithms.core import Algorithm, Event
 
     models: dict[str, Any] = {}
@@ -547,6 +753,7 @@ def _recorders(batches: list[Batch], input_key: int | str = 0) -> tuple[Any, Any
             batches.append(
                 Batch(
                     loader_input=item(state.batch_get_item(input_key)),
+                    loader_target=item(state.batch_get_item(target_key)),
                     model_before=models.get("before"),
                     model_after=models.get("after"),
                 )
@@ -554,7 +761,7 @@ def _recorders(batches: list[Batch], input_key: int | str = 0) -> tuple[Any, Any
 
     class ModelRecorder(Algorithm):
         def match(self, event: Any, state: Any) -> bool:
-            return event in (Event.INIT, Event.BEFORE_FORWARD, Event.AFTER_LOSS, Event.EVAL_START)
+            return event in (Event.INIT, Event.BEFORE_FORWARD, Event.BEFORE_BACKWARD, Event.EVAL_START)
 
         def apply(self, event: Any, state: Any, logger: Any = None) -> None:
             if event is Event.INIT:
@@ -576,37 +783,46 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def _build_methods(cell: Cell, records: Mapping[str, Any], workload: Workload | None = None) -> list[Any]:
-    """The cell's methods with their suggested hyperparameters, and the workload's batch keys
-    for a method whose plumbing takes them (``input_key``, ``target_key``)."""
+def _build_methods(
+    cell: Cell,
+    records: Mapping[str, Any],
+    workload: Workload | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[Any]:
+    """The cell's methods with their suggested hyperparameters (``overrides[key]`` in their
+    place), and the workload's batch keys for a method whose plumbing takes them (``input_key``,
+    ``target_key``)."""
     import algorithms
 
     keys = {} if workload is None else {"input_key": workload.input_key, "target_key": workload.target_key}
+    overrides = overrides or {}
     return [
         getattr(algorithms, records[k].class_name)(
-            **{name: h.suggested for name, h in records[k].hyperparameters.items()},
+            **{**{name: h.suggested for name, h in records[k].hyperparameters.items()}, **overrides.get(k, {})},
             **{name: value for name, value in keys.items() if name in records[k].plumbing},
         )
         for k in cell.methods
     ]
 
 
-def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Settings) -> list[Batch]:
+def _train(
+    cell: Cell, methods: Sequence[Any], workload: Workload, settings: Settings, extra: Sequence[Any] = ()
+) -> list[Batch]:
     """Train the workload with ``methods`` in the cell's precision and parallel mode, then evaluate
-    one batch; what the recorders saw."""
+    one batch; what the recorders saw. ``extra`` algorithms are listed after the recorders."""
     import torch
 
     from algorithms.core import Trainer
 
     batches: list[Batch] = []
-    first, last = _recorders(batches, workload.input_key)
+    first, last = _recorders(batches, workload.input_key, workload.target_key)
     loss = {} if workload.loss_fn is None else {"loss_fn": workload.loss_fn}
     with Trainer(
         workload.model,
         _Loader(workload.batches, settings.batch_size),
         f"{settings.steps}ba",
         optimizer=lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9),
-        algorithms=[first, *methods, last],
+        algorithms=[first, *methods, last, *extra],
         precision=cell.precision,
         parallel=cell.parallel,
         seed=settings.seed,
@@ -619,14 +835,286 @@ def _train(cell: Cell, methods: Sequence[Any], workload: Workload, settings: Set
     return batches
 
 
+# --------------------------------------------------------------------------------------------- checks in a run
+
+
+def _model_weights(state: Any) -> dict[str, Any]:
+    """The parameters of the network inside whatever wraps it, as the methods see them."""
+    from algorithms.core.distributed import unwrap_model
+
+    return {n: p.detach().clone() for n, p in unwrap_model(state.model).named_parameters()}
+
+
+def _tap(method: Any, before: Callable[[Any, Any], None], after: Callable[[Any, Any], None] | None = None) -> None:
+    """Call ``before(event, state)`` (and ``after``) around each of ``method``'s ``apply`` calls."""
+    apply = method.apply
+
+    def tapped(event: Any, state: Any, logger: Any = None) -> None:
+        before(event, state)
+        apply(event, state, logger)
+        if after is not None:
+            after(event, state)
+
+    method.apply = tapped
+
+
+class _AverageCheck:
+    """EMA's or SWA's check: the weights at each of its update events, as it sees them (before it
+    acts), and at the end the average it holds, against :func:`ema_reference` or
+    :func:`swa_reference` of those weights."""
+
+    def __init__(self, key: str, method: Any):
+        from algorithms.core import Event
+        from algorithms.core.time import Duration, TimeUnit
+
+        self.key, self.method, self.kind = key, method, type(method).__name__
+        interval = Duration.parse(method.update_interval)
+        self.unit, self.interval = interval.unit, int(interval.value)
+        self.event = Event.BATCH_END if interval.unit is TimeUnit.BATCH else Event.EPOCH_END
+        self.snapshots: list[tuple[Any, ...]] = []
+        self.held: Mapping[str, Any] | None = None
+        self._mean: Any = None
+        _tap(method, self._before, self._after if self.kind == "SWA" else None)
+
+    def _before(self, event: Any, state: Any) -> None:
+        if event is not self.event:
+            pass
+        elif self.kind == "EMA":
+            self.snapshots.append(
+                (state.timestamp.get(self.unit), state.reached(self.method.ema_start), _model_weights(state))
+            )
+        else:
+            self.snapshots.append((state.reached(self.method.swa_start), _model_weights(state)))
+        if self.kind == "SWA":
+            self._mean = self.method.swa_model
+
+    def _after(self, event: Any, state: Any) -> None:
+        if self._mean is not None and self.method.swa_model is None:  # the mean was loaded: what it held
+            self.held = {n: p.detach().clone() for n, p in self._mean.named_parameters()}
+
+    def verdict(self, precision: str) -> str | None:
+        if self.kind == "EMA":
+            reference = ema_reference(self.snapshots, self.method.smoothing, self.interval)
+            try:
+                held = self.method.state_dict().get("ema_weights")  # the average a checkpoint resumes
+            except Exception:  # not this check's concern (a checkpoint's): the copy that holds it
+                model = self.method.ema_model
+                held = None if model is None else dict(model.named_parameters())
+        else:
+            reference = swa_reference(self.snapshots, self.interval)
+            held = self.held
+            if held is None and self.method.swa_model is not None:
+                held = dict(self.method.swa_model.named_parameters())
+        if reference is None:
+            return None if held is None else f"{self.kind} holds an average but its start was never reached"
+        if held is None:
+            return f"{self.kind} holds no average though its start was reached ({precision})"
+        return check_average(self.kind, held, *reference, precision)
+
+
+def _is_mixer(method: Any) -> bool:
+    return all(hasattr(method, a) for a in ("indices", "mixing", "interpolate_loss"))
+
+
+def _is_smoother(method: Any) -> bool:
+    return type(method).__name__ == "LabelSmoothing"
+
+
+#: The observable effects on the loss's target that :func:`reference_loss` models (label smoothing,
+#: mixing): a cell with another method showing one of them has no loss check. (One that reshapes
+#: the first batch, fewer rows or shorter sequences, has none either: :meth:`_LossCheck.applies`.)
+LOSS_EFFECTS = ("mixed_targets", "smoothed_targets")
+
+
+class _LossCheck:
+    """The loss check of a cell with label smoothing or mixing: on the first batch, at
+    ``BEFORE_BACKWARD`` (after every method acted at ``AFTER_LOSS``), the logits, the loss and each
+    mixing method's partners and weight, against :func:`reference_loss` of the loader's target."""
+
+    def __init__(self, methods: Sequence[tuple[str, Any]]):
+        self.methods = methods
+        self.seen: dict[str, Any] = {}
+        #: The height and width of the images each mixing method mixed (as the batch was when it
+        #: acted: another method may resize them before or after it), by id.
+        self.sizes: dict[int, tuple[int, ...]] = {}
+        for _, m in methods:
+            if _is_mixer(m):
+                _tap(m, self._size_before(m))
+
+    def _size_before(self, method: Any) -> Callable[[Any, Any], None]:
+        from algorithms.core import Event
+
+        def record(event: Any, state: Any) -> None:
+            if event is Event.AFTER_DATALOADER:
+                self.sizes[id(method)] = tuple(state.batch_get_item(method.input_key).shape[-2:])
+
+        return record
+
+    def algorithm(self) -> Any:
+        from algorithms.core import Algorithm, Event
+
+        check = self
+
+        class LossProbe(Algorithm):
+            def match(self, event: Any, state: Any) -> bool:
+                # the first pass only, should a second (SAM's) run the loss's events again
+                return event is Event.BEFORE_BACKWARD and state.timestamp.batch == 0 and not check.seen
+
+            def apply(self, event: Any, state: Any, logger: Any = None) -> None:
+                check.seen = {
+                    "logits": state.outputs.detach().float().clone(),
+                    "loss": float(state.loss.detach().float()),
+                    "mixes": [(m.indices.clone(), partners_share(m)) for _, m in check.methods if _is_mixer(m)],
+                }
+
+        def partners_share(method: Any) -> float:
+            """The partners' share: CutMix's box as a fraction of the image (its ``bbox``), else ``mixing``."""
+            box = getattr(method, "bbox", None)
+            if box is None:
+                return float(method.mixing)
+            x1, y1, x2, y2 = box
+            height, width = check.sizes[id(method)]
+            return (x2 - x1) * (y2 - y1) / (height * width)
+
+        return LossProbe()
+
+    def applies(self, batches: Sequence[Batch]) -> bool:
+        """Whether the logits are the loader's target's shape with classes (dim 1 or last): not
+        where another method reshaped the first batch (shorter token sequences, fewer rows)."""
+        if not self.seen or not batches or batches[0].loader_target is None:
+            return True  # the verdict says what was not recorded
+        logits, target = tuple(self.seen["logits"].shape), tuple(batches[0].loader_target.shape)
+        return len(logits) == len(target) + 1 and target in (logits[:-1], logits[:1] + logits[2:])
+
+    def verdict(self, batches: Sequence[Batch], precision: str) -> str | None:
+        if not self.seen or not batches:
+            return "the first batch's loss was not recorded"
+        target = batches[0].loader_target
+        smoothing = [m.smoothing for _, m in self.methods if _is_smoother(m)]
+        reference = reference_loss(self.seen["logits"], target, smoothing, self.seen["mixes"])
+        return check_loss(self.seen["loss"], reference, precision, [k for k, _ in self.methods])
+
+
+def _loss_methods(cell: Cell, records: Mapping[str, Any], methods: Sequence[Any]) -> list[tuple[str, Any]]:
+    """The cell's label smoothing and mixing methods, by key, where every method of the cell that
+    changes the loss's target is one of them (else none: the reference would not be the loss)."""
+    mine = [(k, m) for k, m in zip(cell.methods, methods, strict=True) if _is_smoother(m) or _is_mixer(m)]
+    others = [k for k, m in zip(cell.methods, methods, strict=True) if (k, m) not in mine]
+    if any(set(LOSS_EFFECTS) & set(records[k].observable) for k in others):
+        return []
+    return mine
+
+
+def _same_draws() -> Any:
+    """An algorithm (listed after SAM) that makes SAM's second pass compute the first's loss again
+    where nothing is wrong: it starts from the global generators as they were before the forward
+    (the same dropout), and leaves them, and the model's buffers (batch norm's running statistics,
+    which a second forward in training mode would update twice), as the first pass left them. So
+    SAM(rho=0) and a run without SAM differ only if the second pass computes another loss."""
+    import torch
+
+    from algorithms.core import Algorithm, Event
+    from algorithms.core.state import rng_state, set_rng_state
+
+    saved: dict[str, Any] = {}
+
+    def wrap(first_step: Callable[[Any], Any], model: Any) -> Callable[[Any], Any]:
+        def same(closure: Callable[[], Any]) -> Any:
+            after = rng_state()
+            buffers = [b.detach().clone() for b in model.buffers()]
+
+            def again() -> Any:
+                set_rng_state(saved["forward"])
+                try:
+                    return closure()
+                finally:
+                    set_rng_state(after)
+                    with torch.no_grad():
+                        for b, held in zip(model.buffers(), buffers, strict=True):
+                            b.copy_(held)
+
+            return first_step(again)
+
+        return same
+
+    class SameDraws(Algorithm):
+        def match(self, event: Any, state: Any) -> bool:
+            return event in (Event.FIT_START, Event.BEFORE_FORWARD)
+
+        def apply(self, event: Any, state: Any, logger: Any = None) -> None:
+            if event is Event.BEFORE_FORWARD:
+                saved["forward"] = rng_state()
+                return
+            for opt in state.optimizers:
+                if hasattr(opt, "first_step") and "first_step" not in vars(opt):
+                    opt.first_step = wrap(opt.first_step, state.model)
+
+    return SameDraws()
+
+
+def _sam_variants(cell: Cell, records: Mapping[str, Any]) -> list[dict[str, dict[str, Any]]]:
+    """The hyperparameters the SAM check runs the cell's other methods with: the suggested ones,
+    and each method's other ``interpolate_loss`` (MixUp's, CutMix's: SAM's second pass must see
+    the interpolated loss as well as the mixed target)."""
+    variants: list[dict[str, dict[str, Any]]] = [{}]
+    for key in cell.methods:
+        h = records[key].hyperparameters.get("interpolate_loss")
+        if records[key].class_name != "SAM" and h is not None:
+            variants.append({key: {"interpolate_loss": not h.suggested}})
+    return variants
+
+
+def _sam_check(cell: Cell, records: Mapping[str, Any], domain: str, settings: Settings, rank: int) -> list[str]:
+    """The SAM check's misses (none where it passed): the cell run with SAM(rho=0) in SAM's place
+    and without SAM, same seeds and data, in each of :func:`_sam_variants`, must end at the same
+    parameters."""
+    sam = [k for k in cell.methods if records[k].class_name == "SAM"]
+    rest = Cell(cell.kind, tuple(k for k in cell.methods if k not in sam), cell.precision, cell.parallel)
+    misses = []
+    for variant in _sam_variants(cell, records):
+        workload = WORKLOADS[domain](settings, rank)
+        at_zero = _build_methods(cell, records, workload, {**variant, **{k: {"rho": 0.0} for k in sam}})
+        at_zero_weights = _train(cell, at_zero, workload, settings, [_same_draws()])[-1].eval_weights
+        # the run without SAM is the same for both orders of a pair: trained once
+        key = (domain, cell.precision, cell.parallel, rest.methods, repr(sorted(variant.items())))
+        if not rest.methods and not variant and (domain, cell.precision, cell.parallel) in _BASELINE_WEIGHTS:
+            _WITHOUT_SAM[key] = _BASELINE_WEIGHTS[domain, cell.precision, cell.parallel]
+        if key not in _WITHOUT_SAM:
+            workload = WORKLOADS[domain](settings, rank)
+            methods = _build_methods(rest, records, workload, variant)
+            _WITHOUT_SAM[key] = _train(rest, methods, workload, settings)[-1].eval_weights
+        words = "".join(f" with {k} {', '.join(f'{n}={v}' for n, v in h.items())}" for k, h in variant.items())
+        miss = check_sam(_WITHOUT_SAM[key], at_zero_weights, cell.precision, words)
+        if miss is not None:
+            misses.append(miss)
+    return misses
+
+
+#: The methods whose averaged weights are checked (:class:`_AverageCheck`), by class name.
+AVERAGED = ("EMA", "SWA")
+#: The correctness checks, by the name a cell's ``checks`` gives them (``method.check``).
+CHECKS = {
+    "average": "EMA's or SWA's average equals the fp64 average of the weights it was given",
+    "loss": "the first batch's loss equals the cross entropy by label smoothing's and mixing's definitions",
+    "rho_zero": "SAM(rho=0) ends at the weights of the same run without SAM",
+}
+
 #: The eval weights of each workload trained without any method, by (domain, precision, parallel).
 _BASELINE_WEIGHTS: dict[tuple[str, str, str], Any] = {}
+#: The eval weights of a SAM cell's other methods trained without SAM (:func:`_sam_check`), by
+#: domain, precision, parallel mode, methods and their hyperparameters' overrides.
+_WITHOUT_SAM: dict[tuple[Any, ...], Any] = {}
 
 
 def run_cell(
-    cell: Cell, settings: Settings, records: Mapping[str, Any] | None = None, domain: str | None = None
+    cell: Cell,
+    settings: Settings,
+    records: Mapping[str, Any] | None = None,
+    domain: str | None = None,
+    check: bool = True,
 ) -> CellRun:
-    """Train the cell in this process (under torchrun for a parallel cell) and say what was seen.
+    """Train the cell in this process (under torchrun for a parallel cell), say what was seen and
+    run its correctness checks (:data:`CHECKS`; not with ``check=False``, for a pair's reference).
 
     A cell with a method whose effect is ``changed_weights`` also trains the same workload without
     any method (once per domain, precision and parallel mode in this process), the baseline that
@@ -645,7 +1133,12 @@ def run_cell(
     rank = rank_and_world_size()[0] if cell.parallel in MATRIX_PARALLELS else 0
     try:
         workload = WORKLOADS[domain](settings, rank)
-        batches = _train(cell, _build_methods(cell, records, workload), workload, settings)
+        methods = _build_methods(cell, records, workload)
+        averages = [
+            _AverageCheck(k, m) for k, m in zip(cell.methods, methods, strict=True) if records[k].class_name in AVERAGED
+        ]
+        loss = _LossCheck(_loss_methods(cell, records, methods))
+        batches = _train(cell, methods, workload, settings, [loss.algorithm()] if loss.methods else [])
         if batches and any("changed_weights" in records[k].observable for k in cell.methods):
             key = (domain, cell.precision, cell.parallel)
             if key not in _BASELINE_WEIGHTS:
@@ -653,8 +1146,30 @@ def run_cell(
             batches[-1].baseline_weights = _BASELINE_WEIGHTS[key]
     except Exception as exc:  # recorded: the outcome says whether it was a refusal
         return CellRun(error_type=type(exc).__name__, detail=_error_line(exc), wall_s=time.perf_counter() - start)
+    checks: list[str] = []
+    misses: list[str | None] = []
+    detail = nonfinite_loss(batches)
+    if detail is None and check:  # a run that went wrong already is not checked further
+        try:
+            for a in averages:
+                checks.append(f"{a.key}.average")
+                misses.append(a.verdict(cell.precision))
+            if loss.methods and loss.applies(batches):
+                checks += [f"{k}.loss" for k, _ in loss.methods]
+                misses.append(loss.verdict(batches, cell.precision))
+            if any(records[k].class_name == "SAM" for k in cell.methods):
+                checks += [f"{k}.rho_zero" for k in cell.methods if records[k].class_name == "SAM"]
+                misses += _sam_check(cell, records, domain, settings, rank)
+        except Exception as exc:  # a check that cannot run is a check that missed
+            misses.append(f"a correctness check could not run: {_error_line(exc)}")
+    wrong = "; ".join(m for m in misses if m) or None
     return CellRun(
-        seen=effects_seen(batches), detail=nonfinite_loss(batches), wall_s=time.perf_counter() - start, batches=batches
+        seen=effects_seen(batches),
+        detail=detail,
+        wall_s=time.perf_counter() - start,
+        checks=checks,
+        wrong=wrong,
+        batches=batches,
     )
 
 
@@ -682,13 +1197,17 @@ def decide(
                 if name in records[key].observable:
                     (seen if name in shown else missing).append(f"{key}.{name}")
         outcome = "runs" if not missing and run.detail is None else "interaction" if note else "fails"
+        if run.wrong is not None:  # a wrong result is a bug: no note explains it
+            outcome = "fails"
+    detail = "; ".join(d for d in (run.detail, run.wrong) if d) or None
     return {
         **cell.as_dict(),
         "outcome": outcome,
         "seen": seen,
         "missing": missing,
-        "detail": run.detail,
+        "detail": detail,
         "note": note,
+        "checks": list(run.checks),
         "wall_s": round(run.wall_s, 3),
     }
 
@@ -837,7 +1356,7 @@ def run_cells(
         """What the model and the loss see with ``key`` alone on ``domain``'s workload (its solo
         run there, run once): a pair's reference is on the pair's workload."""
         if (key, domain) not in references:
-            references[key, domain] = run_cell(Cell("solo", (key,)), settings, records, domain=domain).batches
+            references[key, domain] = run_cell(Cell("solo", (key,)), settings, records, domain, check=False).batches
         return references[key, domain]
 
     for i, cell in enumerate(cells):
@@ -958,8 +1477,8 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
     failed = [c for c in document["cells"] if c["outcome"] == "fails"]
     for c in failed:
         print(
-            f"fails: {Cell.from_dict(c).label}: {describe(c)} — fix it, or explain it with a note in the "
-            "metadata's interactions",
+            f"fails: {Cell.from_dict(c).label}: {describe(c)} — fix it, or, unless a correctness check "
+            "missed, explain it with a note in the metadata's interactions",
             file=sys.stderr,
         )
     return 1 if failed else 0
