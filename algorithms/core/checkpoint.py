@@ -5,7 +5,7 @@ A file is written through a temporary file in the target's folder and a rename, 
 never sees half of one, and read with ``torch.load(weights_only=True)``: tensors and plain data, no
 code. A file that is not a complete checkpoint of this format and version (:func:`read_checkpoint`),
 or one made with another setup (precision, parallel mode, number of processes), algorithms,
-optimizers, schedulers or model (:func:`check_compatible`), is refused with a
+optimizers, parameter groups, schedulers or model (:func:`check_compatible`), is refused with a
 :class:`CheckpointError` of one line naming the file, before anything is changed.
 
 **Distributed runs.** A checkpoint of a run of several processes holds, once, what is the same on
@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .distributed import unwrap_model
+from .state import saved_parameter_names
 
 if TYPE_CHECKING:
     from .state import State
@@ -53,7 +54,8 @@ __all__ = [
 ]
 
 FORMAT = "methods-library-checkpoint"
-#: 2: the run's setup, and a distributed run's rank-identical state once.
+#: 2: the run's setup, the names of the parameters in each optimizer's groups, and a distributed
+#: run's rank-identical state once.
 VERSION = 2
 #: What a checkpoint holds: its format and version, the run's ``setup`` (precision, parallel mode,
 #: number of processes), and the keys of ``State.state_dict()`` (a distributed run's file holds
@@ -187,7 +189,7 @@ def check_compatible(saved: Mapping[str, Any], state: State, path: str | os.Path
     """Refuse ``saved`` (the checkpoint read from ``path``) unless it fits ``state`` run in the
     parallel mode ``parallel``, before anything is loaded: the same number of processes, parallel
     mode and precision, the same algorithms in the same order, each keeping no state its class does
-    not, as many optimizers and schedulers, the same model
+    not, as many optimizers (each with as many parameter groups) and schedulers, the same model
     parameters, and a GradScaler where the state's precision uses one. Each refusal is one line:
     the file, what was saved, what this run has, and what to do."""
     setup, here = saved["setup"], setup_of(state, parallel)
@@ -237,6 +239,21 @@ def check_compatible(saved: Mapping[str, Any], state: State, path: str | os.Path
             f"{path}: the model's parameters differ (in the file only: {extra or 'none'}; "
             f"in this model only: {lacking or 'none'}) — resume the same model"
         )
+    parameters = {name for name, _ in unwrap_model(state.model).named_parameters()}
+    for i, (opt, entry) in enumerate(zip(state.optimizers, saved["optimizers"], strict=True)):
+        if entry is None:  # DeepSpeed's: in its own files
+            continue
+        if len(entry["param_groups"]) != len(opt.param_groups):
+            raise CheckpointError(
+                f"{path}: optimizer {i} was saved with {len(entry['param_groups'])} parameter group(s), this "
+                f"Trainer's has {len(opt.param_groups)} — resume with the same optimizers"
+            )
+        unnamed = sorted({n for members in saved_parameter_names(entry) or () for n in members} - parameters)
+        if unnamed:
+            raise CheckpointError(
+                f"{path}: optimizer {i}'s parameter groups hold {unnamed[:3]}, not parameters of this model — "
+                "resume the same model"
+            )
     scaled = state.scaler is not None and state.scaler.is_enabled()
     if (saved["scaler"] is None) == scaled:
         raise CheckpointError(

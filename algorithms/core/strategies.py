@@ -279,6 +279,7 @@ class FSDP(_Distributed):
         saved = read_checkpoint(path)
         check_compatible(saved, state, path, self.name)
         saved = rank_view(saved, state.rank)
+        state.load_parameter_groups(saved)
         set_state_dict(
             state.model,
             state.optimizers[0],
