@@ -1,12 +1,25 @@
 """Checkpoint files: what :meth:`State.state_dict() <algorithms.core.State.state_dict>` returns,
 with the run's setup, written atomically, read back safely, and checked before it is used.
 
-A file is written through a temporary file in the target's folder and a rename, so a reader
+A local file is written through a temporary file in the target's folder and a rename, so a reader
 never sees half of one, and read with ``torch.load(weights_only=True)``: tensors and plain data, no
 code. A file that is not a complete checkpoint of this format and version (:func:`read_checkpoint`),
 or one made with another setup (precision, parallel mode, number of processes), algorithms,
 optimizers, parameter groups, schedulers or model (:func:`check_compatible`), is refused with a
 :class:`CheckpointError` of one line naming the file, before anything is changed.
+
+**Remote paths.** A ``str`` path with a URL scheme of two characters or more (``s3://``, ``gs://``,
+``memory://``, any ``<scheme>://``; ``C://`` stays a Windows drive) is written and read through
+`fsspec <https://filesystem-spec.readthedocs.io>`_ (``pip install 'methods-library[fsspec]'``, and
+the filesystem's own package, e.g. ``s3fs``); without fsspec it is refused with one line before
+anything is written. It is written under a hidden temporary name beside the target and then moved
+(``fs.mv``) onto it, and an existing object is replaced only with ``overwrite``, as a local file. fsspec
+promises no atomic rename: on the local and memory filesystems the move is a rename; on object
+stores (S3, GCS, Azure) an object appears only once its upload or server-side copy is complete, so
+a reader never sees half of one there either, but the move is a copy then a delete (the temporary
+object may be left behind by a crash between the two); other backends give what their ``mv`` gives.
+Any other path (a :class:`~pathlib.Path`, or a ``str`` without a scheme) is a local file and is
+never altered: the functions return the path they were given.
 
 **Distributed runs.** A checkpoint of a run of several processes holds, once, what is the same on
 every rank (rank 0's): the weights, optimizers, schedulers, scaler, timestamp and every algorithm's
@@ -27,6 +40,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +60,7 @@ __all__ = [
     "VERSION",
     "CheckpointError",
     "check_compatible",
+    "is_url",
     "rank_view",
     "setup_of",
     "read_checkpoint",
@@ -75,10 +90,36 @@ KEYS = (
 #: The keys of an algorithm's state that differ by rank, kept per rank in a distributed run's file.
 RANK_ALGORITHM_KEYS = ("generator",)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: A URL's scheme: two characters or more, so a Windows drive (``C:/``, ``C://``) stays a local path.
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+EXTRA = "pip install 'methods-library[fsspec]'"
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be written or used: one line naming the file and what to do."""
+
+
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a URL (a ``str`` with a scheme, ``s3://...``) that fsspec writes and reads."""
+    return isinstance(path, str) and _SCHEME.match(path) is not None
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    """fsspec's filesystem for ``url`` and the path on it; refused in one line without fsspec or the
+    filesystem's package."""
+    try:
+        import fsspec
+    except ImportError:
+        raise CheckpointError(
+            f"{url}: a URL checkpoint is written and read by fsspec, not installed — {EXTRA}"
+        ) from None
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:  # an unknown protocol, or its package (s3fs, gcsfs) missing
+        raise CheckpointError(
+            f"{url}: fsspec cannot open {_SCHEME.match(url).group(1)}:// ({_first_line(exc)}) — install the "
+            "filesystem's package (s3fs for s3://, gcsfs for gs://, adlfs for az://) or check the URL"
+        ) from None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -90,9 +131,13 @@ def write_checkpoint(
     path: str | os.PathLike[str], state_dict: Mapping[str, Any], overwrite: bool = False
 ) -> str | os.PathLike[str]:
     """Write ``state_dict`` (a ``State.state_dict()`` with the run's ``setup``, or a distributed
-    run's :func:`split_ranks` layout) to ``path`` as a checkpoint of this format, atomically; an
-    existing file is replaced only with ``overwrite``. Returns the path."""
+    run's :func:`split_ranks` layout) to ``path`` as a checkpoint of this format, atomically (a URL:
+    as its fsspec filesystem allows, see the module's docstring); an existing file is replaced only
+    with ``overwrite``. Returns ``path`` as given."""
     checkpoint = {"format": FORMAT, "version": VERSION, **state_dict}
+    if is_url(path):
+        _write_url(str(path), checkpoint, overwrite)
+        return path
     target = Path(path)
     if target.exists() and not overwrite:
         raise CheckpointError(f"{path}: exists — pass overwrite=True to replace it, or choose another path")
@@ -110,17 +155,48 @@ def write_checkpoint(
     return path
 
 
+def _write_url(url: str, checkpoint: Mapping[str, Any], overwrite: bool) -> None:
+    fs, target = _filesystem(url)
+    if fs.exists(target) and not overwrite:
+        raise CheckpointError(f"{url}: exists — pass overwrite=True to replace it, or choose another path")
+    folder, _, name = target.rstrip("/").rpartition("/")
+    tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp" if folder else f".{name}.{uuid.uuid4().hex}.tmp"
+    if folder:
+        fs.makedirs(folder, exist_ok=True)
+    try:
+        with fs.open(tmp, "wb") as handle:
+            torch.save(checkpoint, handle)
+        fs.mv(tmp, target)
+    except BaseException:
+        try:
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        except Exception:  # noqa: S110 - the write's own error is the one to raise
+            pass
+        raise
+
+
 def read_checkpoint(
     path: str | os.PathLike[str], weights_only: bool = True, keys: tuple[str, ...] = KEYS
 ) -> dict[str, Any]:
-    """The checkpoint at ``path``, checked to be a complete one of this format and version.
-    ``weights_only=False`` only for a file another library wrote beside ours (DeepSpeed's model
-    states, whose config objects torch's safe loader refuses), inside a folder this format names,
-    whose ``keys`` differ."""
-    if not Path(path).is_file():
+    """The checkpoint at ``path`` (a local file, or a URL read through ``fsspec.open``), checked to be
+    a complete one of this format and version. ``weights_only=False`` only for a file another
+    library wrote beside ours (DeepSpeed's model states, whose config objects torch's safe loader
+    refuses), inside a folder this format names, whose ``keys`` differ."""
+    if is_url(path):
+        fs, target = _filesystem(str(path))
+        if not fs.isfile(target):
+            raise CheckpointError(f"{path}: no such checkpoint file — check load_path")
+    elif not Path(path).is_file():
         raise CheckpointError(f"{path}: no such checkpoint file — check load_path")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=weights_only)
+        if is_url(path):
+            import fsspec
+
+            with fsspec.open(str(path), "rb") as handle:
+                checkpoint = torch.load(handle, map_location="cpu", weights_only=weights_only)
+        else:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=weights_only)
     except Exception as exc:  # truncated, not a torch file, or holding code
         raise CheckpointError(
             f"{path}: not a readable checkpoint ({type(exc).__name__}: {_first_line(exc)}) — it may be "

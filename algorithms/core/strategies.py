@@ -39,6 +39,7 @@ from .checkpoint import (
     VERSION,
     CheckpointError,
     check_compatible,
+    is_url,
     rank_view,
     read_checkpoint,
     setup_of,
@@ -154,7 +155,8 @@ class Strategy:
 
     def save(self, path: str | Path, state: State, overwrite: bool = False) -> str | Path:
         """Write ``state``'s checkpoint, with this run's setup (precision, mode, processes), to
-        ``path``: one file, atomically (see :mod:`algorithms.core.checkpoint`). Returns ``path`` as given."""
+        ``path``: one file, atomically, a local path or a URL through fsspec (see
+        :mod:`algorithms.core.checkpoint`). Returns ``path`` as given."""
         return write_checkpoint(path, {**state.state_dict(), "setup": setup_of(state, self.name)}, overwrite)
 
     def load(self, path: str | Path, state: State) -> None:
@@ -194,9 +196,9 @@ class DataParallel(Strategy):
 
 
 class _Distributed(Strategy):
-    """The modes with one process per device. A checkpoint is one file, written by rank 0 and read
-    by every rank, so it lies where every rank sees it. Saving and loading are collective: every
-    rank calls them.
+    """The modes with one process per device. A checkpoint is one file (a local path or a URL),
+    written by rank 0 and read by every rank, so it lies where every rank sees it. Saving and
+    loading are collective: every rank calls them.
 
     The file holds once, from rank 0, what is the same on every rank: the weights, optimizers,
     schedulers, scaler, timestamp, and each algorithm's state but its generator; and under
@@ -311,10 +313,12 @@ class DeepSpeed(_Distributed):
     # (schedulers, timestamp, every rank's algorithms and generators, and this format's name) is
     # its client state (rank-identical state once, each rank's generators under ``ranks``, as in
     # one file). It is written under a temporary name beside the target and renamed by rank 0 once
-    # every rank has written its part, so a folder at the target is always whole.
+    # every rank has written its part, so a folder at the target is always whole. DeepSpeed writes
+    # it with its own file I/O, so the folder is a local (or mounted) path: a URL is refused.
     def save(self, path: str | Path, state: State, overwrite: bool = False) -> str | Path:
         import shutil
 
+        self._refuse_url(path)
         folder = Path(path)
         if folder.exists() and not overwrite:
             raise CheckpointError(f"{path}: exists — pass overwrite=True to replace it, or choose another path")
@@ -343,6 +347,7 @@ class DeepSpeed(_Distributed):
         return path
 
     def load(self, path: str | Path, state: State) -> None:
+        self._refuse_url(path)
         path = Path(path)
         model_file = path / self.TAG / "mp_rank_00_model_states.pt"
         if not model_file.is_file():
@@ -360,6 +365,14 @@ class DeepSpeed(_Distributed):
             str(path), tag=self.TAG, load_optimizer_states=True, load_lr_scheduler_states=False
         )
         state.load_state_dict(rank_view(saved, state.rank), weights=False)
+
+    @staticmethod
+    def _refuse_url(path: str | Path) -> None:
+        if is_url(path):
+            raise CheckpointError(
+                f"{path}: parallel='deepspeed' checkpoints are folders DeepSpeed writes itself, on a local or "
+                "mounted file system — save to a local path (and copy the folder to remote storage)"
+            )
 
     def scaler_precision(self, precision: str) -> str:
         return "fp32"  # DeepSpeed scales the loss itself (its fp16 mode)
