@@ -542,3 +542,35 @@ def test_a_checkpoint_of_the_previous_format_is_refused_asking_to_write_it_again
         f"{tmp_path / 'old.ckpt'}: checkpoint version 1, this library reads version 2 — write the checkpoint "
         "again with this version's Trainer.save_checkpoint"
     )
+
+
+def test_an_optimizer_with_other_parameter_groups_is_refused_before_the_weights_change(tmp_path):
+    first = _build("2ba")
+    first.fit()
+    path = first.save_checkpoint(tmp_path / "c.ckpt")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 6, 3), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(6, 5),
+    )  # fmt: skip
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    groups = [{"params": model[0].parameters()}, {"params": model[5].parameters(), "lr": 0.01}]
+    optimizer = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    with pytest.raises(CheckpointError) as refused:
+        Trainer(
+            model,
+            [],
+            "4ba",
+            optimizer=optimizer,
+            schedulers=[scheduler],
+            algorithms=[CutMix(alpha=1.0), LabelSmoothing(0.1)],
+            seed=3,
+            device="cpu",
+            load_path=path,
+        )
+    assert str(refused.value) == (
+        f"{path}: optimizer 0 was saved with 1 parameter group(s), this Trainer's has 2 — resume with the same "
+        "optimizers"
+    )
+    assert _same(model.state_dict(), before)
