@@ -309,12 +309,12 @@ class DeepSpeed(_Distributed):
     TAG = "checkpoint"
 
     # A checkpoint is a folder written by DeepSpeed's own save_checkpoint: the weights once, and
-    # each rank's ZeRO partition of the optimizer state in a file of its own; the rest of the state
-    # (schedulers, timestamp, every rank's algorithms and generators, and this format's name) is
-    # its client state (rank-identical state once, each rank's generators under ``ranks``, as in
-    # one file). It is written under a temporary name beside the target and renamed by rank 0 once
-    # every rank has written its part, so a folder at the target is always whole. DeepSpeed writes
-    # it with its own file I/O, so the folder is a local (or mounted) path: a URL is refused.
+    # each rank's ZeRO partition of the optimizer state in a file of its own; the rest (schedulers,
+    # timestamp, the algorithms' state, the setup, this format's name, and every rank's generators
+    # under ``ranks``, as in one file) is its client state. It is written under a temporary name
+    # beside the target and renamed by rank 0 once every rank has written its part, so a folder at
+    # the target is always whole. DeepSpeed writes it with its own file I/O, so the folder is a
+    # local (or mounted) path: a URL is refused.
     def save(self, path: str | Path, state: State, overwrite: bool = False) -> str | Path:
         import shutil
 

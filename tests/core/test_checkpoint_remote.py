@@ -145,3 +145,14 @@ def test_deepspeeds_checkpoint_folders_refuse_a_url_in_one_line():
             "s3://bucket/run: parallel='deepspeed' checkpoints are folders DeepSpeed writes itself, on a local or "
             "mounted file system — save to a local path (and copy the folder to remote storage)"
         )
+
+
+def test_a_file_url_is_written_through_fsspec_where_it_points(tmp_path):
+    url = f"file://{tmp_path}/runs/ckpt.pt"
+    trainer = _build("2ba")
+    trainer.fit()
+    assert trainer.save_checkpoint(url) == url
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["ckpt.pt"]  # renamed, no temporary left
+    with pytest.raises(CheckpointError, match=r"exists — pass overwrite=True"):
+        trainer.save_checkpoint(url)
+    assert _build("4ba", load_path=url).state.timestamp.batch == 2
