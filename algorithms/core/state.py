@@ -88,6 +88,29 @@ def set_rng_state(rng: Mapping[str, Any], loader: Any = None) -> None:
             generator.set_state(state)
 
 
+def _optimizer_state(optimizer: torch.optim.Optimizer, named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with ``parameter_names``: the names of each group's parameters
+    (left out where the optimizer holds a tensor ``named`` does not have)."""
+    names = {id(p): name for name, p in named}
+    saved = optimizer.state_dict()
+    if all(id(p) in names for group in optimizer.param_groups for p in group["params"]):
+        saved["parameter_names"] = [[names[id(p)] for p in group["params"]] for group in optimizer.param_groups]
+    return saved
+
+
+def saved_parameter_names(saved: Mapping[str, Any] | None) -> list[list[str]] | None:
+    """The names of the parameters each group of a saved optimizer held (:meth:`State.state_dict`'s
+    ``parameter_names``, or a full state dict's groups keyed by name), or None where it names none."""
+    if saved is None:
+        return None
+    if "parameter_names" in saved:
+        return saved["parameter_names"]
+    groups = [group.get("params", []) for group in saved.get("param_groups", ())]
+    if groups and all(isinstance(name, str) for members in groups for name in members):
+        return groups
+    return None
+
+
 @dataclass
 class State:
     """Training state. Algorithms read and change it; the :class:`Trainer` owns it."""
@@ -130,13 +153,21 @@ class State:
         """What a resumed run needs to go on exactly as this one would: the model's weights
         (unwrapped from DataParallel or DDP), every optimizer's and scheduler's state, the
         GradScaler's (None where it is disabled), the timestamp, every algorithm's state (their
-        generators included), and the global random generators (torch's, CUDA's, Python's)."""
+        generators included), and the global random generators (torch's, CUDA's, Python's, and
+        ``epoch``: those the current epoch's loader started from).
+
+        Each optimizer's entry is its ``state_dict()`` and ``parameter_names``: the names, in the
+        unwrapped model, of the parameters each of its groups holds, group by group (absent where
+        it holds tensors the model does not name, as DeepSpeed's flat partitions). A method that
+        takes parameters out of the groups (Layer Freezing) changes them, and the optimizer's state
+        only loads into groups of the same sizes, so :meth:`load_state_dict` puts them back first."""
         from .distributed import unwrap_model  # not at import: `import algorithms.<method>` stays light
 
         enabled = self.scaler is not None and self.scaler.is_enabled()
+        named = list(unwrap_model(self.model).named_parameters())
         return {
             "model": unwrap_model(self.model).state_dict(),
-            "optimizers": [opt.state_dict() for opt in self.optimizers],
+            "optimizers": [_optimizer_state(opt, named) for opt in self.optimizers],
             "schedulers": [s.state_dict() for s in self.schedulers],
             "scaler": self.scaler.state_dict() if enabled else None,
             "timestamp": {name: getattr(self.timestamp, name) for name in TIMESTAMP_FIELDS},
@@ -146,14 +177,16 @@ class State:
 
     def load_state_dict(self, state_dict: Mapping[str, Any], weights: bool = True) -> None:
         """Put back what :meth:`state_dict` returned (checked beforehand: see
-        :func:`algorithms.core.checkpoint.check_compatible`); with ``weights=False`` all but the
-        model's and the optimizers' state (a strategy that shards them loads those itself)."""
+        :func:`algorithms.core.checkpoint.check_compatible`), the optimizers' parameter groups
+        (:meth:`load_parameter_groups`) before their state; with ``weights=False`` all but the
+        model's weights and the optimizers (a strategy that shards them loads those itself)."""
         from .distributed import unwrap_model
 
         if weights:
             unwrap_model(self.model).load_state_dict(state_dict["model"])
+            self.load_parameter_groups(state_dict)
             for opt, saved in zip(self.optimizers, state_dict["optimizers"], strict=True):
-                opt.load_state_dict(saved)
+                opt.load_state_dict({key: value for key, value in saved.items() if key != "parameter_names"})
         for scheduler, saved in zip(self.schedulers, state_dict["schedulers"], strict=True):
             scheduler.load_state_dict(saved)
         if state_dict["scaler"] is not None and self.scaler is not None:
@@ -165,6 +198,21 @@ class State:
         rng = state_dict["rng"]
         self.epoch_rng = rng.get("epoch")
         self.pending_rng = {key: rng.get(key) for key in ("torch", "cuda", "python", "loader")}
+
+    def load_parameter_groups(self, state_dict: Mapping[str, Any]) -> None:
+        """Make each optimizer's parameter groups hold the parameters its saved entry names, in
+        order: ``parameter_names`` (:meth:`state_dict`), or the names a full state dict keyed by
+        name lists (FSDP's); an entry naming none leaves the groups as they are. The groups'
+        settings (learning rate and the rest) are the optimizer state's to load."""
+        from .distributed import unwrap_model
+
+        params = dict(unwrap_model(self.model).named_parameters())
+        for opt, saved in zip(self.optimizers, state_dict["optimizers"], strict=True):
+            names = saved_parameter_names(saved)
+            if names is None:
+                continue
+            for group, members in zip(opt.param_groups, names, strict=True):
+                group["params"] = [params[name] for name in members]
 
     def restore_rng(self) -> None:
         """Put back the global generators of the checkpoint loaded last (nothing without one)."""

@@ -33,7 +33,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from .checkpoint import FORMAT, KEYS, VERSION, CheckpointError, check_compatible, read_checkpoint, write_checkpoint
+from .checkpoint import (
+    FORMAT,
+    KEYS,
+    VERSION,
+    CheckpointError,
+    check_compatible,
+    is_url,
+    rank_view,
+    read_checkpoint,
+    setup_of,
+    split_ranks,
+    write_checkpoint,
+)
 from .distributed import (
     check_deepspeed,
     check_parallel,
@@ -141,30 +153,18 @@ class Strategy:
 
     # -- checkpoints -----------------------------------------------------------------------------
 
-    def save(self, path: str | Path, state: State, overwrite: bool = False) -> Path:
-        """Write ``state``'s checkpoint to ``path`` (one file, atomically; see
-        :mod:`algorithms.core.checkpoint`)."""
-        return write_checkpoint(path, state.state_dict(), overwrite)
+    def save(self, path: str | Path, state: State, overwrite: bool = False) -> str | Path:
+        """Write ``state``'s checkpoint, with this run's setup (precision, mode, processes), to
+        ``path``: one file, atomically, a local path or a URL through fsspec (see
+        :mod:`algorithms.core.checkpoint`). Returns ``path`` as given."""
+        return write_checkpoint(path, {**state.state_dict(), "setup": setup_of(state, self.name)}, overwrite)
 
     def load(self, path: str | Path, state: State) -> None:
-        """Read the checkpoint at ``path``, refuse it (naming the file, before anything changes)
-        unless it fits ``state``, then load it."""
-        saved = self._read(path, state)
-        check_compatible(saved, state, path)
-        state.load_state_dict(saved)
-
-    def _read(self, path: str | Path, state: State) -> dict[str, Any]:
-        """The checkpoint at ``path`` with this rank's own algorithms' and generators' state in
-        place (a distributed run's file keeps every rank's under ``ranks``)."""
+        """Read the checkpoint at ``path``, refuse it (one line naming the file, before any weight,
+        optimizer state or generator changes) unless it fits ``state`` in this mode, then load it."""
         saved = read_checkpoint(path)
-        ranks = saved.get("ranks")
-        processes = 1 if ranks is None else len(ranks)
-        if processes != state.world_size:
-            raise CheckpointError(
-                f"{path}: saved by {processes} process(es), this run has {state.world_size} — resume with "
-                f"as many (each rank goes on with its own generators)"
-            )
-        return saved if ranks is None else {**saved, **ranks[state.rank]}
+        check_compatible(saved, state, path, self.name)
+        state.load_state_dict(rank_view(saved, state.rank))
 
     def close(self) -> None:
         """Release what the mode holds: the process group it made, where it made one. Calling it
@@ -195,16 +195,16 @@ class DataParallel(Strategy):
         return wrap_model(model, "dp", self.device, self.precision)
 
 
-#: What each rank of a distributed run keeps apart in a checkpoint: its algorithms' generators
-#: and state, and its global generators. The rest (weights, optimizers, schedulers, scaler,
-#: timestamp) is the same on every rank, or gathered to rank 0.
-PER_RANK = ("algorithms", "rng")
-
-
 class _Distributed(Strategy):
-    """The modes with one process per device. A checkpoint is one file, written by rank 0 with
-    every rank's own state under ``ranks`` (gathered), and read by every rank, so it lies on a file
-    system every rank sees. Saving and loading are collective: every rank calls them."""
+    """The modes with one process per device. A checkpoint is one file (a local path or a URL),
+    written by rank 0 and read by every rank, so it lies where every rank sees it. Saving and
+    loading are collective: every rank calls them.
+
+    The file holds once, from rank 0, what is the same on every rank: the weights, optimizers,
+    schedulers, scaler, timestamp, and each algorithm's state but its generator; and under
+    ``ranks`` (gathered to rank 0) what differs by rank: each algorithm's generator and the global
+    generators (:func:`~algorithms.core.checkpoint.split_ranks`). So an algorithm's state other than
+    its generator must be the same on every rank, or rank 0's is what every rank resumes with."""
 
     distributed = True
 
@@ -216,16 +216,14 @@ class _Distributed(Strategy):
         """What rank 0 writes of the weights and optimizers (DDP: its own copy, the same on every rank)."""
         return state.state_dict()
 
-    def save(self, path: str | Path, state: State, overwrite: bool = False) -> Path:
-        path = Path(path)
-        shared = self.shared_state(state)
-        own = {key: shared[key] for key in PER_RANK}
+    def save(self, path: str | Path, state: State, overwrite: bool = False) -> str | Path:
+        shared, own = split_ranks(self.shared_state(state))
         ranks: list[Any] | None = [None] * state.world_size if state.rank == 0 else None
         dist.gather_object(own, ranks, dst=0)
         failure: list[Any] = [None]
         if state.rank == 0:
             try:
-                write_checkpoint(path, {**shared, "ranks": ranks}, overwrite)
+                write_checkpoint(path, {**shared, "setup": setup_of(state, self.name), "ranks": ranks}, overwrite)
             except Exception as exc:  # every rank raises, not only the one that wrote
                 failure[0] = exc
         dist.broadcast_object_list(failure, src=0)  # also keeps the others until the file is whole
@@ -280,8 +278,10 @@ class FSDP(_Distributed):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
         self._one_optimizer(state)
-        saved = self._read(path, state)
-        check_compatible(saved, state, path)
+        saved = read_checkpoint(path)
+        check_compatible(saved, state, path, self.name)
+        saved = rank_view(saved, state.rank)
+        state.load_parameter_groups(saved)
         set_state_dict(
             state.model,
             state.optimizers[0],
@@ -309,35 +309,45 @@ class DeepSpeed(_Distributed):
     TAG = "checkpoint"
 
     # A checkpoint is a folder written by DeepSpeed's own save_checkpoint: the weights once, and
-    # each rank's ZeRO partition of the optimizer state in a file of its own; the rest of the state
-    # (schedulers, timestamp, every rank's algorithms and generators, and this format's name) is
-    # its client state. It is written under a temporary name beside the target and renamed by rank
-    # 0 once every rank has written its part, so a folder at the target is always whole.
-    def save(self, path: str | Path, state: State, overwrite: bool = False) -> Path:
+    # each rank's ZeRO partition of the optimizer state in a file of its own; the rest (schedulers,
+    # timestamp, the algorithms' state, the setup, this format's name, and every rank's generators
+    # under ``ranks``, as in one file) is its client state. It is written under a temporary name
+    # beside the target and renamed by rank 0 once every rank has written its part, so a folder at
+    # the target is always whole. DeepSpeed writes it with its own file I/O, so the folder is a
+    # local (or mounted) path: a URL is refused.
+    def save(self, path: str | Path, state: State, overwrite: bool = False) -> str | Path:
         import shutil
 
-        path = Path(path)
-        if path.exists() and not overwrite:
+        self._refuse_url(path)
+        folder = Path(path)
+        if folder.exists() and not overwrite:
             raise CheckpointError(f"{path}: exists — pass overwrite=True to replace it, or choose another path")
-        shared = state.state_dict()
+        shared, own = split_ranks(state.state_dict())
         ranks: list[Any] = [None] * state.world_size
-        dist.all_gather_object(ranks, {key: shared[key] for key in PER_RANK})
+        dist.all_gather_object(ranks, own)
         client = {key: value for key, value in shared.items() if key not in ("model", "optimizers")}
-        client.update(format=FORMAT, version=VERSION, ranks=ranks, optimizers=[None] * len(state.optimizers))
-        tmp = path.with_name(f".{path.name}.tmp")
+        client.update(
+            format=FORMAT,
+            version=VERSION,
+            setup=setup_of(state, self.name),
+            ranks=ranks,
+            optimizers=[None] * len(state.optimizers),
+        )
+        tmp = folder.with_name(f".{folder.name}.tmp")
         if state.rank == 0 and tmp.exists():
             shutil.rmtree(tmp)
         dist.barrier()
         self._engine.save_checkpoint(str(tmp), tag=self.TAG, client_state=client, save_latest=False)
         dist.barrier()
         if state.rank == 0:
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
         dist.barrier()
         return path
 
     def load(self, path: str | Path, state: State) -> None:
+        self._refuse_url(path)
         path = Path(path)
         model_file = path / self.TAG / "mp_rank_00_model_states.pt"
         if not model_file.is_file():
@@ -350,18 +360,19 @@ class DeepSpeed(_Distributed):
         keys = tuple("module" if key == "model" else key for key in KEYS)
         saved = read_checkpoint(model_file, weights_only=False, keys=keys)
         saved = {**saved, "model": saved["module"]}
-        ranks = saved["ranks"]
-        if len(ranks) != state.world_size:
-            raise CheckpointError(
-                f"{path}: saved by {len(ranks)} process(es), this run has {state.world_size} — resume with "
-                "as many (each rank goes on with its own generators)"
-            )
-        saved.update(ranks[state.rank])
-        check_compatible(saved, state, path)
+        check_compatible(saved, state, path, self.name)
         self._engine.load_checkpoint(
             str(path), tag=self.TAG, load_optimizer_states=True, load_lr_scheduler_states=False
         )
-        state.load_state_dict(saved, weights=False)
+        state.load_state_dict(rank_view(saved, state.rank), weights=False)
+
+    @staticmethod
+    def _refuse_url(path: str | Path) -> None:
+        if is_url(path):
+            raise CheckpointError(
+                f"{path}: parallel='deepspeed' checkpoints are folders DeepSpeed writes itself, on a local or "
+                "mounted file system — save to a local path (and copy the folder to remote storage)"
+            )
 
     def scaler_precision(self, precision: str) -> str:
         return "fp32"  # DeepSpeed scales the loss itself (its fp16 mode)
@@ -504,7 +515,7 @@ class Accelerate(_Distributed):
         if self.grad_clip_norm is not None:
             self.accelerator.clip_grad_norm_(model.parameters(), self.grad_clip_norm)
 
-    def save(self, path: str | Path, state: State, overwrite: bool = False) -> Path:
+    def save(self, path: str | Path, state: State, overwrite: bool = False) -> str | Path:
         self._check_checkpointable()
         if not dist.is_initialized():
             return Strategy.save(self, path, state, overwrite)

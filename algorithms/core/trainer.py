@@ -119,16 +119,19 @@ class Trainer:
             the samples of its first tensor.
         target_key: where the target is in each batch, e.g. ``"labels"``; the loss is
             ``loss_fn(outputs, batch[target_key])``. Give the methods the same keys.
-        load_path: resume from a checkpoint that :meth:`save_checkpoint` wrote, made with the
-            same model, algorithms (in the same order), optimizers, schedulers and precision:
-            :meth:`fit` then goes on where that run stopped, skipping the batches of its epoch
-            already trained, exactly as the uninterrupted run would where the loader gives the
-            same batches in the same order (a list, a sequential or a ``DistributedSampler``
-            loader; a loader shuffled by torch's global generator draws its order anew). Made with
-            another setup, or not a complete checkpoint, it is refused with a ``ValueError``
-            naming the file, before anything is changed. Every parallel mode resumes (each
-            strategy writes and reads its own form: one file, or DeepSpeed's folder); a distributed
-            run resumes with as many processes.
+        load_path: resume from a checkpoint that :meth:`save_checkpoint` wrote (a local path, or a
+            URL read through fsspec), made with the same model, algorithms (in the same order),
+            optimizers (with as many parameter groups), schedulers, precision, parallel mode and
+            number of processes: :meth:`fit` then goes on where that run stopped, skipping the
+            batches of its epoch already trained, exactly as the uninterrupted run would where the
+            loader gives the same batches in the same order (a list, a sequential or a
+            ``DistributedSampler`` loader; a loader shuffled by torch's global generator draws its
+            order anew). The optimizers' parameter groups and the parameters' ``requires_grad``
+            flags are put back as saved (Layer Freezing's frozen layers stay frozen). Made with
+            another setup, written by another checkpoint version, or not a complete checkpoint, it
+            is refused with a ``ValueError`` of one line naming the file, before any weight,
+            optimizer state or generator is changed. Every parallel mode resumes (each strategy
+            writes and reads its own form: one file, or DeepSpeed's folder).
     """
 
     _closed = False  # until close()
@@ -244,12 +247,17 @@ class Trainer:
         """The loss scaler: enabled under ``amp_fp16`` (not under DeepSpeed, which scales itself)."""
         return self.strategy.scaler
 
-    def save_checkpoint(self, path: str | Path, overwrite: bool = False) -> Path:
-        """Write everything a resumed run needs (``State.state_dict()``; see
-        :mod:`algorithms.core.checkpoint`) to ``path``, atomically; an existing file is replaced
-        only with ``overwrite``. Resume with ``Trainer(..., load_path=path)``. Under a distributed
-        mode every rank calls it: rank 0 writes one file with every rank's generators (DeepSpeed: a
-        folder, DeepSpeed's own, each rank's ZeRO partition in a file of its own)."""
+    def save_checkpoint(self, path: str | Path, overwrite: bool = False) -> str | Path:
+        """Write everything a resumed run needs (``State.state_dict()`` and this run's precision,
+        parallel mode and number of processes; see :mod:`algorithms.core.checkpoint`) to ``path``,
+        atomically; an existing file is replaced only with ``overwrite``. ``path`` is a local path,
+        or a ``str`` URL (``s3://``, ``gs://``, any ``<scheme>://``) written through fsspec
+        (``pip install 'methods-library[fsspec]'``; refused in one line without it, before anything
+        is written). Returns ``path`` as given. Resume with ``Trainer(..., load_path=path)``.
+
+        Under a distributed mode every rank calls it: rank 0 writes one file holding once what is
+        the same on every rank, and every rank's generators apart (DeepSpeed: a folder, DeepSpeed's
+        own, each rank's ZeRO partition in a file of its own, on a local path only)."""
         return self.strategy.save(path, self.state, overwrite)
 
     def load_checkpoint(self, path: str | Path) -> None:

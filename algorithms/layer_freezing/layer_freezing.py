@@ -8,7 +8,7 @@ Yosinski and Sohl-Dickstein, SVCCA, 2017), with Composer's linear schedule.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -76,11 +76,7 @@ def freeze_layers(
         optimizers = ()
     elif isinstance(optimizers, torch.optim.Optimizer):
         optimizers = (optimizers,)
-    frozen = [p for layer in layers[:depth] for p in layer.parameters()]
-    _remove_from_optimizers(frozen, optimizers)
-    for p in frozen:
-        p.requires_grad_(False)
-        p.grad = None
+    _freeze(layers[:depth], optimizers)
     log.info(
         "layer freezing (freeze_start=%s, freeze_level=%s): %d of %d layers frozen (%.1f %% scheduled)",
         freeze_start,
@@ -110,6 +106,15 @@ def _layers(module: torch.nn.Module) -> list[torch.nn.Module]:
     return [layer for child in children for layer in _layers(child)]
 
 
+def _freeze(layers: Sequence[torch.nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+    """Take ``layers``' parameters out of ``optimizers`` (groups and state), and stop their gradients."""
+    frozen = [p for layer in layers for p in layer.parameters()]
+    _remove_from_optimizers(frozen, optimizers)
+    for p in frozen:
+        p.requires_grad_(False)
+        p.grad = None
+
+
 def _remove_from_optimizers(params: list[torch.Tensor], optimizers: Sequence[torch.optim.Optimizer]) -> None:
     gone = {id(p) for p in params}
     for opt in optimizers:
@@ -132,6 +137,11 @@ class LayerFreezing(Algorithm):
     end of the last epoch change nothing that was trained and are not counted, so in a one-epoch
     run it does not act; none means it did not act.
 
+    Its state (:meth:`state_dict`) is ``frozen_layers``: how many of the earliest layers it has
+    frozen. A run resumed from a checkpoint freezes them again at ``Event.FIT_START`` (their
+    ``requires_grad`` and gradients); the optimizers' parameter groups, which it shrank, are the
+    checkpoint's to put back (``State.load_state_dict``), before their state is loaded.
+
     Example::
 
         >>> import torch
@@ -148,6 +158,10 @@ class LayerFreezing(Algorithm):
     unused_parameters = True
 
     activity = {"layers_frozen": "layers frozen while training remained"}
+    #: How many of the earliest layers it has frozen, and whether a loaded state still has to
+    #: freeze them in this run's model.
+    _frozen_layers = 0
+    _refreeze = False
 
     def __init__(self, freeze_start: float = 0.5, freeze_level: float = 1.0):
         PARAMETERS.check(freeze_start=freeze_start, freeze_level=freeze_level)
@@ -155,11 +169,28 @@ class LayerFreezing(Algorithm):
         self.freeze_level = freeze_level
 
     def match(self, event: Event, state: State) -> bool:
-        return event is Event.EPOCH_END
+        return event is Event.EPOCH_END or (self._refreeze and event is Event.FIT_START)
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        if event is Event.FIT_START:  # resumed: the layers the checkpoint's run had frozen
+            _freeze(_layers(state.model)[: self._frozen_layers], state.optimizers)
+            self._refreeze = False
+            return
         progress = state.progress()
         trainable = [any(p.requires_grad for p in layer.parameters()) for layer in _layers(state.model)]
         depth, _ = freeze_layers(state.model, state.optimizers, progress, self.freeze_start, self.freeze_level)
+        self._frozen_layers = max(self._frozen_layers, depth)
         if progress < 1:
             self.report(logger, "layers_frozen", sum(trainable[:depth]))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base's state and ``frozen_layers``: how many of the earliest layers are frozen."""
+        return {**super().state_dict(), "frozen_layers": self._frozen_layers}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._frozen_layers = int(state_dict.get("frozen_layers", 0))
+        self._refreeze = self._frozen_layers > 0
+
+    def _state_keys(self) -> set[str]:
+        return super()._state_keys() | {"frozen_layers"}

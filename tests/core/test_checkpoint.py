@@ -5,6 +5,7 @@ refused, naming the file, before anything changes; writes are atomic and never o
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -192,7 +193,10 @@ def test_a_bad_checkpoint_is_refused_naming_the_file_and_changes_nothing(make, m
             dict(model=torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 5))),
             r"the model's parameters differ",
         ),
-        (dict(precision="amp_fp16"), r"saved without a GradScaler, this Trainer's precision 'amp_fp16' uses one"),
+        (
+            dict(precision="amp_fp16"),
+            r": saved with precision=.fp32., this Trainer has precision=.amp_fp16. — resume in ",
+        ),
     ],
 )
 def test_a_checkpoint_of_another_setup_is_refused_before_anything_changes(change, message, tmp_path):
@@ -373,7 +377,11 @@ def _edited(checkpoint: dict, edit: str) -> dict:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        ("version", "checkpoint version 99, this library reads version 1"),
+        (
+            "version",
+            "checkpoint version 99, this library reads version 2 — write the checkpoint again with this "
+            "version's Trainer.save_checkpoint",
+        ),
         ("missing", "incomplete checkpoint, missing schedulers, rng — write it again"),
         (
             "algorithm-state",
@@ -471,3 +479,98 @@ def test_save_checkpoint_refuses_to_overwrite_by_default_and_writes_beside_the_t
         trainer.save_checkpoint(tmp_path / "new.ckpt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ckpt", "runs"]
     assert sorted(p.name for p in nested.parent.iterdir()) == ["run.ckpt"]
+
+
+# -- the run's setup: precision, processes and parallel mode are checked before anything loads ---
+
+
+@pytest.mark.parametrize(
+    ("precision", "saved_as"), [("bf16", "fp32"), ("amp_bf16", "fp32"), ("fp32", "amp_bf16")], ids=str
+)
+def test_a_checkpoint_of_another_precision_is_refused_before_weights_optimizer_or_generators_change(
+    precision, saved_as, tmp_path
+):
+    first = _build("2ba", precision=saved_as)
+    first.fit()
+    path = first.save_checkpoint(tmp_path / "c.ckpt")
+    trainer = _build("4ba", precision=precision)
+    trainer.fit()  # an optimizer with momentum, a scheduler that stepped, a CutMix generator that drew
+    weights = _model_copy(trainer)
+    optimizer = trainer.state.optimizer.state_dict()
+    momentum = {k: v["momentum_buffer"].clone() for k, v in optimizer["state"].items()}
+    lr, timestamp = trainer.state.optimizer.param_groups[0]["lr"], dataclasses.replace(trainer.state.timestamp)
+    cutmix = trainer.engine.algorithms[0].generator(trainer.state).get_state()
+    global_rng = torch.get_rng_state()
+    with pytest.raises(CheckpointError) as refused:
+        trainer.load_checkpoint(path)
+    assert str(refused.value) == (
+        f"{path}: saved with precision={saved_as!r}, this Trainer has precision={precision!r} — resume in the "
+        "same precision"
+    )
+    assert _same(trainer.state.model.state_dict(), weights)
+    now = trainer.state.optimizer.state_dict()["state"]
+    assert now.keys() == momentum.keys() and all(torch.equal(now[k]["momentum_buffer"], momentum[k]) for k in now)
+    assert trainer.state.optimizer.param_groups[0]["lr"] == lr and trainer.state.timestamp == timestamp
+    assert torch.equal(trainer.engine.algorithms[0].generator(trainer.state).get_state(), cutmix)
+    assert torch.equal(torch.get_rng_state(), global_rng) and trainer.state.pending_rng is None
+
+
+def test_a_checkpoint_of_another_parallel_mode_is_refused_naming_both(tmp_path):
+    first = _build("2ba")
+    first.fit()
+    path = first.save_checkpoint(tmp_path / "c.ckpt")
+    trainer = _build("4ba", parallel="dp")
+    before = _model_copy(trainer)
+    with pytest.raises(CheckpointError) as refused:
+        trainer.load_checkpoint(path)
+    assert str(refused.value) == (
+        f"{path}: saved with parallel='single', this Trainer has parallel='dp' — resume in the same parallel mode"
+    )
+    assert _same(trainer.state.model.module.state_dict(), {k.removeprefix("module."): v for k, v in before.items()})
+
+
+def test_a_checkpoint_of_the_previous_format_is_refused_asking_to_write_it_again(tmp_path):
+    first = _build("2ba")
+    first.fit()
+    saved = torch.load(first.save_checkpoint(tmp_path / "c.ckpt"), weights_only=True)
+    old = {key: value for key, value in saved.items() if key != "setup"}  # version 1 had no setup
+    old["version"] = 1
+    torch.save(old, tmp_path / "old.ckpt")
+    with pytest.raises(CheckpointError) as refused:
+        _build("4ba", load_path=tmp_path / "old.ckpt")
+    assert str(refused.value) == (
+        f"{tmp_path / 'old.ckpt'}: checkpoint version 1, this library reads version 2 — write the checkpoint "
+        "again with this version's Trainer.save_checkpoint"
+    )
+
+
+def test_an_optimizer_with_other_parameter_groups_is_refused_before_the_weights_change(tmp_path):
+    first = _build("2ba")
+    first.fit()
+    path = first.save_checkpoint(tmp_path / "c.ckpt")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 6, 3), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(6, 5),
+    )  # fmt: skip
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    groups = [{"params": model[0].parameters()}, {"params": model[5].parameters(), "lr": 0.01}]
+    optimizer = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    with pytest.raises(CheckpointError) as refused:
+        Trainer(
+            model,
+            [],
+            "4ba",
+            optimizer=optimizer,
+            schedulers=[scheduler],
+            algorithms=[CutMix(alpha=1.0), LabelSmoothing(0.1)],
+            seed=3,
+            device="cpu",
+            load_path=path,
+        )
+    assert str(refused.value) == (
+        f"{path}: optimizer 0 was saved with 1 parameter group(s), this Trainer's has 2 — resume with the same "
+        "optimizers"
+    )
+    assert _same(model.state_dict(), before)
