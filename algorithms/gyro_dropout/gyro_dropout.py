@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..core.algorithm import Algorithm
+from ..core.distributed import unwrap_model
 from ..core.event import Event
 from ..core.parameters import Integer, Parameters, Real, Rule
 from ..core.state import State
@@ -90,6 +91,11 @@ class GyroDropoutLayer(nn.Module):
     ``dropout_mask`` is the mask of the latest training call, one row per example (``None``
     before the first), as in Composer's layer.
 
+    ``count_calls``: each training call is a step (True, as Composer's layer counts). The
+    :class:`GyroDropout` class sets it False and advances ``training_step`` once per optimizer
+    step instead, so a step that runs the model twice (SAM's second forward) trains both passes on
+    the same selected masks and moves the schedule once.
+
     Draws come from ``generator`` (a CPU ``torch.Generator``) when set, else from torch's global
     one. The masks, the selection and the step count are in the state dict, so a resumed run
     goes on with the same subnetworks.
@@ -104,6 +110,8 @@ class GyroDropoutLayer(nn.Module):
         self.p, self.sigma, self.tau = float(p), sigma, tau
         self.iter_num = max(int(iters_per_epoch * max_epoch / sigma), 1) * tau
         self.training_step = 0
+        self.count_calls = True
+        self._selected_at = -1  # the step whose selection `selected` holds (a step selects once)
         self.generator: torch.Generator | None = None
         self.dropout_mask: torch.Tensor | None = None
         self.register_buffer("preselect_masks", torch.empty(0, 0))  # (sigma, units), 1 keeps a unit
@@ -116,10 +124,12 @@ class GyroDropoutLayer(nn.Module):
             # rand draws from [0, 1), 0 included: ">=" keeps a unit with probability 1 - p, every unit at p = 0
             masks = torch.rand(self.sigma, x.shape[-1], generator=self.generator) >= self.p
             self.preselect_masks = masks.to(device=x.device, dtype=self.preselect_masks.dtype, non_blocking=True)
-        if self.training_step % self.iter_num == 0:
+        if self.training_step % self.iter_num == 0 and self._selected_at != self.training_step:
             chosen = torch.randperm(self.sigma, generator=self.generator)[: self.tau]
             self.selected = chosen.to(x.device, non_blocking=True)
-        self.training_step += 1
+            self._selected_at = self.training_step
+        if self.count_calls:
+            self.training_step += 1
         n = x.shape[0]
         run = torch.arange(n, device=x.device) * self.tau // n  # which selected mask each example takes
         mask = self.preselect_masks[self.selected[run]].view(n, *([1] * (x.ndim - 2)), x.shape[-1])
@@ -156,6 +166,9 @@ class GyroDropout(Algorithm):
         sigma: how many masks each dropout layer pre-selects.
         tau: how many of them each batch trains at once, ``<= sigma``.
 
+    Each layer's schedule moves once per optimizer step (``AFTER_TRAIN_BATCH``), not per forward
+    call, so an optimizer step that runs the model twice (SAM) trains both passes on the same masks.
+
     It counts ``modules_replaced``, the dropout layers it replaced; none, or ``p=0`` (every mask
     keeps every unit), means it did not act.
 
@@ -177,9 +190,14 @@ class GyroDropout(Algorithm):
         self.p, self.sigma, self.tau = p, sigma, tau
 
     def match(self, event: Event, state: State) -> bool:
-        return event is Event.INIT
+        return event in (Event.INIT, Event.AFTER_TRAIN_BATCH)
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
+        if event is Event.AFTER_TRAIN_BATCH:
+            for module in unwrap_model(state.model).modules():
+                if isinstance(module, GyroDropoutLayer) and not module.count_calls:
+                    module.training_step += 1
+            return
         unit, value = state.max_duration.unit, int(state.max_duration.value)
         if unit is TimeUnit.EPOCH and state.dataloader_len:
             iters_per_epoch, max_epoch = state.dataloader_len, value
@@ -192,6 +210,9 @@ class GyroDropout(Algorithm):
             )
         with recording_replacements() as replaced:
             apply_gyro_dropout(state.model, max(iters_per_epoch, 1), max(max_epoch, 1), self.p, self.sigma, self.tau)
+        for module in state.model.modules():
+            if isinstance(module, GyroDropoutLayer):
+                module.count_calls = False
         self.report(logger, "modules_replaced", len(replaced))
 
     def acted(self, activity: Mapping[str, int]) -> bool:

@@ -570,3 +570,18 @@ def test_compute_ema_averages_a_low_precision_model_into_an_fp32_copy():
     for got, want in zip(ema_model.parameters(), reference, strict=True):
         assert got.dtype is torch.float32
         torch.testing.assert_close(got.double(), want, rtol=0, atol=4 * 30 * 2**-24 * want.abs().max().item())
+
+
+def test_the_checkpoint_of_an_average_keeps_a_layers_extra_state():
+    """A model whose ``state_dict`` holds more than tensors (Gyro Dropout's step count) is averaged and
+    checkpointed: the extra state is copied as it is (``state_dict()`` raised on it)."""
+    from algorithms import GyroDropout
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 4))
+    batches = [(torch.randn(8, 8), torch.randint(0, 4, (8,))) for _ in range(3)]
+    ema = EMA(half_life="2ba")
+    Trainer(model, batches, "3ba", algorithms=[GyroDropout(p=0.5, sigma=4, tau=2), ema], seed=0, device="cpu").fit()
+    weights = ema.state_dict()["ema_weights"]
+    assert set(weights["1._extra_state"]) == {"training_step"}  # as the copy holding the average has it
+    assert all(isinstance(v, torch.Tensor) for k, v in weights.items() if not k.endswith("_extra_state"))

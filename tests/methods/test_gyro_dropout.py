@@ -344,3 +344,28 @@ def test_bad_run_lengths_fail_with_a_clear_error(kwargs, message):
             cf.apply_gyro_dropout(model, **arguments)
     with pytest.raises(ValueError, match=whole):
         GyroDropoutLayer(**arguments)
+
+
+def test_with_sam_both_passes_of_a_step_train_the_same_masks():
+    """The class moves each layer's schedule once per optimizer step: SAM(rho=0), whose second pass
+    runs the model again, ends where the run without SAM does (counting forward calls, the second
+    pass moved the schedule and drew new selections)."""
+    from algorithms import SAM
+
+    def run(algorithms):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(16, 4)
+        )
+        g = torch.Generator().manual_seed(1)
+        batches = [(torch.randn(8, 8, generator=g), torch.randint(0, 4, (8,), generator=g)) for _ in range(6)]
+        trainer = Trainer(model, batches, "1ep", algorithms=algorithms, seed=0, device="cpu")
+        trainer.fit()
+        layer = next(m for m in trainer.state.model.modules() if isinstance(m, GyroDropoutLayer))
+        return [p.detach() for p in trainer.state.model.parameters()], layer.training_step
+
+    plain, plain_steps = run([GyroDropout(p=0.5, sigma=4, tau=2)])
+    with_sam, sam_steps = run([GyroDropout(p=0.5, sigma=4, tau=2), SAM(rho=0.0)])
+    assert plain_steps == sam_steps == 6
+    for a, b in zip(plain, with_sam, strict=True):
+        torch.testing.assert_close(a, b)
