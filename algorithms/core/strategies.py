@@ -11,8 +11,11 @@ the model and optimizer, runs the backward pass and the optimizer step, unwraps,
                 --config_file`` (``configs/accelerate/``): it prepares the model and optimizer
 ==============  ==========================================================================
 
-The :class:`~algorithms.core.Trainer` builds one with :func:`strategy` and calls the same methods
-whatever the mode, so its loop (``fit``) has no branch on the mode. The distributed strategies join
+``Trainer(parallel=...)`` takes a mode's name (its strategy made with the defaults) or a strategy
+object, which carries the mode's own options (``DeepSpeed(zero_stage=1)``) or is a subclass of the
+user's. The :class:`~algorithms.core.Trainer` binds it to its precision, device and clipping
+(:meth:`Strategy.bind`) and calls the same methods whatever the mode, so its loop (``fit``) has no
+branch on the mode. The distributed strategies join
 the process group ``torchrun`` describes when the process has none, and then own it: :meth:`close`
 leaves it (:func:`~algorithms.core.distributed.destroy_process_group`, with its safeguards). A
 group the user made stays the user's.
@@ -74,29 +77,31 @@ def _default_optimizer(params: Any) -> Optimizer:
 
 
 class Strategy:
-    """A parallel mode of the Trainer (the base class is one process on one device).
-
-    Args:
-        precision: the Trainer's precision; ``amp_fp16`` gets a GradScaler.
-        device: this process's device.
-        grad_clip_norm: clip the gradients' norm to this before each step (None: never).
-        zero_stage: DeepSpeed's ZeRO stage (only :class:`DeepSpeed` uses it).
-    """
+    """A parallel mode of the Trainer (the base class is one process on one device). Made with the
+    mode's own options only; the Trainer then binds it (:meth:`bind`). One object serves one
+    Trainer: a bound strategy is refused by a second."""
 
     name: ClassVar[str] = "single"
     #: Whether the mode runs one process per device under ``torchrun``.
     distributed: ClassVar[bool] = False
+    bound = False
 
-    def __init__(self, precision: str, device: torch.device, grad_clip_norm: float | None = None, zero_stage: int = 2):
-        self.precision, self.device, self.grad_clip_norm, self.zero_stage = (
-            precision,
-            device,
-            grad_clip_norm,
-            zero_stage,
-        )
+    def bind(self, precision: str, device: torch.device, grad_clip_norm: float | None = None) -> None:
+        """Take the Trainer's ``precision`` (``amp_fp16`` gets a GradScaler), this process's
+        ``device`` and ``grad_clip_norm`` (clip the gradients' norm to it before each step; None:
+        never). A ValueError where this object already serves a Trainer."""
+        if self.bound:
+            raise ValueError(
+                f"parallel={self!r} already serves another Trainer: give each Trainer a strategy object of its own"
+            )
+        self.precision, self.device, self.grad_clip_norm = precision, device, grad_clip_norm
         self.scaler = grad_scaler(self.scaler_precision(precision), device)
         self.owns_process_group = False
         self.closed = False
+        self.bound = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
     def scaler_precision(self, precision: str) -> str:
         """The precision the GradScaler is made for: the Trainer's, unless the mode scales itself."""
@@ -301,9 +306,23 @@ class FSDP(_Distributed):
 
 class DeepSpeed(_Distributed):
     """DeepSpeed ZeRO: its engine runs the forward and backward, scales the loss in its own fp16
-    mode, and steps, clips and zeroes the gradients itself."""
+    mode, and steps, clips and zeroes the gradients itself.
+
+    Args:
+        zero_stage: the ZeRO stage, 1 (optimizer state sharded) or 2 (and gradients); a
+            ValueError otherwise. ``Trainer(parallel="deepspeed")`` is stage 2.
+    """
 
     name = "deepspeed"
+
+    def __init__(self, zero_stage: int = 2):
+        if isinstance(zero_stage, bool) or zero_stage not in (1, 2):
+            raise ValueError(f"DeepSpeed(zero_stage={zero_stage!r}): ZeRO stage 1 or 2 is supported")
+        self.zero_stage = int(zero_stage)
+
+    def __repr__(self) -> str:
+        return f"DeepSpeed(zero_stage={self.zero_stage})"
+
     _engine: Any = None
     #: The tag of DeepSpeed's checkpoint inside the folder (one checkpoint a folder).
     TAG = "checkpoint"
@@ -567,7 +586,10 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-def strategy(parallel: str, **kwargs: Any) -> Strategy:
-    """The strategy of ``parallel`` (a ValueError naming the modes for anything else:
+def strategy(parallel: str | Strategy) -> Strategy:
+    """``parallel`` itself where it is a strategy object, else the strategy of the mode it names,
+    with its defaults (a ValueError naming the modes for anything else:
     :func:`~algorithms.core.distributed.check_parallel`)."""
-    return STRATEGIES[check_parallel(parallel)](**kwargs)
+    if isinstance(parallel, Strategy):
+        return parallel
+    return STRATEGIES[check_parallel(parallel)]()

@@ -83,14 +83,15 @@ class Trainer:
             else the CPU.
         parallel: one of ``single``, ``dp``, ``ddp``, ``fsdp``, ``deepspeed``, ``accelerate``
             (Hugging Face Accelerate, configured by ``accelerate launch --config_file``), each a
-            strategy (:mod:`algorithms.core.strategies`). Under ``torchrun`` the distributed modes create
-            the process group when the process has none, and :meth:`close` leaves it again (a
+            strategy (:mod:`algorithms.core.strategies`), or a strategy object with its mode's own
+            options, e.g. ``DeepSpeed(zero_stage=1)`` (``"deepspeed"`` is ZeRO stage 2). Under
+            ``torchrun`` the distributed modes create the process group when the process has
+            none, and :meth:`close` leaves it again (a
             group the script made stays the script's); algorithms see this process's
             ``state.rank`` and ``state.world_size`` from ``Event.INIT`` on, and INIT runs before
             the model is wrapped, so a method that changes the model changes what gets wrapped.
             The data loader's batches are per process (use a ``DistributedSampler``; its epoch is
             set every epoch).
-        zero_stage: the DeepSpeed ZeRO stage (1 or 2) for ``parallel="deepspeed"``.
         seed: seeds torch's global generator and the algorithms' generators. Every rank seeds
             torch with ``seed`` before ``Event.INIT``, so modules a method adds there start alike
             on every rank; once the model is wrapped, rank ``r`` of a distributed run reseeds with
@@ -153,26 +154,24 @@ class Trainer:
         step_schedulers_every_batch: bool = True,
         grad_clip_norm: float | None = None,
         logger: MethodLog | None = None,
-        parallel: str = "single",
-        zero_stage: int = 2,
+        parallel: str | Strategy = "single",
         input_key: int | str | None = 0,
         target_key: int | str = 1,
         load_path: str | Path | None = None,
     ):
         method_log = check_method_log(logger, "Trainer(logger=...)")
         check_precision(precision)
-        if zero_stage not in (1, 2):
-            raise ValueError(f"zero_stage={zero_stage!r}: DeepSpeed ZeRO stage 1 or 2 is supported")
         duration = Duration.parse(max_duration)
         if duration.unit is TimeUnit.DURATION:
             raise ValueError(f"max_duration={max_duration!r}: give epochs, batches or samples, e.g. '2ep' or '100ba'")
         if grad_clip_norm is not None and grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
         check_together(algorithms)
+        mode = strategy(parallel)
         for algo in algorithms:
-            why = getattr(algo, "unsupported_parallel", {}).get(parallel)
+            why = algo.unsupported_parallel.get(mode.name)
             if why is not None:
-                raise ValueError(f"{algo.name} under parallel={parallel!r}: {why}")
+                raise ValueError(f"{algo.name} under parallel={mode.name!r}: {why}")
         if isinstance(loss_fn, str) and loss_fn != MODEL_LOSS:
             raise ValueError(f"loss_fn={loss_fn!r}: pass a function, or {MODEL_LOSS!r} for the loss the model computes")
         for algo in algorithms if loss_fn == MODEL_LOSS else ():
@@ -188,9 +187,8 @@ class Trainer:
                     "while training: leave it out and call scheduler.step(trainer.eval()['loss']) yourself"
                 )
         device = torch.device(device) if device is not None else local_device()
-        self.strategy: Strategy = strategy(
-            parallel, precision=precision, device=device, grad_clip_norm=grad_clip_norm, zero_stage=zero_stage
-        )
+        self.strategy: Strategy = mode
+        mode.bind(precision, device, grad_clip_norm)
         self.strategy.check(optimizer)
         if seed is not None:
             torch.manual_seed(seed)
@@ -205,7 +203,7 @@ class Trainer:
         self.train_dataloader = train_dataloader
         self.eval_dataloader = eval_dataloader
         self.grad_clip_norm = grad_clip_norm
-        self.parallel = parallel
+        self.parallel = self.strategy.name
         self.input_key = input_key
         self.target_key = target_key
         given = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None

@@ -183,6 +183,10 @@ class LayerFreezing(Algorithm):
         if progress < 1:
             self.report(logger, "layers_frozen", sum(trainable[:depth]))
 
+    def reset(self) -> None:
+        super().reset()
+        self._frozen_layers, self._refreeze = 0, False
+
     def state_dict(self) -> dict[str, Any]:
         """The base's state and ``frozen_layers``: how many of the earliest layers are frozen."""
         return {**super().state_dict(), "frozen_layers": self._frozen_layers}

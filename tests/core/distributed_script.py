@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.core.distributed import destroy_process_group, rank_and_world_size
+from algorithms.core.strategies import DeepSpeed
 
 STEPS, GLOBAL_BATCH = 3, 8
 
@@ -82,8 +83,7 @@ def main(mode: str, out_path: str, device: str = "cpu") -> None:
         f"{STEPS}ba",
         optimizer=optimizer,
         algorithms=[probe],
-        parallel=parallel,
-        zero_stage=int(zero_stage or 2),
+        parallel=DeepSpeed(zero_stage=int(zero_stage or 2)) if parallel == "deepspeed" else parallel,
         device=None if device == "auto" else device,
         seed=0,
     )

@@ -14,6 +14,7 @@ from algorithms import CutMix
 from algorithms.core import PARALLELS, Trainer
 from algorithms.core.checkpoint import CheckpointError
 from algorithms.core.distributed import check_parallel, deepspeed_unavailable_reason, destroy_process_group
+from algorithms.core.strategies import DeepSpeed
 
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_script as script  # noqa: E402
@@ -192,8 +193,8 @@ def test_parallel_modes_and_bad_values():
     with pytest.raises(ValueError, match="function of the parameters"):
         model = torch.nn.Linear(3, 2)
         Trainer(model, [], "1ba", parallel="fsdp", optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
-    with pytest.raises(ValueError, match="zero_stage=3"):
-        Trainer(torch.nn.Linear(3, 2), [], "1ba", zero_stage=3)
+    with pytest.raises(ValueError, match=r"^DeepSpeed\(zero_stage=3\): ZeRO stage 1 or 2 is supported$"):
+        DeepSpeed(zero_stage=3)
 
 
 @needs_deepspeed
@@ -322,7 +323,7 @@ def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypa
     try:
         data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
         with Trainer(
-            torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu", seed=0
+            torch.nn.Linear(3, 2), data, "1ba", parallel=DeepSpeed(zero_stage=1), device="cpu", seed=0
         ) as trainer:
             trainer.fit()
             engine = weakref.ref(trainer.strategy._engine)
@@ -349,7 +350,7 @@ def test_a_second_deepspeed_world_in_one_process_starts_clean(monkeypatch):
     for _ in range(2):
         try:
             with Trainer(
-                torch.nn.Linear(3, 2), data, "1ba", parallel="deepspeed", zero_stage=1, device="cpu", seed=0
+                torch.nn.Linear(3, 2), data, "1ba", parallel=DeepSpeed(zero_stage=1), device="cpu", seed=0
             ) as trainer:
                 trainer.fit()
                 assert trainer.state.timestamp.batch == 1

@@ -20,14 +20,18 @@ def test_one_strategy_per_parallel_mode():
     assert tuple(STRATEGIES) == PARALLELS
     for name, cls in STRATEGIES.items():
         assert issubclass(cls, Strategy) and cls.name == name
-        assert isinstance(strategy(name, precision="fp32", device=torch.device("cpu")), cls)
+        assert isinstance(strategy(name), cls)
+    given = STRATEGIES["deepspeed"](zero_stage=1)
+    assert strategy(given) is given and repr(given) == "DeepSpeed(zero_stage=1)"
     with pytest.raises(ValueError, match=r"parallel='tp' is not supported — use one of single, dp, ddp"):
-        strategy("tp", precision="fp32", device=torch.device("cpu"))
+        strategy("tp")
 
 
-def test_fit_has_no_branch_on_the_parallel_mode():
-    """No name of a mode, of the mode's attribute, or of DeepSpeed's or SAM's special calls in fit()."""
-    tree = ast.parse(inspect.getsource(Trainer.fit).replace("\n    ", "\n")[4:])
+@pytest.mark.parametrize("method", ["fit", "_train_batch", "_loss_pass"])
+def test_fit_has_no_branch_on_the_parallel_mode(method):
+    """No name of a mode, of the mode's attribute, or of DeepSpeed's or SAM's special calls in fit()
+    and the batch steps it calls."""
+    tree = ast.parse(inspect.getsource(getattr(Trainer, method)).replace("\n    ", "\n")[4:])
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
@@ -39,6 +43,7 @@ def test_fit_has_no_branch_on_the_parallel_mode():
         # the one hasattr left asks the data loader's sampler for set_epoch, not the mode
         [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "hasattr"]
         == ["hasattr(sampler, 'set_epoch')"]
+        and method == "fit"
     )
 
 
@@ -76,7 +81,8 @@ def test_the_single_strategy_scales_steps_and_clips_as_torch_does():
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    single = Single(precision="amp_fp16", device=torch.device("cpu"), grad_clip_norm=0.5)
+    single = Single()
+    single.bind("amp_fp16", torch.device("cpu"), grad_clip_norm=0.5)
     assert single.scaler.is_enabled()
     loss = model(torch.randn(8, 4)).square().sum()
     expected = torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
@@ -97,4 +103,6 @@ def test_the_single_strategy_scales_steps_and_clips_as_torch_does():
 
 
 def test_deepspeed_scales_its_own_loss():
-    assert not DeepSpeed(precision="amp_fp16", device=torch.device("cpu")).scaler.is_enabled()
+    deepspeed = DeepSpeed()
+    deepspeed.bind("amp_fp16", torch.device("cpu"))
+    assert not deepspeed.scaler.is_enabled()

@@ -356,7 +356,6 @@ def test_dict_batches_flow_by_key_to_the_model_and_the_loss():
         ({"max_duration": "0.5dur"}, "max_duration='0.5dur': give epochs, batches or samples, e.g. '2ep' or '100ba'"),
         ({"grad_clip_norm": 0}, "grad_clip_norm=0 must be positive"),
         ({"grad_clip_norm": -1.0}, "grad_clip_norm=-1.0 must be positive"),
-        ({"zero_stage": 3}, "zero_stage=3: DeepSpeed ZeRO stage 1 or 2 is supported"),
         (
             {"parallel": "fsdp", "optimizer": "instance"},
             "parallel='fsdp' shards the parameters when it wraps the model: pass optimizer as a function of the "
@@ -392,8 +391,17 @@ def test_a_wrong_key_names_what_to_pass():
         Trainer(torch.nn.Linear(6, 3), _dict_data(1), "1ba", input_key="input_ids", target_key="y").fit()
 
 
-def test_zero_stage_1_is_accepted_and_ignored_outside_deepspeed():
-    Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", zero_stage=1).fit()
+def test_a_strategy_object_serves_one_trainer():
+    """``parallel=`` takes a strategy object (its mode's own options); bound to one Trainer, it is
+    refused by a second with one line, before anything is done."""
+    from algorithms.core.strategies import Single
+
+    mode = Single()
+    first = Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", parallel=mode)
+    assert first.strategy is mode and first.parallel == "single"
+    first.fit()
+    with pytest.raises(ValueError, match=r"^parallel=Single\(\) already serves another Trainer: give each"):
+        Trainer(torch.nn.Linear(6, 3), _data(1), "1ba", parallel=mode)
 
 
 def test_eval_defaults_to_the_eval_dataloader():

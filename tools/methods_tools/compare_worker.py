@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.core.distributed import destroy_process_group, is_distributed, rank_and_world_size
 from algorithms.core.options import model_input_sizes
+from algorithms.core.strategies import DeepSpeed
 from algorithms.data import get_dataset
 from algorithms.metadata import load_all_datasets
 from algorithms.models import get_model, lm_loss
@@ -245,8 +246,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         schedulers=schedulers,
         algorithms=[*extra, timer, *([counter] if counter else [])],
         precision=precision,
-        parallel=parallel,
-        zero_stage=args.zero_stage or 2,
+        parallel=DeepSpeed(zero_stage=args.zero_stage or 2) if parallel == "deepspeed" else parallel,
         seed=args.seed,
         **({"loss_fn": lm_loss, **keys} if text else {}),
     )
@@ -264,7 +264,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             wall_s = time.perf_counter() - start
-        samples = state.timestamp.sample * (world_size if is_distributed(parallel) else 1)
+        samples = state.timestamp.sample  # the Trainer counts every rank's samples
 
         metrics, eval_s = {"accuracy": None, "loss": None}, None
         if text or splits.has_accuracy:
