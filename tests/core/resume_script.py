@@ -1,5 +1,6 @@
 """Run under torchrun by test_distributed.py's resume tests: ``first`` trains the whole run, then
 the first part of it and checkpoints; ``rest`` resumes from the checkpoint in fresh processes.
+The data comes from a DataLoader with a shuffled DistributedSampler and two workers.
 Rank 0 saves each run's final parameters (full tensors, also for FSDP shards) and every rank's
 algorithm generator state, so the test can compare the resumed run with the uninterrupted one."""
 
@@ -29,17 +30,15 @@ def make_model() -> torch.nn.Module:
     )
 
 
-def rank_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+def rank_batches() -> torch.utils.data.DataLoader:
+    """A real loader, as users give one: a shuffled DistributedSampler (its own seed and epoch) and
+    two workers (seeded from torch's global generator, per rank)."""
     rank, world = rank_and_world_size()
-    per_rank = GLOBAL_BATCH // world
     g = torch.Generator().manual_seed(1)
-    batches = [
-        (torch.randn(GLOBAL_BATCH, 3, 8, 8, generator=g), torch.randint(0, 5, (GLOBAL_BATCH,), generator=g))
-        for _ in range(BATCHES)
-    ]
-    return [
-        (x[rank * per_rank : (rank + 1) * per_rank], y[rank * per_rank : (rank + 1) * per_rank]) for x, y in batches
-    ]
+    n = GLOBAL_BATCH * BATCHES
+    data = torch.utils.data.TensorDataset(torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 5, (n,), generator=g))
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=1)
+    return torch.utils.data.DataLoader(data, batch_size=GLOBAL_BATCH // world, sampler=sampler, num_workers=2)
 
 
 def build(parallel: str, batches: int, load_path: str | None = None) -> Trainer:
