@@ -452,7 +452,7 @@ class Accelerate(_Distributed):
     step on the other batches while ``BEFORE_OPTIMIZER_STEP`` and the schedulers still ran.
 
     Accelerate's ``PartialState`` would create the process group itself (``env://``, whose keys a
-    second group in the same torchrun processes finds stale: a second Trainer hung), and its
+    second group in the same torchrun processes would find stale, and wait on), and its
     ``end_training`` destroys whatever group there is, the user's too. So, as in the other modes,
     the strategy makes the group when the process has none (Accelerate then uses it), and
     :meth:`close` leaves only a group it made, with the safeguards of
