@@ -62,12 +62,12 @@ class Trainer:
             ``outputs.loss``: a Hugging Face model given its labels, with ``input_key=None``), and
             then refuses the methods that change the loss from the logits and the target
             (``Algorithm.needs_loss_fn``: Label Smoothing, CutMix, MixUp, Selective Backprop). The
-            default cross-entropy takes class indices
-            or class probabilities, so mixed (soft) targets work unchanged. It may return a
-            tensor, a dict of tensors (its ``"total"``, or the sum of its values' means, is
-            backpropagated, as in Composer) or a tuple of tensors (the sum of their means), in
-            every parallel mode. Each part's mean is ``state.loss_parts[name]`` after the loss
-            (a tuple's by position), logged at DEBUG by ``algorithms.core.trainer`` per batch.
+            default cross-entropy takes class indices or class probabilities, so mixed (soft)
+            targets work unchanged. It may return a tensor, a dict of tensors (its ``"total"``, or
+            the sum of its values' means, is backpropagated, as in Composer) or a tuple of tensors
+            (the sum of their means), in every parallel mode. Each part's mean is
+            ``state.loss_parts[name]`` after the loss (a tuple's by position), logged at DEBUG by
+            ``algorithms.core.trainer`` per batch.
         algorithms: run at every event where their ``match`` is true, in this order after the
             Engine's ordering rules (:data:`~algorithms.core.engine.ORDER_RULES`: Selective Backprop
             before the mixing methods, say), and last-in first-out at a closing event
@@ -86,8 +86,8 @@ class Trainer:
             strategy (:mod:`algorithms.core.strategies`), or a strategy object with its mode's own
             options, e.g. ``DeepSpeed(zero_stage=1)`` (``"deepspeed"`` is ZeRO stage 2). Under
             ``torchrun`` the distributed modes create the process group when the process has
-            none, and :meth:`close` leaves it again (a
-            group the script made stays the script's); algorithms see this process's
+            none, and :meth:`close` leaves it again (a group the script made stays the script's);
+            algorithms see this process's
             ``state.rank`` and ``state.world_size`` from ``Event.INIT`` on, and INIT runs before
             the model is wrapped, so a method that changes the model changes what gets wrapped.
             The data loader's batches are per process (use a ``DistributedSampler``; its epoch is
@@ -125,9 +125,13 @@ class Trainer:
             optimizers (with as many parameter groups), schedulers, precision, parallel mode and
             number of processes: :meth:`fit` then goes on where that run stopped, skipping the
             batches of its epoch already trained, exactly as the uninterrupted run would where the
-            loader gives the same batches in the same order (a list, a sequential or a
-            ``DistributedSampler`` loader; a loader shuffled by torch's global generator draws its
-            order anew). The optimizers' parameter groups and the parameters' ``requires_grad``
+            loader draws the same batches from the same generators: a list, or a ``DataLoader``,
+            sequential or shuffled (by its own generator, torch's global one or a
+            ``DistributedSampler``), with or without workers. The interrupted epoch's loader is
+            started from the generators it started from, and the checkpoint's generators are put
+            back just before the first batch trained. An epoch ends only where its loader is
+            exhausted (or a sized loader's last batch is trained), so a run stopped mid-epoch by
+            ``max_duration`` resumes within it. The optimizers' parameter groups and the parameters' ``requires_grad``
             flags are put back as saved (Layer Freezing's frozen layers stay frozen). Made with
             another setup, written by another checkpoint version, or not a complete checkpoint, it
             is refused with a ``ValueError`` of one line naming the file, before any weight,
