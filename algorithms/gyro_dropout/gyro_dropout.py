@@ -168,6 +168,10 @@ class GyroDropout(Algorithm):
 
     Each layer's schedule moves once per optimizer step (``AFTER_TRAIN_BATCH``), not per forward
     call, so an optimizer step that runs the model twice (SAM) trains both passes on the same masks.
+    The layers draw their masks and selections from this algorithm's generator
+    (:meth:`~algorithms.core.Algorithm.generator`: seeded from the Trainer's seed and the rank,
+    and checkpointed), not from torch's global one, so they leave the model's other random draws
+    as they would be without them.
 
     It counts ``modules_replaced``, the dropout layers it replaced; none, or ``p=0`` (every mask
     keeps every unit), means it did not act.
@@ -190,12 +194,16 @@ class GyroDropout(Algorithm):
         self.p, self.sigma, self.tau = p, sigma, tau
 
     def match(self, event: Event, state: State) -> bool:
-        return event in (Event.INIT, Event.AFTER_TRAIN_BATCH)
+        return event in (Event.INIT, Event.FIT_START, Event.AFTER_TRAIN_BATCH)
 
     def apply(self, event: Event, state: State, logger: Any | None = None) -> None:
-        if event is Event.AFTER_TRAIN_BATCH:
+        if event is not Event.INIT:
             for module in unwrap_model(state.model).modules():
-                if isinstance(module, GyroDropoutLayer) and not module.count_calls:
+                if not isinstance(module, GyroDropoutLayer) or module.count_calls:
+                    continue
+                if event is Event.FIT_START:  # the generator a loaded checkpoint gave, where there is one
+                    module.generator = self.generator(state)
+                else:
                     module.training_step += 1
             return
         unit, value = state.max_duration.unit, int(state.max_duration.value)
@@ -213,6 +221,7 @@ class GyroDropout(Algorithm):
         for module in state.model.modules():
             if isinstance(module, GyroDropoutLayer):
                 module.count_calls = False
+                module.generator = self.generator(state)
         self.report(logger, "modules_replaced", len(replaced))
 
     def acted(self, activity: Mapping[str, int]) -> bool:

@@ -218,7 +218,12 @@ class StochasticDepth(Algorithm):
     over that part of training.
 
     The drops are drawn inside the blocks' forward from torch's global generator, which the
-    Trainer seeds.
+    Trainer seeds, except in a distributed run in ``"block"`` mode: a dropped block skips its
+    branch's collectives (FSDP's all-gathers, ZeRO's gradient reductions), so every rank must drop
+    the same blocks, and the blocks then draw from one generator of their own, seeded alike on
+    every rank (from the Trainer's seed, or a seed rank 0 draws and sends). Its state is in
+    :meth:`state_dict` (kept once, as it is the same on every rank), so a resumed run drops what
+    the uninterrupted one would. ``"sample"`` mode runs every branch and draws per rank.
 
     Args:
         target_layer_name: the block class, ``"BasicBlock"`` or ``"Bottleneck"``
@@ -272,6 +277,10 @@ class StochasticDepth(Algorithm):
         for unused parameters; "sample" mode multiplies every branch, so none is unused."""
         return self.stochastic_method == "block"
 
+    def reset(self) -> None:
+        super().reset()
+        self._blocks_generator: torch.Generator | None = None
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.INIT or (event is Event.BATCH_START and self._warmup.value > 0)
 
@@ -282,11 +291,31 @@ class StochasticDepth(Algorithm):
                     state.model, self.target_layer_name, self.stochastic_method, self.drop_rate, self.drop_distribution
                 )
             self.report(logger, "modules_replaced", len(replaced))
+            if state.world_size > 1 and self.stochastic_method == "block":
+                self._blocks_generator = torch.Generator().manual_seed(_rank_shared_seed(state))
+                for module in state.model.modules():
+                    if isinstance(module, _StochasticResidual):
+                        module.generator = self._blocks_generator
             return
         factor = min(self._elapsed(state) / self._warmup.value, 1.0)
         for module in state.model.modules():
             if isinstance(module, _StochasticResidual):
                 module.drop_rate = factor * module.base_drop_rate
+
+    def state_dict(self) -> dict[str, Any]:
+        """The base's state and ``blocks_generator``: the state of the generator the blocks share in
+        a distributed run in ``"block"`` mode (None otherwise)."""
+        gen = getattr(self, "_blocks_generator", None)
+        return {**super().state_dict(), "blocks_generator": None if gen is None else gen.get_state()}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        saved, gen = state_dict.get("blocks_generator"), getattr(self, "_blocks_generator", None)
+        if saved is not None and gen is not None:
+            gen.set_state(saved)
+
+    def _state_keys(self) -> set[str]:
+        return super()._state_keys() | {"blocks_generator"}
 
     def acted(self, activity: Mapping[str, int]) -> bool:
         """Blocks with a drop rate of 0 are never dropped."""
@@ -299,3 +328,15 @@ class StochasticDepth(Algorithm):
         if self._warmup.unit is TimeUnit.EPOCH and state.dataloader_len:
             return state.timestamp.epoch + state.timestamp.batch_in_epoch / state.dataloader_len
         return float(state.timestamp.get(self._warmup.unit))
+
+
+def _rank_shared_seed(state: State) -> int:
+    """A seed every rank agrees on: from the Trainer's seed, or drawn by rank 0 and broadcast."""
+    if state.seed is not None:
+        return (state.seed * 1_000_003 + 0x5D) % 2**63
+    import torch.distributed as dist
+
+    drawn = torch.randint(0, 2**62, (1,), device=state.device)
+    if dist.is_available() and dist.is_initialized():
+        dist.broadcast(drawn, src=0)
+    return int(drawn.item())

@@ -11,6 +11,7 @@ dropout: the masks act from the first training step. Composer's tests are re-exp
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 
@@ -369,3 +370,31 @@ def test_with_sam_both_passes_of_a_step_train_the_same_masks():
     assert plain_steps == sam_steps == 6
     for a, b in zip(plain, with_sam, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_the_class_draws_from_its_own_generator_not_torchs_global_one():
+    """Its masks and selections come from the algorithm's generator, so the model's other draws
+    (dropout elsewhere, sampling) are what they would be without it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), torch.nn.Linear(16, 4))
+    batches = [(torch.randn(8, 8), torch.randint(0, 4, (8,))) for _ in range(3)]
+
+    class GlobalDraw(Algorithm):
+        def __init__(self):
+            self.seen = []
+
+        def match(self, event, state):
+            return event is Event.AFTER_FORWARD
+
+        def apply(self, event, state, logger=None):
+            self.seen.append(torch.get_rng_state())
+
+    def run(algorithms):
+        spy = GlobalDraw()
+        Trainer(copy.deepcopy(model), batches, "3ba", algorithms=[*algorithms, spy], seed=0, device="cpu").fit()
+        return spy.seen
+
+    without = run([])  # the plain Dropout draws from the global generator; gyro's layers do not
+    with_gyro = run([GyroDropout(p=0.5, sigma=4, tau=2)])
+    assert all(torch.equal(with_gyro[0], s) for s in with_gyro)  # nothing drew from the global generator
+    assert not torch.equal(without[0], without[-1])

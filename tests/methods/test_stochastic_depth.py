@@ -434,3 +434,26 @@ def test_it_reports_the_blocks_it_made_stochastic_and_acts_only_with_a_drop_rate
     trainer.fit()
     assert trainer.method_log.records["StochasticDepth"]["activity"] == {"modules_replaced": 9}
     assert trainer.method_log.acted("StochasticDepth") is acted
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_in_a_distributed_run_every_rank_drops_the_same_blocks(seed):
+    """Block mode on 2 ranks: a dropped block skips its branch's collectives (FSDP's all-gathers), so
+    the blocks draw from one generator seeded alike on every rank (per-rank seeds made ranks drop
+    different blocks, and FSDP and DeepSpeed runs crashed)."""
+    from algorithms.core import State
+    from algorithms.core.time import Duration
+    from algorithms.models import resnet20
+    from algorithms.stochastic_depth.stochastic_depth import _StochasticResidual
+
+    draws = []
+    for rank in (0, 1):
+        state = State(model=resnet20(), max_duration=Duration.parse("1ep"), seed=seed, rank=rank, world_size=2)
+        algo = StochasticDepth("BasicBlock", drop_rate=0.5)
+        algo.reset()
+        algo.apply(Event.INIT, state)
+        blocks = [m for m in state.model.modules() if isinstance(m, _StochasticResidual)]
+        assert blocks and all(b.generator is blocks[0].generator is not None for b in blocks)
+        draws.append(torch.rand(8, generator=blocks[0].generator))
+        assert set(algo.state_dict()) == {"blocks_generator"}  # kept with the checkpoint
+    assert torch.equal(*draws)
