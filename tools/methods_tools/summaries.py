@@ -78,7 +78,7 @@ REFERENCE_ROWS = {
 }
 REFERENCE_BASELINE = "Single precision (fp32), one GPU"
 REFERENCE_SETTING = (
-    "a pretrained ResNet-50 fine-tuned on CIFAR-10, 5 epochs at batch 128, one run per configuration "
+    "a pretrained ResNet-50 fine-tuned on CIFAR-10, 5 epochs at batch 128, runs per configuration not stated "
     "(a hand-run experiment, not a paper)"
 )
 
