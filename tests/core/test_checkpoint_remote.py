@@ -137,7 +137,8 @@ def test_deepspeeds_checkpoint_folders_refuse_a_url_in_one_line():
     """DeepSpeed writes its folder with its own file I/O: a URL is refused before anything starts."""
     from algorithms.core.strategies import DeepSpeed
 
-    deepspeed = DeepSpeed(precision="fp32", device=torch.device("cpu"))
+    deepspeed = DeepSpeed()
+    deepspeed.bind("fp32", torch.device("cpu"))
     for call in (lambda: deepspeed.save("s3://bucket/run", None), lambda: deepspeed.load("s3://bucket/run", None)):
         with pytest.raises(CheckpointError) as refused:
             call()
