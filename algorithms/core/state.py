@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .algorithm import Algorithm
 
 #: The timestamp's counters a checkpoint keeps.
-TIMESTAMP_FIELDS = ("epoch", "batch", "sample", "batch_in_epoch")
+TIMESTAMP_FIELDS = ("epoch", "batch", "sample", "batch_in_epoch", "token")
 
 __all__ = ["State", "batch_get_item", "batch_set_item", "loader_generators", "rng_state", "set_rng_state"]
 

@@ -1,4 +1,4 @@
-"""Durations (``"2ep"``, ``"100ba"``, ``"512sp"``, ``"0.7dur"``) and the training timestamp."""
+"""Durations (``"2ep"``, ``"100ba"``, ``"512sp"``, ``"65536tok"``, ``"0.7dur"``) and the training timestamp."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ class TimeUnit(str, Enum):
     EPOCH = "ep"
     BATCH = "ba"
     SAMPLE = "sp"
+    TOKEN = "tok"
     DURATION = "dur"
 
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ep|ba|sp|dur)\s*$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ep|ba|sp|tok|dur)\s*$")
 
 
 @dataclass(frozen=True)
 class Duration:
-    """An amount of training time: whole epochs, batches or samples, or a fraction of the run."""
+    """An amount of training time: whole epochs, batches, samples or tokens, or a fraction of the run."""
 
     value: float
     unit: TimeUnit
@@ -32,13 +33,15 @@ class Duration:
             return text
         match = _DURATION_RE.match(str(text))
         if not match:
-            raise ValueError(f"duration {text!r} is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'")
+            raise ValueError(
+                f"duration {text!r} is not understood — write e.g. '2ep', '100ba', '512sp', '65536tok' or '0.5dur'"
+            )
         value, unit = float(match.group(1)), TimeUnit(match.group(2))
         if unit is TimeUnit.DURATION:
             if not 0 <= value <= 1:
                 raise ValueError(f"duration {text!r}: a fraction of the run must be in [0, 1]")
         elif value != int(value) or value < 0:
-            raise ValueError(f"duration {text!r}: epochs, batches and samples are whole numbers >= 0")
+            raise ValueError(f"duration {text!r}: epochs, batches, samples and tokens are whole numbers >= 0")
         return cls(value, unit)
 
     def __str__(self) -> str:
@@ -48,12 +51,15 @@ class Duration:
 
 @dataclass
 class Timestamp:
-    """Where training is: completed epochs, batches and samples, and batches in this epoch."""
+    """Where training is: completed epochs, batches, samples and tokens, and batches in this epoch.
+    Samples and tokens are the loader's, before any method changes the batch, over every rank."""
 
     epoch: int = 0
     batch: int = 0
     sample: int = 0
     batch_in_epoch: int = 0
+    token: int = 0
 
     def get(self, unit: TimeUnit) -> int:
-        return {TimeUnit.EPOCH: self.epoch, TimeUnit.BATCH: self.batch, TimeUnit.SAMPLE: self.sample}[unit]
+        counts = {TimeUnit.EPOCH: self.epoch, TimeUnit.BATCH: self.batch, TimeUnit.SAMPLE: self.sample}
+        return {**counts, TimeUnit.TOKEN: self.token}[unit]

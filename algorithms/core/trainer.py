@@ -52,7 +52,9 @@ class Trainer:
         model: the network; moved to ``device`` (and cast for ``fp16``/``bf16``).
         train_dataloader: an iterable of batches: tuples, lists or dicts holding the input and
             the target at ``input_key`` and ``target_key``; re-iterated every epoch.
-        max_duration: how long to train: ``"2ep"``, ``"100ba"`` or ``"512sp"``.
+        max_duration: how long to train: ``"2ep"``, ``"100ba"``, ``"512sp"`` or ``"65536tok"``
+            (samples and tokens as the loader gives them, before any method changes the batch,
+            summed over the ranks).
         optimizer: an optimizer, or a function ``params -> optimizer`` that the Trainer calls
             after wrapping the model (required for ``fsdp``, whose sharded parameters exist only
             then); defaults to SGD (lr 0.01, momentum 0.9) over the model's parameters.
@@ -167,7 +169,9 @@ class Trainer:
         check_precision(precision)
         duration = Duration.parse(max_duration)
         if duration.unit is TimeUnit.DURATION:
-            raise ValueError(f"max_duration={max_duration!r}: give epochs, batches or samples, e.g. '2ep' or '100ba'")
+            raise ValueError(
+                f"max_duration={max_duration!r}: give epochs, batches, samples or tokens, e.g. '2ep' or '100ba'"
+            )
         if grad_clip_norm is not None and grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
         check_together(algorithms)
@@ -394,7 +398,7 @@ class Trainer:
         state, run, strategy = self.state, self.engine.run_event, self.strategy
         run(Event.BATCH_START)
         state.batch = self._to_device(batch)
-        samples = self._count_samples(state.batch)  # the loader's batch, before the methods change it
+        samples, tokens = self._count(state.batch)  # the loader's batch, before the methods change it
         run(Event.AFTER_DATALOADER)
         loaded = state.batch  # what the loss pass starts from, also in SAM's second pass
         self._loss_pass(loaded)
@@ -429,6 +433,7 @@ class Trainer:
         ts.batch += 1
         ts.batch_in_epoch += 1
         ts.sample += samples
+        ts.token += tokens
         run(Event.BATCH_END)
 
     def _loss_pass(self, batch: Any, log: bool = True) -> torch.Tensor:
@@ -474,14 +479,22 @@ class Trainer:
             raise TypeError("Trainer(input_key=None): the batch holds no tensor to count its samples by")
         return int(first.shape[0])
 
-    def _count_samples(self, batch: Any) -> int:
-        """The samples of this batch over every rank: the input's batch size, summed over the
-        process group (one small all-reduce a batch, as Composer's Trainer does, so ranks whose last
-        batches differ in size still count what was trained)."""
+    def _count(self, batch: Any) -> tuple[int, int]:
+        """The samples and tokens of this batch over every rank, summed over the process group (one
+        small all-reduce a batch, as Composer's Trainer does, so ranks whose last batches differ in
+        size still count what was trained). Samples: the input's batch size. Tokens: the input's
+        elements where it holds token ids (an integer tensor of two or more dimensions, as a
+        language model's ``input_ids``), else 0."""
         samples = self._batch_size(batch)
+        inputs = self._batch_item(batch, "input_key") if self.input_key is not None else None
+        if inputs is None and isinstance(batch, Mapping):
+            inputs = batch.get("input_ids")
+        ids = isinstance(inputs, torch.Tensor) and not inputs.is_floating_point() and inputs.ndim >= 2
+        tokens = int(inputs.numel()) if ids else 0
         if self.state.world_size > 1:
-            samples = int(all_reduce_sum(torch.tensor([samples], device=self.state.device)).item())
-        return samples
+            counts = all_reduce_sum(torch.tensor([samples, tokens], device=self.state.device))
+            samples, tokens = (int(n) for n in counts.tolist())
+        return samples, tokens
 
     @torch.no_grad()
     def eval(self, dataloader: Iterable[Any] | None = None) -> dict[str, float]:

@@ -129,7 +129,7 @@ def test_the_checkpoint_holds_every_algorithms_state_and_the_generators(tmp_path
     cutmix = trainer.engine.algorithms[0]
     assert torch.equal(checkpoint["algorithms"][0]["state"]["generator"], cutmix.generator(trainer.state).get_state())
     assert checkpoint["algorithms"][1]["state"] == {}  # label smoothing draws nothing
-    assert checkpoint["timestamp"] == {"epoch": 0, "batch": 3, "sample": 24, "batch_in_epoch": 3}
+    assert checkpoint["timestamp"] == {"epoch": 0, "batch": 3, "sample": 24, "batch_in_epoch": 3, "token": 0}
     assert torch.equal(checkpoint["rng"]["torch"], torch.get_rng_state())
 
 

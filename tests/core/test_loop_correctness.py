@@ -415,3 +415,34 @@ def test_a_method_that_changes_the_loss_is_refused_with_the_models_own_loss():
             target_key="labels",
             algorithms=[LabelSmoothing(0.1, target_key="labels")],
         )
+
+
+# -- tokens ------------------------------------------------------------------------------------------
+
+
+def test_tokens_are_the_loaders_input_ids_counted_before_a_method_shortens_them():
+    """A language model's batches of 4 sequences of 32 token ids are 128 tokens each: ``'256tok'`` is
+    2 batches, and Sequence Length Warmup cutting the sequences it trains on does not change the count."""
+    from algorithms import SeqLengthWarmup
+    from algorithms.models import lm_loss, transformer_tiny
+
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(4):
+        ids = torch.randint(0, 50, (4, 33), generator=g)
+        batches.append({"input_ids": ids[:, :-1], "labels": ids[:, 1:]})
+    warmup = SeqLengthWarmup(duration=1.0, min_seq_length=8, max_seq_length=32, step_size=8)
+    trainer = Trainer(
+        transformer_tiny(vocab_size=50),
+        batches,
+        "256tok",
+        loss_fn=lm_loss,
+        input_key="input_ids",
+        target_key="labels",
+        algorithms=[warmup],
+        seed=0,
+        device="cpu",
+    )
+    trainer.fit()
+    assert (trainer.state.timestamp.batch, trainer.state.timestamp.token) == (2, 256)
+    assert trainer.method_log.acted("SeqLengthWarmup")

@@ -353,7 +353,10 @@ def test_dict_batches_flow_by_key_to_the_model_and_the_loss():
     ("kwargs", "message"),
     [
         ({"precision": "fp8"}, "precision='fp8' is not supported — use one of fp32, fp16, bf16, amp_fp16, amp_bf16"),
-        ({"max_duration": "0.5dur"}, "max_duration='0.5dur': give epochs, batches or samples, e.g. '2ep' or '100ba'"),
+        (
+            {"max_duration": "0.5dur"},
+            "max_duration='0.5dur': give epochs, batches, samples or tokens, e.g. '2ep' or '100ba'",
+        ),
         ({"grad_clip_norm": 0}, "grad_clip_norm=0 must be positive"),
         ({"grad_clip_norm": -1.0}, "grad_clip_norm=-1.0 must be positive"),
         (

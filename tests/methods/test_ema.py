@@ -359,7 +359,7 @@ def test_loading_a_state_replaces_a_running_average_and_a_state_without_one_rese
     assert not other.match(Event.EVAL_START, trainer.state)
 
 
-NOT_UNDERSTOOD = "duration {!r} is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'"
+NOT_UNDERSTOOD = "duration {!r} is not understood — write e.g. '2ep', '100ba', '512sp', '65536tok' or '0.5dur'"
 
 
 EITHER = "give either half_life (e.g. '1000ba') or smoothing (e.g. 0.999), not both; pass half_life=None with smoothing"

@@ -395,7 +395,8 @@ _WARMUP = "must be a fraction of training in [0, 1] or a duration such as '2ep'"
         (True, f"drop_warmup=True: {_WARMUP}"),
         (
             "soon",
-            "drop_warmup='soon': duration 'soon' is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'",
+            "drop_warmup='soon': duration 'soon' is not understood — write e.g. '2ep', '100ba', '512sp', "
+            "'65536tok' or '0.5dur'",
         ),
     ],
 )

@@ -457,7 +457,7 @@ def test_schedule_swa_lr_refuses_a_trainer_without_exactly_one_optimizer(count):
         swa.apply(Event.BATCH_END, state)
 
 
-NOT_UNDERSTOOD = "duration 'later' is not understood — write e.g. '2ep', '100ba', '512sp' or '0.5dur'"
+NOT_UNDERSTOOD = "duration 'later' is not understood — write e.g. '2ep', '100ba', '512sp', '65536tok' or '0.5dur'"
 NOT_A_RATE = "must be None or a number in (0, inf)"
 NOT_A_STEP_COUNT = "must be an integer in [1, inf)"
 
