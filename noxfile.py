@@ -59,7 +59,19 @@ def tests(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the Methods Library site into docs/build/html; any warning fails the build."""
     install_project(session, "docs")
-    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs/source", "docs/build/html", *session.posargs)
+    # the doctrees (Sphinx's pickled cache, about 10 MB) beside the site, not inside what is published
+    session.run(
+        "sphinx-build",
+        "-W",
+        "--keep-going",
+        "-b",
+        "html",
+        "-d",
+        "docs/build/doctrees",
+        "docs/source",
+        "docs/build/html",
+        *session.posargs,
+    )
     session.log(f"The site is at {Path('docs/build/html/index.html').resolve()}")
 
 

@@ -64,6 +64,7 @@ katex_prerender = False
 html_theme = "furo"
 html_title = "Methods Library"
 html_static_path = ["_static"]
+html_favicon = "_static/favicon.svg"  # bundled: every page asked for /favicon.ico and got a 404
 html_css_files = ["methods_overview.css", "methods_choosing.css"]
 html_js_files = ["methods_overview.js", "methods_landmarks.js", "methods_sortable.js"]
 html_copy_source = False
