@@ -286,7 +286,7 @@ class EMA(Algorithm):
         before it starts)."""
         state = super().state_dict()
         if self._ema_model is not None:
-            state["ema_weights"] = _detached(self._ema_model.state_dict())
+            state["ema_weights"] = detached_state_dict(self._ema_model.state_dict())
         elif self._pending is not None:
             state["ema_weights"] = dict(self._pending)
         else:
@@ -354,7 +354,7 @@ def _restore(model: torch.nn.Module, held: list[torch.Tensor]) -> None:
         tensor.copy_(value)
 
 
-def _detached(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+def detached_state_dict(state_dict: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a module's ``state_dict``: its tensors detached and cloned, anything else (a
     layer's extra state, such as Gyro Dropout's step count) deep-copied."""
     return {k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for k, v in state_dict.items()}

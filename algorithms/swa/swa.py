@@ -21,7 +21,7 @@ from ..core.parameters import Boolean, Integer, Other, Parameters, Real, Rule
 from ..core.precision import autocast
 from ..core.state import State, batch_get_item
 from ..core.time import Duration, TimeUnit
-from ..ema.ema import _detached, averaging_copy, duration_argument, interval_argument, paired_tensors
+from ..ema.ema import averaging_copy, detached_state_dict, duration_argument, interval_argument, paired_tensors
 
 __all__ = ["SWA", "update_swa_average"]
 
@@ -330,7 +330,7 @@ class SWA(Algorithm):
         schedule = self._scheduler.state_dict() if self._scheduler is not None else self._pending.get("swa_scheduler")
         state.update(
             {
-                "swa_model": None if weights is None else _detached(weights),
+                "swa_model": None if weights is None else detached_state_dict(weights),
                 "swa_scheduler": schedule,
                 "num_averaged": self.num_averaged,
                 "step_counter": self._step_counter,
