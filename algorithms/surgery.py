@@ -49,6 +49,8 @@ from .core.algorithm import warn_from_callers_line
 __all__ = [
     "NoModulesReplacedWarning",
     "Policy",
+    "Registry",
+    "class_path",
     "count_module_instances",
     "recording_replacements",
     "replace_module_classes",
@@ -249,3 +251,89 @@ def replace_module_classes(
             NoModulesReplacedWarning,
         )
     return replaced
+
+
+def class_path(cls: type) -> str:
+    """``cls``'s import path, ``module.QualifiedName``: how a :class:`Registry` names a class it
+    has not imported (``"transformers.models.bert.modeling_bert.BertSelfAttention"``)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class Registry:
+    """The module classes one surgery method knows how to change, each with its policy, as
+    Composer's per-method ``policy_registry``; a user registers a class of their own with
+    :meth:`register`.
+
+    A class is registered as a class or by its import path (:func:`class_path`), so the library
+    imports Hugging Face transformers, torchvision or timm only where the model already holds their
+    classes. A module matches an entry when its class, or a class it derives from, is that entry;
+    the policy of the nearest such class decides.
+
+    Example::
+
+        >>> from torch import nn
+        >>> registry = Registry("apply_example", "example.registry")
+        >>> registry.register(nn.ReLU, lambda module, index: nn.GELU())
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        >>> sorted(registry.apply(model)), type(model[1]).__name__
+        (['1'], 'GELU')
+    """
+
+    def __init__(self, method: str, where: str):
+        """``method``: the functional form's name, which the warning gives; ``where``: the import
+        path users register at (``"algorithms.alibi.registry"``)."""
+        self.method, self.where = method, where
+        self._policies: dict[str, Policy] = {}
+
+    def register(self, cls: type | str, policy: Policy) -> None:
+        """Change every module of class ``cls`` (a class, or its import path) with ``policy``; a
+        class registered again takes the new policy."""
+        if isinstance(cls, type):
+            if not issubclass(cls, nn.Module):
+                raise ValueError(f"{self.method}: register({cls!r}): not a torch.nn.Module class")
+            cls = class_path(cls)
+        if not isinstance(cls, str) or "." not in cls:
+            raise ValueError(f"{self.method}: register({cls!r}): give a module class or its import path 'package.Class'")
+        if not callable(policy):
+            raise ValueError(f"{self.method}: register({cls}, {policy!r}): the policy is not callable")
+        self._policies[cls] = policy
+
+    def known(self) -> list[str]:
+        """The import paths of the registered classes, in registration order."""
+        return list(self._policies)
+
+    def policies(self, model: nn.Module) -> dict[type, Policy]:
+        """``{class: policy}`` for the classes of ``model``'s modules that match an entry (the
+        module's own class, or the nearest registered class it derives from)."""
+        found: dict[type, Policy] = {}
+        for module in model.modules():
+            cls = type(module)
+            if cls in found:
+                continue
+            for base in cls.__mro__:
+                policy = self._policies.get(class_path(base))
+                if policy is not None:
+                    found[cls] = policy
+                    break
+        return found
+
+    def apply(
+        self,
+        model: nn.Module,
+        optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
+        recurse_on_replacements: bool = False,
+    ) -> dict[str, nn.Module]:
+        """:func:`replace_module_classes` with the policies of the classes ``model`` holds. A model
+        holding none of them is left unchanged with one warning (:class:`NoModulesReplacedWarning`)
+        that names the classes this method knows and how to register one."""
+        policies = self.policies(model)
+        if not policies:
+            short = ", ".join(path.rsplit(".", 1)[-1] for path in self._policies) or "none"
+            warn_from_callers_line(
+                f"{self.method}: {type(model).__name__} holds none of the module classes it knows ({short}); "
+                f"the model is unchanged. Register your own class with {self.where}.register"
+                "(YourModuleClass, policy), where policy(module, index) returns the replacement",
+                NoModulesReplacedWarning,
+            )
+            return {}
+        return replace_module_classes(model, policies, optimizers, recurse_on_replacements, method=self.method)
