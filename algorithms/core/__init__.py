@@ -1,6 +1,7 @@
 """The training loop the methods plug into.
 
-``from algorithms.core import Algorithm, Event, State, Engine, Trainer``; ``MethodLog`` keeps what
+``from algorithms.core import Algorithm, Event, State, Engine, Trainer``; ``Loop`` runs the
+methods in a training loop of your own; ``MethodLog`` keeps what
 each method did in a run.
 
 The names are an explicit table, imported on first use and under ``TYPE_CHECKING`` for type
@@ -20,6 +21,8 @@ EXPORTS = {
     "Engine": "engine",
     "Trace": "engine",
     "Event": "event",
+    "Loop": "loop",
+    "MODEL_LOSS": "loop",
     "MethodLog": "method_log",
     "PARALLELS": "options",
     "PRECISIONS": "options",
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
     from .engine import Engine as Engine
     from .engine import Trace as Trace
     from .event import Event as Event
+    from .loop import MODEL_LOSS as MODEL_LOSS
+    from .loop import Loop as Loop
     from .method_log import AlgorithmLog as AlgorithmLog
     from .method_log import MethodLog as MethodLog
     from .options import PARALLELS as PARALLELS

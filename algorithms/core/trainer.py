@@ -15,9 +15,8 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +26,18 @@ import torch.nn.functional as F
 from ..targets import class_indices
 from .algorithm import Algorithm
 from .distributed import all_reduce_sum, local_device
-from .engine import Engine, check_together
 from .event import Event
-from .loss import loss_parts, total_loss
+from .loop import MODEL_LOSS, Loop, check_algorithms
+from .loss import total_loss
 from .method_log import MethodLog, check_method_log
-from .outputs import model_logits, model_loss
+from .outputs import model_logits
 from .precision import autocast, check_precision, model_dtype
-from .state import State, batch_get_item, rng_state, set_rng_state
+from .state import rng_state, set_rng_state
 from .strategies import Strategy, strategy
 from .time import Duration, TimeUnit
 
 __all__ = ["MODEL_LOSS", "Trainer"]
 
-#: ``Trainer(loss_fn=MODEL_LOSS)``: train on the loss the model computes itself.
-MODEL_LOSS = "model"
 
 log = logging.getLogger(__name__)
 
@@ -174,20 +171,8 @@ class Trainer:
             )
         if grad_clip_norm is not None and grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
-        check_together(algorithms)
         mode = strategy(parallel)
-        for algo in algorithms:
-            why = algo.unsupported_parallel.get(mode.name)
-            if why is not None:
-                raise ValueError(f"{algo.name} under parallel={mode.name!r}: {why}")
-        if isinstance(loss_fn, str) and loss_fn != MODEL_LOSS:
-            raise ValueError(f"loss_fn={loss_fn!r}: pass a function, or {MODEL_LOSS!r} for the loss the model computes")
-        for algo in algorithms if loss_fn == MODEL_LOSS else ():
-            if algo.needs_loss_fn:
-                raise ValueError(
-                    f"{algo.name} with loss_fn={MODEL_LOSS!r}: it changes the loss the Trainer computes from the "
-                    "logits and the target, not the model's own; pass a loss_fn"
-                )
+        check_algorithms(algorithms, loss_fn, mode.name)
         for scheduler in schedulers:
             if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 raise ValueError(
@@ -198,43 +183,36 @@ class Trainer:
         self.strategy: Strategy = mode
         mode.bind(precision, device, grad_clip_norm)
         self.strategy.check(optimizer)
-        if seed is not None:
-            torch.manual_seed(seed)
         rank, world_size = self.strategy.connect()
 
         model = model.to(device=device, dtype=model_dtype(precision))
-        try:
-            dataloader_len = len(train_dataloader)  # type: ignore[arg-type]
-        except TypeError:
-            dataloader_len = None
-
         self.train_dataloader = train_dataloader
         self.eval_dataloader = eval_dataloader
         self.grad_clip_norm = grad_clip_norm
         self.parallel = self.strategy.name
         self.input_key = input_key
         self.target_key = target_key
-        given = optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
-        self.state = State(
-            model=model,
+        # The batches run through a Loop, as a loop of the user's own does: seeds torch, runs INIT.
+        self.loop = Loop(
+            model,
+            algorithms,
             max_duration=duration,
-            optimizers=(given,) if given else (),
-            schedulers=tuple(schedulers),
+            optimizer=optimizer if isinstance(optimizer, torch.optim.Optimizer) else None,
             loss_fn=loss_fn,
-            precision=precision,
-            device=device,
-            rank=rank,
-            world_size=world_size,
-            seed=seed,
-            dataloader_len=dataloader_len,
+            schedulers=schedulers,
+            step_schedulers_every_batch=step_schedulers_every_batch,
             train_dataloader=train_dataloader,
-            scaler=self.strategy.scaler,
+            precision=precision,
+            seed=seed,
+            input_key=input_key,
+            target_key=target_key,
+            logger=method_log,
+            strategy=self.strategy,
+            ranks=(rank, world_size),
         )
-        self.engine = Engine(self.state, algorithms, method_log)
-        self.method_log = method_log
-        self.engine.run_event(Event.INIT)
+        self.state, self.engine, self.method_log = self.loop.state, self.loop.engine, method_log
         # Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer.
-        self.state.model, self._forward, optimizer = self.strategy.wrap(
+        self.state.model, self.loop.forward_module, optimizer = self.strategy.wrap(
             self.state.model,
             optimizer,
             unused_parameters=any(a.unused_parameters for a in self.engine.algorithms),
@@ -243,7 +221,6 @@ class Trainer:
         self.state.optimizers = (optimizer,)
         if seed is not None and world_size > 1:  # the same weights on every rank; different draws from here
             torch.manual_seed(seed + rank)
-        self.step_schedulers_every_batch = bool(step_schedulers_every_batch)
         self._resume_batches = 0  # batches of the current epoch a resumed run has trained already
         if load_path is not None:
             self.load_checkpoint(load_path)
@@ -319,19 +296,9 @@ class Trainer:
 
         return move(batch)
 
-    def _batch_item(self, batch: Any, which: str) -> Any:
-        """``batch[self.input_key]`` or ``batch[self.target_key]``, or a KeyError naming the key."""
-        key = getattr(self, which)
-        try:
-            return batch_get_item(batch, key)
-        except KeyError as exc:
-            raise KeyError(
-                f"Trainer({which}={key!r}): {exc.args[0]}; pass the {which} that names "
-                f"the batch's {which.removesuffix('_key')}"
-            ) from None
-
-    def _done(self) -> bool:
-        return self.state.reached(self.state.max_duration)
+    @property
+    def step_schedulers_every_batch(self) -> bool:
+        return self.loop.step_schedulers_every_batch
 
     def fit(self) -> None:
         """Train until ``max_duration``.
@@ -345,10 +312,9 @@ class Trainer:
         schedulers step where they are stepped per epoch, and ``EPOCH_END`` runs.
         """
         self._refuse_if_closed()
-        state, run = self.state, self.engine.run_event
-        run(Event.FIT_START)
-        optimizer = state.optimizer  # read after FIT_START, where an algorithm may wrap it (SAM)
-        while not self._done():
+        state, loop = self.state, self.loop
+        loop.start()
+        while not loop.done():
             skip, self._resume_batches = self._resume_batches, 0  # a resumed run's epoch, part done
             state.timestamp.batch_in_epoch = skip
             sampler = getattr(self.train_dataloader, "sampler", None)
@@ -356,7 +322,7 @@ class Trainer:
                 sampler.set_epoch(state.timestamp.epoch)
             if not skip:
                 state.restore_rng()  # resumed at an epoch's end: the checkpoint's generators, from here on
-                run(Event.EPOCH_START)
+                loop.epoch_start()
             state.model.train()
             if skip and state.epoch_rng is not None:
                 set_rng_state(state.epoch_rng, self.train_dataloader)  # the loader starts as the interrupted run's did
@@ -369,8 +335,8 @@ class Trainer:
                 if i < skip:
                     continue
                 state.restore_rng()  # resumed: the checkpoint's generators, once the loader has passed what was trained
-                self._train_batch(batch, optimizer)
-                if state.max_duration.unit is not TimeUnit.EPOCH and self._done():
+                self._train_batch(batch)
+                if state.max_duration.unit is not TimeUnit.EPOCH and loop.done():
                     exhausted = False
                     if state.timestamp.batch_in_epoch == state.dataloader_len:
                         next(batches, None)  # ended with the epoch: its loader finishes as in a longer run (a
@@ -380,121 +346,28 @@ class Trainer:
                 raise ValueError("train_dataloader yielded no batches — check the data set")
             # A duration reached mid-epoch leaves the epoch open: a resumed run goes on within it.
             if state.timestamp.batch_in_epoch == state.dataloader_len or (exhausted and state.dataloader_len is None):
-                state.timestamp.epoch += 1
-                state.timestamp.batch_in_epoch = 0  # none of the next epoch yet (progress counts it so)
-                if not self.step_schedulers_every_batch:
-                    for scheduler in state.schedulers:
-                        scheduler.step()
-                run(Event.EPOCH_END)
+                loop.epoch_end()
                 log.info("epoch %d done (%d batches)", state.timestamp.epoch, state.timestamp.batch)
             elif exhausted:
                 raise ValueError(
                     f"train_dataloader yielded {state.timestamp.batch_in_epoch} batches where its len() is "
                     f"{state.dataloader_len}: give a loader whose len() is the number of batches it yields"
                 )
-        run(Event.FIT_END)
+        loop.end()
 
-    def _train_batch(self, batch: Any, optimizer: torch.optim.Optimizer) -> None:
-        state, run, strategy = self.state, self.engine.run_event, self.strategy
-        run(Event.BATCH_START)
-        state.batch = self._to_device(batch)
-        samples, tokens = self._count(state.batch)  # the loader's batch, before the methods change it
-        run(Event.AFTER_DATALOADER)
-        loaded = state.batch  # what the loss pass starts from, also in SAM's second pass
-        self._loss_pass(loaded)
+    def _train_batch(self, batch: Any) -> None:
+        """One batch through the Loop: moved to the device (floating tensors cast to ``fp16`` or
+        ``bf16`` in those precisions), then :meth:`Loop.train_step <algorithms.core.Loop.train_step>`'s
+        calls with the parallel mode's backward and step."""
+        loop, state = self.loop, self.state
+        loop.batch(self._to_device(batch))
+        loop.forward()
+        loop.loss()
         if state.loss_parts and log.isEnabledFor(logging.DEBUG):  # a host sync, only when asked
             parts = ", ".join(f"{name} {float(value):.6g}" for name, value in state.loss_parts.items())
             log.debug("batch %d: loss %.6g (%s)", state.timestamp.batch, float(state.loss.detach()), parts)
-        run(Event.BEFORE_BACKWARD)
-
-        def backward_again() -> torch.Tensor:
-            """The closure an optimizer with ``first_step(closure)`` (SAM's) gets after the backward:
-            this batch's loss pass once more, at the weights the optimizer has set, from the batch as
-            it was after ``AFTER_DATALOADER`` and through the same events (unlogged: nothing counts
-            twice), then its backward. What the first pass left in the state (batch, outputs, loss,
-            target) is put back afterwards."""
-            first = (state.batch, state.outputs, state.loss, state.loss_parts, state.loss_target)
-            with torch.enable_grad():
-                loss = self._loss_pass(loaded, log=False)
-                strategy.backward_once(loss)
-            state.batch, state.outputs, state.loss, state.loss_parts, state.loss_target = first
-            return loss.detach()
-
-        strategy.backward(state.loss, optimizer, backward_again)
-        run(Event.AFTER_BACKWARD)
-        strategy.prepare_step(state.model, optimizer)  # unscaled (and clipped) gradients from here
-        run(Event.BEFORE_OPTIMIZER_STEP)
-        strategy.step(optimizer)
-        if self.step_schedulers_every_batch:
-            for scheduler in state.schedulers:
-                scheduler.step()
-        run(Event.AFTER_TRAIN_BATCH)
-        ts = state.timestamp
-        ts.batch += 1
-        ts.batch_in_epoch += 1
-        ts.sample += samples
-        ts.token += tokens
-        run(Event.BATCH_END)
-
-    def _loss_pass(self, batch: Any, log: bool = True) -> torch.Tensor:
-        """From ``batch`` (as ``AFTER_DATALOADER`` left it): ``BEFORE_FORWARD``, the forward,
-        ``AFTER_FORWARD``, ``BEFORE_LOSS``, the loss on the logits and the target as the methods left
-        them, ``AFTER_LOSS``; returns ``state.loss`` as the methods left it. ``log=False`` runs the
-        events without the methods' logs (SAM's second pass)."""
-        state = self.state
-        run = functools.partial(self.engine.run_event, log=log)
-        state.batch = batch
-        run(Event.BEFORE_FORWARD)
-        with autocast(state.precision, state.device):
-            state.outputs = self._call(self._forward, state.batch)
-        run(Event.AFTER_FORWARD)
-        run(Event.BEFORE_LOSS)
-        state.loss_target = self._batch_item(state.batch, "target_key")
-        with autocast(state.precision, state.device):
-            returned = self._loss(state.outputs, state.loss_target)
-            state.loss = total_loss(returned)
-        state.loss_parts = loss_parts(returned)
-        run(Event.AFTER_LOSS)
-        return state.loss
-
-    def _call(self, model: Callable[..., Any], batch: Any) -> Any:
-        """The model called on ``batch[input_key]``, or on the whole batch with ``input_key=None``."""
-        if self.input_key is not None:
-            return model(self._batch_item(batch, "input_key"))
-        return model(**batch) if isinstance(batch, Mapping) else model(*batch)
-
-    def _loss(self, outputs: Any, target: Any) -> Any:
-        """What ``loss_fn`` returns for the logits in ``outputs``, or the model's own loss."""
-        if self.state.loss_fn == MODEL_LOSS:
-            return model_loss(outputs, "the model (loss_fn='model')")
-        return self.state.loss_fn(model_logits(outputs).float(), target)
-
-    def _batch_size(self, batch: Any) -> int:
-        """The input's first dimension: ``batch[input_key]``'s, or the first tensor's of the batch."""
-        if self.input_key is not None:
-            return int(self._batch_item(batch, "input_key").shape[0])
-        items = batch.values() if isinstance(batch, Mapping) else batch
-        first = next((x for x in items if isinstance(x, torch.Tensor)), None)
-        if first is None:
-            raise TypeError("Trainer(input_key=None): the batch holds no tensor to count its samples by")
-        return int(first.shape[0])
-
-    def _count(self, batch: Any) -> tuple[int, int]:
-        """The samples and tokens of this batch over every rank, summed over the process group (one
-        small all-reduce a batch, as Composer's Trainer does, so ranks whose last batches differ in
-        size still count what was trained). Samples: the input's batch size. Tokens: the input's
-        elements where it holds token ids (an integer tensor of two or more dimensions, as a
-        language model's ``input_ids``), else 0."""
-        samples = self._batch_size(batch)
-        inputs = self._batch_item(batch, "input_key") if self.input_key is not None else None
-        if inputs is None and isinstance(batch, Mapping):
-            inputs = batch.get("input_ids")
-        ids = isinstance(inputs, torch.Tensor) and not inputs.is_floating_point() and inputs.ndim >= 2
-        tokens = int(inputs.numel()) if ids else 0
-        if self.state.world_size > 1:
-            counts = all_reduce_sum(torch.tensor([samples, tokens], device=self.state.device))
-            samples, tokens = (int(n) for n in counts.tolist())
-        return samples, tokens
+        loop.backward()
+        loop.step()
 
     @torch.no_grad()
     def eval(self, dataloader: Iterable[Any] | None = None) -> dict[str, float]:
@@ -511,23 +384,20 @@ class Trainer:
         dataloader = dataloader if dataloader is not None else self.eval_dataloader
         if dataloader is None:
             raise ValueError("eval() needs a dataloader: pass one or give the Trainer eval_dataloader")
-        state = self.state
-        was_training = state.model.training
-        self.engine.run_event(Event.EVAL_START)
+        state, loop = self.state, self.loop
         # Accumulate on the device; one host transfer at the end, not one per batch.
         correct, labelled, loss_sum = (torch.zeros((), device=state.device, dtype=torch.float64) for _ in range(3))
         count = 0
-        try:
-            state.model.eval()
+        with loop.evaluating():  # after an error too: the training mode back, and the methods' swaps undone
             for batch in dataloader:
                 self.engine.run_event(Event.EVAL_BATCH_START)
                 batch = self._to_device(batch)
-                targets = self._batch_item(batch, "target_key")
+                targets = loop.item(batch, "target_key")
                 with autocast(state.precision, state.device):
-                    returned = self._call(state.model, batch)
+                    returned = loop.call(state.model, batch)
                 outputs = model_logits(returned).float()
-                n = self._batch_size(batch)
-                loss_sum += total_loss(self._loss(returned, targets)).double() * n
+                n = loop.batch_size(batch)
+                loss_sum += total_loss(loop.loss_of(returned, targets)).double() * n
                 if _classes_last(outputs, targets):  # a language model's logits (N, T, V) for labels (N, T)
                     outputs = outputs.movedim(-1, 1)
                 labels = class_indices(targets, outputs.shape)
@@ -536,9 +406,6 @@ class Trainer:
                 labelled += counted.sum()
                 count += n
                 self.engine.run_event(Event.EVAL_BATCH_END)
-        finally:  # also after an error: the training mode back, and the methods' swaps undone (EMA's weights)
-            state.model.train(was_training)  # an eval mid-epoch leaves the rest of it training as before
-            self.engine.run_event(Event.EVAL_END)
         totals = torch.stack(
             [correct, labelled, loss_sum, torch.tensor(float(count), dtype=torch.float64, device=state.device)]
         )
