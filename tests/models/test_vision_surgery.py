@@ -145,11 +145,12 @@ def test_low_precision_groupnorm_on_a_torchvision_resnet_with_group_norms():
 
 def test_low_precision_layernorm_on_a_timm_convnext_keeps_its_channels_first_norms():
     """ConvNeXt-atto with conv_mlp=False has both of timm's layer norms: LayerNorm2d (channels
-    first: stem, downsampling, head) and LayerNorm (channels last, in the blocks); each becomes the low precision one of its layout and
-    computes what it did outside autocast (before, LayerNorm2d became a channels-last norm and the
-    model failed)."""
-    from algorithms.low_precision_layernorm.low_precision_layernorm import LPLayerNorm, LPLayerNorm2d
+    first: stem, downsampling, head) and LayerNorm (channels last, in the blocks); each becomes the
+    low precision one of its layout and computes what it did outside autocast (before, LayerNorm2d
+    became a channels-last norm and the model failed)."""
     from timm.layers import LayerNorm, LayerNorm2d
+
+    from algorithms.low_precision_layernorm.low_precision_layernorm import LPLayerNorm, LPLayerNorm2d
 
     torch.manual_seed(0)
     model = timm.create_model("convnext_atto", pretrained=False, num_classes=10, conv_mlp=False).eval()
