@@ -1,4 +1,4 @@
-"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``; ``nox -s matrix``,
+"""Sessions: ``nox -s tests``, ``nox -s docs``, ``nox -s check``, ``nox -s lint``, ``nox -s models``; ``nox -s matrix``,
 ``nox -s mutants``, ``nox -s minimums``, ``nox -s bench`` and ``nox -s bench_peers`` by hand.
 
 Virtual environments are reused between runs (a second ``nox -s tests`` starts in seconds).
@@ -23,20 +23,21 @@ PYTHON = os.environ.get("METHODS_PYTHON") or None  # None: the interpreter runni
 TORCH_SPEC = os.environ.get("METHODS_TORCH_SPEC", "torch==2.13.0")
 
 
-def install_project(session: nox.Session, *extras: str) -> None:
-    """Torch from TORCH_SPEC, then the project (editable) with ``extras``.
+def install_project(session: nox.Session, *extras: str, torch_spec: str | None = None) -> None:
+    """Torch from ``torch_spec`` (default TORCH_SPEC), then the project (editable) with ``extras``.
 
-    A reused environment whose install inputs (pyproject.toml, TORCH_SPEC, extras) are unchanged
+    A reused environment whose install inputs (pyproject.toml, the torch spec, extras) are unchanged
     skips pip altogether, so a second run starts in seconds.
     """
+    torch_spec = TORCH_SPEC if torch_spec is None else torch_spec
     spec = f".[{','.join(extras)}]" if extras else "."
-    inputs = "\n".join([Path("pyproject.toml").read_text(encoding="utf-8"), TORCH_SPEC, spec])
+    inputs = "\n".join([Path("pyproject.toml").read_text(encoding="utf-8"), torch_spec, spec])
     stamp = Path(session.virtualenv.location) / ".methods-install-stamp"
     digest = hashlib.sha256(inputs.encode()).hexdigest()
     if stamp.exists() and stamp.read_text() == digest:
         session.log("environment up to date (pyproject.toml and METHODS_TORCH_SPEC unchanged): skipping pip")
         return
-    session.install(*TORCH_SPEC.split())
+    session.install(*torch_spec.split())
     session.install("-e", spec)
     stamp.write_text(digest)
 
@@ -329,3 +330,22 @@ def bench_peers(session: nox.Session) -> None:
         session.install(*COMPOSER_IMPORTS, success_codes=[0, 1])
         stamp.write_text(digest)
     session.run("python", "benchmarks/run.py", "--peers", "--force", *session.posargs)
+
+
+# torch and torchvision for nox -s models: a torchvision release built for this torch (PyPI's
+# torchvision does not import beside the CPU build of torch 2.13.0 the other sessions use).
+MODELS_TORCH_SPEC = os.environ.get("METHODS_MODELS_TORCH_SPEC", "torch==2.14.1 torchvision==0.29.1")
+
+
+@nox.session(python=PYTHON)
+def models(session: nox.Session) -> None:
+    """The surgery methods on torchvision's and timm's models (tests/models): Stochastic Depth on their
+    ResNet blocks, and BlurPool, Squeeze-Excite, Factorize, Ghost BatchNorm, Weight Standardization
+    and the low-precision norms on a torchvision ResNet-50 and timm ResNets, built without weights.
+
+    Installs torch and torchvision from ``$METHODS_MODELS_TORCH_SPEC`` (default torch 2.14.1 with
+    torchvision 0.29.1; a CUDA build, about 5.5 GB), then the project with the ``dev`` and ``vision``
+    extras. Arguments replace the selection (default ``tests/models``).
+    """
+    install_project(session, "dev", "vision", torch_spec=MODELS_TORCH_SPEC)
+    session.run("pytest", "-q", *(session.posargs or ["tests/models"]))

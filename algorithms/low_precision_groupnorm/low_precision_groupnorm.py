@@ -18,9 +18,13 @@ from .._low_precision import AUTOCAST_PRECISIONS, LowPrecisionNorm
 from ..core.algorithm import warn_from_callers_line
 from ..core.options import PRECISIONS
 from ..core.parameters import Parameters
-from ..surgery import NoModulesReplacedWarning, replace_module_classes
+from ..surgery import NoModulesReplacedWarning, class_path, replace_module_classes
 
 __all__ = ["LPGroupNorm", "LowPrecisionGroupNorm", "apply_low_precision_groupnorm"]
+
+#: The group norm classes whose forward computes ``nn.GroupNorm``'s, by import path (timm is not
+#: imported); any other subclass (timm's ``GroupNormAct`` adds an activation) is left as it is.
+SAME_AS_GROUPNORM = frozenset({class_path(nn.GroupNorm), "timm.layers.norm.GroupNorm", "timm.layers.norm.GroupNorm1"})
 
 PARAMETERS = Parameters()  # no hyperparameters
 
@@ -34,7 +38,8 @@ def apply_low_precision_groupnorm(
     ``composer.functional.apply_low_precision_groupnorm``.
 
     Only for the autocast precisions: with ``precision`` ``"amp_fp16"`` or ``"amp_bf16"`` (the
-    Trainer's names) each group norm is replaced, its weight and bias copied; with any other
+    Trainer's names) each group norm is replaced, its weight and bias copied (a subclass only where
+    its forward is known to compute the same, :data:`SAME_AS_GROUPNORM`); with any other
     precision (``None`` included, the default) nothing is replaced and it warns, since outside
     autocast the replacement computes exactly what ``nn.GroupNorm`` does.
 
@@ -96,6 +101,11 @@ class LPGroupNorm(nn.GroupNorm):
 def _to_lp_groupnorm(module: nn.Module, index: int) -> LPGroupNorm | None:
     if type(module) is LPGroupNorm:
         return None  # already low precision
+    owner = class_path(next(cls for cls in type(module).__mro__ if "forward" in vars(cls)))
+    if owner not in SAME_AS_GROUPNORM:
+        return (
+            None  # a forward of its own (timm's GroupNormAct adds an activation): replacing it would change the model
+        )
     new = LPGroupNorm(module.num_groups, module.num_channels, eps=module.eps, affine=module.affine)
     if module.affine:
         with torch.no_grad():

@@ -19,9 +19,15 @@ from .._low_precision import AUTOCAST_PRECISIONS, LowPrecisionNorm
 from ..core.algorithm import warn_from_callers_line
 from ..core.options import PRECISIONS
 from ..core.parameters import Parameters
-from ..surgery import NoModulesReplacedWarning, replace_module_classes
+from ..surgery import NoModulesReplacedWarning, class_path, replace_module_classes
 
-__all__ = ["LPLayerNorm", "LowPrecisionLayerNorm", "apply_low_precision_layernorm"]
+__all__ = ["LPLayerNorm", "LPLayerNorm2d", "LowPrecisionLayerNorm", "apply_low_precision_layernorm"]
+
+#: The layer norm classes whose forward computes ``nn.LayerNorm``'s, over the last dimensions, by
+#: import path (timm is not imported): each becomes an :class:`LPLayerNorm`.
+SAME_AS_LAYERNORM = frozenset({class_path(nn.LayerNorm), "timm.layers.norm.LayerNorm"})
+#: Those that normalize the channels of an ``(N, C, H, W)`` tensor: each becomes an :class:`LPLayerNorm2d`.
+CHANNELS_FIRST_LAYERNORM = frozenset({"timm.layers.norm.LayerNorm2d"})
 
 PARAMETERS = Parameters()  # no hyperparameters
 
@@ -35,7 +41,11 @@ def apply_low_precision_layernorm(
     ``composer.functional.apply_low_precision_layernorm``.
 
     Only for the autocast precisions: with ``precision`` ``"amp_fp16"`` or ``"amp_bf16"`` (the
-    Trainer's names) each layer norm is replaced, its weight and bias copied; with any other
+    Trainer's names) each layer norm is replaced, its weight and bias copied;
+    a subclass of ``nn.LayerNorm`` is replaced only where its forward is known to compute the same
+    (:data:`SAME_AS_LAYERNORM`, timm's ``LayerNorm``; timm's channels-first ``LayerNorm2d`` becomes
+    an :class:`LPLayerNorm2d`), and any other (one that adds an activation, as timm's
+    ``LayerNormAct``, or that normalizes another layout) is left as it is; with any other
     precision (``None`` included, the default) nothing is replaced and it warns, since outside
     autocast the replacement computes exactly what ``nn.LayerNorm`` does.
 
@@ -94,11 +104,31 @@ class LPLayerNorm(nn.LayerNorm):
             return F.layer_norm(input.to(dtype), self.normalized_shape, weight, bias, self.eps)
 
 
+class LPLayerNorm2d(LPLayerNorm):
+    """:class:`LPLayerNorm` over the channels of an ``(N, C, H, W)`` tensor, as timm's
+    ``LayerNorm2d``: the channels are moved last, normalized, and moved back."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return super().forward(input.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def _forward_owner(module: nn.Module) -> str:
+    """The import path of the class whose ``forward`` the module runs."""
+    return class_path(next(cls for cls in type(module).__mro__ if "forward" in vars(cls)))
+
+
 def _to_lp_layernorm(module: nn.Module, index: int) -> LPLayerNorm | None:
-    if type(module) is LPLayerNorm:
+    if isinstance(module, LPLayerNorm):
         return None  # already low precision
     assert isinstance(module, nn.LayerNorm)
-    new = LPLayerNorm(
+    owner = _forward_owner(module)
+    if owner in CHANNELS_FIRST_LAYERNORM:
+        cls = LPLayerNorm2d
+    elif owner in SAME_AS_LAYERNORM:
+        cls = LPLayerNorm
+    else:
+        return None  # a forward of its own: replacing it would change what the model computes
+    new = cls(
         module.normalized_shape,
         eps=module.eps,
         elementwise_affine=module.elementwise_affine,

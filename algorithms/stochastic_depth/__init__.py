@@ -4,14 +4,20 @@ from .stochastic_depth import (
     StochasticBasicBlock,
     StochasticBottleneck,
     StochasticDepth,
+    StochasticResidual,
     apply_stochastic_depth,
     block_drop_rates,
+    registry,
+    stochastic_policy,
 )
 
 __all__ = [
     "StochasticBasicBlock",
     "StochasticBottleneck",
     "StochasticDepth",
+    "StochasticResidual",
     "apply_stochastic_depth",
     "block_drop_rates",
+    "registry",
+    "stochastic_policy",
 ]

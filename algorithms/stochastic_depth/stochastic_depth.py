@@ -6,7 +6,10 @@ Huang, Sun, Liu, Sedra and Weinberger, "Deep Networks with Stochastic Depth", 20
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import importlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,27 +21,34 @@ from ..core.parameters import Choice, Other, Parameters, Real
 from ..core.state import State
 from ..core.time import Duration, TimeUnit
 from ..models.resnet import BasicBlock, Bottleneck
-from ..surgery import count_module_instances, recording_replacements, replace_module_classes
+from ..surgery import Policy, Registry, recording_replacements
 
 __all__ = [
     "StochasticBasicBlock",
     "StochasticBottleneck",
     "StochasticDepth",
+    "StochasticResidual",
     "apply_stochastic_depth",
     "block_drop_rates",
+    "registry",
+    "stochastic_policy",
 ]
 
-#: ``target_layer_name`` -> the block class it names; ``ResNetBottleneck`` is Composer's name.
+#: ``target_layer_name`` -> the project's block class it names; ``ResNetBottleneck`` is Composer's
+#: name. The registry below also gives torchvision's and timm's classes of these two kinds.
 TARGET_LAYERS: dict[str, type[nn.Module]] = {
     "BasicBlock": BasicBlock,
     "Bottleneck": Bottleneck,
     "ResNetBottleneck": Bottleneck,
 }
+#: ``target_layer_name`` -> the kind of block it selects in the registry.
+_KINDS = {"BasicBlock": "BasicBlock", "Bottleneck": "Bottleneck", "ResNetBottleneck": "Bottleneck"}
 
 PARAMETERS = Parameters(
     target_layer_name=Choice(
         choices=tuple(TARGET_LAYERS),
-        note="The residual block class to make stochastic; ResNetBottleneck is Bottleneck.",
+        note="The kind of residual block to make stochastic (the project's, torchvision's and timm's); "
+        "ResNetBottleneck is Bottleneck.",
     ),
     stochastic_method=Choice(
         choices=("block", "sample"), note="Drop a block for the whole batch, or for each example on its own."
@@ -77,18 +87,25 @@ def apply_stochastic_depth(
     The replacement keeps the block's submodules (the same parameter tensors, so optimizers need
     no update) and its qualified names, so state dicts load either way.
 
+    The blocks it knows are in :data:`registry`: the ``BasicBlock`` and ``Bottleneck`` classes of
+    :mod:`algorithms.models.resnet`, of ``torchvision.models.resnet`` and of
+    ``timm.models.resnet`` (torchvision and timm are imported only when the model holds their
+    blocks). A block class of your own is registered with
+    ``registry.register(YourBlock, stochastic_policy(YourStochasticBlock, "BasicBlock"))``; see
+    :func:`stochastic_policy`.
+
     Args:
         model: the model to change; blocks already made stochastic are left as they are.
-        target_layer_name: the block class: ``"BasicBlock"`` or ``"Bottleneck"`` of
-            :mod:`algorithms.models.resnet` (``"ResNetBottleneck"``, Composer's name, is the
-            latter).
+        target_layer_name: the kind of block: ``"BasicBlock"`` or ``"Bottleneck"`` (the
+            project's, torchvision's, timm's, or a class registered under that kind;
+            ``"ResNetBottleneck"``, Composer's name, is the latter).
         stochastic_method: ``"block"`` or ``"sample"``.
         drop_rate: the drop probability of the last block, in ``[0, 1]``.
         drop_distribution: ``"linear"`` or ``"uniform"``.
 
     Returns:
         ``model``, changed; it warns (:class:`~algorithms.surgery.NoModulesReplacedWarning`) when
-        it holds no such block.
+        it holds no such block, naming the classes it knows and how to register one.
 
     Example::
 
@@ -105,19 +122,89 @@ def apply_stochastic_depth(
         drop_rate=drop_rate,
         drop_distribution=drop_distribution,
     )
-    target = TARGET_LAYERS[target_layer_name]
-    stochastic = _STOCHASTIC[target]
-    count = count_module_instances(model, target) - count_module_instances(model, _StochasticResidual)
-    rates = block_drop_rates(count, drop_rate, drop_distribution)
-    position = iter(range(count))
-
-    def make_stochastic(block: nn.Module, index: int) -> nn.Module | None:
-        if isinstance(block, _StochasticResidual):
-            return None
-        return stochastic.from_block(block, rates[next(position)], stochastic_method)
-
-    replace_module_classes(model, {target: make_stochastic}, method="StochasticDepth")
+    kind = _KINDS[target_layer_name]
+    policies = registry.policies(model)
+    # Rates are given in walk order (top-down, as model.modules()) to the blocks not yet stochastic.
+    count = sum(
+        getattr(policies.get(type(m)), "target_layer_name", None) == kind and not isinstance(m, StochasticResidual)
+        for m in list(model.modules())[1:]
+    )
+    call = _Call(kind, iter(block_drop_rates(count, drop_rate, drop_distribution)), stochastic_method)
+    token = _CALL.set(call)
+    try:
+        registry.apply(model)
+    finally:
+        _CALL.reset(token)
     return model
+
+
+@dataclass
+class _Call:
+    """The settings of one :func:`apply_stochastic_depth` call, which its policies read."""
+
+    kind: str
+    rates: Iterator[float]
+    stochastic_method: str
+
+
+_CALL: ContextVar[_Call | None] = ContextVar("stochastic_depth_call", default=None)
+
+
+class _StochasticPolicy:
+    """A registry policy: inside :func:`apply_stochastic_depth`, a block of ``target_layer_name``'s
+    kind becomes ``stochastic_class.from_block(block, its rate, the method)``; others stay."""
+
+    def __init__(self, target_layer_name: str, stochastic_class: type | None = None, where: str | None = None):
+        self.target_layer_name = _KINDS[target_layer_name]
+        self._class, self._where = stochastic_class, where
+
+    def stochastic_class(self) -> type[StochasticResidual]:
+        """The stochastic class, imported from its module on first use when given by its path."""
+        if self._class is None:
+            module, _, name = self._where.rpartition(".")
+            self._class = getattr(importlib.import_module(module, __package__), name)
+        return self._class
+
+    def __call__(self, block: nn.Module, index: int) -> nn.Module | None:
+        call = _CALL.get()
+        if call is None:
+            raise RuntimeError("a Stochastic Depth policy runs inside apply_stochastic_depth, which gives the rates")
+        if isinstance(block, StochasticResidual) or call.kind != self.target_layer_name:
+            return None
+        return self.stochastic_class().from_block(block, next(call.rates), call.stochastic_method)
+
+
+def stochastic_policy(stochastic_class: type[StochasticResidual], target_layer_name: str) -> Policy:
+    """The policy that registers a block class of your own with :data:`registry`:
+    :func:`apply_stochastic_depth` with ``target_layer_name`` (``"BasicBlock"`` or ``"Bottleneck"``)
+    then turns each such block into ``stochastic_class``, which derives from
+    :class:`StochasticResidual` and the block's class and says what the block's residual branch is
+    (:meth:`~StochasticResidual.branch`) and, where they differ from torchvision's
+    ``downsample``/``relu``, its shortcut and final activation.
+
+    Example::
+
+        >>> from torch import nn
+        >>> import algorithms.functional as cf
+        >>> from algorithms.stochastic_depth import StochasticResidual, registry, stochastic_policy
+        >>> class Block(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.conv, self.relu, self.downsample = nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), None
+        ...     def forward(self, x):
+        ...         return self.relu(self.conv(x) + x)
+        >>> class StochasticBlock(StochasticResidual, Block):
+        ...     def branch(self, x):
+        ...         return self.conv(x)
+        >>> registry.register(Block, stochastic_policy(StochasticBlock, "BasicBlock"))
+        >>> model = cf.apply_stochastic_depth(nn.Sequential(Block(), Block()), "BasicBlock", drop_rate=0.5)
+        >>> [type(b).__name__ for b in model], [b.drop_rate for b in model]
+        (['StochasticBlock', 'StochasticBlock'], [0.25, 0.5])
+    """
+    PARAMETERS.check(target_layer_name=target_layer_name)
+    if not (isinstance(stochastic_class, type) and issubclass(stochastic_class, StochasticResidual)):
+        raise ValueError(f"stochastic_class={stochastic_class!r}: must be a subclass of StochasticResidual")
+    return _StochasticPolicy(target_layer_name, stochastic_class)
 
 
 def block_drop_rates(num_blocks: int, drop_rate: float, drop_distribution: str) -> list[float]:
@@ -139,9 +226,12 @@ def _drop_warmup(name: str, drop_warmup: float | str) -> Duration:
         raise ValueError(f"{name}={drop_warmup!r}: {error}") from None
 
 
-class _StochasticResidual(nn.Module):
-    """What the stochastic blocks share: the drop decision and the scaling; a subclass gives the
-    residual branch (:meth:`branch`) of the block class it derives from too."""
+class StochasticResidual(nn.Module):
+    """What the stochastic blocks share: the drop decision and the scaling. A subclass derives from
+    a block class too and says what that block computes: its residual branch (:meth:`branch`), its
+    shortcut (:meth:`shortcut`, by default ``downsample`` where the block has one) and its final
+    activation (:meth:`activate`, by default ``relu``); the block's output is
+    ``activate(branch(x) + shortcut(x))``."""
 
     drop_rate: float
     base_drop_rate: float
@@ -150,7 +240,7 @@ class _StochasticResidual(nn.Module):
     generator: torch.Generator | None
 
     @classmethod
-    def from_block(cls, block: nn.Module, drop_rate: float, stochastic_method: str) -> _StochasticResidual:
+    def from_block(cls, block: nn.Module, drop_rate: float, stochastic_method: str) -> StochasticResidual:
         """A stochastic block holding ``block``'s own submodules, parameters and buffers."""
         new = cls.__new__(cls)
         # The block's attributes and the same children under the same names (parameters shared,
@@ -162,7 +252,16 @@ class _StochasticResidual(nn.Module):
         return new
 
     def branch(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - every subclass defines it
+        """The residual branch: what the block adds to its shortcut before the final activation."""
         raise NotImplementedError
+
+    def shortcut(self, x: torch.Tensor) -> torch.Tensor:
+        """The shortcut: ``x`` itself, or the block's projection ``downsample(x)``."""
+        return x if self.downsample is None else self.downsample(x)
+
+    def activate(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's final activation, applied to the sum."""
+        return self.relu(x)
 
     def _uniform(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
         if self.generator is None:
@@ -174,29 +273,30 @@ class _StochasticResidual(nn.Module):
         if self.training and self.stochastic_method == "block":
             # One draw on the host (CPU) generator decides the path: no device sync.
             dropped = bool(torch.rand((), generator=self.generator) < self.drop_rate)
-            if dropped:  # the shortcut only, as Composer's block: x itself, or ReLU of the projection
-                return x if self.downsample is None else self.relu(self.downsample(x))
-        identity = x if self.downsample is None else self.downsample(x)
+            if dropped:  # the shortcut only, as Composer's block: x itself, or the activated projection
+                identity = self.shortcut(x)
+                return x if identity is x else self.activate(identity)
+        identity = self.shortcut(x)
         out = self.branch(x)
         if not self.training:
             out = out * keep
         elif self.stochastic_method == "sample" and self.drop_rate > 0:
             shape = (x.shape[0],) + (1,) * (x.ndim - 1)
             out = out * (self._uniform(shape, x.device) >= self.drop_rate).to(out.dtype)
-        return self.relu(out + identity)
+        return self.activate(out + identity)
 
     def extra_repr(self) -> str:
         return f"drop_rate={self.drop_rate:.4g}, stochastic_method={self.stochastic_method!r}"
 
 
-class StochasticBasicBlock(_StochasticResidual, BasicBlock):
+class StochasticBasicBlock(StochasticResidual, BasicBlock):
     """A :class:`~algorithms.models.resnet.BasicBlock` whose branch is dropped at random in training."""
 
     def branch(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
 
 
-class StochasticBottleneck(_StochasticResidual, Bottleneck):
+class StochasticBottleneck(StochasticResidual, Bottleneck):
     """A :class:`~algorithms.models.resnet.Bottleneck` whose branch is dropped at random in training."""
 
     def branch(self, x: torch.Tensor) -> torch.Tensor:
@@ -205,10 +305,21 @@ class StochasticBottleneck(_StochasticResidual, Bottleneck):
         return self.bn3(self.conv3(out))
 
 
-_STOCHASTIC: dict[type[nn.Module], type[_StochasticResidual]] = {
-    BasicBlock: StochasticBasicBlock,
-    Bottleneck: StochasticBottleneck,
-}
+#: The name the figure generator and older code import.
+_StochasticResidual = StochasticResidual
+
+#: The residual blocks Stochastic Depth knows; register a block class of your own here with
+#: :func:`stochastic_policy`. torchvision's and timm's stochastic classes live in modules of their
+#: own, imported only when a model holds those libraries' blocks.
+registry = Registry("apply_stochastic_depth", "algorithms.stochastic_depth.registry")
+registry.register(BasicBlock, _StochasticPolicy("BasicBlock", StochasticBasicBlock))
+registry.register(Bottleneck, _StochasticPolicy("Bottleneck", StochasticBottleneck))
+for _library, _module in (("torchvision", "torchvision.models.resnet"), ("timm", "timm.models.resnet")):
+    for _kind in ("BasicBlock", "Bottleneck"):
+        registry.register(
+            f"{_module}.{_kind}", _StochasticPolicy(_kind, where=f"._{_library}.Stochastic{_library.title()}{_kind}")
+        )
+del _library, _module, _kind
 
 
 class StochasticDepth(Algorithm):
@@ -294,12 +405,12 @@ class StochasticDepth(Algorithm):
             if state.world_size > 1 and self.stochastic_method == "block":
                 self._blocks_generator = torch.Generator().manual_seed(_rank_shared_seed(state))
                 for module in state.model.modules():
-                    if isinstance(module, _StochasticResidual):
+                    if isinstance(module, StochasticResidual):
                         module.generator = self._blocks_generator
             return
         factor = min(self._elapsed(state) / self._warmup.value, 1.0)
         for module in state.model.modules():
-            if isinstance(module, _StochasticResidual):
+            if isinstance(module, StochasticResidual):
                 module.drop_rate = factor * module.base_drop_rate
 
     def state_dict(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from algorithms import StochasticDepth
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.models import resnet20, resnet56
 from algorithms.models.resnet import BasicBlock, Bottleneck, ResNet
+from algorithms.stochastic_depth import registry
 from algorithms.stochastic_depth.stochastic_depth import (
     StochasticBasicBlock,
     StochasticBottleneck,
@@ -350,11 +351,19 @@ def test_in_the_trainer_runs_repeat_with_the_seed_and_differ_from_the_plain_mode
 
 
 def test_nothing_to_replace_warns_and_applying_twice_changes_nothing():
-    message = "StochasticDepth: no module of the model matched (BasicBlock); the model is unchanged"
+    """A model without a known block gets the registry's warning, which names the classes it knows
+    and where to register one; a model whose blocks are all stochastic already gets the surgery's."""
+    known = ", ".join(path.rsplit(".", 1)[-1] for path in registry.known())  # a doctest may register one more
+    message = (
+        f"apply_stochastic_depth: Sequential holds none of the module classes it knows ({known}); the model is "
+        "unchanged. Register your own class with algorithms.stochastic_depth.registry.register(YourModuleClass, "
+        "policy), where policy(module, index) returns the replacement"
+    )
+    assert known.startswith("BasicBlock, Bottleneck, BasicBlock, Bottleneck, BasicBlock, Bottleneck")
     with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         cf.apply_stochastic_depth(nn.Sequential(nn.Linear(2, 2)), "BasicBlock")
     model = cf.apply_stochastic_depth(resnet20(), "BasicBlock", drop_rate=0.2)
-    with pytest.warns(NoModulesReplacedWarning):
+    with pytest.warns(NoModulesReplacedWarning, match="^apply_stochastic_depth: no module of the model matched"):
         cf.apply_stochastic_depth(model, "BasicBlock", drop_rate=0.9)
     assert _blocks(model)[-1].drop_rate == pytest.approx(0.2)
 
@@ -458,3 +467,46 @@ def test_in_a_distributed_run_every_rank_drops_the_same_blocks(seed):
         draws.append(torch.rand(8, generator=blocks[0].generator))
         assert set(algo.state_dict()) == {"blocks_generator"}  # kept with the checkpoint
     assert torch.equal(*draws)
+
+
+def test_a_block_class_of_ones_own_is_registered_under_a_kind():
+    """A registered class is converted by the policy stochastic_policy gives, with the rates of
+    the kind it is registered under, beside the project's blocks of that kind."""
+    from algorithms.stochastic_depth import StochasticResidual, stochastic_policy
+    from algorithms.stochastic_depth.stochastic_depth import Registry
+
+    class Own(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.relu, self.downsample = nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), None
+
+        def forward(self, x):
+            return self.relu(self.conv(x) + x)
+
+    class StochasticOwn(StochasticResidual, Own):
+        def branch(self, x):
+            return self.conv(x)
+
+    own = Registry("apply_stochastic_depth", "algorithms.stochastic_depth.registry")
+    for path in registry.known():
+        own.register(path, registry._policies[path])
+    own.register(Own, stochastic_policy(StochasticOwn, "BasicBlock"))
+    import algorithms.stochastic_depth.stochastic_depth as module
+
+    saved, module.registry = module.registry, own
+    try:
+        model = cf.apply_stochastic_depth(nn.Sequential(Own(), BasicBlock(4, 4), Own()), "BasicBlock", drop_rate=0.3)
+        assert [type(b) for b in model] == [StochasticOwn, StochasticBasicBlock, StochasticOwn]
+        assert [b.drop_rate for b in model] == pytest.approx([0.1, 0.2, 0.3])
+        x = torch.relu(torch.randn(2, 4, 5, 5))
+        model.eval()
+        with torch.no_grad():
+            torch.testing.assert_close(model[0](x), torch.relu(0.9 * model[0].conv(x) + x))
+        with pytest.warns(NoModulesReplacedWarning):
+            cf.apply_stochastic_depth(nn.Sequential(Own()), "Bottleneck")
+    finally:
+        module.registry = saved
+    with pytest.raises(ValueError, match="must be a subclass of StochasticResidual"):
+        stochastic_policy(Own, "BasicBlock")
+    with pytest.raises(ValueError, match="^target_layer_name='Block': must be one of"):
+        stochastic_policy(StochasticOwn, "Block")
