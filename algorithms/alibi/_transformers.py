@@ -49,9 +49,7 @@ class _AlibiSelfAttention(nn.Module):
     layer_idx: int | None
     config: Any
 
-    def alibi_mask(
-        self, attention_mask: torch.Tensor | None, hidden_states: torch.Tensor, cache: Any
-    ) -> torch.Tensor:
+    def alibi_mask(self, attention_mask: torch.Tensor | None, hidden_states: torch.Tensor, cache: Any) -> torch.Tensor:
         """``attention_mask`` (``None``, a boolean mask where True attends, or an additive float
         mask, ``(batch, 1, queries, keys)``) as one additive float mask that also holds the bias
         (:func:`~algorithms.alibi.alibi_bias`; symmetric unless the layer is causal)."""

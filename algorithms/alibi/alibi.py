@@ -6,8 +6,8 @@ Extrapolation", ICLR 2022.
 
 from __future__ import annotations
 
-import math
 import functools
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -201,7 +201,9 @@ def apply_alibi(
     policies = registry.policies(model)
     if not policies:
         return registry.apply(model, optimizers)  # changes nothing; warns, naming the known classes
-    bound = {cls: functools.partial(policy, max_sequence_length=max_sequence_length) for cls, policy in policies.items()}
+    bound = {
+        cls: functools.partial(policy, max_sequence_length=max_sequence_length) for cls, policy in policies.items()
+    }
     return replace_module_classes(model, bound, optimizers=optimizers, method=registry.method)
 
 
