@@ -247,7 +247,9 @@ class Alibi(Algorithm):
         train_sequence_length_scaling: the fraction of each sequence's length to train on, in
             ``(0, 1]``; 1 leaves the batches as they are.
 
-    It counts ``modules_replaced`` (the position embeddings and attention layers it replaced) and
+    It counts ``modules_replaced`` (the position embeddings and attention layers it replaced; a
+    Hugging Face model's position embeddings, swapped in place inside their holder, are not
+    counted) and
     ``batches_shortened`` (the batches it cut into shorter rows); none means it did not act.
 
     Example::
