@@ -6,8 +6,9 @@ Extrapolation", ICLR 2022.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -18,9 +19,9 @@ from ..core.event import Event
 from ..core.parameters import Integer, Parameters, Real
 from ..core.state import State
 from ..models.transformer import CausalSelfAttention, PositionEmbedding
-from ..surgery import recording_replacements, replace_module_classes
+from ..surgery import Registry, recording_replacements, replace_module_classes
 
-__all__ = ["Alibi", "AlibiAttention", "alibi_bias", "alibi_slopes", "apply_alibi", "shorten_sequences"]
+__all__ = ["Alibi", "AlibiAttention", "alibi_bias", "alibi_slopes", "apply_alibi", "registry", "shorten_sequences"]
 
 PARAMETERS = Parameters(
     max_sequence_length=Integer(low=1, note="The longest sequence the model accepts afterwards."),
@@ -46,14 +47,29 @@ def alibi_slopes(n_heads: int) -> list[float]:
     return alibi_slopes(below) + alibi_slopes(2 * below)[0::2][: n_heads - below]
 
 
-def alibi_bias(slopes: torch.Tensor, length: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """ALiBi's bias ``(heads, length, length)``: ``-slopes[h] * (i - j)`` for query ``i`` and key
-    ``j <= i``, and 0 above the diagonal (which causal attention masks).
+def alibi_bias(
+    slopes: torch.Tensor,
+    length: int,
+    dtype: torch.dtype | None = None,
+    *,
+    keys: int | None = None,
+    symmetric: bool = False,
+) -> torch.Tensor:
+    """ALiBi's bias ``(heads, length, keys)`` for ``length`` queries, the last ``length`` of
+    ``keys`` positions (default: ``keys = length``), so query ``i`` sits at ``p = keys - length + i``:
+
+    - causal (default): ``-slopes[h] * (p - j)`` for key ``j <= p``, and 0 for ``j > p`` (which
+      causal attention masks);
+    - ``symmetric=True`` (bidirectional attention, as BERT's): ``-slopes[h] * |p - j|``.
 
     Computed in float32 on ``slopes``' device, then cast to ``dtype`` (default: float32).
     """
-    positions = torch.arange(length, device=slopes.device, dtype=torch.float32)
-    distance = (positions[:, None] - positions[None, :]).clamp_(min=0)  # i - j, 0 where j > i
+    keys = length if keys is None else keys
+    if keys < length:
+        raise ValueError(f"keys={keys}: fewer keys than the {length} queries, which are the last of the keys")
+    queries = torch.arange(keys - length, keys, device=slopes.device, dtype=torch.float32)
+    distance = queries[:, None] - torch.arange(keys, device=slopes.device, dtype=torch.float32)[None, :]
+    distance = distance.abs_() if symmetric else distance.clamp_(min=0)  # p - j, or |p - j|
     bias = -slopes.to(torch.float32)[:, None, None] * distance
     return bias if dtype is None else bias.to(dtype)
 
@@ -87,28 +103,88 @@ class AlibiAttention(CausalSelfAttention):
         return f"n_heads={self.n_heads}, max_sequence_length={self.max_sequence_length}"
 
 
+def _positions_to_identity(position: nn.Module, index: int, max_sequence_length: int) -> nn.Module:
+    return nn.Identity()
+
+
+def _causal_to_alibi(attention: nn.Module, index: int, max_sequence_length: int) -> AlibiAttention:
+    assert isinstance(attention, CausalSelfAttention)
+    d_model = attention.qkv.in_features
+    new = AlibiAttention(d_model, attention.n_heads, max_sequence_length, attention.dropout)
+    new.qkv, new.out = attention.qkv, attention.out  # the same layers: trained weights and optimizer state kept
+    return new
+
+
+def _from_transformers(name: str) -> Callable[..., nn.Module | None]:
+    """The policy ``name`` of :mod:`algorithms.alibi._transformers`, imported when a model first holds
+    one of its classes (so transformers is imported by the model's owner, never by this package)."""
+
+    def policy(module: nn.Module, index: int, max_sequence_length: int) -> nn.Module | None:
+        from . import _transformers
+
+        return getattr(_transformers, name)(module, index, max_sequence_length)
+
+    policy.__qualname__ = f"_transformers.{name}"
+    return policy
+
+
+#: The module classes :func:`apply_alibi` changes, each with its policy, called as
+#: ``policy(module, index, max_sequence_length=...)`` (Composer's ALiBi policies take the same
+#: arguments): it returns the module's replacement, or ``None`` to keep the module (a policy may
+#: change a module in place, as those of the position embeddings' holders do).
+registry = Registry("apply_alibi", "algorithms.alibi.registry")
+registry.register(PositionEmbedding, _positions_to_identity)
+registry.register(CausalSelfAttention, _causal_to_alibi)
+for _path, _name in (
+    ("gpt2.modeling_gpt2.GPT2Model", "gpt2_without_positions"),
+    ("gpt2.modeling_gpt2.GPT2Attention", "gpt2_attention"),
+    ("bert.modeling_bert.BertEmbeddings", "bert_embeddings_without_positions"),
+    ("bert.modeling_bert.BertSelfAttention", "bert_attention"),
+    ("roberta.modeling_roberta.RobertaEmbeddings", "roberta_embeddings_without_positions"),
+    ("roberta.modeling_roberta.RobertaSelfAttention", "roberta_attention"),
+):
+    registry.register(f"transformers.models.{_path}", _from_transformers(_name))
+
+
 def apply_alibi(
     model: nn.Module,
     max_sequence_length: int,
     optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
 ) -> dict[str, nn.Module]:
-    """Give ``model`` ALiBi in place of its position embedding, as ``composer.functional.apply_alibi``.
-
-    Each :class:`~algorithms.models.transformer.PositionEmbedding` becomes ``nn.Identity`` and each
-    :class:`~algorithms.models.transformer.CausalSelfAttention` an :class:`AlibiAttention` holding
-    the same ``qkv`` and ``out`` layers (the same parameters), so the model accepts sequences up to
-    ``max_sequence_length``, beyond the length the position embedding covered. Applied again, it
+    """Give ``model`` ALiBi in place of its position embeddings, as ``composer.functional.apply_alibi``,
+    through the policies of :data:`registry`; afterwards the model accepts sequences up to
+    ``max_sequence_length``, beyond the length its position embeddings covered. Applied again, it
     sets a new ``max_sequence_length``.
 
+    - This library's :class:`~algorithms.models.TransformerLM`: each
+      :class:`~algorithms.models.transformer.PositionEmbedding` becomes ``nn.Identity`` and each
+      :class:`~algorithms.models.transformer.CausalSelfAttention` an :class:`AlibiAttention` holding
+      the same ``qkv`` and ``out`` layers (the same parameters).
+    - Hugging Face GPT-2 (``GPT2Attention``, causal bias) and BERT and RoBERTa
+      (``BertSelfAttention``, ``RobertaSelfAttention``: the symmetric bias ``-m_h |i - j|`` of
+      bidirectional attention, the causal one where the layer is causal): each self-attention layer
+      becomes a subclass of its own class, with the same layers, that adds the bias to the attention
+      mask (with ``attn_implementation`` ``"eager"`` or ``"sdpa"``; another is refused when the layer
+      runs). Cross-attention is kept. The position embedding (``wpe``, ``position_embeddings``) of
+      its holder (``GPT2Model``, ``BertEmbeddings``, ``RobertaEmbeddings``) is swapped in place for
+      one that adds zero: it has no parameters, so it is not trained, and the original weight, no
+      longer used, is frozen (an optimizer that held it keeps it and never changes it). The holder's
+      ``position_ids`` and ``token_type_ids`` buffers and the config's ``max_position_embeddings``
+      (``n_positions``) are extended to ``max_sequence_length`` (plus RoBERTa's padding offset).
+    - Another class: register it with ``registry.register(YourClass, policy)``.
+
     Args:
-        model: the model to change, e.g. :class:`~algorithms.models.TransformerLM`.
+        model: the model to change, e.g. :class:`~algorithms.models.TransformerLM` or
+            ``transformers.GPT2LMHeadModel``.
         max_sequence_length: the longest sequence the model will accept afterwards; the bias is
             computed for each call's length, so a large value costs nothing.
-        optimizers: optimizers that already hold the model's parameters; the position embedding's
-            weight leaves them.
+        optimizers: optimizers that already hold the model's parameters; the parameters of the
+            modules replaced leave them, and their replacements' join them.
 
     Returns:
-        ``{qualified name: new module}`` for every module replaced (a warning when there is none).
+        ``{qualified name: new module}`` for every module replaced (position embeddings swapped in
+        place inside their holder are not listed); a model holding none of the registered classes
+        is left unchanged with one :class:`~algorithms.surgery.NoModulesReplacedWarning` naming them.
 
     Example::
 
@@ -122,20 +198,13 @@ def apply_alibi(
         torch.Size([1, 300, 50])
     """
     PARAMETERS.check(max_sequence_length=max_sequence_length)
-
-    def to_alibi(attention: nn.Module, index: int) -> AlibiAttention:
-        assert isinstance(attention, CausalSelfAttention)
-        d_model = attention.qkv.in_features
-        new = AlibiAttention(d_model, attention.n_heads, max_sequence_length, attention.dropout)
-        new.qkv, new.out = attention.qkv, attention.out  # the same layers: trained weights and optimizer state kept
-        return new.train(attention.training)
-
-    return replace_module_classes(
-        model,
-        {PositionEmbedding: lambda module, index: nn.Identity().train(module.training), CausalSelfAttention: to_alibi},
-        optimizers=optimizers,
-        method="Alibi",
-    )
+    policies = registry.policies(model)
+    if not policies:
+        return registry.apply(model, optimizers)  # changes nothing; warns, naming the known classes
+    bound = {
+        cls: functools.partial(policy, max_sequence_length=max_sequence_length) for cls, policy in policies.items()
+    }
+    return replace_module_classes(model, bound, optimizers=optimizers, method=registry.method)
 
 
 def shorten_sequences(batch: Any, train_sequence_length_scaling: float) -> Any:
@@ -178,7 +247,9 @@ class Alibi(Algorithm):
         train_sequence_length_scaling: the fraction of each sequence's length to train on, in
             ``(0, 1]``; 1 leaves the batches as they are.
 
-    It counts ``modules_replaced`` (the position embeddings and attention layers it replaced) and
+    It counts ``modules_replaced`` (the position embeddings and attention layers it replaced; a
+    Hugging Face model's position embeddings, swapped in place inside their holder, are not
+    counted) and
     ``batches_shortened`` (the batches it cut into shorter rows); none means it did not act.
 
     Example::

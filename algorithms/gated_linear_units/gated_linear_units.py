@@ -8,6 +8,7 @@ comparisons (T5's 3072 becomes 2048).
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,9 +20,18 @@ from ..core.event import Event
 from ..core.parameters import Boolean, Other, Parameters
 from ..core.state import State
 from ..models.transformer import FeedForward
-from ..surgery import recording_replacements, replace_module_classes
+from ..surgery import Registry, recording_replacements, replace_module_classes
 
-__all__ = ["GLUFeedForward", "GatedLinearUnits", "apply_gated_linear_units", "glu_hidden_width"]
+__all__ = [
+    "GLUFeedForward",
+    "GatedIntermediate",
+    "GatedLinearUnits",
+    "NarrowedOutput",
+    "apply_gated_linear_units",
+    "glu_hidden_width",
+    "registry",
+    "same_count_width",
+]
 
 PARAMETERS = Parameters(
     act_fn=Other(
@@ -84,6 +94,50 @@ class _Activation(nn.Module):
         return getattr(self.fn, "__qualname__", repr(self.fn))
 
 
+class GatedIntermediate(nn.Module):
+    """``act(gate(x)) * up(x)``: the first half of a gated feed-forward block, in place of a Hugging
+    Face ``BertIntermediate`` (``act(dense(x))``); :class:`NarrowedOutput` is the second half.
+
+    Args:
+        d_model: width of the input.
+        d_hidden: width of ``gate`` and ``up``, and of the output.
+        act: the activation applied to ``gate(x)`` (a module, or any function of a tensor).
+        gated_layer_bias: whether ``gate`` has a bias.
+        non_gated_layer_bias: whether ``up`` has a bias.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_hidden: int,
+        act: nn.Module | Callable[[torch.Tensor], torch.Tensor],
+        gated_layer_bias: bool = False,
+        non_gated_layer_bias: bool = False,
+    ):
+        super().__init__()
+        self.gate = nn.Linear(d_model, d_hidden, bias=gated_layer_bias)
+        self.up = nn.Linear(d_model, d_hidden, bias=non_gated_layer_bias)
+        self.act = act if isinstance(act, nn.Module) else _Activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.gate(x)) * self.up(x)
+
+
+class NarrowedOutput(nn.Module):
+    """``LayerNorm(dropout(dense(h)) + residual)``: a Hugging Face ``BertOutput``'s computation, with
+    ``dense`` the gated block's down projection (its input as wide as :class:`GatedIntermediate`'s
+    output); ``dropout`` and ``LayerNorm`` are the original's modules."""
+
+    def __init__(self, dense: nn.Linear, dropout: nn.Module, layer_norm: nn.Module):
+        super().__init__()
+        self.dense = dense
+        self.dropout = dropout
+        self.LayerNorm = layer_norm  # BertOutput's name: its weights keep their state-dict keys
+
+    def forward(self, hidden_states: torch.Tensor, input_tensor: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
 def glu_hidden_width(block: FeedForward, gated_layer_bias: bool = False, non_gated_layer_bias: bool = False) -> int:
     """The hidden width at which the GLU block has the parameter count of ``block``, or the closest.
 
@@ -91,11 +145,104 @@ def glu_hidden_width(block: FeedForward, gated_layer_bias: bool = False, non_gat
     holds ``3 d h + d`` plus ``h`` per biased ``gate`` or ``up``. Without biases this is the
     paper's ``h = 2 f / 3``; ``transformer_tiny``'s ``f = 256`` gives ``h = 172``, the same count.
     """
-    d = block.up.in_features
-    down_bias = block.down.out_features if block.down.bias is not None else 0
-    per_unit = 3 * d + int(gated_layer_bias) + int(non_gated_layer_bias)
-    total = sum(p.numel() for p in block.parameters())
-    return max(1, round((total - down_bias) / per_unit))
+    d_model, d_hidden = block.up.in_features, block.up.out_features
+    return same_count_width(d_model, d_hidden, block.up.bias is not None, gated_layer_bias, non_gated_layer_bias)
+
+
+def same_count_width(
+    d_model: int, d_hidden: int, up_bias: bool, gated_layer_bias: bool, non_gated_layer_bias: bool
+) -> int:
+    """The hidden width ``h`` at which ``gate``, ``up`` (``d_model -> h``) and ``down``
+    (``h -> d_model``) hold as many parameters as a feed-forward block ``d_model -> d_hidden ->
+    d_model`` whose up projection has a bias where ``up_bias``, or the closest (at least 1);
+    ``down``'s bias, the same in both, does not count."""
+    total = 2 * d_model * d_hidden + d_hidden * int(up_bias)
+    return max(1, round(total / (3 * d_model + int(gated_layer_bias) + int(non_gated_layer_bias))))
+
+
+def start_gate_and_up(gate: nn.Linear, up: nn.Linear, original_up: nn.Linear) -> None:
+    """Start a GLU block's ``gate`` and ``up`` from a feed-forward block's up projection, without
+    gradient: ``up`` takes the first rows of ``original_up`` (and of its bias; zero where it has
+    none); ``gate`` is drawn from torch's global generator, normal with the spread of
+    ``original_up``'s weights, with a zero bias."""
+    width = up.out_features
+    with torch.no_grad():
+        nn.init.normal_(gate.weight, std=float(original_up.weight.detach().float().std()))
+        if gate.bias is not None:
+            nn.init.zeros_(gate.bias)
+        up.weight.copy_(original_up.weight[:width])
+        if up.bias is not None:
+            if original_up.bias is not None:
+                up.bias.copy_(original_up.bias[:width])
+            else:
+                nn.init.zeros_(up.bias)
+
+
+def start_down(down: nn.Linear, original_down: nn.Linear) -> None:
+    """Start a GLU block's ``down`` from a feed-forward block's down projection, without gradient:
+    its first columns, and its bias."""
+    with torch.no_grad():
+        down.weight.copy_(original_down.weight[:, : down.in_features])
+        if down.bias is not None:
+            down.bias.copy_(original_down.bias)
+
+
+def gate_activation(act_fn: Callable[[torch.Tensor], torch.Tensor] | None, own: Any) -> Any:
+    """The activation a GLU block gets: ``act_fn`` (a copy where it is a module), else a copy of the
+    block's own ``own``."""
+    if act_fn is None:
+        return copy.deepcopy(own)
+    return copy.deepcopy(act_fn) if isinstance(act_fn, nn.Module) else act_fn
+
+
+def _feed_forward_to_glu(
+    block: nn.Module,
+    index: int,
+    act_fn: Callable[[torch.Tensor], torch.Tensor] | None,
+    gated_layer_bias: bool,
+    non_gated_layer_bias: bool,
+) -> GLUFeedForward:
+    assert isinstance(block, FeedForward)
+    width = glu_hidden_width(block, gated_layer_bias, non_gated_layer_bias)
+    glu = GLUFeedForward(
+        block.up.in_features,
+        width,
+        gate_activation(act_fn, block.act),
+        block.drop.p,
+        gated_layer_bias,
+        non_gated_layer_bias,
+        down_bias=block.down.bias is not None,
+    )
+    start_gate_and_up(glu.gate, glu.up, block.up)
+    start_down(glu.down, block.down)
+    return glu
+
+
+def _from_transformers(name: str) -> Callable[..., nn.Module | None]:
+    """The policy ``name`` of :mod:`algorithms.gated_linear_units._transformers`, imported when a
+    model first holds one of its classes (so transformers is imported by the model's owner)."""
+
+    def policy(module: nn.Module, index: int, **options: Any) -> nn.Module | None:
+        from . import _transformers
+
+        return getattr(_transformers, name)(module, index, **options)
+
+    policy.__qualname__ = f"_transformers.{name}"
+    return policy
+
+
+#: The module classes :func:`apply_gated_linear_units` changes, each with its policy, called as
+#: ``policy(module, index, act_fn=..., gated_layer_bias=..., non_gated_layer_bias=...)``: it returns
+#: the module's replacement, or ``None`` to keep it.
+registry = Registry("apply_gated_linear_units", "algorithms.gated_linear_units.registry")
+registry.register(FeedForward, _feed_forward_to_glu)
+for _path, _name in (
+    ("bert.modeling_bert.BertIntermediate", "gated_intermediate"),
+    ("bert.modeling_bert.BertOutput", "narrowed_output"),
+    ("roberta.modeling_roberta.RobertaIntermediate", "gated_intermediate"),
+    ("roberta.modeling_roberta.RobertaOutput", "narrowed_output"),
+):
+    registry.register(f"transformers.models.{_path}", _from_transformers(_name))
 
 
 def apply_gated_linear_units(
@@ -105,18 +252,29 @@ def apply_gated_linear_units(
     gated_layer_bias: bool = False,
     non_gated_layer_bias: bool = False,
 ) -> dict[str, nn.Module]:
-    """Replace each :class:`~algorithms.models.transformer.FeedForward` of ``model`` with a
-    :class:`GLUFeedForward` of the same parameter count, in place, as
-    ``composer.functional.apply_gated_linear_units``.
+    """Replace each feed-forward block of ``model`` with a gated one of the same parameter count, in
+    place, through the policies of :data:`registry`, as ``composer.functional.apply_gated_linear_units``.
 
-    The hidden width is :func:`glu_hidden_width`. ``up`` keeps the first rows of the original
-    ``up`` (and of its bias, where ``non_gated_layer_bias``), ``down`` the first columns of the
-    original ``down`` and its bias, so the block starts from the model's own initialisation;
-    ``gate`` is drawn from torch's global generator, normal with the spread of the original ``up``
-    weights and a zero bias. The function the block computes changes (it is a different one).
+    - This library's :class:`~algorithms.models.transformer.FeedForward` becomes a
+      :class:`GLUFeedForward`.
+    - Hugging Face BERT and RoBERTa: each ``BertIntermediate`` (``dense`` then the activation)
+      becomes a :class:`GatedIntermediate`, ``act(gate(x)) * up(x)``, and the ``BertOutput`` after
+      it keeps its dropout, residual and ``LayerNorm`` (the same module) with its ``dense`` narrowed
+      to the gated width (:class:`NarrowedOutput`), so the layer computes
+      ``LayerNorm(dropout(down(act(gate(x)) * up(x))) + x)``. (The same for ``Roberta*``.)
+    - Another class: register it with ``registry.register(YourClass, policy)``.
+
+    The hidden width is the one that keeps the block's parameter count (:func:`same_count_width`;
+    :func:`glu_hidden_width` for ``FeedForward``). ``up`` keeps the first rows of the original up
+    projection (and of its bias, where ``non_gated_layer_bias``), ``down`` the first columns of the
+    original down projection and its bias, so the block starts from the model's own
+    initialisation; ``gate`` is drawn from torch's global generator, normal with the spread of the
+    original up weights and a zero bias (:func:`start_gate_and_up`, :func:`start_down`). The function the block computes
+    changes (it is a different one).
 
     Args:
-        model: the model to change, e.g. :class:`~algorithms.models.TransformerLM`.
+        model: the model to change, e.g. :class:`~algorithms.models.TransformerLM` or
+            ``transformers.BertForMaskedLM``.
         optimizers: optimizers that already hold the model's parameters; they are given the new
             blocks' parameters instead of the old ones.
         act_fn: the activation on the gate; ``None`` keeps each block's own (GELU gives GEGLU).
@@ -124,7 +282,9 @@ def apply_gated_linear_units(
         non_gated_layer_bias: whether ``up`` has a bias.
 
     Returns:
-        ``{qualified name: new block}`` for every block replaced (a warning when there is none).
+        ``{qualified name: new block}`` for every block replaced; a model holding none of the
+        registered classes is left unchanged with one
+        :class:`~algorithms.surgery.NoModulesReplacedWarning` naming them.
 
     Example::
 
@@ -139,40 +299,12 @@ def apply_gated_linear_units(
         True
     """
     PARAMETERS.check(act_fn=act_fn, gated_layer_bias=gated_layer_bias, non_gated_layer_bias=non_gated_layer_bias)
-
-    def to_glu(block: nn.Module, index: int) -> GLUFeedForward:
-        assert isinstance(block, FeedForward)
-        width = glu_hidden_width(block, gated_layer_bias, non_gated_layer_bias)
-        if act_fn is None:
-            act = copy.deepcopy(block.act)
-        else:
-            act = copy.deepcopy(act_fn) if isinstance(act_fn, nn.Module) else act_fn
-        glu = GLUFeedForward(
-            block.up.in_features,
-            width,
-            act,
-            block.drop.p,
-            gated_layer_bias,
-            non_gated_layer_bias,
-            down_bias=block.down.bias is not None,
-        )
-        with torch.no_grad():
-            up = block.up.weight.detach().float()
-            nn.init.normal_(glu.gate.weight, std=float(up.std()))
-            if glu.gate.bias is not None:
-                nn.init.zeros_(glu.gate.bias)
-            glu.up.weight.copy_(block.up.weight[:width])
-            if glu.up.bias is not None:
-                if block.up.bias is not None:
-                    glu.up.bias.copy_(block.up.bias[:width])
-                else:
-                    nn.init.zeros_(glu.up.bias)
-            glu.down.weight.copy_(block.down.weight[:, :width])
-            if glu.down.bias is not None:
-                glu.down.bias.copy_(block.down.bias)
-        return glu.train(block.training)
-
-    return replace_module_classes(model, {FeedForward: to_glu}, optimizers=optimizers, method="GatedLinearUnits")
+    policies = registry.policies(model)
+    if not policies:
+        return registry.apply(model, optimizers)  # changes nothing; warns, naming the known classes
+    options = {"act_fn": act_fn, "gated_layer_bias": gated_layer_bias, "non_gated_layer_bias": non_gated_layer_bias}
+    bound = {cls: functools.partial(policy, **options) for cls, policy in policies.items()}
+    return replace_module_classes(model, bound, optimizers=optimizers, method=registry.method)
 
 
 def _activation(name: str, act_fn: Any) -> Any:

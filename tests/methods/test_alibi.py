@@ -418,8 +418,12 @@ def test_bad_arguments_fail_naming_the_argument(kwargs, message):
 def test_a_model_without_attention_or_positions_warns_and_is_unchanged():
     """Composer's: a warning when ALiBi has no effect (a model of two linear layers)."""
     model = torch.nn.Sequential(torch.nn.Linear(20, 10), torch.nn.Linear(10, 5))
-    message = "Alibi: no module of the model matched (PositionEmbedding, CausalSelfAttention); the model is unchanged"
-    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
+    message = (
+        "apply_alibi: Sequential holds none of the module classes it knows (PositionEmbedding, CausalSelfAttention, "
+        "GPT2Model, GPT2Attention, BertEmbeddings, BertSelfAttention, RobertaEmbeddings, RobertaSelfAttention); "
+        "the model is unchanged. Register your own class with algorithms.alibi.registry.register"
+    )
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}"):
         assert cf.apply_alibi(model, max_sequence_length=64) == {}
 
 

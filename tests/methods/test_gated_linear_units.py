@@ -386,8 +386,12 @@ def test_bad_arguments_fail_naming_the_argument(kwargs, message):
 
 def test_a_model_without_feed_forward_blocks_warns_and_is_unchanged():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Linear(4, 2))
-    message = "GatedLinearUnits: no module of the model matched (FeedForward); the model is unchanged"
-    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
+    message = (
+        "apply_gated_linear_units: Sequential holds none of the module classes it knows (FeedForward, "
+        "BertIntermediate, BertOutput, RobertaIntermediate, RobertaOutput); the model is unchanged. Register "
+        "your own class with algorithms.gated_linear_units.registry.register"
+    )
+    with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}"):
         assert cf.apply_gated_linear_units(model) == {}
     model = _model()
     cf.apply_gated_linear_units(model)
