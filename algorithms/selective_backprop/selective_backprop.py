@@ -87,7 +87,7 @@ def select_using_loss(
     scale_factor: float = 1,
     generator: torch.Generator | None = None,
     *,
-    input_key: str | None = None,
+    model_input: str | None = None,
 ) -> tuple[torch.Tensor | dict[str, Any], torch.Tensor]:
     """Keep the rows of a batch chosen by their loss, with the signature and the selection rule of
     ``composer.functional.select_using_loss``; unlike Composer, a module is scored in eval mode
@@ -110,7 +110,7 @@ def select_using_loss(
 
     A batch may also be a mapping (a tokenizer's ``input_ids`` beside its ``attention_mask`` and
     ``token_type_ids``): the model is called as ``model(**input)``, as a Hugging Face model is, or
-    on ``input[input_key]`` alone where ``input_key`` is given. Every tensor entry whose first
+    on ``input[model_input]`` alone where ``model_input`` is given. Every tensor entry whose first
     dimension is the batch size ``N`` (``target.shape[0]``) is then kept at the same rows; any
     other entry (a scalar, a string, a tensor of another first dimension) is returned as it is.
 
@@ -120,7 +120,7 @@ def select_using_loss(
             (above). Not modified.
         target: the targets ``(N, ...)``, row ``n`` belonging to ``input[n]``. Not modified.
         model: called on the (resized) input, or ``model(**input)`` for a mapping without
-            ``input_key``; its outputs (their logits, above) go to ``loss_fun``.
+            ``model_input``; its outputs (their logits, above) go to ``loss_fun``.
         loss_fun: ``loss_fun(outputs, target, reduction="none")`` gives each example's loss,
             shape ``(N,)`` or ``(N, ...)`` (averaged per example), e.g.
             ``torch.nn.functional.cross_entropy``.
@@ -128,7 +128,7 @@ def select_using_loss(
         scale_factor: the spatial resize of the input for scoring only, in ``(0, 1]``; the kept
             rows are always the full-size input.
         generator: CPU torch generator for the draw of ranks (default: torch's global one).
-        input_key: for a mapping ``input``, the entry the model is called on (and which
+        model_input: for a mapping ``input``, the entry the model is called on (and which
             ``scale_factor`` resizes); ``None`` calls ``model(**input)`` and needs
             ``scale_factor=1``. Only for mappings.
 
@@ -158,21 +158,23 @@ def select_using_loss(
                 f"target: a tensor with one row per example (N, ...) is needed, got "
                 f"{tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__}"
             )
-        if input_key is None:
+        if model_input is None:
             if scale_factor != 1:
                 raise ValueError(
-                    f"scale_factor={scale_factor!r}: resizing a mapping batch needs input_key, the entry "
+                    f"scale_factor={scale_factor!r}: resizing a mapping batch needs model_input, the entry "
                     "to resize and call the model on; or use scale_factor=1"
                 )
             input = None
-        elif input_key not in batch:
-            raise KeyError(f"input_key={input_key!r}: the batch has no such entry (keys {list(batch)})")
+        elif model_input not in batch:
+            raise KeyError(f"model_input={model_input!r}: the batch has no such entry (keys {list(batch)})")
         else:
-            input = batch[input_key]
-    elif input_key is not None:
-        raise ValueError(f"input_key={input_key!r}: only for a mapping batch; the input is a {type(input).__name__}")
+            input = batch[model_input]
+    elif model_input is not None:
+        raise ValueError(
+            f"model_input={model_input!r}: only for a mapping batch; the input is a {type(input).__name__}"
+        )
     if input is not None and (not isinstance(input, torch.Tensor) or input.ndim == 0):
-        where = f"input[{input_key!r}]" if batch is not None else "input"
+        where = f"input[{model_input!r}]" if batch is not None else "input"
         raise ValueError(
             f"{where}: a batch tensor (N, ...) is needed, got "
             f"{tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__}"
@@ -334,7 +336,7 @@ class SelectiveBackprop(Algorithm):
                 self.keep,
                 self.scale_factor,
                 generator=self.generator(state),
-                input_key=self.input_key if mapping else None,
+                model_input=self.input_key if mapping else None,
             )
         if mapping:  # every entry with a row per example was cut to the kept rows
             for key, value in selected.items():

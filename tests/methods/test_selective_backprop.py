@@ -892,7 +892,7 @@ def test_a_dict_batch_is_scored_with_its_mask_and_cut_to_the_same_rows_in_every_
     assert model.seen[-1] == {"input_ids": 10, "attention_mask": 10, "token_type_ids": 10}
 
 
-def test_a_dict_batch_with_input_key_calls_the_model_on_that_entry_and_still_cuts_every_entry():
+def test_a_dict_batch_with_model_input_calls_the_model_on_that_entry_and_still_cuts_every_entry():
     batch, y = _text_batch(), torch.randint(0, 3, (10,), generator=torch.Generator().manual_seed(1))
     model = _TextClassifier()
     kept, kept_y = cf.select_using_loss(
@@ -902,7 +902,7 @@ def test_a_dict_batch_with_input_key_calls_the_model_on_that_entry_and_still_cut
         F.cross_entropy,
         keep=0.5,
         generator=torch.Generator().manual_seed(2),
-        input_key="input_ids",
+        model_input="input_ids",
     )
     losses = _masked_losses(model, {"input_ids": batch["input_ids"]}, y)
     rows, want_y = _definition(torch.arange(10), y, losses, 0.5, torch.Generator().manual_seed(2))
@@ -953,32 +953,32 @@ def test_keep_1_gives_a_dict_batch_back_with_every_entry_as_it_was():
             {"input_ids": torch.zeros(4, 3, dtype=torch.long)},
             {"scale_factor": 0.5},
             ValueError,
-            "scale_factor=0.5: resizing a mapping batch needs input_key, the entry to resize and call the model "
+            "scale_factor=0.5: resizing a mapping batch needs model_input, the entry to resize and call the model "
             "on; or use scale_factor=1",
         ),
         (
             {"input_ids": torch.zeros(4, 3, dtype=torch.long)},
-            {"input_key": "pixel_values"},
+            {"model_input": "pixel_values"},
             KeyError,
-            "input_key='pixel_values': the batch has no such entry (keys ['input_ids'])",
+            "model_input='pixel_values': the batch has no such entry (keys ['input_ids'])",
         ),
         (
             {"x": torch.tensor(1.0)},
-            {"input_key": "x"},
+            {"model_input": "x"},
             ValueError,
             "input['x']: a batch tensor (N, ...) is needed, got ()",
         ),
         (
             {"x": torch.zeros(3, 6)},
-            {"input_key": "x"},
+            {"model_input": "x"},
             ValueError,
             "target: a tensor with one row per example of input (3) is needed, got (4,)",
         ),
         (
             torch.zeros(4, 6),
-            {"input_key": "x"},
+            {"model_input": "x"},
             ValueError,
-            "input_key='x': only for a mapping batch; the input is a Tensor",
+            "model_input='x': only for a mapping batch; the input is a Tensor",
         ),
     ],
 )
