@@ -1027,3 +1027,17 @@ def test_in_the_trainer_every_entry_of_a_dict_batch_is_cut_to_the_kept_rows(inpu
     # each batch scored at full size, then trained on the kept rows, every entry the model is given alike
     assert [sorted(set(seen.values())) for seen in model.seen] == [[8], [4], [8], [4]]
     assert all(len(seen) == (1 if input_key else 3) for seen in model.seen)
+
+
+@pytest.mark.cuda
+def test_on_cuda_a_dict_batch_is_cut_on_the_device_with_no_host_sync():
+    batch = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in _text_batch(n=16).items()}
+    y, model = (torch.arange(16) % 3).cuda(), _TextClassifier().cuda()
+    cf.select_using_loss(batch, y, model, F.cross_entropy, keep=0.25)  # warm up (the pinned-memory pool)
+    generator = torch.Generator().manual_seed(0)
+    with no_host_sync():
+        kept, kept_y = cf.select_using_loss(batch, y, model, F.cross_entropy, keep=0.25, generator=generator)
+    rows = kept["example"]
+    assert rows.device.type == "cuda" and kept_y.device.type == "cuda" and len(rows) == 4
+    _assert_rows_selected_alongside(batch, kept, rows)
+    assert torch.equal(kept_y, y[rows])
