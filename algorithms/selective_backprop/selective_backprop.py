@@ -97,9 +97,8 @@ def select_using_loss(
     ``torch.no_grad()`` (on ``input`` resized by ``scale_factor`` when it is below 1); where the
     model returns a dict with ``"logits"`` or an object with ``.logits`` (a Hugging Face
     ``ModelOutput``), ``loss_fun`` is given those logits (Composer gives it the output as it is).
-    With the
-    examples ranked from the lowest loss (``i = 0``) to the highest (``i = N - 1``), rank ``i``
-    has the percentile ``(i + 0.5) / N`` and is drawn with probability proportional to its
+    With the examples ranked from the lowest loss (``i = 0``) to the highest (``i = N - 1``), rank
+    ``i`` has the percentile ``(i + 0.5) / N`` and is drawn with probability proportional to its
     percentile raised to ``1 / keep - 1``; ``round(keep * N)`` ranks (at least one) are drawn
     without replacement. When that is all ``N`` rows, the batch is returned as it is and the model
     is not called.
