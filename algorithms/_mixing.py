@@ -175,6 +175,20 @@ class MixingAlgorithm(Algorithm):
         return self._weight_perm
 
     @property
+    def own_weight(self) -> float:
+        """The weight of each example's own target in the last batch mixed, ``1 - mixing``: for
+        CutMix the fraction of pixels left unmixed, the ``area`` of
+        :func:`~algorithms.functional.cutmix_batch` (1.0 before the first batch)."""
+        return 1.0 - self._weight_perm
+
+    @property
+    def partner_weight(self) -> float:
+        """The weight of the partners' targets in the last batch mixed: :attr:`mixing`, named by what
+        it weighs, as on the results of :func:`~algorithms.functional.cutmix_batch` and
+        :func:`~algorithms.functional.mixup_batch` (0.0 before the first batch)."""
+        return self._weight_perm
+
+    @property
     def permuted_target(self) -> torch.Tensor | None:
         """The partners' targets in the last batch mixed, ``target[indices]`` as the data loader gave
         them (None before the first batch)."""

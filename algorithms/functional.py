@@ -46,6 +46,7 @@ EXPORTS = {
     "apply_stochastic_depth": "stochastic_depth",
     "update_swa_average": "swa",
     "interpolate_targets": "targets",
+    "mixed_targets": "targets",
     "apply_weight_standardization": "weight_standardization",
 }
 
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     from .stochastic_depth import apply_stochastic_depth as apply_stochastic_depth
     from .swa import update_swa_average as update_swa_average
     from .targets import interpolate_targets as interpolate_targets
+    from .targets import mixed_targets as mixed_targets
     from .weight_standardization import apply_weight_standardization as apply_weight_standardization
 
 __getattr__, __dir__, __all__ = attach(__name__, EXPORTS, package="algorithms")

@@ -31,6 +31,7 @@ __all__ = [
     "class_indices",
     "interpolate_targets",
     "is_class_indices",
+    "mixed_targets",
     "one_hot",
     "smooth_targets",
     "target_dtype",
@@ -215,3 +216,88 @@ def interpolate_targets(
     a = to_distribution(target, num_classes, dtype, logits_shape)
     b = to_distribution(target_perm, num_classes, dtype, logits_shape)
     return a * (1.0 - mixing) + b * mixing
+
+
+def mixed_targets(
+    target: torch.Tensor,
+    target_perm: torch.Tensor,
+    *,
+    own_weight: float | None = None,
+    partner_weight: float | None = None,
+    num_classes: int | None = None,
+    smoothing: float = 0.0,
+    dtype: torch.dtype | None = None,
+    logits_shape: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """The soft targets of a mixed batch, smoothed: ``w * soft(target) + (1 - w) * soft(target_perm)``
+    with ``soft(y) = (1 - smoothing) * dist(y) + smoothing / num_classes`` and ``w`` the weight of
+    each example's own target, classes on ``dim=1``: what timm's ``Mixup(label_smoothing=...)``
+    and torchvision v2's ``CutMix``/``MixUp`` hand the loss.
+
+    Give the weight by what it weighs, as a keyword: ``own_weight`` (CutMix's ``area``, MixUp's
+    ``1 - mixing``) or ``partner_weight`` (MixUp's ``mixing``, CutMix's ``1 - area``), not both;
+    the results of :func:`~algorithms.functional.cutmix_batch` and
+    :func:`~algorithms.functional.mixup_batch` carry both, as ``.own_weight`` and
+    ``.partner_weight``.
+
+    Args:
+        target: the batch's targets: class indices ``(N, ...)`` (a negative index is an ignored
+            position, all zeros, as in :func:`smooth_targets`) or class probabilities
+            ``(N, C, ...)`` in any dtype; not modified.
+        target_perm: the partners' targets, ``target[indices]``, as the mixing forms return them.
+        own_weight: the weight of each example's own target, in ``[0, 1]``: a Python or NumPy
+            scalar (anything ``float()`` takes).
+        partner_weight: the weight of the partner's target, ``1 - own_weight``.
+        num_classes: the number of classes ``C``; by default ``logits_shape[1]``, else the classes
+            of probability targets. Required for class indices without ``logits_shape``.
+        smoothing: label smoothing's weight of the uniform distribution, in ``[0, 1]``.
+        dtype: the result's dtype; by default float32, or the probability targets' dtype where
+            that is wider (float64), so that half-precision targets still sum to 1.
+        logits_shape: the logits' shape, to tell class indices from probabilities by shape (as
+            :func:`is_class_indices`); without it integer targets are indices.
+
+    Returns:
+        Class probabilities ``(N, C, ...)`` on the targets' device; each sums to 1 over ``dim=1``
+        wherever both targets are (ignored positions weigh nothing).
+
+    Example::
+
+        >>> import torch
+        >>> from algorithms.functional import mixed_targets
+        >>> mixed_targets(torch.tensor([0]), torch.tensor([1]), own_weight=0.75, num_classes=4, smoothing=0.5).tolist()
+        [[0.5, 0.25, 0.125, 0.125]]
+    """
+    if (own_weight is None) == (partner_weight is None):
+        raise ValueError(
+            f"own_weight={own_weight!r}, partner_weight={partner_weight!r}: give one of them, by keyword "
+            "(CutMix's area is the own weight, MixUp's mixing the partner weight)"
+        )
+    name, weight = ("own_weight", own_weight) if own_weight is not None else ("partner_weight", partner_weight)
+    try:
+        weight = float(weight)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name}={weight!r}: a number in [0, 1] is needed") from None
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"{name}={weight!r}: must be in [0, 1]")
+    partner = weight if own_weight is None else 1.0 - weight
+    SMOOTHING.check("smoothing", smoothing)
+    smoothing = float(smoothing)
+    if num_classes is None:
+        if logits_shape is not None:
+            num_classes = int(logits_shape[1])
+        elif target.is_floating_point() and target.ndim >= 2:
+            num_classes = target.shape[1]
+        else:
+            raise ValueError("num_classes is required when targets are class indices (or pass logits_shape)")
+    if dtype is None:
+        dtype = target_dtype(target.dtype) if target.is_floating_point() else torch.float32
+    if target_perm.shape != target.shape:
+        raise ValueError(
+            f"target_perm: the partners' targets must have the targets' shape {tuple(target.shape)}, "
+            f"got {tuple(target_perm.shape)}"
+        )
+    if smoothing:
+        target = smooth_targets(target, smoothing, num_classes, dtype, logits_shape)
+        target_perm = smooth_targets(target_perm, smoothing, num_classes, dtype, logits_shape)
+        logits_shape = target.shape  # both are distributions now
+    return interpolate_targets(target, target_perm, partner, num_classes, dtype, logits_shape)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -24,7 +25,7 @@ from .._mixing import (
 from ..core.parameters import Boolean, Parameters, Real
 from ..core.state import State
 
-__all__ = ["CutMix", "cutmix_batch"]
+__all__ = ["CutMix", "CutMixResult", "cutmix_batch"]
 
 PARAMETERS = Parameters(
     alpha=Real(low=0, note="The Beta(alpha, alpha) concentration of the kept area; 0 mixes nothing."),
@@ -33,6 +34,32 @@ PARAMETERS = Parameters(
 )
 
 BBox = tuple[int, int, int, int]
+
+
+class CutMixResult(NamedTuple):
+    """What :func:`cutmix_batch` returns: a tuple that unpacks as Composer's
+    ``(mixed, target_perm, area, bbox)``, whose weights are also named by what they weigh.
+
+    ``area`` is the weight of each example's *own* target (the fraction of the image left
+    unmixed), whereas MixUp's ``mixing`` is the partner's: :attr:`own_weight` and
+    :attr:`partner_weight` mean the same for both methods.
+    """
+
+    mixed: torch.Tensor
+    target_perm: torch.Tensor
+    area: float
+    bbox: BBox
+
+    @property
+    def own_weight(self) -> float:
+        """The weight of each example's own target: ``area``."""
+        return self.area
+
+    @property
+    def partner_weight(self) -> float:
+        """The weight of the partner's target, ``target_perm``: ``1 - area``, the fraction of
+        pixels taken from the partner."""
+        return 1.0 - self.area
 
 
 def cutmix_batch(
@@ -45,7 +72,7 @@ def cutmix_batch(
     uniform_sampling: bool = False,
     generator: torch.Generator | None = None,
     inplace: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, float, BBox]:
+) -> CutMixResult:
     """Replace one box of every image with the same box of another image of the batch.
 
     ``mixed[i] = input[i]`` outside the box and ``input[indices[i]]`` inside it, where the box is
@@ -67,9 +94,12 @@ def cutmix_batch(
             (Composer's ``cutmix_batch`` has no such option); otherwise ``input`` is copied.
 
     Returns:
-        ``(mixed, target_perm, area, bbox)``: the mixed images (same dtype, device and memory
-        format; ``input`` itself with ``inplace=True``), ``target[indices]``, the fraction of each
-        image left unmixed (the weight of the original target), and the box used.
+        A :class:`CutMixResult` ``(mixed, target_perm, area, bbox)``: the mixed images (same
+        dtype, device and memory format; ``input`` itself with ``inplace=True``),
+        ``target[indices]``, the fraction of each image left unmixed (the weight of each example's
+        *own* target, also ``.own_weight``; ``.partner_weight`` is ``1 - area``), and the box
+        used. The mixed and smoothed targets are :func:`~algorithms.functional.mixed_targets`
+        ``(target, target_perm, own_weight=area, ...)``.
 
     Example::
 
@@ -121,7 +151,7 @@ def cutmix_batch(
         torch.index_select(input[:, :, x1:x2, y1:y2], 0, indices, out=mixed[:, :, x1:x2, y1:y2])
     # The label weight is the exact pixel fraction, not the sampled lambda (the box is clipped).
     area = 1.0 - (x2 - x1) * (y2 - y1) / (height * width)
-    return mixed, target.index_select(0, indices), area, bbox
+    return CutMixResult(mixed, target.index_select(0, indices), area, bbox)
 
 
 def _write_boxes_in_place(box: torch.Tensor, indices: torch.Tensor) -> None:

@@ -6,6 +6,7 @@ Zhang et al., "mixup: Beyond Empirical Risk Minimization", ICLR 2018.
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import torch
 
@@ -21,12 +22,35 @@ from .._mixing import (
 from ..core.parameters import Boolean, Parameters, Real
 from ..core.state import State
 
-__all__ = ["MixUp", "mixup_batch"]
+__all__ = ["MixUp", "MixUpResult", "mixup_batch"]
 
 PARAMETERS = Parameters(
     alpha=Real(low=0, note="The Beta(alpha, alpha) concentration of the mixing weight; 0 mixes nothing."),
     interpolate_loss=Boolean(note="Mix the two losses instead of the targets."),
 )
+
+
+class MixUpResult(NamedTuple):
+    """What :func:`mixup_batch` returns: a tuple that unpacks as Composer's
+    ``(mixed, target_perm, mixing)``, whose weights are also named by what they weigh.
+
+    ``mixing`` is the weight of the *partner* (``target_perm``), whereas CutMix's ``area`` is the
+    example's own: :attr:`own_weight` and :attr:`partner_weight` mean the same for both methods.
+    """
+
+    mixed: torch.Tensor
+    target_perm: torch.Tensor
+    mixing: float
+
+    @property
+    def own_weight(self) -> float:
+        """The weight of each example's own input and target: ``1 - mixing``."""
+        return 1.0 - self.mixing
+
+    @property
+    def partner_weight(self) -> float:
+        """The weight of the partner's input and target, ``target_perm``: ``mixing``."""
+        return self.mixing
 
 
 def mixup_batch(
@@ -37,7 +61,7 @@ def mixup_batch(
     indices: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     inplace: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, float]:
+) -> MixUpResult:
     """Mix every example with another one of the batch.
 
     ``mixed = (1 - mixing) * input + mixing * input[indices]``, as in
@@ -55,9 +79,12 @@ def mixup_batch(
             (Composer's ``mixup_batch`` has no such option); otherwise ``input`` is not modified.
 
     Returns:
-        ``(mixed, target_perm, mixing)``: the mixed batch (same dtype, device and memory format;
-        ``input`` itself with ``inplace=True``), ``target[indices]`` and the mixing weight used.
-        The mixed target is ``(1 - mixing) * onehot(target) + mixing * onehot(target_perm)``.
+        A :class:`MixUpResult` ``(mixed, target_perm, mixing)``: the mixed batch (same dtype,
+        device and memory format; ``input`` itself with ``inplace=True``), ``target[indices]``
+        and the weight of the partners used (also ``.partner_weight``; ``.own_weight`` is
+        ``1 - mixing``). The mixed target is ``(1 - mixing) * onehot(target) + mixing *
+        onehot(target_perm)``: :func:`~algorithms.functional.mixed_targets`
+        ``(target, target_perm, partner_weight=mixing, ...)``, smoothed too if asked.
 
     Example::
 
@@ -87,16 +114,16 @@ def mixup_batch(
         raise ValueError(f"mixing={mixing!r}: must be in [0, 1]")
     target_perm = target.index_select(0, indices)
     if not input.is_floating_point():  # integer inputs mix into floats, as the formula does
-        return input * (1.0 - mixing) + input[indices] * mixing, target_perm, float(mixing)
+        return MixUpResult(input * (1.0 - mixing) + input[indices] * mixing, target_perm, float(mixing))
     partners = host_partners(input, indices, permutation=inplace)
     if partners is not None:
-        return _mix_one_at_a_time(input, partners, mixing, inplace), target_perm, float(mixing)
+        return MixUpResult(_mix_one_at_a_time(input, partners, mixing, inplace), target_perm, float(mixing))
     # One gather of the partners into a tensor of the input's layout, then one fused interpolation
     # input + m * (partner - input), written over the partners (or, in place, over the input):
     # two passes, no other temporary, and the same values either way.
     partners = torch.index_select(input, 0, indices, out=torch.empty_like(input))
     mixed = torch.lerp(input, partners, mixing, out=input if inplace else partners)
-    return mixed, target_perm, float(mixing)
+    return MixUpResult(mixed, target_perm, float(mixing))
 
 
 def _mix_one_at_a_time(input: torch.Tensor, partners: list[int], mixing: float, inplace: bool) -> torch.Tensor:

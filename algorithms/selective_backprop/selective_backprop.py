@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -79,22 +79,26 @@ def should_selective_backprop(
 
 
 def select_using_loss(
-    input: torch.Tensor,
+    input: torch.Tensor | Mapping[str, Any],
     target: torch.Tensor,
-    model: Callable[[torch.Tensor], torch.Tensor],
+    model: Callable[..., Any],
     loss_fun: Callable[..., torch.Tensor],
     keep: float = 0.5,
     scale_factor: float = 1,
     generator: torch.Generator | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    *,
+    model_input: str | None = None,
+) -> tuple[torch.Tensor | dict[str, Any], torch.Tensor]:
     """Keep the rows of a batch chosen by their loss, with the signature and the selection rule of
     ``composer.functional.select_using_loss``; unlike Composer, a module is scored in eval mode
     (below).
 
     Each example is scored by ``loss_fun(model(input), target, reduction="none")`` under
-    ``torch.no_grad()`` (on ``input`` resized by ``scale_factor`` when it is below 1). With the
-    examples ranked from the lowest loss (``i = 0``) to the highest (``i = N - 1``), rank ``i``
-    has the percentile ``(i + 0.5) / N`` and is drawn with probability proportional to its
+    ``torch.no_grad()`` (on ``input`` resized by ``scale_factor`` when it is below 1); where the
+    model returns a dict with ``"logits"`` or an object with ``.logits`` (a Hugging Face
+    ``ModelOutput``), ``loss_fun`` is given those logits (Composer gives it the output as it is).
+    With the examples ranked from the lowest loss (``i = 0``) to the highest (``i = N - 1``), rank
+    ``i`` has the percentile ``(i + 0.5) / N`` and is drawn with probability proportional to its
     percentile raised to ``1 / keep - 1``; ``round(keep * N)`` ranks (at least one) are drawn
     without replacement. When that is all ``N`` rows, the batch is returned as it is and the model
     is not called.
@@ -103,11 +107,19 @@ def select_using_loss(
     not updated and dropout does not perturb the ranking; each submodule's train/eval mode is
     restored afterwards.
 
+    A batch may also be a mapping (a tokenizer's ``input_ids`` beside its ``attention_mask`` and
+    ``token_type_ids``): the model is called as ``model(**input)``, as a Hugging Face model is, or
+    on ``input[model_input]`` alone where ``model_input`` is given. Every tensor entry whose first
+    dimension is the batch size ``N`` (``target.shape[0]``) is then kept at the same rows; any
+    other entry (a scalar, a string, a tensor of another first dimension) is returned as it is.
+
     Args:
         input: the batch ``(N, ...)``; at least 3-D (``(N, C, L)``, ``(N, C, H, W)`` or
-            ``(N, C, D, H, W)``) when ``scale_factor < 1``. Not modified.
+            ``(N, C, D, H, W)``) when ``scale_factor < 1``. Or a mapping of the batch's entries
+            (above). Not modified.
         target: the targets ``(N, ...)``, row ``n`` belonging to ``input[n]``. Not modified.
-        model: called on the (resized) input; its outputs go to ``loss_fun``.
+        model: called on the (resized) input, or ``model(**input)`` for a mapping without
+            ``model_input``; its outputs (their logits, above) go to ``loss_fun``.
         loss_fun: ``loss_fun(outputs, target, reduction="none")`` gives each example's loss,
             shape ``(N,)`` or ``(N, ...)`` (averaged per example), e.g.
             ``torch.nn.functional.cross_entropy``.
@@ -115,10 +127,14 @@ def select_using_loss(
         scale_factor: the spatial resize of the input for scoring only, in ``(0, 1]``; the kept
             rows are always the full-size input.
         generator: CPU torch generator for the draw of ranks (default: torch's global one).
+        model_input: for a mapping ``input``, the entry the model is called on (and which
+            ``scale_factor`` resizes); ``None`` calls ``model(**input)`` and needs
+            ``scale_factor=1``. Only for mappings.
 
     Returns:
         ``(input[rows], target[rows])`` for the ``round(keep * N)`` selected rows, in the order
-        drawn, with the input's and target's dtype and device.
+        drawn, with the input's and target's dtype and device; for a mapping, a ``dict`` of its
+        entries in its order, those with ``N`` rows cut to the selected rows.
 
     Example::
 
@@ -134,12 +150,37 @@ def select_using_loss(
     """
     PARAMETERS.check(keep=keep, scale_factor=scale_factor)
     check_loss_fun(loss_fun)
-    if not isinstance(input, torch.Tensor) or input.ndim == 0:
+    batch = input if isinstance(input, Mapping) else None
+    if batch is not None:
+        if not isinstance(target, torch.Tensor) or target.ndim == 0:
+            raise ValueError(
+                f"target: a tensor with one row per example (N, ...) is needed, got "
+                f"{tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__}"
+            )
+        if model_input is None:
+            if scale_factor != 1:
+                raise ValueError(
+                    f"scale_factor={scale_factor!r}: resizing a mapping batch needs model_input, the entry "
+                    "to resize and call the model on; or use scale_factor=1"
+                )
+            input = None
+        elif model_input not in batch:
+            raise KeyError(f"model_input={model_input!r}: the batch has no such entry (keys {list(batch)})")
+        else:
+            input = batch[model_input]
+    elif model_input is not None:
         raise ValueError(
-            f"input: a batch tensor (N, ...) is needed, got "
+            f"model_input={model_input!r}: only for a mapping batch; the input is a {type(input).__name__}"
+        )
+    if input is not None and (not isinstance(input, torch.Tensor) or input.ndim == 0):
+        where = f"input[{model_input!r}]" if batch is not None else "input"
+        raise ValueError(
+            f"{where}: a batch tensor (N, ...) is needed, got "
             f"{tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__}"
         )
-    if not isinstance(target, torch.Tensor) or target.ndim == 0 or target.shape[0] != input.shape[0]:
+    if input is not None and (
+        not isinstance(target, torch.Tensor) or target.ndim == 0 or target.shape[0] != input.shape[0]
+    ):
         raise ValueError(
             f"target: a tensor with one row per example of input ({input.shape[0]}) is needed, got "
             f"{tuple(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__}"
@@ -149,10 +190,10 @@ def select_using_loss(
             f"scale_factor={scale_factor!r}: resizing needs an input (N, C, L), (N, C, H, W) or "
             f"(N, C, D, H, W), got shape {tuple(input.shape)}; use scale_factor=1"
         )
-    n = input.shape[0]
+    n = target.shape[0]
     kept = kept_count(n, keep)
     if kept == n:
-        return input, target
+        return (input if batch is None else dict(batch)), target
     with torch.no_grad(), _eval_mode(model):
         scored = input
         if scale_factor < 1:
@@ -163,7 +204,8 @@ def select_using_loss(
                 align_corners=False,
                 recompute_scale_factor=False,
             )
-        losses = loss_fun(model(scored), target, reduction="none")
+        outputs = model(**batch) if input is None else model(scored)
+        losses = loss_fun(_logits_if_any(outputs), target, reduction="none")
         if not isinstance(losses, torch.Tensor) or losses.ndim == 0 or losses.shape[0] != n:
             shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
             raise ValueError(
@@ -181,7 +223,27 @@ def select_using_loss(
         if ranks.device.type == "cpu" and by_loss.device.type == "cuda":
             ranks = ranks.pin_memory()  # from pinned memory the copy is queued, with no sync
         rows = by_loss[ranks.to(by_loss.device, non_blocking=True)]
+    if batch is not None:
+        return {key: _rows(value, n, rows) for key, value in batch.items()}, target[rows]
     return input[rows], target[rows]  # indexing keeps the memory format (index_select does not)
+
+
+def _rows(value: Any, n: int, rows: torch.Tensor) -> Any:
+    """``value[rows]`` for a tensor of ``n`` rows (on the rows' device or the CPU); anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.ndim > 0 and value.shape[0] == n:
+        return value[rows if rows.device == value.device else rows.to(value.device)]
+    return value
+
+
+def _logits_if_any(outputs: Any) -> Any:
+    """A model's logits where its outputs hold them (a dict with ``"logits"``, an object with
+    ``.logits``), else the outputs as they are."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    try:
+        return model_logits(outputs)
+    except TypeError:
+        return outputs
 
 
 class SelectiveBackprop(Algorithm):
@@ -198,7 +260,10 @@ class SelectiveBackprop(Algorithm):
         scale_factor: the resize of the input for the scoring forward pass only, in ``(0, 1]``.
         interrupt: a full batch every ``interrupt`` batches inside the interval: ``0`` (never)
             or ``>= 2``.
-        input_key: where the input is in the batch.
+        input_key: where the input is in the batch. For a dict batch, the entry the model is
+            called on, or ``None`` to call ``model(**batch)`` (as ``Trainer(input_key=None)``
+            does for a Hugging Face model); every entry with a row per example is cut to the kept
+            rows (an ``attention_mask`` with its ``input_ids``), others are left as they are.
         target_key: where the target is in the batch.
 
     It counts ``batches_selected`` (the batches it cut to the rows it kept) and
@@ -227,7 +292,7 @@ class SelectiveBackprop(Algorithm):
         keep: float = 0.5,
         scale_factor: float = 1.0,
         interrupt: int = 2,
-        input_key: int | str = 0,
+        input_key: int | str | None = 0,
         target_key: int | str = 1,
     ):
         PARAMETERS.check(start=start, end=end, keep=keep, scale_factor=scale_factor, interrupt=interrupt)
@@ -259,20 +324,27 @@ class SelectiveBackprop(Algorithm):
             return trainer_loss(model_logits(outputs).float(), target, reduction=reduction)
 
         # scored unwrapped: scoring needs neither DataParallel's scatter nor DDP's gradient hooks
-        full = state.batch_get_item(self.input_key)
+        batch, target = state.batch, state.batch_get_item(self.target_key)
+        mapping = isinstance(batch, Mapping)
         with autocast(state.precision, state.device):
-            input, target = select_using_loss(
-                full,
-                state.batch_get_item(self.target_key),
+            selected, kept_target = select_using_loss(
+                batch if mapping else state.batch_get_item(self.input_key),
+                target,
                 unwrap_model(state.model),
                 loss,
                 self.keep,
                 self.scale_factor,
                 generator=self.generator(state),
+                model_input=self.input_key if mapping else None,
             )
-        state.batch_set_item(self.input_key, input)
-        state.batch_set_item(self.target_key, target)
-        dropped = full.shape[0] - input.shape[0]
+        if mapping:  # every entry with a row per example was cut to the kept rows
+            for key, value in selected.items():
+                if value is not batch[key]:
+                    state.batch_set_item(key, value)
+        else:
+            state.batch_set_item(self.input_key, selected)
+        state.batch_set_item(self.target_key, kept_target)
+        dropped = target.shape[0] - kept_target.shape[0]
         if dropped:
             self.report(logger, "batches_selected")
             self.report(logger, "examples_dropped", dropped)

@@ -129,6 +129,44 @@ def test_token_targets_of_a_language_model_with_the_classes_last():
     torch.testing.assert_close(smoothed, expected)
 
 
+def _causal_lm_output(logits):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed in the test venv")
+    return transformers.modeling_outputs.CausalLMOutputWithPast(logits=logits)
+
+
+@pytest.mark.parametrize(
+    "wrap", [_causal_lm_output, lambda z: {"logits": z, "past_key_values": None}], ids=["hf-CausalLMOutput", "dict"]
+)
+def test_a_language_models_whole_output_is_read_for_its_logits(wrap):
+    """A causal language model's output object (its ``.logits`` (N, T, V)) or a dict with
+    ``"logits"``: the token targets (N, T) are smoothed over the V classes of the last dimension,
+    as for the bare logits, and an ignored position stays all zero."""
+    logits, y = torch.randn(2, 5, 7), torch.randint(0, 7, (2, 5))
+    y[0, 0] = -100
+    smoothed = cf.smooth_labels(wrap(logits), y, 0.2)
+    expected = reference(F.one_hot(y.clamp(min=0), 7).movedim(-1, 1), 0.2).movedim(1, -1) * (y >= 0).unsqueeze(-1)
+    torch.testing.assert_close(smoothed, expected)
+
+
+def test_label_smoothing_smooths_against_a_hugging_face_models_logits():
+    """``LabelSmoothing`` before the loss of a real ``transformers`` classifier: the target becomes
+    the definition over the model's classes, and the labels come back after the loss."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed in the test venv")
+    config = transformers.BertConfig(
+        vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, num_labels=4
+    )
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(config)
+    batch = {"input_ids": torch.randint(0, 20, (3, 6)), "labels": torch.tensor([0, 3, 1])}
+    state = State(model=model, max_duration=Duration.parse("1ep"), loss_fn=F.cross_entropy, seed=0)
+    state.batch, state.outputs = batch, model(input_ids=batch["input_ids"])
+    algo = LabelSmoothing(0.4, target_key="labels")
+    algo.apply(Event.BEFORE_LOSS, state)
+    torch.testing.assert_close(state.batch["labels"], reference(F.one_hot(batch["labels"], 4), 0.4).float())
+    algo.apply(Event.AFTER_LOSS, state)
+    assert state.batch["labels"] is batch["labels"]
+
+
 def test_where_indices_fit_the_classes_on_dim_1_and_last_dim_1_is_taken_as_composer_takes_it():
     logits, y = torch.randn(2, 4, 4), torch.randint(0, 4, (2, 4))  # (N, C, L) and (N, T, C) both fit
     expected = reference(torch.movedim(F.one_hot(y, 4), -1, 1), 0.2)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from trainer_support import image_batches, image_classifier
 
+import algorithms.functional as cf
 from algorithms import CutMix, MixUp
 from algorithms._mixing import ROW_BY_ROW_BYTES, MixingAlgorithm, host_partners, permutation_cycles
 from algorithms.core import Algorithm, Event, State, Trainer
@@ -112,3 +113,70 @@ def test_permutation_cycles_follow_the_partners(partners):
     for cycle in cycles:
         assert [partners[i] for i in cycle] == cycle[1:] + cycle[:1]
     assert [cycle[0] for cycle in cycles] == sorted(cycle[0] for cycle in cycles)  # each from its smallest
+
+
+# One weight convention: CutMix's ``area`` weighs the example's own target, MixUp's ``mixing`` the
+# partner's. Both results, and both classes, also name each weight by what it weighs.
+
+
+def test_cutmix_own_weight_is_the_fraction_of_each_image_it_keeps():
+    """Images of distinct constants: the share of each mixed image still equal to its own value is
+    ``own_weight`` (``area``), the share equal to its partner's is ``partner_weight``; the result
+    still unpacks as Composer's four values."""
+    x = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 2, 8, 8).contiguous()
+    y, indices = torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0])
+    result = cf.cutmix_batch(x, y, bbox=(0, 2, 4, 8), indices=indices)
+    mixed, y_perm, area, bbox = result
+    assert isinstance(result, tuple) and len(result) == 4 and bbox == (0, 2, 4, 8)
+    assert (result.mixed, result.target_perm, result.area, result.bbox) == (mixed, y_perm, area, bbox)
+    own_share = (mixed == x).float().mean(dim=(1, 2, 3))
+    partner_share = (mixed == x[indices]).float().mean(dim=(1, 2, 3))
+    assert own_share.tolist() == [result.own_weight] * 4 == [area] * 4 == [0.625] * 4
+    assert partner_share.tolist() == [result.partner_weight] * 4 == [0.375] * 4
+
+
+def test_mixup_own_weight_is_the_weight_of_each_example_itself():
+    x, y, indices = torch.tensor([[0.0], [10.0], [30.0]]), torch.tensor([0, 1, 2]), torch.tensor([2, 0, 1])
+    result = cf.mixup_batch(x, y, mixing=0.25, indices=indices)
+    mixed, y_perm, mixing = result
+    assert isinstance(result, tuple) and len(result) == 3 and mixing == 0.25
+    assert (result.mixed, result.target_perm, result.mixing) == (mixed, y_perm, mixing)
+    assert (result.own_weight, result.partner_weight) == (0.75, 0.25)
+    torch.testing.assert_close(mixed, result.own_weight * x + result.partner_weight * x[indices])
+
+
+@pytest.mark.parametrize("cls", [CutMix, MixUp])
+def test_the_classes_name_each_weight_and_mix_targets_as_mixed_targets_defines(cls):
+    """Before the first batch nothing is mixed (own weight 1); after it, the target before the loss
+    is ``mixed_targets(y, y[indices], own_weight=algo.own_weight)``, and ``mixing`` stays the
+    partner's weight for both classes."""
+    algo = cls(alpha=1.0).manual_seed(0)
+    assert (algo.own_weight, algo.partner_weight) == (1.0, 0.0)
+    state = State(model=torch.nn.Identity(), max_duration=Duration.parse("1ep"), loss_fn=F.cross_entropy, seed=0)
+    y = torch.tensor([0, 1, 2, 3, 4, 0])
+    state.batch = (torch.rand(6, 3, 8, 8), y)
+    algo.apply(Event.AFTER_DATALOADER, state)
+    assert 0 < algo.partner_weight < 1 and algo.partner_weight == algo.mixing
+    assert algo.own_weight == 1 - algo.partner_weight
+    state.outputs = torch.zeros(6, 5)
+    algo.apply(Event.BEFORE_LOSS, state)
+    own, partner = F.one_hot(y, 5).double(), F.one_hot(y[algo.indices], 5).double()
+    torch.testing.assert_close(state.batch[1].double(), algo.own_weight * own + algo.partner_weight * partner)
+    torch.testing.assert_close(
+        state.batch[1], cf.mixed_targets(y, y[algo.indices], own_weight=algo.own_weight, num_classes=5)
+    )
+
+
+def test_the_same_recipe_gives_the_same_targets_for_cutmix_and_mixup():
+    """A loop written once for both methods, on the named weights, gets each method's definition:
+    CutMix's target weighs the label of the pixels kept, MixUp's the example's own weight."""
+    x, y, indices = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 3]), torch.tensor([1, 0, 3, 2])
+    cut = cf.cutmix_batch(x, y, bbox=(0, 0, 2, 4), indices=indices)  # half of each image from the partner
+    mix = cf.mixup_batch(x, y, mixing=0.5, indices=indices)
+    for result in (cut, mix):
+        soft = cf.mixed_targets(y, result.target_perm, own_weight=result.own_weight, num_classes=4, smoothing=0.1)
+        torch.testing.assert_close(soft, cf.mixed_targets(y, y[indices], own_weight=0.5, num_classes=4, smoothing=0.1))
+    assert cut.area == 0.5 and mix.mixing == 0.5
+    cut = cf.cutmix_batch(x, y, bbox=(0, 0, 1, 4), indices=indices)  # a quarter from the partner
+    soft = cf.mixed_targets(y, cut.target_perm, own_weight=cut.own_weight, num_classes=4)
+    torch.testing.assert_close(soft, 0.75 * F.one_hot(y, 4).float() + 0.25 * F.one_hot(y[indices], 4).float())

@@ -815,3 +815,229 @@ def test_keeping_every_example_did_not_act():
     )
     trainer.fit()
     assert not trainer.method_log.acted("SelectiveBackprop")
+
+
+# -- dict batches: a tokenizer's input_ids beside their attention_mask -------------------------------
+
+
+class _TextClassifier(torch.nn.Module):
+    """Mean-pools the embeddings of the unmasked tokens; called as a Hugging Face model is,
+    ``model(input_ids=..., attention_mask=..., token_type_ids=...)`` (other entries of the batch
+    are taken and ignored), and returns a dict with ``"logits"``. It records the batch sizes of the
+    tensors it uses."""
+
+    def __init__(self, vocab=20, classes=3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.head, self.seen = torch.nn.Embedding(vocab, 6), torch.nn.Linear(6, classes), []
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, **ignored):
+        used = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        self.seen.append({k: v.shape[0] for k, v in used.items() if v is not None})
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        hidden = self.embed(input_ids) * mask.unsqueeze(-1)
+        if token_type_ids is not None:
+            hidden = hidden + token_type_ids.unsqueeze(-1)
+        return {"logits": self.head(hidden.sum(1) / mask.sum(1, keepdim=True))}
+
+
+def _text_batch(n=10, length=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, length + 1, (n,), generator=g)
+    return {
+        "input_ids": torch.randint(0, 20, (n, length), generator=g),
+        "attention_mask": (torch.arange(length) < lengths.unsqueeze(1)).long(),
+        "token_type_ids": torch.randint(0, 2, (n, length), generator=g),
+        "example": torch.arange(n),  # which example each row is
+        "position_bias": torch.randn(length, length, generator=g),  # not per example: 5 rows, not 10
+        "max_length": length,
+        "source": "a note",
+    }
+
+
+_PER_EXAMPLE = ("input_ids", "attention_mask", "token_type_ids", "example")
+
+
+def _masked_losses(model, batch, y):
+    model = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        return F.cross_entropy(model(**batch)["logits"], y, reduction="none")
+
+
+def _assert_rows_selected_alongside(batch, kept, rows):
+    """Every per-example tensor holds the original's ``rows``; every other entry is the same object."""
+    assert list(kept) == list(batch)
+    for key, value in batch.items():
+        if key in _PER_EXAMPLE:
+            assert torch.equal(kept[key], value[rows]), key
+        else:
+            assert kept[key] is value, key
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.5])
+def test_a_dict_batch_is_scored_with_its_mask_and_cut_to_the_same_rows_in_every_entry(keep):
+    """``model(**batch)`` scores each example with its attention mask (the definition's losses are
+    the masked model's); every tensor with a row per example keeps the drawn rows, in order."""
+    batch, y = _text_batch(), torch.randint(0, 3, (10,), generator=torch.Generator().manual_seed(1))
+    model = _TextClassifier()
+    copies = {k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    kept, kept_y = cf.select_using_loss(
+        batch, y, model, F.cross_entropy, keep=keep, generator=torch.Generator().manual_seed(2)
+    )
+    losses = _masked_losses(model, batch, y)
+    rows, want_y = _definition(torch.arange(10), y, losses, keep, torch.Generator().manual_seed(2))
+    assert torch.equal(kept_y, want_y) and len(rows) == _count(10, keep)
+    _assert_rows_selected_alongside(batch, kept, rows)
+    assert all(torch.equal(batch[k], v) for k, v in copies.items())  # the caller's batch is not modified
+    assert model.seen[-1] == {"input_ids": 10, "attention_mask": 10, "token_type_ids": 10}
+
+
+def test_a_dict_batch_with_model_input_calls_the_model_on_that_entry_and_still_cuts_every_entry():
+    batch, y = _text_batch(), torch.randint(0, 3, (10,), generator=torch.Generator().manual_seed(1))
+    model = _TextClassifier()
+    kept, kept_y = cf.select_using_loss(
+        batch,
+        y,
+        lambda ids: model(ids)["logits"],
+        F.cross_entropy,
+        keep=0.5,
+        generator=torch.Generator().manual_seed(2),
+        model_input="input_ids",
+    )
+    losses = _masked_losses(model, {"input_ids": batch["input_ids"]}, y)
+    rows, want_y = _definition(torch.arange(10), y, losses, 0.5, torch.Generator().manual_seed(2))
+    assert torch.equal(kept_y, want_y)
+    _assert_rows_selected_alongside(batch, kept, rows)
+    assert model.seen[-1] == {"input_ids": 10}
+
+
+def test_a_dict_batch_through_a_hugging_face_model():
+    """A real ``transformers`` model, called ``model(**batch)``: its ``SequenceClassifierOutput``'s
+    logits reach the loss, and the kept rows are the definition's in every entry."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed in the test venv")
+    config = transformers.BertConfig(
+        vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, num_labels=3
+    )
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(config)
+    batch, y = _text_batch(n=8), torch.randint(0, 3, (8,), generator=torch.Generator().manual_seed(1))
+    scoring = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    model.train()
+    kept, kept_y = cf.select_using_loss(
+        scoring, y, model, F.cross_entropy, 0.5, generator=torch.Generator().manual_seed(3)
+    )
+    assert model.training  # scored in eval mode (no dropout), then given its mode back
+    model.eval()
+    with torch.no_grad():
+        output = model(**scoring)
+    assert isinstance(output, transformers.modeling_outputs.SequenceClassifierOutput)
+    rows, want_y = _definition(
+        torch.arange(8), y, F.cross_entropy(output.logits, y, reduction="none"), 0.5, torch.Generator().manual_seed(3)
+    )
+    assert torch.equal(kept_y, want_y)
+    for key, value in scoring.items():
+        assert torch.equal(kept[key], value[rows]), key
+
+
+def test_keep_1_gives_a_dict_batch_back_with_every_entry_as_it_was():
+    batch, y = _text_batch(), torch.zeros(10, dtype=torch.long)
+    model = _TextClassifier()
+    kept, kept_y = cf.select_using_loss(batch, y, model, F.cross_entropy, keep=1.0)
+    assert kept_y is y and all(kept[k] is v for k, v in batch.items()) and model.seen == []
+
+
+@pytest.mark.parametrize(
+    ("input", "kwargs", "error", "message"),
+    [
+        (
+            {"input_ids": torch.zeros(4, 3, dtype=torch.long)},
+            {"scale_factor": 0.5},
+            ValueError,
+            "scale_factor=0.5: resizing a mapping batch needs model_input, the entry to resize and call the model "
+            "on; or use scale_factor=1",
+        ),
+        (
+            {"input_ids": torch.zeros(4, 3, dtype=torch.long)},
+            {"model_input": "pixel_values"},
+            KeyError,
+            "model_input='pixel_values': the batch has no such entry (keys ['input_ids'])",
+        ),
+        (
+            {"x": torch.tensor(1.0)},
+            {"model_input": "x"},
+            ValueError,
+            "input['x']: a batch tensor (N, ...) is needed, got ()",
+        ),
+        (
+            {"x": torch.zeros(3, 6)},
+            {"model_input": "x"},
+            ValueError,
+            "target: a tensor with one row per example of input (3) is needed, got (4,)",
+        ),
+        (
+            torch.zeros(4, 6),
+            {"model_input": "x"},
+            ValueError,
+            "model_input='x': only for a mapping batch; the input is a Tensor",
+        ),
+    ],
+)
+def test_a_bad_dict_batch_is_refused_with_one_line(input, kwargs, error, message):
+    with pytest.raises(error) as raised:
+        cf.select_using_loss(input, torch.zeros(4, dtype=torch.long), _classifier(), F.cross_entropy, **kwargs)
+    assert str(raised.value).strip("\"'") == message
+
+
+@pytest.mark.parametrize("input_key", [None, "input_ids"])
+def test_in_the_trainer_every_entry_of_a_dict_batch_is_cut_to_the_kept_rows(input_key):
+    """``Trainer(input_key=None)`` calls ``model(**batch)`` (a Hugging Face model given its mask and
+    labels): the model sees every per-example entry at the kept size and the rows still belong
+    together; with ``input_key="input_ids"`` the other entries are cut alike."""
+    batches = [_text_batch(n=8, seed=s) | {"labels": torch.arange(8) % 3} for s in range(2)]
+    kept_batches = []
+
+    class Record(Algorithm):
+        def match(self, event, state):
+            return event is Event.BEFORE_FORWARD
+
+        def apply(self, event, state, logger=None):
+            kept_batches.append(dict(state.batch))
+
+    model = _TextClassifier()
+    Trainer(
+        model,
+        batches,
+        "2ba",
+        algorithms=[
+            SelectiveBackprop(start=0, keep=0.5, interrupt=0, input_key=input_key, target_key="labels"),
+            Record(),
+        ],
+        loss_fn=F.cross_entropy,
+        seed=0,
+        device="cpu",
+        input_key=input_key,
+        target_key="labels",
+    ).fit()
+    for original, kept in zip(batches, kept_batches, strict=True):
+        rows = kept["example"]
+        assert len(rows) == 4
+        for key in (*_PER_EXAMPLE, "labels"):
+            assert torch.equal(kept[key], original[key][rows]), key
+        assert kept["position_bias"] is original["position_bias"] and kept["source"] == "a note"
+    # each batch scored at full size, then trained on the kept rows, every entry the model is given alike
+    assert [sorted(set(seen.values())) for seen in model.seen] == [[8], [4], [8], [4]]
+    assert all(len(seen) == (1 if input_key else 3) for seen in model.seen)
+
+
+@pytest.mark.cuda
+def test_on_cuda_a_dict_batch_is_cut_on_the_device_with_no_host_sync():
+    batch = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in _text_batch(n=16).items()}
+    y, model = (torch.arange(16) % 3).cuda(), _TextClassifier().cuda()
+    cf.select_using_loss(batch, y, model, F.cross_entropy, keep=0.25)  # warm up (the pinned-memory pool)
+    generator = torch.Generator().manual_seed(0)
+    with no_host_sync():
+        kept, kept_y = cf.select_using_loss(batch, y, model, F.cross_entropy, keep=0.25, generator=generator)
+    rows = kept["example"]
+    assert rows.device.type == "cuda" and kept_y.device.type == "cuda" and len(rows) == 4
+    _assert_rows_selected_alongside(batch, kept, rows)
+    assert torch.equal(kept_y, y[rows])

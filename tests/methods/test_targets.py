@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -213,3 +214,128 @@ def test_lookup_gives_the_formula_for_class_indices(dtype):
             lookup_smoothed(y, 0.3, 3, torch.float64, logits_shape),
             F.one_hot(y.long(), 3).double() * (1 - 0.3) + 0.3 / 3,
         )
+
+
+# mixed_targets: the soft targets of a mixed batch, smoothed, in one call (timm's Mixup(label_smoothing=...)).
+# The reference is the definition in float64 on torch's one-hot:
+#     soft(y) = (1 - s) * onehot(y) + s / C,  mixed = w * soft(y) + (1 - w) * soft(y_perm)
+# with w the weight of each example's own target.
+
+
+def _soft(dist, s):
+    return (1 - s) * dist.double() + s / dist.shape[1]
+
+
+def _mixed_reference(dist, dist_perm, own, s):
+    return own * _soft(dist, s) + (1 - own) * _soft(dist_perm, s)
+
+
+def _labels(n=16, c=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, c, (n,), generator=g)
+    return y, y[torch.randperm(n, generator=g)]
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.5, 1.0])
+@pytest.mark.parametrize("own", [0.0, 0.3, 0.75, 1.0])
+def test_mixed_targets_of_class_indices_is_the_definition(own, smoothing):
+    y, y_perm = _labels()
+    expected = _mixed_reference(F.one_hot(y, 7), F.one_hot(y_perm, 7), own, smoothing)
+    by_own = cf.mixed_targets(y, y_perm, own_weight=own, num_classes=7, smoothing=smoothing)
+    by_partner = cf.mixed_targets(y, y_perm, partner_weight=1 - own, num_classes=7, smoothing=smoothing)
+    assert by_own.dtype == torch.float32 and by_own.shape == (16, 7)
+    torch.testing.assert_close(by_own.double(), expected)
+    torch.testing.assert_close(by_partner.double(), expected)
+    torch.testing.assert_close(by_own.sum(dim=1), torch.ones(16))
+
+
+@pytest.mark.parametrize(
+    "weight", [np.float32(0.3), np.float64(0.3), np.array(0.3), torch.tensor(0.3)], ids=lambda w: type(w).__name__
+)
+def test_mixed_targets_takes_numpy_and_tensor_scalars(weight):
+    """A weight sampled with NumPy (``np.random.beta``, as timm does) gives what the Python float gives."""
+    y, y_perm = _labels()
+    expected = _mixed_reference(F.one_hot(y, 7), F.one_hot(y_perm, 7), float(weight), 0.1)
+    for kwargs in ({"own_weight": weight}, {"partner_weight": 1 - weight}):
+        got = cf.mixed_targets(y, y_perm, num_classes=7, smoothing=np.float64(0.1), **kwargs)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_mixed_targets_of_class_probabilities_in_any_float_dtype(dtype):
+    """Probability targets (themselves mixed or smoothed, in half precision from an autocast loader)
+    mix and smooth as the definition says, computed in float32 at least (float64 for float64)."""
+    g = torch.Generator().manual_seed(1)
+    p = torch.softmax(torch.randn(12, 5, generator=g), dim=1).to(dtype)
+    q = p[torch.randperm(12, generator=g)]
+    got = cf.mixed_targets(p, q, own_weight=0.6, smoothing=0.2)  # the classes come from the targets
+    assert got.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    torch.testing.assert_close(got.double(), _mixed_reference(p, q, 0.6, 0.2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_mixed_targets_in_the_dtype_asked_for(dtype):
+    y, y_perm = _labels()
+    got = cf.mixed_targets(y, y_perm, own_weight=0.75, num_classes=7, smoothing=0.1, dtype=dtype)
+    expected = _mixed_reference(F.one_hot(y, 7), F.one_hot(y_perm, 7), 0.75, 0.1)
+    assert got.dtype == dtype
+    tolerance = {torch.float16: 1e-3, torch.bfloat16: 1e-2, torch.float64: 1e-12}[dtype]
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=tolerance)
+
+
+def test_mixed_targets_of_dense_indices_and_ignored_positions():
+    """Segmentation targets (N, H, W) against logits (N, C, H, W): each pixel mixes as the definition
+    says, and a pixel ignored in one target (-100) adds only the other's share."""
+    g = torch.Generator().manual_seed(2)
+    y = torch.randint(0, 4, (3, 5, 5), generator=g)
+    y_perm = y.flip(0)
+    y[0, 0, 0] = -100
+    got = cf.mixed_targets(y, y_perm, own_weight=0.7, smoothing=0.2, logits_shape=(3, 4, 5, 5))
+    onehot = torch.movedim(F.one_hot(y.clamp(min=0), 4), -1, 1)
+    onehot_perm = torch.movedim(F.one_hot(y_perm, 4), -1, 1)
+    expected = _mixed_reference(onehot, onehot_perm, 0.7, 0.2)
+    expected[0, :, 0, 0] = 0.3 * _soft(onehot_perm, 0.2)[0, :, 0, 0]  # the ignored target adds nothing
+    torch.testing.assert_close(got.double(), expected)
+
+
+def test_mixed_targets_with_integer_one_hot_targets_of_the_logits_shape():
+    y, y_perm = _labels()
+    got = cf.mixed_targets(
+        F.one_hot(y, 7), F.one_hot(y_perm, 7), partner_weight=0.25, smoothing=0.1, logits_shape=(16, 7)
+    )
+    torch.testing.assert_close(got.double(), _mixed_reference(F.one_hot(y, 7), F.one_hot(y_perm, 7), 0.75, 0.1))
+
+
+def test_mixed_targets_does_not_modify_its_inputs():
+    p = torch.softmax(torch.randn(4, 3), dim=1)
+    q, copies = p.flip(0), (p.clone(), p.flip(0).clone())
+    cf.mixed_targets(p, q, own_weight=0.5, smoothing=0.3)
+    assert torch.equal(p, copies[0]) and torch.equal(q, copies[1])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({}, ValueError, "own_weight=None, partner_weight=None: give one of them, by keyword"),
+        ({"own_weight": 0.3, "partner_weight": 0.7}, ValueError, "own_weight=0.3, partner_weight=0.7: give one"),
+        ({"own_weight": 1.5}, ValueError, "own_weight=1.5: must be in [0, 1]"),
+        ({"partner_weight": -0.1}, ValueError, "partner_weight=-0.1: must be in [0, 1]"),
+        ({"own_weight": "a"}, TypeError, "own_weight='a': a number in [0, 1] is needed"),
+        ({"own_weight": 0.5, "smoothing": 2.0}, ValueError, "smoothing=2.0: must be a number in [0, 1]"),
+    ],
+)
+def test_mixed_targets_bad_weights(kwargs, error, message):
+    y, y_perm = _labels()
+    with pytest.raises(error, match=f"^{re.escape(message)}"):
+        cf.mixed_targets(y, y_perm, num_classes=7, **kwargs)
+
+
+def test_mixed_targets_weights_are_keyword_only_and_classes_are_needed_for_indices():
+    y, y_perm = _labels()
+    with pytest.raises(TypeError):
+        cf.mixed_targets(y, y_perm, 0.5, 7)  # a positional weight could mean either
+    with pytest.raises(ValueError, match="num_classes is required"):
+        cf.mixed_targets(y, y_perm, own_weight=0.5)
+    with pytest.raises(ValueError, match=r"target_perm: the partners' targets must have the targets' shape \(16,\)"):
+        cf.mixed_targets(y, y_perm[:8], own_weight=0.5, num_classes=7)
