@@ -38,8 +38,10 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -293,10 +295,26 @@ class Registry:
                 raise ValueError(f"{self.method}: register({cls!r}): not a torch.nn.Module class")
             cls = class_path(cls)
         if not isinstance(cls, str) or "." not in cls:
-            raise ValueError(f"{self.method}: register({cls!r}): give a module class or its import path 'package.Class'")
+            raise ValueError(
+                f"{self.method}: register({cls!r}): give a module class or its import path 'package.Class'"
+            )
         if not callable(policy):
             raise ValueError(f"{self.method}: register({cls}, {policy!r}): the policy is not callable")
         self._policies[cls] = policy
+
+    def unregister(self, cls: type | str) -> None:
+        """Forget ``cls`` (a class, or its import path); a KeyError naming it where it is not registered."""
+        path = class_path(cls) if isinstance(cls, type) else cls
+        if path not in self._policies:
+            raise KeyError(f"{self.method}: {path} is not registered (known: {', '.join(self._policies) or 'none'})")
+        del self._policies[path]
+
+    def policy(self, cls: type | str) -> Policy:
+        """The policy registered for ``cls`` (a class, or its import path); a KeyError where none is."""
+        path = class_path(cls) if isinstance(cls, type) else cls
+        if path not in self._policies:
+            raise KeyError(f"{self.method}: {path} is not registered (known: {', '.join(self._policies) or 'none'})")
+        return self._policies[path]
 
     def known(self) -> list[str]:
         """The import paths of the registered classes, in registration order."""
@@ -322,18 +340,31 @@ class Registry:
         model: nn.Module,
         optimizers: torch.optim.Optimizer | Iterable[torch.optim.Optimizer] | None = None,
         recurse_on_replacements: bool = False,
+        **options: Any,
     ) -> dict[str, nn.Module]:
-        """:func:`replace_module_classes` with the policies of the classes ``model`` holds. A model
-        holding none of them is left unchanged with one warning (:class:`NoModulesReplacedWarning`)
-        that names the classes this method knows and how to register one."""
+        """:func:`replace_module_classes` with the policies of the classes ``model`` holds, each
+        called as ``policy(module, index, **options)`` (the method's own settings, e.g. ALiBi's
+        ``max_sequence_length``). A model holding none of them is left unchanged with one warning
+        (:class:`NoModulesReplacedWarning`) that names the classes this method knows and how to
+        register one."""
         policies = self.policies(model)
         if not policies:
-            short = ", ".join(path.rsplit(".", 1)[-1] for path in self._policies) or "none"
+            names = [path.rsplit(".", 1)[-1] for path in self._policies]
+            short = (
+                ", ".join(
+                    name if names.count(name) == 1 else f"{path.split('.', 1)[0]}.{name}"
+                    for path, name in zip(self._policies, names, strict=True)
+                )
+                or "none"
+            )
             warn_from_callers_line(
                 f"{self.method}: {type(model).__name__} holds none of the module classes it knows ({short}); "
                 f"the model is unchanged. Register your own class with {self.where}.register"
-                "(YourModuleClass, policy), where policy(module, index) returns the replacement",
+                "(YourModuleClass, policy), where policy(module, index, **options) returns the replacement "
+                "(or None to keep the module)",
                 NoModulesReplacedWarning,
             )
             return {}
+        if options:
+            policies = {cls: functools.partial(policy, **options) for cls, policy in policies.items()}
         return replace_module_classes(model, policies, optimizers, recurse_on_replacements, method=self.method)

@@ -6,7 +6,6 @@ Extrapolation", ICLR 2022.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -19,7 +18,7 @@ from ..core.event import Event
 from ..core.parameters import Integer, Parameters, Real
 from ..core.state import State
 from ..models.transformer import CausalSelfAttention, PositionEmbedding
-from ..surgery import Registry, recording_replacements, replace_module_classes
+from ..surgery import Registry, recording_replacements
 
 __all__ = ["Alibi", "AlibiAttention", "alibi_bias", "alibi_slopes", "apply_alibi", "registry", "shorten_sequences"]
 
@@ -198,13 +197,7 @@ def apply_alibi(
         torch.Size([1, 300, 50])
     """
     PARAMETERS.check(max_sequence_length=max_sequence_length)
-    policies = registry.policies(model)
-    if not policies:
-        return registry.apply(model, optimizers)  # changes nothing; warns, naming the known classes
-    bound = {
-        cls: functools.partial(policy, max_sequence_length=max_sequence_length) for cls, policy in policies.items()
-    }
-    return replace_module_classes(model, bound, optimizers=optimizers, method=registry.method)
+    return registry.apply(model, optimizers, max_sequence_length=max_sequence_length)
 
 
 def shorten_sequences(batch: Any, train_sequence_length_scaling: float) -> Any:

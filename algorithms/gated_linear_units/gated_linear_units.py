@@ -8,7 +8,6 @@ comparisons (T5's 3072 becomes 2048).
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,7 +19,7 @@ from ..core.event import Event
 from ..core.parameters import Boolean, Other, Parameters
 from ..core.state import State
 from ..models.transformer import FeedForward
-from ..surgery import Registry, recording_replacements, replace_module_classes
+from ..surgery import Registry, recording_replacements
 
 __all__ = [
     "GLUFeedForward",
@@ -299,12 +298,8 @@ def apply_gated_linear_units(
         True
     """
     PARAMETERS.check(act_fn=act_fn, gated_layer_bias=gated_layer_bias, non_gated_layer_bias=non_gated_layer_bias)
-    policies = registry.policies(model)
-    if not policies:
-        return registry.apply(model, optimizers)  # changes nothing; warns, naming the known classes
     options = {"act_fn": act_fn, "gated_layer_bias": gated_layer_bias, "non_gated_layer_bias": non_gated_layer_bias}
-    bound = {cls: functools.partial(policy, **options) for cls, policy in policies.items()}
-    return replace_module_classes(model, bound, optimizers=optimizers, method=registry.method)
+    return registry.apply(model, optimizers, **options)
 
 
 def _activation(name: str, act_fn: Any) -> Any:

@@ -353,13 +353,15 @@ def test_in_the_trainer_runs_repeat_with_the_seed_and_differ_from_the_plain_mode
 def test_nothing_to_replace_warns_and_applying_twice_changes_nothing():
     """A model without a known block gets the registry's warning, which names the classes it knows
     and where to register one; a model whose blocks are all stochastic already gets the surgery's."""
-    known = ", ".join(path.rsplit(".", 1)[-1] for path in registry.known())  # a doctest may register one more
+    known = ", ".join(f"{p.split('.', 1)[0]}.{p.rsplit('.', 1)[-1]}" for p in registry.known())  # a doctest may add one
     message = (
         f"apply_stochastic_depth: Sequential holds none of the module classes it knows ({known}); the model is "
         "unchanged. Register your own class with algorithms.stochastic_depth.registry.register(YourModuleClass, "
-        "policy), where policy(module, index) returns the replacement"
+        "policy), where policy(module, index, **options) returns the replacement (or None to keep the module)"
     )
-    assert known.startswith("BasicBlock, Bottleneck, BasicBlock, Bottleneck, BasicBlock, Bottleneck")
+    assert known.startswith(
+        "algorithms.BasicBlock, algorithms.Bottleneck, torchvision.BasicBlock, torchvision.Bottleneck"
+    )
     with pytest.warns(NoModulesReplacedWarning, match=f"^{re.escape(message)}$"):
         cf.apply_stochastic_depth(nn.Sequential(nn.Linear(2, 2)), "BasicBlock")
     model = cf.apply_stochastic_depth(resnet20(), "BasicBlock", drop_rate=0.2)
@@ -489,7 +491,7 @@ def test_a_block_class_of_ones_own_is_registered_under_a_kind():
 
     own = Registry("apply_stochastic_depth", "algorithms.stochastic_depth.registry")
     for path in registry.known():
-        own.register(path, registry._policies[path])
+        own.register(path, registry.policy(path))
     own.register(Own, stochastic_policy(StochasticOwn, "BasicBlock"))
     import algorithms.stochastic_depth.stochastic_depth as module
 
