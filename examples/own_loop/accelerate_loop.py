@@ -29,7 +29,7 @@ loop = Loop(small_cnn(), [CutMix(alpha=1.0), LabelSmoothing(0.1), EMA(half_life=
 optimizer = torch.optim.SGD(loop.model.parameters(), lr=0.1, momentum=0.9)
 model, loop.optimizer, train = accelerator.prepare(loop.model, optimizer, train)
 
-for epoch in range(3):
+for _ in range(3):
     model.train()
     for batch in train:
         loop.batch(batch)

@@ -31,7 +31,7 @@ train = DataLoader(digits(train=True), batch_size=64, shuffle=True, collate_fn=c
 test = DataLoader(digits(train=False), batch_size=256)
 model = small_cnn()
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-for epoch in range(4):
+for _ in range(4):
     model.train()
     for images, targets in train:
         loss = torch.nn.functional.cross_entropy(model(images), targets)  # soft targets: probabilities
