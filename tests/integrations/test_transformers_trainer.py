@@ -31,7 +31,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from torch.utils.data import DataLoader, Dataset, SequentialSampler  # noqa: E402
 from transformers import TrainingArguments, default_data_collator  # noqa: E402
 
-from algorithms import EMA, SAM, Alibi, CutMix, LabelSmoothing, MixUp  # noqa: E402
+from algorithms import EMA, SAM, Alibi, CutMix, LabelSmoothing, MixUp, SqueezeExcite  # noqa: E402
 from algorithms.core import Trainer  # noqa: E402
 from algorithms.integrations.transformers import METHODS_STATE_NAME, MethodsTrainer  # noqa: E402
 
@@ -230,6 +230,36 @@ def test_evaluate_runs_on_emas_average_and_puts_the_training_weights_back(tmp_pa
     with torch.no_grad():
         on_training_weights = float(hf.compute_loss(hf.model, batch))
     assert metrics["eval_loss"] != pytest.approx(on_training_weights, rel=1e-5)  # the test tells them apart
+
+
+def test_evaluating_during_training_changes_nothing_the_training_does(tmp_path):
+    """``eval_strategy="steps"``: EMA's average goes in for each evaluation and out again."""
+    plain = _hf_run(tmp_path / "plain", _image_net(), _images(), [EMA("1ba")], steps=4)
+    evaluated = _hf_run(
+        tmp_path / "evaluated", _image_net(), _images(), [EMA("1ba")], steps=4, eval_strategy="steps", eval_steps=1
+    )
+    assert "evaluations_averaged=4" in evaluated.method_log.summary()
+    for a, b in zip(plain.model.parameters(), evaluated.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("optimizer", ["passed", "the Trainer's"])
+def test_surgery_runs_before_the_optimizer_so_it_trains_the_new_modules(tmp_path, optimizer):
+    model = _image_net()
+    options = {"optimizers": (_sgd(model), None)} if optimizer == "passed" else {}
+    trainer = MethodsTrainer(
+        model,
+        _args(tmp_path, 1, optim="sgd"),
+        train_dataset=_images(),
+        algorithms=[SqueezeExcite(latent_channels=4, min_channels=3)],
+        input_key="pixel_values",
+        **options,
+    )
+    added = [m for m in trainer.model.modules() if type(m).__name__ == "SqueezeExcite2d"]
+    assert added and trainer.model is trainer.loop.model
+    trainer.train()
+    held = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    assert {id(p) for p in trainer.model.parameters()} == held
 
 
 def test_a_run_resumed_from_a_hugging_face_checkpoint_ends_where_the_whole_run_ends(tmp_path):
