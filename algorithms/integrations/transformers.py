@@ -58,8 +58,7 @@ first batch of an epoch    ``EPOCH_START`` (not again in an epoch resumed part-w
 With the same seed, initial weights, optimizer and batches in the same order, ``MethodsTrainer``
 ends at the project's :class:`~algorithms.core.Trainer`'s weights and EMA average: both run the
 same operations in the same order, and on the CPU they agree bit for bit
-(tests/integrations/test_transformers_trainer.py; dropout off, since the two trainers draw other
-numbers from torch's generator between the seed and the first batch).
+(tests/integrations/test_transformers_trainer.py).
 """
 
 from __future__ import annotations
