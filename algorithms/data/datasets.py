@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, TensorDataset
 
-from ..core.options import dataset_names
+from .names import dataset_names
 
 __all__ = ["DataSplits", "cifar10", "digits", "get_dataset", "stdlib_text", "synthetic"]
 
@@ -289,7 +289,7 @@ def get_dataset(
     seq_len: int | None = None,
     test_fraction: float | None = None,
 ) -> DataSplits:
-    """The data set ``name`` (one of :func:`algorithms.core.options.dataset_names`); ``root`` is
+    """The data set ``name`` (one of :func:`algorithms.data.names.dataset_names`); ``root`` is
     needed for ``cifar10``; ``image_size`` is for the image data sets, ``seq_len`` for
     ``stdlib_text``; ``test_fraction`` is the held-out share of ``digits`` (default 0.2)."""
     if test_fraction is not None and name != "digits":

@@ -29,9 +29,9 @@ __all__ = [
 
 def get_model(name: str, num_classes: int) -> nn.Module:
     """The reference model ``name`` (a member of the model-family metadata, see
-    :func:`algorithms.core.options.model_names`) with ``num_classes`` outputs: the classes of an
+    :func:`algorithms.models.names.model_names`) with ``num_classes`` outputs: the classes of an
     image model, the vocabulary size of a language model."""
-    from ..core.options import model_names
+    from .names import model_names
 
     names = model_names()
     if name not in names:

@@ -295,3 +295,18 @@ def test_a_custom_backward_and_step_are_the_ones_called():
     loop.train_step((torch.randn(4, 3), torch.tensor([0, 1, 0, 1])), backward=backward, step=step)
     assert calls == ["backward", "step"]
     assert not torch.equal(before, model.weight) and model.weight.grad is None
+
+
+def test_the_loop_reads_no_metadata():
+    """The loop and the Trainer import nothing that reads the workloads' or methods' JSON: the
+    names of models and data sets live with them (``algorithms.models.names``, ``algorithms.data.names``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch; from algorithms.core import Loop, Trainer; from algorithms import EMA, CutMix; "
+        "loop = Loop(torch.nn.Linear(2, 2), [CutMix(), EMA()], max_duration='1ba'); "
+        "print(sorted(m for m in sys.modules if m == 'algorithms.metadata' or m.endswith('.names')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import algorithms.models.resnet as resnet
-from algorithms.core.options import model_input_sizes, model_names
 from algorithms.models import TransformerLM, get_model
+from algorithms.models.names import model_input_sizes, model_names
 
 
 def test_every_family_member_is_built_by_name():

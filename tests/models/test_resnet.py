@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from algorithms.core.options import model_input_sizes, model_names
 from algorithms.metadata import load_all_model_families
 from algorithms.models import get_model
+from algorithms.models.names import model_input_sizes, model_names
 
 BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 

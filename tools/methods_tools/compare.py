@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from algorithms.core.options import DISTRIBUTED, PARALLELS, PRECISIONS, dataset_names, model_input_sizes, model_names
+from algorithms.core.options import DISTRIBUTED, PARALLELS, PRECISIONS
+from algorithms.data.names import dataset_names
+from algorithms.models.names import model_input_sizes, model_names
 
 from . import REPO_ROOT
 from .results import RESULTS_DIR, results_problems

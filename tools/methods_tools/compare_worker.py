@@ -36,11 +36,11 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.core.distributed import destroy_process_group, is_distributed, rank_and_world_size
-from algorithms.core.options import model_input_sizes
 from algorithms.core.strategies import DeepSpeed
 from algorithms.data import get_dataset
 from algorithms.metadata import load_all_datasets
 from algorithms.models import get_model, lm_loss
+from algorithms.models.names import model_input_sizes
 from methods_tools.files import write_atomic
 
 __all__ = ["main", "run_one"]
