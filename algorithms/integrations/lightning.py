@@ -83,6 +83,11 @@ Lightning's own precision (``precision="16-mixed"``) casts and scales; the loop 
 Build the network in the module's ``__init__``: the surgery runs in the callback's ``setup``,
 before the module's own ``setup`` and ``configure_model``. One device is tested; under DDP the
 ranks come from ``torch.distributed`` as in any :class:`~algorithms.core.Loop`.
+
+Resuming: the methods' state comes back whole from any Lightning checkpoint, but Lightning
+resumes a run stopped mid-epoch, or by ``max_steps``, with its loader restarted and that epoch
+given more batches; a run stopped by ``max_epochs``, saved and resumed trains the uninterrupted
+run's batches and ends at its weights (the tests check it).
 """
 
 from __future__ import annotations
@@ -91,9 +96,15 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+
+try:
+    import lightning.pytorch as pl
+except ImportError as exc:  # one line saying what to install, not a traceback into the package
+    raise ImportError(
+        "algorithms.integrations.lightning needs Lightning: pip install 'methods-library[lightning]'"
+    ) from exc
 
 from ..core import Algorithm, Event, Loop, MethodLog
 from ..core.loop import check_algorithms
