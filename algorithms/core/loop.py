@@ -140,6 +140,9 @@ class Loop:
             strategy says); default: the default process group's, or ``(0, 1)`` without one.
     """
 
+    #: How errors name this loop's options (``Trainer(target_key='label'): ...``): its owner's class.
+    label = "Loop"
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -338,13 +341,7 @@ class Loop:
             state.batch, state.outputs, state.loss, state.loss_parts, state.loss_target = first
             return loss.detach()
 
-        if backward is None:
-            strategy.backward(state.loss, state.optimizer, again)
-        else:
-            backward(state.loss)
-            first_step = getattr(state.optimizer, "first_step", None)
-            if first_step is not None:
-                first_step(again)
+        strategy.backward(state.loss, state.optimizer, again, once=backward)
         self.engine.run_event(Event.AFTER_BACKWARD)
 
     def step(self, step: Callable[[], Any] | None = None) -> None:
@@ -443,7 +440,8 @@ class Loop:
             return batch_get_item(batch, key)
         except KeyError as exc:
             raise KeyError(
-                f"{which}={key!r}: {exc.args[0]}; pass the {which} that names the batch's {which.removesuffix('_key')}"
+                f"{self.label}({which}={key!r}): {exc.args[0]}; pass the {which} that names the batch's "
+                f"{which.removesuffix('_key')}"
             ) from None
 
     def call(self, model: Callable[..., Any] | None, batch: Any) -> Any:

@@ -131,10 +131,17 @@ class Strategy:
         """The network inside whatever :meth:`wrap` put around it."""
         return unwrap_model(model)
 
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer, again: Callable[[], torch.Tensor]) -> None:
-        """The backward pass of ``loss``; an optimizer with ``first_step`` then takes the gradient
-        at its second point through ``again`` (the batch's forward, loss and :meth:`backward_once`)."""
-        self.backward_once(loss)
+    def backward(
+        self,
+        loss: torch.Tensor,
+        optimizer: Optimizer | None,
+        again: Callable[[], torch.Tensor],
+        once: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
+        """The backward pass of ``loss``: ``once(loss)`` (a loop's own, ``accelerator.backward``),
+        else :meth:`backward_once`; an optimizer with ``first_step`` then takes the gradient at its
+        second point through ``again`` (the batch's forward, loss and the same backward)."""
+        (once or self.backward_once)(loss)
         first_step = getattr(optimizer, "first_step", None)
         if first_step is not None:
             first_step(again)
@@ -410,7 +417,13 @@ class DeepSpeed(_Distributed):
         )
         return self._engine.module, self._engine, optimizer
 
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer, again: Callable[[], torch.Tensor]) -> None:
+    def backward(
+        self,
+        loss: torch.Tensor,
+        optimizer: Optimizer | None,
+        again: Callable[[], torch.Tensor],
+        once: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
         self._engine.backward(loss)
 
     def backward_once(self, loss: torch.Tensor) -> None:

@@ -210,6 +210,7 @@ class Trainer:
             strategy=self.strategy,
             ranks=(rank, world_size),
         )
+        self.loop.label = "Trainer"
         self.state, self.engine, self.method_log = self.loop.state, self.loop.engine, method_log
         # Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer.
         self.state.model, self.loop.forward_module, optimizer = self.strategy.wrap(

@@ -8,6 +8,7 @@ Each test states the contract it holds the loop to; each failed on the loop befo
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 
 import pytest
 import torch
@@ -32,6 +33,7 @@ def _dropout_model(seed=0):
 #: it, a worker segfaulted indexing its TensorDataset (torch 2.13, AMD EPYC, with transformers and
 #: lightning installed beside them); alone, the same tests pass with forked workers.
 WORKERS_START = "forkserver"
+multiprocessing.set_forkserver_preload(["torch"])  # each worker forks from a server that imported torch once
 
 
 def _loader(shuffle, workers, seed=0):

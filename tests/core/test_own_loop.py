@@ -13,12 +13,16 @@
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from algorithms import EMA, SAM, CutMix, LabelSmoothing, MixUp, SqueezeExcite
 from algorithms.core import MODEL_LOSS, Event, Loop, Trainer
+
+multiprocessing.set_forkserver_preload(["torch"])  # as test_loop_correctness.py: workers fork from a server
 
 
 def _data(n=48, seed=0):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from algorithms.core import PARALLELS, Trainer
+from algorithms.core import PARALLELS, Loop, Trainer
 from algorithms.core.strategies import STRATEGIES, DeepSpeed, Single, Strategy, strategy
 
 CORE = Path(inspect.getfile(Trainer)).parent
@@ -27,11 +27,18 @@ def test_one_strategy_per_parallel_mode():
         strategy("tp")
 
 
-@pytest.mark.parametrize("method", ["fit", "_train_batch", "_loss_pass"])
-def test_fit_has_no_branch_on_the_parallel_mode(method):
+@pytest.mark.parametrize(
+    ("owner", "method"),
+    [
+        (Trainer, "fit"),
+        (Trainer, "_train_batch"),
+        *((Loop, m) for m in ("batch", "forward", "loss", "backward", "step")),
+    ],
+)
+def test_fit_has_no_branch_on_the_parallel_mode(owner, method):
     """No name of a mode, of the mode's attribute, or of DeepSpeed's or SAM's special calls in fit()
-    and the batch steps it calls."""
-    tree = ast.parse(inspect.getsource(getattr(Trainer, method)).replace("\n    ", "\n")[4:])
+    and the batch steps it calls (the Loop's)."""
+    tree = ast.parse(inspect.getsource(getattr(owner, method)).replace("\n    ", "\n")[4:])
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
