@@ -315,6 +315,7 @@ def test_resuming_from_a_checkpoint_without_the_methods_state_is_refused(tmp_pat
         trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
 
 
+@pytest.mark.slow  # about 10 s: two trainings of a GPT-2, an evaluation and a resume
 def test_the_hf_trainer_example_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["hf_trainer.py", str(tmp_path)])
     runpy.run_path(str(ROOT / "examples" / "own_loop" / "hf_trainer.py"), run_name="__main__")
