@@ -78,7 +78,7 @@ PEER_MODULES = {
     "composer": "composer.functional",
 }
 # ours: (name, floor, target ratio to the floor). The targets are what torch's ops reach at 256x3x32x32,
-# where a call's fixed cost weighs most (README, Performance); the peers' rows are the binding comparison.
+# where a call's fixed cost weighs most (measurements page, Performance); the peers' rows are the binding comparison.
 OURS = (
     ("cutmix_batch", "clone", 3.0),
     ("cutmix_batch(inplace=True)", "clone", 2.5),

@@ -10,7 +10,7 @@ a ratio measured in one run says more than two times measured apart.
     python benchmarks/run.py --only trainer_overhead --output /tmp/bench.json
     python benchmarks/run.py --quick --output -      # a smoke run: small sizes, the numbers mean nothing
     python benchmarks/run.py --peers                 # where torchvision, timm or Composer import (nox -s bench_peers)
-    python benchmarks/run.py --readme                # the README's Performance table, from results/bench/
+    python benchmarks/run.py --page                  # the site's Performance tables, from results/bench/
 
 The results file (schema ``algorithms/bench.schema.json``) names the machine, the software and the
 load average it ran at; commit it. Exit status 1 when a target is missed (the file is written all
@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-README = HERE.parent / "README.md"
-README_REGION = "performance"  # <!-- generated: performance --> ... <!-- end generated: performance -->
+# The site's measurements page holds the Performance tables, between these markers:
+# <!-- generated: performance --> ... <!-- end generated: performance -->
+PAGE = HERE.parent / "docs" / "source" / "measurements.md"
+PAGE_REGION = "performance"
 SECTIONS = ("batch_methods", "trainer_overhead", "import_time", "check_speed", "docs_scale", "effects_sweep")
 PEERS_FOLDER = "peers"  # results/bench/peers/: --peers, run by nox -s bench_peers where the peers import
 COMPARE = {"<": lambda value, target: value < target, "<=": lambda value, target: value <= target}
@@ -72,14 +74,14 @@ def default_output(env: dict[str, Any], peers: bool = False) -> Path:
 
 
 def figure(value: float, unit: str) -> str:
-    """A measured figure as the README shows it: ``1.83x``, ``0.12 %``, ``0.21 s``, ``1``."""
+    """A measured figure as the Performance tables show it: ``1.83x``, ``0.12 %``, ``0.21 s``, ``1``."""
     if unit == "pages":
         return f"{value:g}"
     return f"{value:.2f}x" if unit == "x" else f"{value:.2f} {unit}"
 
 
 def committed_results() -> list[Path]:
-    """The results files the README's table shows: results/bench/*.json (``nox -s bench``), then
+    """The results files the Performance tables show: results/bench/*.json (``nox -s bench``), then
     results/bench/peers/*.json (``nox -s bench_peers``: the batch methods beside the peers)."""
     from methods_tools.results import BENCH_DIR
 
@@ -87,7 +89,7 @@ def committed_results() -> list[Path]:
 
 
 def render_performance(paths: list[Path], root: Path) -> str:
-    """The README's Performance region: a table per results file (validated), linked from ``root``."""
+    """The Performance region: a table per results file (validated), each named by its path from ``root``."""
     from methods_tools.docsgen import jinja_environment
     from methods_tools.results import load_bench
 
@@ -104,26 +106,26 @@ def render_performance(paths: list[Path], root: Path) -> str:
     return env.get_template("performance.md.j2").render(documents=documents).strip("\n")
 
 
-def update_readme(readme: Path = README, results: list[Path] | None = None, root: Path | None = None) -> bool:
-    """Rewrite the README's Performance region from ``results`` (default:
-    :func:`committed_results`), its links relative to ``root`` (default: the README's folder); the
-    rest of the file is kept byte for byte. Returns whether it changed."""
+def update_page(page: Path = PAGE, results: list[Path] | None = None, root: Path | None = None) -> bool:
+    """Rewrite the Performance region of ``page`` (default: the site's measurements page) from
+    ``results`` (default: :func:`committed_results`), each file named by its path from ``root``
+    (default: the repository); the rest of the file is kept byte for byte. Returns whether it changed."""
     from methods_tools.cards import Region, regions, replace_regions
     from methods_tools.files import write_if_changed
 
     results = committed_results() if results is None else results
-    text = readme.read_text(encoding="utf-8")
-    if README_REGION not in regions(text):
+    text = page.read_text(encoding="utf-8")
+    if PAGE_REGION not in regions(text):
         raise SystemExit(
-            f"{readme}: no '<!-- generated: {README_REGION} -->' region to rewrite — add the markers "
+            f"{page}: no '<!-- generated: {PAGE_REGION} -->' region to rewrite — add the markers "
             "where the table belongs"
         )
     body = (
-        render_performance(results, root or readme.parent)
+        render_performance(results, root or HERE.parent)
         if results
         else "No benchmark results are committed yet (run nox -s bench)."
     )
-    return write_if_changed(readme, replace_regions(text, {README_REGION: Region(README_REGION, 0, 0, body)}))
+    return write_if_changed(page, replace_regions(text, {PAGE_REGION: Region(PAGE_REGION, 0, 0, body)}))
 
 
 def run_suite(names: list[str], quick: bool, log=print) -> dict[str, Any]:
@@ -169,13 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         "into results/bench/peers/<machine>.json by default",
     )
     parser.add_argument(
-        "--readme",
+        "--page",
         action="store_true",
-        help="only rewrite the README's Performance table from the committed results files",
+        help="only rewrite the Performance tables of docs/source/measurements.md from the committed results files",
     )
     args = parser.parse_args(argv)
-    if args.readme:
-        print(f"{README}: {'rewritten' if update_readme() else 'already current'}")
+    if args.page:
+        print(f"{PAGE}: {'rewritten' if update_page() else 'already current'}")
         return 0
     if args.peers:
         if args.only:
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(text)
     else:
         write_atomic(output, text, force=args.force)
-        print(f"wrote {output}; commit it, and refresh the README's table with: python benchmarks/run.py --readme")
+        print(f"wrote {output}; commit it, and refresh the Performance tables with: python benchmarks/run.py --page")
     met, total = document["targets"]["met"], document["targets"]["total"]
     print(f"{met} of {total} targets met" + ("" if met == total else " (the rows marked MISSED are not)"))
     return 0 if met == total else 1

@@ -147,40 +147,44 @@ def test_the_bench_session_writes_where_the_other_results_files_live():
     assert Path(bench_run.__file__).parent == BENCHMARKS
 
 
-def test_the_readmes_performance_table_is_the_committed_results_rendered(tmp_path):
-    """The README's table is generated from results/bench/ (python benchmarks/run.py --readme):
-    a copy of the README is already current, so the committed one has not drifted."""
-    copy = tmp_path / "README.md"
-    copy.write_text(bench_run.README.read_text(encoding="utf-8"), encoding="utf-8")
-    assert not bench_run.update_readme(copy, bench_run.committed_results(), root=PACKAGE_ROOT.parent), (
-        "README.md: run python benchmarks/run.py --readme"
+def test_the_sites_performance_tables_are_the_committed_results_rendered(tmp_path):
+    """The measurements page's Performance tables are generated from results/bench/
+    (python benchmarks/run.py --page): a copy of the page is already current, so the committed one
+    has not drifted."""
+    assert bench_run.PAGE == PACKAGE_ROOT.parent / "docs" / "source" / "measurements.md"
+    copy = tmp_path / "measurements.md"
+    copy.write_text(bench_run.PAGE.read_text(encoding="utf-8"), encoding="utf-8")
+    assert not bench_run.update_page(copy, bench_run.committed_results(), root=PACKAGE_ROOT.parent), (
+        "docs/source/measurements.md: run python benchmarks/run.py --page"
     )
 
 
-def test_the_readme_table_shows_every_row_beside_its_target_and_keeps_the_rest(fake_sections, tmp_path):
+def test_the_performance_table_shows_every_row_beside_its_target_and_keeps_the_rest(fake_sections, tmp_path):
     results = tmp_path / "results" / "bench" / "cpu-test.json"
     results.parent.mkdir(parents=True)
     assert bench_run.main(["--output", str(results)]) == 1
-    readme = tmp_path / "README.md"
-    readme.write_text(
+    page = tmp_path / "measurements.md"
+    page.write_text(
         "# Title\n\nbefore\n\n<!-- generated: performance -->\nold\n<!-- end generated: performance -->\n"
         "\nafter | with a pipe\n"
     )
-    assert bench_run.update_readme(readme, [results]) and not bench_run.update_readme(readme, [results])
-    text = readme.read_text()
+    assert bench_run.update_page(page, [results], root=tmp_path) and not bench_run.update_page(
+        page, [results], root=tmp_path
+    )
+    text = page.read_text()
     assert text.startswith("# Title\n\nbefore\n\n<!-- generated: performance -->\n")
     assert text.endswith("<!-- end generated: performance -->\n\nafter | with a pipe\n") and "old" not in text
     assert "| a below | 1.50x | 1.50x to 1.50x | < 2.00x | met |" in text
     assert "| a above | 2.50x | 2.50x to 2.50x | < 2.00x | **missed** |" in text
     assert "| b at the bound | 6.00x | 6.00x to 6.00x | <= 6.00x | met |" in text
-    assert "[`results/bench/cpu-test.json`](results/bench/cpu-test.json): 2 of 3 targets met" in text
-    readme.write_text("no markers\n")
+    assert "in `results/bench/cpu-test.json`: 2 of 3 targets met" in text  # named from the repository
+    page.write_text("no markers\n")
     with pytest.raises(SystemExit, match="no '<!-- generated: performance -->' region"):
-        bench_run.update_readme(readme, [results])
-    assert readme.read_text() == "no markers\n"
+        bench_run.update_page(page, [results], root=tmp_path)
+    assert page.read_text() == "no markers\n"
 
 
-def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(monkeypatch, tmp_path):
+def test_the_performance_tables_show_the_batch_methods_parts_beside_their_floors_escaped(monkeypatch, tmp_path):
     parts = {
         "256x3x32x32": [
             {"what": "box copy", "of": "cutmix_batch", "floor": "clone", "value": 0.9, "spread": [0.85, 1.25]}
@@ -203,10 +207,10 @@ def test_the_readme_shows_the_batch_methods_parts_beside_their_floors_escaped(mo
     results = tmp_path / "results" / "bench" / "cpu-test.json"
     results.parent.mkdir(parents=True)
     bench_run.main(["--output", str(results)])
-    readme = tmp_path / "README.md"
-    readme.write_text("<!-- generated: performance -->\n<!-- end generated: performance -->\n")
-    bench_run.update_readme(readme, [results])
-    text = readme.read_text()
+    page = tmp_path / "measurements.md"
+    page.write_text("<!-- generated: performance -->\n<!-- end generated: performance -->\n")
+    bench_run.update_page(page, [results], root=tmp_path)
+    text = page.read_text()
     assert (
         "| box copy: `out[:, :, box].copy_(x[:, :, box]) <b>`, the box \\<i\\>alone\\</i\\> | cutmix\\_batch | "
         "256x3x32x32 | 0.90x | 0.85x to 1.25x |"
@@ -263,19 +267,21 @@ def test_peers_refuses_where_no_peer_imports_and_beside_only(peers_section, tmp_
     assert not out.exists()
 
 
-def test_the_readme_names_the_session_of_each_results_file(peers_section, tmp_path):
+def test_the_performance_tables_name_the_session_of_each_results_file(peers_section, tmp_path):
     results = tmp_path / "results" / "bench"
     peers = results / "peers" / "cpu-test.json"
     assert bench_run.main(["--peers", "--output", str(peers)]) == 0
     plain = results / "cpu-test.json"
     plain.write_text(peers.read_text().replace('"../../../algorithms/', '"../../algorithms/'))
-    readme = tmp_path / "README.md"
-    readme.write_text("<!-- generated: performance -->\n<!-- end generated: performance -->\n")
-    assert bench_run.update_readme(readme, [plain, peers])
-    text = readme.read_text()
+    page = tmp_path / "measurements.md"
+    page.write_text("<!-- generated: performance -->\n<!-- end generated: performance -->\n")
+    assert bench_run.update_page(page, [plain, peers], root=tmp_path)
+    text = page.read_text()
     # each table names the command that measured it, and the session that runs the whole suite
     command = json.loads(plain.read_text())["command"].replace("_", "\\_")
     assert f"Measured by `{command}` (`nox -s bench` runs the whole suite) on" in text
-    assert "[`results/bench/cpu-test.json`]" in text
-    assert "(`nox -s bench_peers` runs the whole suite) on" in text and "[`results/bench/peers/cpu-test.json`]" in text
+    assert "in `results/bench/cpu-test.json`:" in text
+    assert (
+        "(`nox -s bench_peers` runs the whole suite) on" in text and "in `results/bench/peers/cpu-test.json`:" in text
+    )
     assert "| ours / peer | 0.50x | 0.50x to 0.50x | < 1.00x | met |" in text
