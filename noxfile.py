@@ -311,7 +311,7 @@ def bench_peers(session: nox.Session) -> None:
     torchvision 0.29.1; a CUDA build, about 5.5 GB), timm, Composer (``$METHODS_PEERS_COMPOSER_SPEC``,
     without its torch pins) and the project; reruns skip pip while these are unchanged. A peer that
     does not install or import is reported by the benchmark, which goes on without it. Rewrites
-    results/bench/peers/<cpu|gpu>-<hardware>.json (commit it; the README's table shows it too).
+    results/bench/peers/<cpu|gpu>-<hardware>.json (commit it; the measurements page's Performance table shows it too).
     Extra arguments go to benchmarks/run.py (e.g. ``--output -``).
     """
     inputs = "\n".join(
