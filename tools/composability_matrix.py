@@ -19,6 +19,14 @@ SAM does (a SAM cell's only extra training). The output (default
 that fails is one line at the end and the exit status is 1 (the file is still written).
 
     python tools/composability_matrix.py --kinds solo,pair --out /tmp/pairs.json  # a subset
+
+Two sections beside the cells: ``loops``, every method alone in the project's Trainer, an own
+Loop, the Hugging Face Trainer (MethodsTrainer) and Lightning (MethodsCallback), and ``models``,
+the language-model methods on Hugging Face GPT-2, BERT and RoBERTa built from small configs; each
+cell acted, inactive, refused, failed or not run (transformers or Lightning missing). To rerun
+only them, into the committed file:
+
+    python tools/composability_matrix.py --kinds loops,models --merge
 """
 
 from __future__ import annotations

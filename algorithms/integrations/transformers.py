@@ -231,6 +231,16 @@ class MethodsTrainer(transformers.Trainer):
         loss = total_loss(loop.loss_of(outputs, loop.item(inputs, "target_key")))
         return (loss, outputs) if return_outputs else loss
 
+    def _set_signature_columns_if_needed(self) -> None:
+        """The columns ``remove_unused_columns`` keeps: the model's arguments and the labels, as
+        ``transformers.Trainer`` keeps them, and the input key where the model is called on
+        ``batch[input_key]`` (its name need not be an argument's, and dropped it would never reach
+        the methods or the model)."""
+        super()._set_signature_columns_if_needed()
+        key = self.loop.input_key
+        if isinstance(key, str) and key not in self._signature_columns:
+            self._signature_columns.append(key)
+
     def _call(self, model: torch.nn.Module, batch: Mapping[str, Any]) -> Any:
         loop = self.loop
         if loop.input_key is not None:

@@ -320,3 +320,19 @@ def test_the_hf_trainer_example_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["hf_trainer.py", str(tmp_path)])
     runpy.run_path(str(ROOT / "examples" / "own_loop" / "hf_trainer.py"), run_name="__main__")
     assert (tmp_path / "ema" / "config.json").is_file()
+
+
+def test_a_model_called_on_batch_input_key_keeps_that_column(tmp_path):
+    """``remove_unused_columns`` keeps the model's arguments; with ``input_key`` the model is called on
+    ``batch[input_key]``, whose name need not be an argument's (an ``nn.Sequential``'s is ``input``)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(CLASSES))
+    model(torch.zeros(1, 3, 8, 8))  # the lazy layer's shape, before the optimizer is built
+    trainer = _hf_run(
+        tmp_path,
+        model,
+        _images(),
+        [CutMix(alpha=1.0, input_key="pixel_values", target_key="labels")],
+        2,
+        input_key="pixel_values",
+    )
+    assert trainer.method_log.records["CutMix"]["activity"] == {"batches_mixed": 2}

@@ -387,7 +387,10 @@ def test_methods_get_the_workloads_batch_keys_where_their_plumbing_takes_them():
 
 def test_bad_options_are_one_line_each_and_write_nothing(tmp_path, capsys):
     assert matrix.main(["--kinds", "solo,pairs", "--out", str(tmp_path / "m.json")]) == 1
-    assert capsys.readouterr().err.strip() == "--kinds: 'pairs' — use some of solo, pair, precision, parallel"
+    assert (
+        capsys.readouterr().err.strip()
+        == "--kinds: 'pairs' — use some of solo, pair, precision, parallel, loops, models"
+    )
     assert matrix.main(["--kinds", "solo"]) == 1
     assert "give --out" in capsys.readouterr().err
     existing = tmp_path / "existing.json"

@@ -12,6 +12,11 @@ batches), with its metadata's suggested hyperparameters:
   fp32, two processes under torchrun: one launch per mode runs every method in turn
   (:mod:`methods_tools.matrix_worker`).
 
+Beside the cells, two sections (:mod:`methods_tools.matrix_loops`): ``loops``, every method alone
+in the project's Trainer, an own :class:`~algorithms.core.Loop`, the Hugging Face Trainer and
+Lightning; ``models``, the language-model methods on Hugging Face GPT-2, BERT and RoBERTa. ``--kinds
+loops,models --merge`` runs them alone into the committed file.
+
 Two recorder algorithms watch each run: one listed first records the model at ``INIT`` and the
 loader's batch at ``AFTER_DATALOADER`` (before any method changes them), one listed last records
 the model at ``INIT`` (after every method's surgery, before the Trainer wraps it), what the model
@@ -58,6 +63,7 @@ from .files import write_atomic
 from .results import COMPOSABILITY_DIR, composability_problems
 
 __all__ = [
+    "ALL_KINDS",
     "AVERAGE_RTOL",
     "CHECKS",
     "EFFECTS",
@@ -65,6 +71,7 @@ __all__ = [
     "LOSS_RTOL",
     "OBSERVABLES",
     "SAM_RTOL",
+    "SECTIONS",
     "WORKLOADS",
     "Batch",
     "Cell",
@@ -80,6 +87,7 @@ __all__ = [
     "default_output_path",
     "effects_seen",
     "ema_reference",
+    "merge_document",
     "matrix_environment",
     "model_signature",
     "plan_cells",
@@ -94,6 +102,9 @@ __all__ = [
 Progress = Callable[[str], None]
 
 KINDS = ("solo", "pair", "precision", "parallel")
+#: The sections beside the cells: every method in each training loop, and on real models (:mod:`.matrix_loops`).
+SECTIONS = ("loops", "models")
+ALL_KINDS = (*KINDS, *SECTIONS)
 #: The observable effects of the metadata schema's ``observable``, in the order cells list them.
 OBSERVABLES = (
     "changed_inputs",
@@ -1315,8 +1326,10 @@ def build_document(
     commands: Sequence[str],
     wall_s: float,
     cells: Sequence[Mapping[str, Any]],
+    sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The validated results document (a bug here raises: an invalid file is never written)."""
+    """The validated results document (a bug here raises: an invalid file is never written);
+    ``sections``: the ``loops`` and ``models`` sections (:mod:`.matrix_loops`), by name."""
     document = {
         "$schema": "../../algorithms/composability.schema.json",
         "schema_version": 1,
@@ -1325,6 +1338,7 @@ def build_document(
         "commands": list(commands),
         "wall_s": round(wall_s, 1),
         "cells": list(cells),
+        **{name: dict(sections[name]) for name in SECTIONS if sections and name in sections},
     }
     problems = composability_problems(document)
     if problems:
@@ -1382,18 +1396,52 @@ def run_cells(
     return [entries[i] for i in range(total)]
 
 
+def run_sections(
+    names: Iterable[str], settings: Settings, command: str = "", progress: Progress = lambda line: None
+) -> dict[str, dict[str, Any]]:
+    """The ``loops`` and ``models`` sections of ``names`` (:mod:`.matrix_loops`), each run in turn."""
+    from . import compare
+    from .matrix_loops import run_section
+
+    records = _method_records()
+    sections = {}
+    for name in (n for n in SECTIONS if n in names):
+        progress(f"{name}: the section's cells")
+        section = run_section(name, settings, records, progress)
+        sections[name] = {"command": command, "date": compare.environment()["date"], **section}
+    return sections
+
+
+def merge_document(
+    old: Mapping[str, Any], kinds: Sequence[str], cells: Sequence[Mapping[str, Any]], sections: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``old`` with the cells of ``kinds`` and the sections just run in place of its own: the
+    cells of the other kinds, the other sections and the environment and settings are kept."""
+    kept = [c for c in old["cells"] if c["kind"] not in kinds]
+    merged = [*kept, *cells]
+    order = {k: i for i, k in enumerate(KINDS)}
+    merged.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: each kind's plan order
+    return {**old, "cells": merged, **sections}
+
+
 def run_matrix(
     out: Path,
     *,
-    kinds: Sequence[str] = KINDS,
+    kinds: Sequence[str] = (*KINDS, *SECTIONS),
     force: bool = False,
+    merge: bool = False,
     command: str = "",
     settings: Settings = Settings(),
     timeout_s: float = 900.0,
     progress: Progress = lambda line: None,
 ) -> dict[str, Any]:
-    """Plan, run and write the matrix to ``out`` (atomically, never over a file without ``force``)."""
-    if out.exists() and not force:
+    """Plan, run and write the matrix to ``out`` (atomically, never over a file without ``force``).
+
+    ``kinds`` are cell kinds (:data:`KINDS`) and sections (:data:`SECTIONS`); with ``merge`` only
+    those are run and put into the existing file ``out`` in place of its own (:func:`merge_document`)."""
+    if merge and not out.exists():
+        raise MatrixError(f"{out}: no results file to merge into — run the whole matrix first, or drop --merge")
+    if out.exists() and not force and not merge:
         raise MatrixError(f"{out}: exists — pass --force to overwrite it, or choose --out")
     start = time.perf_counter()
     env = matrix_environment()
@@ -1401,10 +1449,31 @@ def run_matrix(
     for mode, reason in skipped.items():
         if "parallel" in kinds:
             progress(f"{mode}: not run here ({reason})")
-    cells = plan_cells(kinds=kinds, parallels=parallels)
-    progress(f"{len(cells)} cells: {', '.join(f'{sum(c.kind == k for c in cells)} {k}' for k in kinds)}")
+    cell_kinds = [k for k in KINDS if k in kinds]
+    cells = plan_cells(kinds=cell_kinds, parallels=parallels)
+    progress(f"{len(cells)} cells: {', '.join(f'{sum(c.kind == k for c in cells)} {k}' for k in cell_kinds)}")
     entries = run_cells(cells, settings, timeout_s=timeout_s, progress=progress)
-    document = build_document(env, settings, [command] if command else [], time.perf_counter() - start, entries)
+    sections = run_sections(kinds, settings, command, progress)
+    if merge:
+        from .results import load_composability
+
+        old = load_composability(out)
+        merged = merge_document(old, cell_kinds, entries, sections)
+        # the file's commands are the cells'; a section carries its own command
+        commands = [*old["commands"], *([command] if command and cell_kinds else [])]
+        document = build_document(
+            old["environment"] if not cell_kinds else env,
+            Settings(**old["settings"]),
+            commands,
+            old["wall_s"] if not cell_kinds else time.perf_counter() - start,
+            merged["cells"],
+            {name: merged[name] for name in SECTIONS if name in merged},
+        )
+        write_atomic(out, json.dumps(document, indent=2) + "\n", force=True)
+        return document
+    document = build_document(
+        env, settings, [command] if command else [], time.perf_counter() - start, entries, sections
+    )
     write_atomic(out, json.dumps(document, indent=2) + "\n", force=force)
     return document
 
@@ -1422,7 +1491,16 @@ def _parser(doc: str) -> Any:
         help="results file (default: results/composability/<cpu|gpu>-<hardware>.json; a subset of --kinds needs --out)",
     )
     p.add_argument("--force", action="store_true", help="overwrite --out")
-    p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated cells to run (default {','.join(KINDS)})")
+    p.add_argument(
+        "--kinds",
+        default=",".join(ALL_KINDS),
+        help=f"comma-separated cells and sections to run (default {','.join(ALL_KINDS)})",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="run only --kinds and put them into the existing results file (--out or the default) in place of its own",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per torchrun launch (default 900)")
     return p
 
@@ -1430,16 +1508,21 @@ def _parser(doc: str) -> Any:
 def check_args(args: Any) -> tuple[list[str], list[str]]:
     """One line per bad option, and the kinds to run."""
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    problems = [f"--kinds: {k!r} — use some of {', '.join(KINDS)}" for k in kinds if k not in KINDS]
+    merge = getattr(args, "merge", False)
+    problems = [f"--kinds: {k!r} — use some of {', '.join(ALL_KINDS)}" for k in kinds if k not in ALL_KINDS]
     if not kinds:
-        problems.append(f"--kinds: empty — name at least one of {', '.join(KINDS)}")
-    elif not problems and set(kinds) != set(KINDS) and args.out is None:
-        problems.append("--kinds: a subset of the matrix never writes the default results file — give --out")
+        problems.append(f"--kinds: empty — name at least one of {', '.join(ALL_KINDS)}")
+    elif not problems and set(kinds) != set(ALL_KINDS) and args.out is None and not merge:
+        problems.append(
+            "--kinds: a subset of the matrix never writes the default results file — give --out, or --merge"
+        )
     if not args.timeout > 0:
         problems.append(f"--timeout: {args.timeout} — must be positive")
-    if args.out is not None and args.out.exists() and not args.force:
+    if merge and args.out is not None and not args.out.exists():
+        problems.append(f"{args.out}: no results file to merge into — run the whole matrix first, or drop --merge")
+    if args.out is not None and args.out.exists() and not args.force and not merge:
         problems.append(f"{args.out}: exists — pass --force to overwrite it, or choose --out")
-    return problems, [k for k in KINDS if k in kinds]
+    return problems, [k for k in ALL_KINDS if k in kinds]
 
 
 def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
@@ -1451,7 +1534,7 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
     out = args.out
     if not problems and out is None:
         out = default_output_path()
-        if out.exists() and not args.force:
+        if out.exists() and not args.force and not args.merge:
             problems.append(f"{out}: exists — pass --force to overwrite it, or choose --out")
     if problems:
         print("\n".join(problems), file=sys.stderr)
@@ -1462,6 +1545,7 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
             out,
             kinds=kinds,
             force=args.force,
+            merge=args.merge,
             command=command,
             timeout_s=args.timeout,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
@@ -1474,11 +1558,26 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
         f"{out}: {len(document['cells'])} cells in {document['wall_s']:.0f} s: "
         + ", ".join(f"{n} {o}" for o, n in counts.items())
     )
-    failed = [c for c in document["cells"] if c["outcome"] == "fails"]
+    for name in SECTIONS:
+        if name in document and name in kinds:
+            found = document[name]["cells"]
+            outcomes = ("acted", "inactive", "refused", "failed", "not_run")
+            tally = ", ".join(f"{sum(c['outcome'] == o for c in found)} {o}" for o in outcomes)
+            print(f"{name}: {len(found)} cells in {document[name]['wall_s']:.0f} s: {tally}")
+    failed = [c for c in document["cells"] if c["outcome"] == "fails" and c["kind"] in kinds]
     for c in failed:
         print(
             f"fails: {Cell.from_dict(c).label}: {describe(c)} — fix it, or, unless a correctness check "
             "missed, explain it with a note in the metadata's interactions",
             file=sys.stderr,
         )
-    return 1 if failed else 0
+    broken = [
+        (n, c) for n in SECTIONS if n in kinds for c in document.get(n, {}).get("cells", ()) if c["outcome"] == "failed"
+    ]
+    for name, c in broken:
+        where = c.get("loop") or c.get("model")
+        print(
+            f"failed: {name} {c['method']} in {where}: {c['detail']} — fix it, or refuse it with one line",
+            file=sys.stderr,
+        )
+    return 1 if failed or broken else 0

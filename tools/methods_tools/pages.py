@@ -33,6 +33,7 @@ from .docsgen import Content, Site, jinja_environment, method_option, sorted_met
 from .effects_pages import effects_views, overview_effects, render_effects
 from .figures import render_figures
 from .files import write_if_changed
+from .loops_pages import render_loops
 from .markup import safe_token
 from .measurements_page import render_measurements
 from .results import ResultsError, load_committed
@@ -170,6 +171,7 @@ GENERATORS: tuple[Generator, ...] = (
     render_training_results,
     render_effects,
     render_composability,
+    render_loops,  # after render_composability: it appends to the cards' composability snippets
     render_measurements,
     verdict_boxes,
     landing,
