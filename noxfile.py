@@ -187,7 +187,7 @@ def matrix(session: nox.Session) -> None:
     tests/tooling/test_composability.py read (commit it). About a minute on two CPU cores. Extra
     arguments go to tools/composability_matrix.py (e.g. --out with --kinds).
     """
-    install_project(session, "dev", "deepspeed")
+    install_project(session, "dev", "deepspeed", "transformers", "lightning")  # the loops and real-models sections
     session.run("python", "tools/composability_matrix.py", "--force", *session.posargs)
 
 

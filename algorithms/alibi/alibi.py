@@ -228,6 +228,24 @@ def shorten_sequences(batch: Any, train_sequence_length_scaling: float) -> Any:
     return type(batch)(*out) if hasattr(batch, "_fields") else type(batch)(out)
 
 
+def _refuse_per_sequence_items(batch: Any, cut: Any, scaling: float) -> None:
+    """A ValueError where cutting the sequences into more rows left a per-sequence tensor ``(N,)``
+    behind (a sequence classifier's labels), which no longer lines up with the rows."""
+    items = batch.items() if isinstance(batch, Mapping) else enumerate(batch)
+    rows = {
+        v.shape[0]
+        for _, v in (cut.items() if isinstance(cut, Mapping) else enumerate(cut))
+        if isinstance(v, torch.Tensor) and v.ndim >= 2
+    }
+    for key, value in items:
+        if isinstance(value, torch.Tensor) and value.ndim == 1 and rows and value.shape[0] not in rows:
+            raise ValueError(
+                f"Alibi(train_sequence_length_scaling={scaling}): it cuts each sequence into several rows, but the "
+                f"batch's {key!r} holds one value per sequence, shape {tuple(value.shape)}, which cannot follow the "
+                "rows (a sequence classifier's labels): use train_sequence_length_scaling=1.0"
+            )
+
+
 class Alibi(Algorithm):
     """ALiBi as a training-loop algorithm: at ``Event.INIT``, :func:`apply_alibi` replaces the
     model's position embedding and attention; after each batch is loaded
@@ -282,4 +300,5 @@ class Alibi(Algorithm):
             batch = state.batch
             state.batch = shorten_sequences(batch, self.train_sequence_length_scaling)
             if state.batch is not batch:
+                _refuse_per_sequence_items(batch, state.batch, self.train_sequence_length_scaling)
                 self.report(logger, "batches_shortened")

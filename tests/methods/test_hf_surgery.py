@@ -654,3 +654,40 @@ def test_gated_linear_units_algorithm():
     assert isinstance(state.model, transformers.BertForMaskedLM)
     GatedLinearUnits().apply(Event.INIT, state, None)
     assert_is_glu_instance(state.model)
+
+
+def test_alibi_refuses_to_cut_a_sequence_classifiers_batch_with_one_line():
+    """Cutting each sequence into shorter rows cannot keep one label per sequence: the first batch
+    is refused with one line saying what to use (the composability matrix's RoBERTa cell failed
+    with a shape mismatch deep in the loss before)."""
+    from algorithms import Alibi
+    from algorithms.core import Trainer
+
+    transformers = pytest.importorskip("transformers", reason="transformers is the [transformers] extra")
+    config = transformers.RobertaConfig(
+        num_hidden_layers=1,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=40,
+        num_labels=3,
+    )
+    torch.manual_seed(0)
+    model = transformers.RobertaForSequenceClassification(config)
+    batch = {"input_ids": torch.randint(3, 100, (4, 16)), "labels": torch.tensor([0, 1, 2, 0])}
+    trainer = Trainer(
+        model,
+        [batch],
+        "1ba",
+        loss_fn="model",
+        input_key=None,
+        target_key="labels",
+        algorithms=[Alibi(max_sequence_length=64, train_sequence_length_scaling=0.5)],
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^Alibi\(train_sequence_length_scaling=0.5\): .*'labels' holds one value "
+        r"per sequence, shape \(4,\).*use train_sequence_length_scaling=1.0$",
+    ):
+        trainer.fit()
