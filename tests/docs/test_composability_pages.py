@@ -89,14 +89,15 @@ def test_the_page_shows_every_outcome_with_a_word_and_a_symbol_and_numbers_its_n
         assert len(cells) == len(vision)
         assert [j for j, td in enumerate(cells) if "ml-diagonal" in td["class"]] == [i], name
     (row,) = cell_texts([(columns, rows)], "Selective Backprop")
-    assert row[vision.index("CutMix") + 1] == "⊘ refused, note 1"
+    assert row[vision.index("CutMix") + 1] == "✗ refused, note 1"
     assert row[vision.index("Selective Backprop") + 1] == "✓ runs"
     (cutmix_row,) = cell_texts([(columns, rows)], "CutMix")
     assert cutmix_row[vision.index("Selective Backprop") + 1] == "✓ runs, note 1"  # same note and detail: one number
     # each cell shows its symbol (the word is for screen readers) and is coloured by its outcome
     refused = dict(rows)["Selective Backprop"][vision.index("CutMix")]
-    assert refused["class"] == ["ml-cell", "ml-outcome-refused"]
-    assert refused.find("span", attrs={"aria-hidden": "true"}).get_text() == "⊘"
+    assert refused["class"] == ["ml-cell", "ml-outcome-fails"]  # red: the combination does not train
+    assert refused.find("span", attrs={"aria-hidden": "true"}).get_text() == "✗"
+    assert refused["title"] == "refused"
     # (b) by precision, (c) by parallel mode, symbol and word shown; a cell the file lacks is "not run"
     assert ["MixUp", "✓ runs", "✗ fails, note 2", "✓ runs", "✓ runs", "✓ runs"] in cell_texts(tables, "MixUp")
     assert ["CutOut", "✓ runs", "⚠ interaction, note 3", "✓ runs"] in cell_texts(tables, "CutOut")
@@ -116,7 +117,7 @@ def test_the_page_shows_every_outcome_with_a_word_and_a_symbol_and_numbers_its_n
     assert md_text("Test CPU <i>x</i>, 2 cores") in page and "2026-12-05" in page
     assert md_code("results/composability/cpu-test-machine.json") in page and "`nox -s matrix`" in page
     for outcome, label in cp.OUTCOMES.items():  # the legend: each outcome's symbol and word in its colour
-        assert f'- <span class="ml-cell ml-outcome-{outcome}">{label}</span>:' in page, outcome
+        assert f'- <span class="ml-cell ml-outcome-{cp.COLOURS[outcome]}">{label}</span>:' in page, outcome
     # a text cell's batches are token sequences, not images
     assert (
         "batches of 8 examples (images of 16 px where the methods share the vision domain, else the "
@@ -141,7 +142,7 @@ def test_each_methods_snippet_is_its_row_in_either_order_with_its_notes(rendered
     assert sorted(listed + named) == sorted(md_text(n) for n in others) and not set(listed) & set(named)
     assert listed == [md_text(n) for n in others if md_text(n) in listed]  # in name order
     assert all(r[1:] != ["✓ runs", "✓ runs"] for r in rows[1 : 1 + len(listed)])
-    assert [md_text("Selective Backprop"), "✓ runs, note 1", "⊘ refused, note 1"] in rows
+    assert [md_text("Selective Backprop"), "✓ runs, note 1", "✗ refused, note 1"] in rows
     assert "Alone (fp32, one process): ✓ runs." in snippet
     assert ["CutMix", "✓ runs", "✓ runs", "✓ runs", "✓ runs", "✓ runs"] in rows  # each precision
     assert ["CutMix", "✓ runs", "✓ runs", "✓ runs"] in rows  # each parallel mode
@@ -157,9 +158,11 @@ def test_each_methods_snippet_is_its_row_in_either_order_with_its_notes(rendered
     # a method's own numbering: MixUp's fails cell is its note 1
     assert "1. MixUp in fp16: Detail: `RuntimeError: boom`." in rendered[cp.SNIPPETS / "mixup.md.inc"]
     assert md_text(HOSTILE_NOTE) in rendered[cp.SNIPPETS / "cutout.md.inc"]
-    # every method has a snippet; best practices have none
+    # every method has a snippet, and every best practice of a precision or parallel mode
     assert {p for p in rendered if p != cp.PAGE} == {
-        cp.SNIPPETS / f"{k}.md.inc" for k, r in RECORDS.items() if r.kind == "method"
+        cp.SNIPPETS / f"{k}.md.inc"
+        for k, r in RECORDS.items()
+        if r.kind == "method" or (r.is_best_practice and cp.practice_modes(r) is not None)
     }
 
 
@@ -230,12 +233,124 @@ def test_the_page_is_generated_before_the_navigation_which_lists_it():
     assert ":doc:`tables/composability`" in (REPO_ROOT / "docs" / "source" / "index.rst").read_text()
 
 
-def test_method_cards_include_their_snippet_in_a_generated_region_and_best_practices_do_not():
-    card = render_card("method", "cutmix")
-    section = card.split("## Composability\n", 1)[1].split("\n## ", 1)[0]
+def test_cards_include_their_snippet_in_a_generated_region_as_do_best_practices_of_a_mode():
+    for key in ("cutmix", "fsdp", "deepspeed_zero", "mixed_precision", "data_parallel"):
+        card = render_card("method", key)
+        section = card.split("## Composability\n", 1)[1].split("\n## ", 1)[0]
+        assert (
+            f"<!-- generated: composability -->\n\n```{{include}} ../tables/composability/{key}.md.inc\n```\n\n"
+            "<!-- end generated: composability -->"
+        ) in section, key
+    # a best practice of another option (an optimizer) has no column of the matrix
+    assert cp.practice_modes(RECORDS["decoupled_weight_decay"]) is None
+    assert "generated: composability" not in render_card("method", "decoupled_weight_decay")
+
+
+# --- what does not train is a red cross, and counted ----------------------------------------------
+
+CRASH = ("parallel", ("cutout",), "deepspeed")
+USE_ONE = (("pair", ("cutmix", "mixup"), None), ("pair", ("mixup", "cutmix"), None))
+BROKEN_OVERRIDES = {
+    **OVERRIDES,
+    CRASH: {
+        "outcome": "interaction",
+        "note": "Flattened buffers need contiguous weights.",
+        "detail": "RuntimeError: x",
+    },
+    **{k: {"note": "Both mix the batch: use one of them per run, not both."} for k in USE_ONE},
+}
+
+
+def test_a_refusal_and_a_crash_are_red_crosses_that_the_summary_counts(tmp_path):
+    document = matrix_document(RECORDS, BROKEN_OVERRIDES)
+    out = cp.render_composability(site(tmp_path), [(tmp_path / "cpu-test-machine.json", document)])
+    page = out[cp.PAGE]
+    tables = html_tables(page)
+    cutout = next(cells for _, rows in tables for name, cells in rows if name == "CutOut" and len(cells) == 3)
+    fsdp, deepspeed = (td.get_text() for td in cutout[1:])  # fsdp's noted interaction, deepspeed's crash
+    assert fsdp.startswith("⚠ interaction, note ") and deepspeed.startswith("✗ crashes, note ")
+    assert cutout[2]["class"] == ["ml-cell", "ml-outcome-fails"]
+    # CutMix with MixUp trains, but its note says to use one of them: amber, never green
+    columns, rows = next(t for t in tables if "MixUp" in t[0] and "CutMix" in t[0])
+    mix = dict(rows)["CutMix"][columns.index("MixUp")]
+    assert mix.get_text().startswith("⚠ use one") and mix["class"] == ["ml-cell", "ml-outcome-interaction"]
+    # the summary: every outcome counted, and the crosses in all (1 refused, 1 crash, 1 fails)
+    assert "⚠ use one 2, ⚠ interaction 1, ✗ refused 1, ✗ crashes 1, ✗ fails 1." in page
+    assert "Combinations that do not train (✗ in all): 3." in page
+    snippet = out[cp.SNIPPETS / "cutout.md.inc"]
+    assert "| CutOut | ✓ runs | ⚠ interaction, note 1 | ✗ crashes, note 2 |" in snippet
+
+
+def test_a_best_practice_card_lists_what_fails_in_its_mode_and_what_was_tested(tmp_path):
+    document = matrix_document(RECORDS, BROKEN_OVERRIDES)
+    out = cp.render_composability(site(tmp_path), [(tmp_path / "cpu-test-machine.json", document)])
+    deepspeed = out[cp.SNIPPETS / "deepspeed_zero.md.inc"]
+    assert 'every method alone under `parallel="deepspeed"`, in 2 processes, in `fp32` only' in deepspeed
+    assert "no committed result covers it with another precision" in deepspeed
+    methods = sum(1 for r in RECORDS.values() if r.kind == "method")
+    assert f"Its cells ({methods} methods): ✓ runs {methods - 1}, ✗ crashes 1." in deepspeed
+    assert "Combinations that do not train (✗ in all): 1." in deepspeed
+    assert "| CutOut | ✗ crashes, note 1 |" in deepspeed
     assert (
-        "<!-- generated: composability -->\n\n```{include} ../tables/composability/cutmix.md.inc\n```\n\n"
-        "<!-- end generated: composability -->"
-    ) in section
-    best = next(k for k, r in RECORDS.items() if r.is_best_practice)
-    assert "generated: composability" not in render_card("method", best)
+        "1. CutOut under deepspeed: Flattened buffers need contiguous weights. Detail: `RuntimeError: x`." in deepspeed
+    )
+    # a precision's card: its mode and the 16-bit sibling, in one process; what does not train first
+    half = out[cp.SNIPPETS / "half_precision.md.inc"]
+    assert 'in `precision="fp16"` and `precision="bf16"`, in one process only' in half
+    rows = [line for line in half.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| Method | `fp16` | `bf16` |" and rows[1:] == ["| MixUp | ✗ fails, note 1 | ✓ runs |"]
+    # a mode the matrix does not run says so
+    assert 'The matrix does not run `parallel="dp"`: no committed result' in out[cp.SNIPPETS / "data_parallel.md.inc"]
+
+
+def test_every_pair_the_engine_refuses_together_in_some_setting_is_kept_off_green():
+    """``REFUSED_TOGETHER`` refuses CutMix with MixUp only when both interpolate the loss: the pair
+    that runs with the defaults must still not be green, so its note must say to use one of them."""
+    import importlib
+    import inspect
+    from itertools import permutations
+    from types import SimpleNamespace
+
+    from algorithms.core.engine import REFUSED_TOGETHER
+
+    def switched_on(record):  # the algorithm with every boolean option set
+        cls = getattr(importlib.import_module(f"algorithms.{record.key}"), record.class_name)
+        flags = {n: True for n, p in inspect.signature(cls).parameters.items() if isinstance(p.default, bool)}
+        return SimpleNamespace(name=cls.__name__, **flags)
+
+    algorithms = {k: switched_on(r) for k, r in RECORDS.items() if r.kind == "method" and r.class_name}
+    (path, document), *_ = cp.composability_files()
+    cells = {cp.cell_key(c): c for c in document["cells"]}
+    refused = [
+        (a, b)
+        for a, b in permutations(algorithms, 2)
+        if any(test([algorithms[a], algorithms[b]]) for test, _ in REFUSED_TOGETHER)
+    ]
+    assert {("cutmix", "mixup"), ("ema", "swa")} <= set(refused)
+    for pair in refused:
+        cell = cells.get(("pair", pair, None))
+        if cell is not None:  # pairs of different domains are not run
+            assert cp.shown_outcome(cell) not in ("runs", "interaction"), (pair, path.name)
+
+
+def test_the_committed_matrix_shows_its_crashes_as_crosses_on_the_page_and_the_cards(tmp_path):
+    out = cp.render_composability(site(tmp_path), cp.composability_files())
+    (path, document), *_ = cp.composability_files()
+    cells = [c for c in document["cells"] if set(c["methods"]) <= set(RECORDS)]
+    crosses = sum(
+        c["outcome"] in ("refused", "fails") or (c["outcome"] == "interaction" and bool(c["detail"])) for c in cells
+    )
+    assert crosses >= 6  # Channels Last under fsdp and deepspeed; EMA and SWA under fsdp and together
+    assert f"Combinations that do not train (✗ in all): {crosses}." in out[cp.PAGE]
+    fsdp = out[cp.SNIPPETS / "fsdp.md.inc"]
+    for line in (
+        "| Channels Last | ✗ crashes, note 1 |",
+        "| EMA | ✗ refused, note 2 |",
+        f"| {md_text('Stochastic Weight Averaging')} | ✗ refused, note 3 |",
+    ):
+        assert line in fsdp, line
+    assert "| Channels Last | ✗ crashes, note 1 |" in out[cp.SNIPPETS / "deepspeed_zero.md.inc"]
+    channels_last = out[cp.SNIPPETS / "channels_last.md.inc"]
+    assert "| Channels Last | ✓ runs | ✗ crashes, note 2 | ✗ crashes, note 3 |" in channels_last
+    assert "✗ refused" in out[cp.SNIPPETS / "ema.md.inc"] and "✗ refused" in out[cp.SNIPPETS / "swa.md.inc"]
+    assert "| MixUp | ⚠ use one, note" in out[cp.SNIPPETS / "cutmix.md.inc"]

@@ -136,6 +136,7 @@ def test_one_environment_holds_every_filter(tmp_path):
         "literal",
         "json",
         "rst_text",
+        "index_entry",
     }
     (tmp_path / "t.md.j2").write_text(
         "{{ tldr | md_paragraph }}\n{{ key | token }} {{ kind | kind_label }} {{ tag | css('tag') }}\n"

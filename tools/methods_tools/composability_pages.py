@@ -13,7 +13,15 @@ matrix (``results/composability/*.json``, written by ``tools/composability_matri
   domains, the row lists only the others whose cells do not simply run.
 
 Each cell shows its outcome as a word with a symbol (never colour alone) and, where the cell has
-a note (the metadata's ``interactions``), an error detail or effects not seen, a note number. The
+a note (the metadata's ``interactions``), an error detail or effects not seen, a note number. What
+a cell shows (:func:`shown_outcome`) is stricter than the results file's outcome, which says whether
+a cell needs fixing: a combination that does not train (refused, or an error or non-finite losses
+during the run, noted or not) is a red ✗ and counts in the ✗ total; one that trains but whose note
+says to use one of the two (:data:`USE_ONE`) is amber, never green.
+- ``tables/composability/<key>.md.inc`` for each best practice whose Trainer option is a precision or
+  parallel mode: every method's cell in that mode (and its 16-bit sibling), the ones that do not
+  simply run listed with their notes, and what the matrix ran the mode with (the parallel modes in
+  fp32 only, the precisions in one process). The
 page's tables are HTML, each cell coloured by its outcome (``_static/methods_overview.css``), in a
 frame that scrolls with its header row and method column in view; the pairs' matrices show the
 symbol alone (the word is there for screen readers, and in the legend), so that 22 columns fit a
@@ -24,6 +32,7 @@ committed matrix to.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +64,48 @@ SNIPPETS = Path("tables") / "composability"
 COMPOSABILITY_DIR = results.COMPOSABILITY_DIR
 MATRIX_COMMAND = "nox -s matrix"
 
-#: Each outcome as the tables show it: a symbol and a word, so neither colour nor the symbol alone carries it.
-OUTCOMES = {"runs": "✓ runs", "refused": "⊘ refused", "interaction": "⚠ interaction", "fails": "✗ fails"}
+#: What a cell shows (:func:`shown_outcome`), in the order the legend and the counts list them: a
+#: symbol and a word, so neither colour nor the symbol alone carries it. Every ✗ is a combination
+#: that does not train; the word says why.
+OUTCOMES = {
+    "runs": "✓ runs",
+    "use_one": "⚠ use one",
+    "interaction": "⚠ interaction",
+    "refused": "✗ refused",
+    "crashes": "✗ crashes",
+    "fails": "✗ fails",
+}
+#: The colour of each (a class of ``_static/methods_overview.css``): green, amber or red.
+COLOURS = {
+    "runs": "runs",
+    "use_one": "interaction",
+    "interaction": "interaction",
+    "refused": "fails",
+    "crashes": "fails",
+    "fails": "fails",
+    "not_run": "not_run",
+}
+#: The outcomes that do not train, counted together as the ✗ total.
+BROKEN = ("refused", "crashes", "fails")
 NOT_RUN = "— not run"
+#: A note that tells the reader to use only one of the two methods: such a pair trains, but is not
+#: green. tests/docs/test_composability_pages.py holds every pair that ``REFUSED_TOGETHER`` (the
+#: Engine) refuses in some configuration to a note that says so.
+USE_ONE = re.compile(r"\buse (?:only )?one of (?:them|the two)\b", re.IGNORECASE)
+
+
+def shown_outcome(cell: Mapping[str, Any]) -> str:
+    """What a cell shows, a key of :data:`OUTCOMES`: the results file's outcome, except that an
+    ``interaction`` cell with an error or non-finite losses (its ``detail``) ``crashes`` (a note
+    explains it, but the combination does not train), and a ``runs`` pair whose note says to use one
+    of the two is ``use_one``."""
+    outcome = cell["outcome"]
+    if outcome == "interaction" and cell["detail"]:
+        return "crashes"
+    if outcome == "runs" and cell["note"] and USE_ONE.search(cell["note"]):
+        return "use_one"
+    return outcome
+
 
 #: ``(kind, methods, mode)``: a cell's identity; mode is the precision of a precision cell, the
 #: parallel mode of a parallel cell, else None.
@@ -131,6 +179,11 @@ class Shown:
     outcome: str = "not_run"
 
     @property
+    def colour(self) -> str:
+        """The outcome's colour class (:data:`COLOURS`)."""
+        return COLOURS[self.outcome]
+
+    @property
     def symbol(self) -> str:
         """``✓``: the label's symbol, which a cell of the page's matrices shows alone."""
         return self.label.split(" ", 1)[0]
@@ -165,8 +218,9 @@ class _Numbering:
         if cell is None:
             return Shown(NOT_RUN)
         text = (cell["note"] or None, cell["detail"] or None, tuple(cell["missing"]))
+        outcome = shown_outcome(cell)
         if text == (None, None, ()):
-            return Shown(OUTCOMES[cell["outcome"]], outcome=cell["outcome"])
+            return Shown(OUTCOMES[outcome], outcome=outcome)
         label = cell_label(key, self.names)
         if text in self._by_text:
             number = self._by_text[text]
@@ -177,7 +231,7 @@ class _Numbering:
             number = len(self.footnotes) + 1
             self._by_text[text] = number
             self.footnotes.append(Footnote(number, (label,), *text))
-        return Shown(OUTCOMES[cell["outcome"]], number, cell["outcome"])
+        return Shown(OUTCOMES[outcome], number, outcome)
 
 
 @dataclass(frozen=True)
@@ -193,10 +247,15 @@ class Matrix:
     settings: Mapping[str, Any]
     command: str
     wall_s: float
-    counts: Mapping[str, int]  # outcome -> cells of the registry's methods
+    counts: Mapping[str, int]  # shown outcome (a key of OUTCOMES) -> cells of the registry's methods
     precisions: tuple[str, ...]
     parallels: tuple[str, ...]
     cells: Mapping[CellKey, Mapping[str, Any]]
+
+    @property
+    def broken(self) -> int:
+        """The ✗ total: the cells that do not train."""
+        return sum(self.counts.get(o, 0) for o in BROKEN)
 
     @property
     def title(self) -> str:
@@ -217,7 +276,8 @@ class Matrix:
 def matrix_view(path: Path, document: Mapping[str, Any], records: Sequence[MethodRecord]) -> Matrix:
     keys = {r.key for r in records}
     cells = {cell_key(c): c for c in document["cells"] if set(c["methods"]) <= keys}  # removed methods left out
-    counts = {outcome: sum(1 for c in cells.values() if c["outcome"] == outcome) for outcome in OUTCOMES}
+    shown = [shown_outcome(c) for c in cells.values()]
+    counts = {outcome: shown.count(outcome) for outcome in OUTCOMES}
     ran = {k[2] for k in cells if k[0] == "precision"}
     precisions = tuple(m for m in PRECISIONS if m in ran) + tuple(sorted(ran - set(PRECISIONS)))
     ran = {k[2] for k in cells if k[0] == "parallel"} | set(parallel_modes(document))
@@ -343,6 +403,84 @@ def method_row(matrix: Matrix, record: MethodRecord, methods: Sequence[MethodRec
     )
 
 
+def practice_modes(record: MethodRecord) -> tuple[str, tuple[str, ...]] | None:
+    """``("parallel", ("fsdp",))`` or ``("precision", ("amp_fp16", "amp_bf16"))``: the matrix cells a
+    best practice's Trainer option stands for (a precision with its 16-bit sibling, as its card shows
+    them); None for a best practice of another option (an optimizer)."""
+    from .training_pages import PRECISION_FAMILY
+
+    option = dict(record.trainer_option or {})
+    if "parallel" in option:
+        return "parallel", (str(option["parallel"]),)
+    if "precision" in option:
+        value = str(option["precision"])
+        return "precision", tuple(PRECISION_FAMILY.get(value, (value,)))
+    return None
+
+
+@dataclass(frozen=True)
+class PracticeRow:
+    """A best practice's modes in one matrix file, for its card: every method alone in each mode the
+    file ran, the methods that do not simply run in all of them listed (those that do not train
+    first), with what else the file ran the mode with."""
+
+    matrix: Matrix
+    kind: str  # "parallel" or "precision"
+    modes: tuple[str, ...]  # the practice's modes that this file ran
+    missing_modes: tuple[str, ...]  # the practice's modes that it did not
+    rows: tuple[tuple[str, tuple[Shown, ...]], ...]
+    running: int  # methods that simply run in every mode
+    methods: int
+    counts: Mapping[str, int]  # shown outcome -> cells
+    #: What the file ran these cells with: the precisions of a parallel mode's cells, the parallel
+    #: modes of a precision's.
+    tested_with: tuple[str, ...]
+    footnotes: tuple[Footnote, ...]
+
+    @property
+    def broken(self) -> int:
+        return sum(self.counts.get(o, 0) for o in BROKEN)
+
+
+def practice_row(matrix: Matrix, kind: str, modes: Sequence[str], methods: Sequence[MethodRecord]) -> PracticeRow:
+    ran = tuple(m for m in modes if any((kind, (r.key,), m) in matrix.cells for r in methods))
+    cells = {r.key: [matrix.cells.get((kind, (r.key,), m)) for m in ran] for r in methods}
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for cell in (c for row in cells.values() for c in row if c is not None):
+        counts[shown_outcome(cell)] += 1
+
+    def plain(cell: Mapping[str, Any] | None) -> bool:
+        return (
+            cell is not None and cell["outcome"] == "runs" and not (cell["note"] or cell["detail"] or cell["missing"])
+        )
+
+    # the methods that do not simply run everywhere, those that do not train first, then the cautions
+    severity = {o: -i for i, o in enumerate(OUTCOMES)} | {"not_run": 0}
+    listed = sorted(
+        (r for r in methods if not all(plain(c) for c in cells[r.key])),
+        key=lambda r: min(severity[shown_outcome(c) if c is not None else "not_run"] for c in cells[r.key]),
+    )
+    numbering = _Numbering({r.key: r.name for r in methods})
+    rows = tuple(
+        (r.name, tuple(numbering.shown((kind, (r.key,), m), c) for m, c in zip(ran, cells[r.key], strict=True)))
+        for r in listed
+    )
+    other = "precision" if kind == "parallel" else "parallel"
+    tested = sorted({c[other] for row in cells.values() for c in row if c is not None})
+    return PracticeRow(
+        matrix=matrix,
+        kind=kind,
+        modes=ran,
+        missing_modes=tuple(m for m in modes if m not in ran),
+        rows=rows,
+        running=len(methods) - len(listed),
+        methods=len(methods),
+        counts=counts,
+        tested_with=tuple(tested),
+        footnotes=tuple(numbering.footnotes),
+    )
+
+
 # --------------------------------------------------------------------------------------------- render
 
 
@@ -359,6 +497,7 @@ def render_composability(
             "composability.md.j2",
             matrices=[page_matrix(m, methods) for m in matrices],
             outcomes=OUTCOMES,
+            colours=COLOURS,
             not_run=NOT_RUN,
             command=MATRIX_COMMAND,
         )
@@ -373,6 +512,21 @@ def render_composability(
             record=record,
             rows=rows,
             matrices=matrices,
+            page=PAGE.with_suffix(""),
+            command=MATRIX_COMMAND,
+            outcomes=OUTCOMES,
+        )
+    for record in site.methods:
+        found = practice_modes(record) if record.is_best_practice else None
+        if found is None:
+            continue
+        kind, modes = found
+        outputs[SNIPPETS / f"{record.key}.md.inc"] = site.render(
+            "composability_practice.md.inc.j2",
+            record=record,
+            kind=kind,
+            wanted=modes,
+            rows=[practice_row(m, kind, modes, methods) for m in matrices],
             page=PAGE.with_suffix(""),
             command=MATRIX_COMMAND,
             outcomes=OUTCOMES,

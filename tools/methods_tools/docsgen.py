@@ -42,6 +42,14 @@ def css_class_value(value: str, what: str = "token") -> str:
     return safe_token(value, what).replace("_", "-")
 
 
+def index_entry(text: str) -> str:
+    """``text`` as one entry of an ``index`` directive in a fenced block: one line, without a
+    backtick (three would end the fence), the ``;`` that would split it into sub-entries or the
+    ``!`` that would mark it main (the template marks it). Sphinx does not parse an entry as markup,
+    and escapes it where it shows it (the general index)."""
+    return one_line(text).replace("`", "'").replace(";", ",").lstrip("!").strip()
+
+
 def kind_label(kind: str) -> str:
     """``best_practice`` -> ``best practice``: how a page names a record's kind."""
     return KIND_LABELS[safe_token(kind, "kind")]
@@ -54,6 +62,7 @@ FILTERS: Mapping[str, Callable[..., str]] = {
     "md_url": md_url,  # an https:// link destination
     "rst_text": rst_text,  # inline text in reStructuredText (the landing page)
     "one_line": one_line,  # whitespace folded, nothing escaped (directive options: Sphinx escapes them)
+    "index_entry": index_entry,  # one entry of an index directive
     "token": safe_token,  # a closed-vocabulary value (key, domain, tag, kind), refused otherwise
     "kind_label": kind_label,
     "css": css_class_value,

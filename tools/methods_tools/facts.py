@@ -125,9 +125,14 @@ class CardFacts:
         return found[name].body
 
     def dependencies(self, kind: Kind, key: str) -> list[Path]:
-        """The files a card's facts are read from: its metadata file and, for a method, its code."""
+        """The files a card's facts are read from: its kind's template (and the regions' macros), its
+        metadata file and, for a method, its code."""
+        from . import REPO_ROOT
+        from .scaffold import TEMPLATE_DIR, TEMPLATES
+
         record = self.record(kind, key)
-        paths = [Path(record.path)]
+        templates = (self.repo_root or REPO_ROOT) / TEMPLATE_DIR
+        paths = [templates / TEMPLATES[kind], templates / "_regions.jinja", Path(record.path)]
         if kind is Kind.METHOD and Path(record.path).name == "metadata.json":
             paths += sorted(Path(record.path).parent.glob("*.py"))
         return paths

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .composability_pages import MATRIX_COMMAND, NOT_RUN, OUTCOMES, matrix_methods, matrix_view
+from .composability_pages import COLOURS, MATRIX_COMMAND, NOT_RUN, OUTCOMES, matrix_methods, matrix_view
 from .composability_pages import PAGE as COMPOSABILITY_PAGE
 from .docsgen import Content, Site
 from .effects_pages import effects_views
@@ -48,6 +48,7 @@ def render_measurements(
             "measurements_composability.md.inc.j2",
             matrices=[matrix_view(p, d, methods) for p, d in matrices],
             outcomes=OUTCOMES,
+            colours=COLOURS,
             not_run=NOT_RUN,
             command=MATRIX_COMMAND,
             page=COMPOSABILITY_PAGE.with_suffix(""),

@@ -238,11 +238,14 @@ def update_card(text: str) -> tuple[str, list[str]]:
 
 def _method_context(record: Any) -> dict[str, Any]:
     from . import codeinfo
+    from .composability_pages import practice_modes
 
     context: dict[str, Any] = {
         "m": record.as_dict(),
         "best_practice": record.is_best_practice,
         "option": method_option(record) if record.is_best_practice else None,
+        # a best practice of a precision or parallel mode shows that mode's column of the matrix
+        "matrix_mode": record.is_best_practice and practice_modes(record) is not None,
         "section": HYPERPARAMETER_SECTION,
         "rows": [],
         "functional_example": None,
