@@ -66,6 +66,19 @@ def test_a_card_needs_its_templates_sections_in_order(scratch):
     assert any("mixup.md" in p and "missing section '## Composability'" in p for p in _problems(repo, package))
 
 
+@pytest.mark.parametrize("key", [k for k, r in load_all_metadata().items() if r.functional])
+def test_the_generated_functional_example_is_a_training_step(key):
+    """On real data, with the form between the data and the step, and a prompt for what to assert."""
+    text = render_card("method", key)
+    section = text[text.index("### Functional Interface") : text.index("### Trainer")]
+    code = next(b.code for b in cards.code_blocks(section) if b.language == "python")
+    functional = load_all_metadata()[key].functional
+    assert "torch.rand" not in code and ("digits()" in code or "text = b" in code)
+    call, backward, step = (code.index(s) for s in (f"cf.{functional}(", "loss.backward()", "optimizer.step()"))
+    assert backward < step and code.index("model = ") < call
+    assert code.splitlines()[-1].startswith("# TODO(new_card): assert what the method did")
+
+
 @pytest.mark.parametrize("key", list(load_all_metadata()))
 def test_generated_method_examples_run_as_written(scratch, key, tmp_path, monkeypatch):
     repo, package = scratch

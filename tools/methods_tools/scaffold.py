@@ -122,6 +122,8 @@ _EXAMPLE_ARGS = {
 }
 #: The language-model examples' vocabulary (bytes) and sequence length.
 _VOCAB, _SEQ = 256, 32
+#: The language-model examples' text: a real sentence, read as bytes.
+_TEXT = "Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, "
 
 
 class UnknownName(LookupError):
@@ -290,7 +292,7 @@ def _method_context(record: Any) -> dict[str, Any]:
             )
         )
     functional = codeinfo.lookup(f"algorithms.{record.key}.{record.functional}", record.path, record.key, "functional")
-    context["functional_example"] = _functional_example(record, codeinfo.parameters(functional), suggested)
+    context["functional_example"] = _functional_example(record, functional, suggested)
     context["trainer_example"] = _trainer_example(record, record.class_name, suggested)
     if "figure" in record.raw:  # after the lookups above, which report a functional that is not there
         context["figure"] = _figure_caption(record)
@@ -470,38 +472,6 @@ def _nlp(record: Any) -> bool:
     return "vision" not in record.domains and "nlp" in record.domains
 
 
-def _data_lines(record: Any, needs: set[str]) -> list[str]:
-    lines = []
-    if "images" in needs:
-        lines.append(
-            f"images = torch.rand({_BATCH}, 3, 32, 32)"
-            if "vision" in record.domains
-            else f"images = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ}))"
-            if _nlp(record)
-            else f"images = torch.randn({_BATCH}, 16)"
-        )
-    if "labels" in needs:
-        lines.append(f"labels = torch.randint(0, {_CLASSES}, ({_BATCH},))")
-    if "logits" in needs:
-        lines.append(f"logits = torch.randn({_BATCH}, {_CLASSES})")
-    if "batch" in needs:
-        lines += [
-            f"tokens = torch.randint(0, {_VOCAB}, ({_BATCH}, {_SEQ + 1}))",
-            'batch = {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}',
-        ]
-    if needs & {"model", "grads", "averaged", "optimizer"}:
-        lines += _model_lines(record)
-    if "grads" in needs:
-        lines.append("grads = [torch.randn_like(p) for p in model.parameters()]")
-    if "averaged" in needs:
-        lines += ["import copy", "", "averaged = copy.deepcopy(model)  # the averaged weights the form updates"]
-    if "optimizer" in needs:
-        lines.append("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
-    if "loss_fun" in needs:
-        lines.append("loss_fun = torch.nn.functional.cross_entropy")
-    return lines
-
-
 def _model_lines(record: Any) -> list[str]:
     """``model = ...`` for the examples: the reference model a surgery method acts on (its
     metadata's workload model, else its domain's: ``resnet20`` or ``transformer_tiny``), or a
@@ -525,11 +495,19 @@ def _call_args(positional: list[str], keywords: dict[str, Any]) -> str:
     return ", ".join(positional + [f"{k}={literal(v)}" for k, v in keywords.items()])
 
 
-def _functional_example(record: Any, params: dict[str, Any], suggested: dict[str, Any]) -> str:
-    """A required parameter with an example argument by its name is passed positionally; one that
-    is a hyperparameter gets its suggested value by keyword, as the others do."""
-    from .codeinfo import REQUIRED
+def _functional_example(record: Any, functional: Any, suggested: dict[str, Any]) -> str:
+    """A training step that applies the functional form where a user does: to the model before the
+    optimizer is built (surgery), to the batch before the forward, to the target before the loss, to
+    the gradients before the step, or to an averaged copy after it; on real data (digits, or byte
+    sequences for a language model), ending in a prompt for an assert of what the method did.
 
+    A required parameter with an example argument by its name is passed positionally; one that is
+    a hyperparameter gets its suggested value by keyword, as the others do."""
+    import inspect
+
+    from .codeinfo import REQUIRED, parameters
+
+    params = parameters(functional)
     positional, needs, unknown = [], set(), []
     for name, param in params.items():
         if param.default is REQUIRED and (name in _EXAMPLE_ARGS or name not in suggested):
@@ -540,9 +518,80 @@ def _functional_example(record: Any, params: dict[str, Any], suggested: dict[str
             needs.add(arg)
     # A suggested None is the default that defers to other arguments: the example leaves it out.
     keywords = {k: v for k, v in suggested.items() if k in params and k not in positional and v is not None}
-    lines = ["import torch", "import algorithms.functional as cf", ""]
-    lines += _data_lines(record, needs) + unknown
-    lines.append(f"result = cf.{record.functional}({_call_args(positional, keywords)})")
+    needs &= {"images", "labels", "logits", "batch", "model", "grads", "averaged", "optimizer", "loss_fun"}
+    call = f"cf.{record.functional}({_call_args(positional, keywords)})"
+    returns = str(inspect.signature(functional).return_annotation)
+    nlp = _nlp(record)
+
+    lines = ["import torch"]
+    if "averaged" in needs:
+        lines.insert(0, "import copy")
+    lines += [] if nlp else ["import torch.nn.functional as F"]
+    lines.append("import algorithms.functional as cf")
+    model = _model_lines(record)
+    if not nlp and "vision" not in record.domains and not model[0].startswith("from "):
+        model = [f"model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, {_CLASSES}))"]
+    if nlp:
+        lines += [f"from algorithms.models import lm_loss, {model[0].split()[-1]}"]
+    else:
+        lines += ["from algorithms.data import digits", *(model[:1] if model[0].startswith("from ") else [])]
+    lines.append("")
+    if nlp:
+        lines += [
+            f'text = b"{_TEXT}"',
+            f"tokens = torch.tensor(list(text * 3))[: 8 * {_SEQ + 1}].view(8, {_SEQ + 1})"
+            f"  # eight sequences of bytes (the vocabulary: {_VOCAB})",
+            'batch = {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}',
+        ]
+    else:
+        lines.append(
+            "images, labels = digits().train[:16]  # 16 handwritten digits, (16, 3, 32, 32), and their classes"
+        )
+    lines += [line for line in model if line and not line.startswith("from ")] + unknown
+    if "loss_fun" in needs:
+        lines.append("loss_fun = F.cross_entropy")
+    surgery = "changed_model" in (record.raw.get("observable") or ()) and needs <= {"model", "optimizer"}
+    if surgery and "optimizer" not in needs:
+        lines.append(f"result = {call}  # before the optimizer is built")
+    lines.append("optimizer = torch.optim.SGD(model.parameters(), lr=0.1)")
+    if surgery and "optimizer" in needs:
+        lines.append(f"result = {call}  # before the first step")
+    if "averaged" in needs:
+        lines.append("averaged = copy.deepcopy(model)  # the averaged weights the form updates")
+    if "batch" in needs:
+        lines += [f"batch = {call}  # before the forward", 'inputs, labels = batch["input_ids"], batch["labels"]']
+    elif "images" in needs:
+        if returns.startswith("tuple["):
+            lines.append(f"images, labels = {call}  # before the forward")
+        elif "Tensor" in returns.split("|")[0]:
+            lines.append(f"images = {call}  # before the forward")
+        else:
+            lines += [
+                f"result = {call}  # before the forward",
+                f"# {PLACEHOLDER}: train on the batch and the targets the result holds, by their names",
+                "images = result[0]",
+            ]
+    inputs, target = (
+        ("inputs", "labels")
+        if "batch" in needs
+        else ('batch["input_ids"]', 'batch["labels"]')
+        if nlp
+        else ("images", "labels")
+    )
+    lines.append(f"logits = model({inputs})")
+    if "logits" in needs:
+        lines.append(f"targets = {call}  # before the loss")
+        target = "targets"
+    lines.append(f"loss = {'lm_loss' if nlp else 'F.cross_entropy'}(logits, {target})")
+    lines.append("loss.backward()")
+    if "grads" in needs:
+        lines += ["grads = [p.grad for p in model.parameters()]", f"result = {call}  # before the step"]
+    elif not (needs - {"model", "optimizer"} or surgery):
+        lines.append(f"result = {call}  # before the step")
+    lines.append("optimizer.step()")
+    if "averaged" in needs:
+        lines.append(f"result = {call}  # after the step")
+    lines += ["", f"# {PLACEHOLDER}: assert what the method did (the pixels, modules or weights it changed, and how)"]
     return "\n".join(lines)
 
 
