@@ -119,10 +119,14 @@ def write_source_tree(src: Path, keys) -> Path:
         (src / "method_cards" / f"{key}.md").write_text(f"# Card {key}\n\nText with $x^2$ math.\n", encoding="utf-8")
     for name in ("index.rst", "writing_cards.md", "measurements.md"):
         shutil.copy(DOCS_SOURCE / name, src / name)
-    # the index links it; its scenarios name the real methods, which these keys are not
-    (src / "choosing_methods.md").write_text(
-        "# Choosing methods\n\nNo scenarios for these methods.\n", encoding="utf-8"
-    )
+    # the index links these; their contents name the real methods and the repository's examples,
+    # which this tree does not hold
+    for name, title in (
+        ("choosing_methods", "Choosing methods"),
+        ("own_loop", "Use it in your own loop"),
+        ("development", "Development"),
+    ):
+        (src / f"{name}.md").write_text(f"# {title}\n\nNot part of this test's tree.\n", encoding="utf-8")
     shutil.copytree(DOCS_SOURCE / "templates", src / "templates")
     return src
 
