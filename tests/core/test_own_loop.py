@@ -30,15 +30,15 @@ def _data(n=48, seed=0):
     return TensorDataset(torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 4, (n,), generator=g))
 
 
-def _loader():
+def _loader(workers=2):
     return DataLoader(
         _data(),
         batch_size=8,
         shuffle=True,
         generator=torch.Generator().manual_seed(1),
-        num_workers=2,
+        num_workers=workers,
         drop_last=True,
-        multiprocessing_context="forkserver",  # as test_loop_correctness.py's loaders (it says why)
+        multiprocessing_context="forkserver" if workers else None,  # as test_loop_correctness.py's (it says why)
     )
 
 
@@ -65,17 +65,17 @@ def _sgd(params):
     return torch.optim.SGD(params, lr=0.05, momentum=0.9)
 
 
-def _trainer_run(duration, methods, **options):
+def _trainer_run(duration, methods, workers=2, **options):
     trainer = Trainer(
-        _model(), _loader(), duration, optimizer=_sgd, algorithms=methods, seed=0, device="cpu", **options
+        _model(), _loader(workers), duration, optimizer=_sgd, algorithms=methods, seed=0, device="cpu", **options
     )
     trainer.fit()
     return trainer
 
 
-def _own_loop_run(epochs, batches, methods, **options):
+def _own_loop_run(epochs, batches, methods, workers=2, **options):
     """A user's loop: epochs of a DataLoader, each batch through the loop's five calls."""
-    loader = _loader()
+    loader = _loader(workers)
     duration = f"{epochs}ep" if batches is None else f"{batches}ba"
     loop = Loop(_model(), methods, max_duration=duration, optimizer=_sgd, train_dataloader=loader, seed=0, **options)
     model = loop.model
@@ -113,16 +113,16 @@ def test_a_loop_of_ones_own_ends_at_the_trainers_weights_bit_for_bit():
 
 def test_sam_through_the_loop_takes_the_trainers_steps():
     """SAM's second gradient runs the loop's forward and loss again from the loaded batch."""
-    trainer = _trainer_run("5ba", [SAM(rho=0.05), MixUp(alpha=0.5)])
-    loop = _own_loop_run(1, 5, [SAM(rho=0.05), MixUp(alpha=0.5)])
+    trainer = _trainer_run("5ba", [SAM(rho=0.05), MixUp(alpha=0.5)], workers=0)
+    loop = _own_loop_run(1, 5, [SAM(rho=0.05), MixUp(alpha=0.5)], workers=0)
     for a, b in zip(trainer.state.model.parameters(), loop.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
 def test_mixed_precision_through_the_loop_takes_the_trainers_steps(precision):
-    trainer = _trainer_run("4ba", [LabelSmoothing(0.1)], precision=precision)
-    loop = _own_loop_run(1, 4, [LabelSmoothing(0.1)], precision=precision)
+    trainer = _trainer_run("2ba", [LabelSmoothing(0.1)], workers=0, precision=precision)
+    loop = _own_loop_run(1, 2, [LabelSmoothing(0.1)], workers=0, precision=precision)
     assert loop.state.outputs.dtype == (torch.bfloat16 if precision == "amp_bf16" else torch.float16)
     for a, b in zip(trainer.state.model.parameters(), loop.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -155,7 +155,7 @@ def test_surgery_changes_the_model_the_loop_gives_and_the_optimizer_holds_its_pa
 
 
 def test_evaluating_holds_emas_average_inside_the_block_and_the_training_weights_after():
-    loop = _own_loop_run(1, 3, [EMA("1ba")])
+    loop = _own_loop_run(1, 3, [EMA("1ba")], workers=0)
     training = {k: v.clone() for k, v in loop.model.state_dict().items()}
     average = loop.state.algorithms[0].state_dict()["ema_weights"]
     with loop.evaluating() as model:
@@ -170,7 +170,7 @@ def test_evaluating_holds_emas_average_inside_the_block_and_the_training_weights
 
 
 def test_evaluating_puts_the_training_weights_back_after_an_error():
-    loop = _own_loop_run(1, 3, [EMA("1ba")])
+    loop = _own_loop_run(1, 3, [EMA("1ba")], workers=0)
     training = {k: v.clone() for k, v in loop.model.state_dict().items()}
     with pytest.raises(RuntimeError, match="an evaluation that fails"), loop.evaluating():
         raise RuntimeError("an evaluation that fails")
