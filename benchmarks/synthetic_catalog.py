@@ -250,19 +250,22 @@ def prose(i: int, paragraph: int) -> str:
 
 
 _PROMPT = re.compile(r"<!-- TODO\(new_card\):.*?-->", re.DOTALL)
+#: The prompt the scaffold writes as a comment inside the functional example's code.
+_CODE_PROMPT = re.compile(r"# TODO\(new_card\):[^\n]*")
 
 
 def fill_prompts(text: str, i: int) -> str:
-    """The scaffold's card with every prompt replaced by prose."""
+    """The scaffold's card with every prompt replaced by prose (a code prompt by a comment)."""
     count = iter(range(1, 100))
-    return _PROMPT.sub(lambda m: prose(i, next(count)), text)
+    text = _PROMPT.sub(lambda m: prose(i, next(count)), text)
+    return _CODE_PROMPT.sub(f"# generated method {i}: its effect is checked by the benchmark's own tests", text)
 
 
 CHOOSING_PAGE = "choosing_methods.md"  # hand-written scenarios of the real methods
 
 
 def copy_checkout(root: Path, *, methods: bool = True) -> Path:
-    """Copy this checkout's package, tools, docs source and results to ``root`` (which must not
+    """Copy this checkout's package, tools, examples, docs source and results to ``root`` (which must not
     exist), without the pages a docs build generates; ``methods=False`` leaves out the method
     folders, their cards and the measurements of them (effects, composability matrix)."""
     root = Path(root)
@@ -277,6 +280,8 @@ def copy_checkout(root: Path, *, methods: bool = True) -> Path:
 
     shutil.copytree(PACKAGE, root / "algorithms", ignore=package_ignore)
     shutil.copytree(REPO_ROOT / "tools", root / "tools", ignore=cache)
+    # the "Use it in your own loop" page includes the runnable examples
+    shutil.copytree(REPO_ROOT / "examples", root / "examples", ignore=cache)
     source = root / "docs" / "source"
     source.mkdir(parents=True)
     for path in DOCS_SOURCE.iterdir():
