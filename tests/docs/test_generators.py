@@ -51,6 +51,7 @@ def test_the_generators_are_listed_once_in_order():
         render_training_results,
         render_effects,
         render_composability,
+        pages.render_loops,  # appends to the cards' composability snippets, so after render_composability
         render_measurements,
         pages.verdict_boxes,
         pages.landing,
