@@ -41,7 +41,7 @@ from .engine import Engine, check_together
 from .event import Event
 from .loss import loss_parts, total_loss
 from .method_log import MethodLog, check_method_log
-from .outputs import model_loss
+from .outputs import model_logits, model_loss
 from .precision import autocast, check_precision
 from .state import TIMESTAMP_FIELDS, State, batch_get_item
 from .strategies import Single, Strategy
@@ -454,8 +454,6 @@ class Loop:
 
     def loss_of(self, outputs: Any, target: Any) -> Any:
         """What ``loss_fn`` returns for the logits in ``outputs`` (float32), or the model's own loss."""
-        from .outputs import model_logits
-
         if self.state.loss_fn == MODEL_LOSS:
             return model_loss(outputs, "the model (loss_fn='model')")
         return self.state.loss_fn(model_logits(outputs).float(), target)
