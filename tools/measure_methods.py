@@ -35,6 +35,17 @@ are the corpus:
 
     python tools/measure_methods.py --workload nlp --seeds 5
 
+Two workloads measure the surgery and loss methods on the classes users train: ``--workload
+torchvision`` trains torchvision's ResNet-18, unchanged, as the vision workload trains ResNet-20 but
+on the digits upsampled to 32 px (BlurPool, CutMix, Factorize, Ghost BatchNorm, Label Smoothing,
+MixUp, Squeeze-Excite, Stochastic Depth, Weight Standardization); it needs torchvision, which needs
+torch 2.14.1 here, so it runs in the environment of ``nox -s models``. ``--workload gpt2`` trains a
+Hugging Face GPT2LMHeadModel built from a config of transformer_tiny's size as the nlp workload
+trains transformer_tiny (ALiBi, Gated Linear Units, Label Smoothing, Low Precision LayerNorm):
+
+    .nox/models/bin/python tools/measure_methods.py --workload torchvision --seeds 6
+    python tools/measure_methods.py --workload gpt2 --seeds 5
+
 A method whose metadata names ``"workload": {"model": "resnet20_gn", "precision": "amp_bf16"}``
 is measured on that reference model in that precision (a low-precision norm changes nothing in
 fp32), against a baseline of that model and precision with the same seeds.

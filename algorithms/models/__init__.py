@@ -1,14 +1,16 @@
 """Reference models for the training comparisons: ``from algorithms.models import get_model``.
 
 The members of the model-family metadata (``algorithms/models/*.metadata.json``): the ResNets
-for images and the causal transformer for language modelling, each built by name with
-:func:`get_model`.
+for images and the causal transformer for language modelling, and torchvision's ResNet-18 and a
+Hugging Face GPT-2 (:mod:`algorithms.models.external`, which import their library when built),
+each built by name with :func:`get_model`.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
+from .external import hf_gpt2_tiny, torchvision_resnet18
 from .resnet import ResNet, resnet18, resnet20, resnet20_gn, resnet50, resnet56
 from .transformer import TransformerLM, lm_loss, transformer_small, transformer_tiny
 
@@ -16,6 +18,7 @@ __all__ = [
     "ResNet",
     "TransformerLM",
     "get_model",
+    "hf_gpt2_tiny",
     "lm_loss",
     "resnet18",
     "resnet20",
@@ -23,6 +26,7 @@ __all__ = [
     "resnet50",
     "resnet56",
     "transformer_small",
+    "torchvision_resnet18",
     "transformer_tiny",
 ]
 

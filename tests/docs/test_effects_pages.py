@@ -347,6 +347,16 @@ def test_a_measured_row_shows_each_change_with_its_interval_and_verdict(syntheti
     )
 
 
+def test_the_workload_line_links_its_models_card_or_names_a_model_no_family_lists(synthetic_metadata, tmp_path):
+    assert effects_pages.model_member("torchvision_resnet18") == ("ResNet-18 (torchvision)", "torchvision_resnet")
+    assert effects_pages.model_member("hf_gpt2_tiny") == ("GPT-2 (tiny config)", "hf_gpt2")
+    assert effects_pages.model_member("my_own_net") == ("", None)
+    doc = vision_document()
+    doc["settings"]["model"] = "my_own_net"
+    text = card(rendered(synthetic_metadata, tmp_path, {"vision-test.json": doc}), "alpha_trick")
+    assert "**Vision workload, small scale:** `my_own_net` on digits (16 px images)" in text
+
+
 def test_a_language_models_row_is_a_loss_in_nats_and_tokens_per_second(synthetic_metadata, tmp_path):
     out = rendered(synthetic_metadata, tmp_path, {"nlp-test.json": nlp_document()})
     text = card(out, "zeta_method")
@@ -363,7 +373,10 @@ def test_a_language_models_row_is_a_loss_in_nats_and_tokens_per_second(synthetic
         "| Baseline (amp\\_bf16) | validation loss 2.050 nats (95 % t interval 2.000 to 2.100); median 2,076 "
         "tokens/s" in text
     )
-    assert "transformer\\_tiny on stdlib\\_text (windows of 64 tokens)" in text
+    assert (
+        "{doc}`Transformer-tiny </model_cards/transformer>` (`transformer_tiny`) on stdlib\\_text "
+        "(windows of 64 tokens)" in text
+    )
     assert "| Throughput (tokens/s), ratio | not measured |" not in text
     assert "| Peak memory of the process (resident set), ratio | not measured |" in card(out, "alpha_trick")
 
@@ -486,16 +499,17 @@ def test_every_table_says_it_is_small_scale_and_quotes_the_figure_at_scale(synth
         "At scale: +1.4 points top-1 (ResNet-50 on ImageNet, 90 epochs; hardware: 8 V100 GPUs), as quoted by "
         "[Yun et al., 2019](https://arxiv.org/abs/1905.04899)."
     )
-    # each file's part of the card: one line (workload, hardware, date, file, the shared page), table, figure at scale
+    # each file's part of the card: one line (workload and its model's card, hardware, date, file, the
+    # shared page), then its table; the figure at scale once, after every file's part
     parts = alpha.split("**")[1:]
     assert [title for title in parts[::2]] == ["Text workload, small scale:", "Vision workload, small scale:"]
     for part in parts[1::2]:
-        assert part.index("Test CPU, 2 cores (CPU only), 2026-01-02") < part.index("|---|") < part.index(quoted)
+        assert part.index("Test CPU, 2 cores (CPU only), 2026-01-02") < part.index("|---|")
         assert "not what the method does at scale: {ref}`how the effects are measured <measurements-effects>`" in part
-    assert alpha.count(quoted) == 2
+    assert alpha.count(quoted) == 1 and alpha.rindex("|---|") < alpha.index(quoted)
     assert (
-        " resnet20 on digits (16 px images), Test CPU, 2 cores (CPU only), 2026-01-02; results file "
-        "`results/effects/vision-test.json`."
+        " {doc}`ResNet-20 </model_cards/resnet>` (`resnet20`) on digits (16 px images), Test CPU, 2 cores (CPU "
+        "only), 2026-01-02; results file `results/effects/vision-test.json`."
     ) in alpha
     # the workload's settings, versions and seeds are on the shared page, not on every card
     assert "seeds 0, 1, 2" not in alpha and "torch 2.0.0" not in alpha
@@ -519,7 +533,8 @@ def test_the_shared_page_gives_each_files_workload_seeds_versions_and_load(synth
     ]
     assert (
         "Measured at small scale on a CPU with `tools/measure_methods.py`: Test CPU, 2 cores (CPU only), "
-        "2026-01-02 (torch 2.0.0, Python 3.11.0); resnet20 on digits (16 px images), 4 epoch(s) of batch 64, "
+        "2026-01-02 (torch 2.0.0, Python 3.11.0); {doc}`ResNet-20 </model_cards/resnet>` (`resnet20`) on digits "
+        "(16 px images), 4 epoch(s) of batch 64, "
         "sgd (learning rate 0.05, onecycle schedule), fp32, one process of 1 thread, seeds 0, 1, 2."
     ) in page
     assert page.count("not what it does at scale") == 2

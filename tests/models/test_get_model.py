@@ -10,10 +10,18 @@ from algorithms.models import TransformerLM, get_model
 from algorithms.models.names import model_input_sizes, model_names
 
 
-def test_every_family_member_is_built_by_name():
+def test_the_names_include_the_project_models_and_those_of_other_libraries():
     assert {"resnet20", "resnet20_gn", "transformer_tiny", "transformer_small"} <= set(model_names())
-    for name in model_names():
-        assert isinstance(get_model(name, 10), torch.nn.Module)
+    assert {"torchvision_resnet18", "hf_gpt2_tiny"} <= set(model_names())
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_family_member_is_built_by_name(name):
+    try:
+        model = get_model(name, 10)
+    except ModuleNotFoundError as exc:  # a model of another library, which this environment lacks
+        pytest.skip(f"{name} needs {exc.name}, which is not installed here: {exc}")
+    assert isinstance(model, torch.nn.Module)
 
 
 @pytest.mark.parametrize("name", ["transformer_tiny", "transformer_small"])

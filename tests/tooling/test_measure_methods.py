@@ -508,6 +508,37 @@ def test_an_nlp_sweep_measures_every_nlp_method_by_validation_loss(tmp_path):
     assert trick["quality"]["verdict"] == "better"
 
 
+def test_a_workload_of_another_domain_measures_only_the_methods_it_names(tmp_path):
+    """The torchvision and gpt2 workloads take their domain's methods, narrowed to a list: the
+    sweep plans, and --only accepts, those and no other."""
+    runner = FakeRunner()
+    options = _options(workload="tv", model="resnet18", domain="vision", methods=("cutmix", "mixup", "gn_trick"))
+    document = _measure(tmp_path / "tv.json", runner, options=options, records=GN_RECORDS | RECORDS)
+    assert {(j.method, j.model) for j in runner.jobs} == {
+        ("baseline", None),
+        ("baseline", "resnet20_gn"),
+        ("cutmix", None),
+        ("mixup", None),
+        ("gn_trick", "resnet20_gn"),
+    }
+    assert document["settings"]["workload"] == "tv"
+    problems, _ = measure.check_args(
+        measure._parser(measure.__doc__).parse_args(["--workload", "torchvision", "--only", "cutout"])
+    )  # a vision method, but not one of those the torchvision workload names
+    assert problems == ["--only: 'cutout' is not a torchvision method — use one of cutmix, label_smoothing, mixup"]
+
+
+def test_the_real_architecture_workloads_name_methods_of_their_domain(library_methods):
+    """Every method the torchvision and gpt2 workloads name is a method of their domain in the
+    library's metadata: a renamed method cannot silently drop out of their sweeps."""
+    for name in ("torchvision", "gpt2"):
+        workload = measure.WORKLOADS[name]
+        chosen = workload.options(name, (0, 1)).method_hparams(library_methods)
+        assert sorted(chosen) == sorted(workload.methods), name
+    assert measure.WORKLOADS["torchvision"].model == "torchvision_resnet18"
+    assert measure.WORKLOADS["gpt2"].model == "hf_gpt2_tiny"
+
+
 def test_a_method_with_its_own_model_and_precision_is_compared_with_a_baseline_of_both(tmp_path):
     workloads = measure.method_workloads("vision", GN_RECORDS)
     assert workloads == {"gn_trick": ("resnet20_gn", "amp_bf16")}

@@ -200,6 +200,8 @@ class EffectsFile:
     rows: tuple[EffectRow, ...]  # every method row, in display-name order
     baselines: Mapping[tuple[str | None, str | None], BaselineView]  # by (model, precision)
     chart: str | None  # the chart's path in the docs source; None when no row was measured
+    model_name: str = ""  # the workload model's name in its family's metadata ("" when no family lists it)
+    model_card: str | None = None  # that family's key: its card is model_cards/<key>.md
 
     @property
     def is_loss(self) -> bool:
@@ -375,6 +377,18 @@ def _row(entry: Mapping[str, Any], record: Any) -> EffectRow:
     )
 
 
+def model_member(builder: str) -> tuple[str, str | None]:
+    """The name of the reference model ``builder`` in its family's metadata and the family's key
+    (whose card is ``model_cards/<key>.md``); ``("", None)`` for a model no family lists."""
+    from algorithms.metadata import load_all_model_families
+
+    for key, family in load_all_model_families().items():
+        for member in family.raw["members"]:
+            if member["builder"] == builder:
+                return member["name"], key
+    return "", None
+
+
 def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, Any]) -> EffectsFile:
     """The view of one validated effects document; ``records`` maps method keys to their metadata
     records (in display order; a key it lacks, a method since removed, is left out)."""
@@ -390,6 +404,7 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
     }
     loads = [r["load_average"][0] for r in document["runs"] if r["load_average"]]
     kinds = {r["memory_kind"] for r in document["runs"] if r["memory_kind"]}
+    model_name, model_card = model_member(settings["model"])
     return EffectsFile(
         file=f"results/effects/{path.name}",
         hardware=env["hardware"],
@@ -408,6 +423,8 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
         rows=rows,
         baselines=baselines,
         chart=(EFFECTS / f"{path.stem}.svg").as_posix() if any(r.measured for r in rows) else None,
+        model_name=model_name,
+        model_card=model_card,
     )
 
 

@@ -62,6 +62,8 @@ class Workload:
     ``image_size`` is for image data, ``seq_len`` for text; ``metric`` is the figure of quality:
     ``accuracy`` (higher is better) or ``loss`` (a language model's validation loss, lower is
     better); ``eval_examples`` evaluates that many held-out examples (evenly spaced) instead of all.
+    ``domain`` is whose methods it measures (default: the workload's own name, ``vision`` or
+    ``nlp``), and ``methods`` narrows them to those keys (default: all of them).
     """
 
     model: str
@@ -77,6 +79,8 @@ class Workload:
     metric: str = "accuracy"
     test_fraction: float | None = None
     schedule: str = "constant"
+    domain: str | None = None
+    methods: tuple[str, ...] | None = None
 
     def options(self, workload: str, seeds: Iterable[int], **changes: Any) -> MeasureOptions:
         """The options of a sweep of this workload (named ``workload``) over ``seeds``, with ``changes``."""
@@ -95,6 +99,27 @@ class Workload:
 # validation loss on 256 held-out windows through Trainer.eval. A run trains in 12 to 35 s on two
 # CPU cores, plus about 4 s to start its process and read the corpus. The baseline's validation
 # loss falls from ln 256 = 5.55 nats per byte (chance) to about 2.9.
+# The torchvision and gpt2 workloads measure the surgery and loss methods on the classes users
+# train, beside the project's small models: torchvision's ResNet-18, unchanged, on the same digits
+# and schedule as the vision workload but upsampled to 32 px (its stride-2 stem and max pooling
+# would leave 2x2 maps of 8 px images); and a Hugging Face GPT2LMHeadModel built from a config of
+# Transformer-tiny's size on the nlp workload's data and steps. A torchvision run trains in about
+# 15 s on one CPU thread (0.2 s a step of 64 images); torchvision needs torch 2.14.1 here, so its
+# sweep runs in the environment of nox -s models.
+SURGERY_AND_LOSS = {
+    "vision": (
+        "blurpool",
+        "cutmix",
+        "factorize",
+        "ghost_batchnorm",
+        "label_smoothing",
+        "mixup",
+        "squeeze_excite",
+        "stochastic_depth",
+        "weight_standardization",
+    ),
+    "nlp": ("alibi", "gated_linear_units", "label_smoothing", "low_precision_layernorm"),
+}
 WORKLOADS: Mapping[str, Workload] = {
     "vision": Workload(
         model="resnet20",
@@ -118,6 +143,33 @@ WORKLOADS: Mapping[str, Workload] = {
         optimizer="adamw",
         eval_examples=256,
         metric="loss",
+    ),
+    "torchvision": Workload(
+        model="torchvision_resnet18",
+        data="digits",
+        image_size=32,
+        epochs=12,
+        batch_size=64,
+        lr=0.1,
+        test_fraction=0.8,
+        schedule="onecycle",
+        domain="vision",
+        methods=SURGERY_AND_LOSS["vision"],
+    ),
+    "gpt2": Workload(
+        model="hf_gpt2_tiny",
+        data="stdlib_text",
+        image_size=None,
+        seq_len=128,
+        epochs=1,
+        max_batches=100,
+        batch_size=32,
+        lr=3e-3,
+        optimizer="adamw",
+        eval_examples=256,
+        metric="loss",
+        domain="nlp",
+        methods=SURGERY_AND_LOSS["nlp"],
     ),
 }
 
@@ -143,6 +195,18 @@ class MeasureOptions:
     test_fraction: float | None = None
     schedule: str = "constant"
     threads: int = 1  # one intra-op thread a run: on shared cores, oversubscribed threads make timings erratic
+    domain: str | None = None  # whose methods: default the workload's name
+    methods: tuple[str, ...] | None = None  # those of them measured: default all
+
+    def method_hparams(self, records: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+        """The methods this sweep measures, by key, with their suggested hyperparameters."""
+        methods = domain_methods(self.domain or self.workload, records)
+        return methods if self.methods is None else {k: h for k, h in methods.items() if k in self.methods}
+
+    def method_workloads(self, records: Mapping[str, Any] | None = None) -> dict[str, tuple[str | None, str | None]]:
+        """:func:`method_workloads` of the methods this sweep measures."""
+        chosen = self.method_hparams(records)
+        return {k: w for k, w in method_workloads(self.domain or self.workload, records).items() if k in chosen}
 
     def settings(self) -> dict[str, Any]:
         """What every run trains: two files merge, or a file is resumed, only when these are equal."""
@@ -595,9 +659,7 @@ def run_measurement(
             raise MeasureError("\n".join(problems + [f"{out}: pass --force to measure afresh into it"]))
     old_runs = list(existing["runs"]) if existing else []
     commands = [*(existing["commands"] if existing else []), options.command]
-    plan = plan_jobs(
-        domain_methods(options.workload, records), options.seeds, method_workloads(options.workload, records)
-    )
+    plan = plan_jobs(options.method_hparams(records), options.seeds, options.method_workloads(records))
     jobs = select_jobs(plan, old_runs, only=only, shard=shard)
     runs = old_runs
     document = None
@@ -718,9 +780,9 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
         problems.append(f"--lr: {args.lr} — must be positive")
     if not args.timeout > 0:
         problems.append(f"--timeout: {args.timeout} — must be positive")
-    methods = domain_methods(args.workload)
+    methods = options.method_hparams()
     known_models = set(compare.model_names())
-    for key, (model, _) in method_workloads(args.workload).items():
+    for key, (model, _) in options.method_workloads().items():
         if model is not None and model not in known_models:
             problems.append(
                 f"algorithms/{key}/metadata.json: workload: model {model!r} is not a reference model "
