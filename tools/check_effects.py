@@ -1,8 +1,10 @@
 """Check the committed effects files as a reader would be misled by them: python tools/check_effects.py [FILE ...].
 
-Every effect carries its interval and a verdict its interval supports; no method whose runs recorded
-no activity is shown as an effect; each row names the commands that measured it; throughput is in
-the workload's unit (images per second, or tokens trained per second for text)."""
+Every effect carries its interval and a verdict that its interval, its estimate and the stated margin
+of practical equivalence support; a quality change's p-value is the paired t-test of its interval,
+and its Holm-adjusted p-value is Holm's correction over the file's methods; no method whose runs
+recorded no activity is shown as an effect; each row names the commands that measured it; throughput
+is in the workload's unit (images per second, or tokens trained per second for text)."""
 
 import sys
 from pathlib import Path

@@ -21,7 +21,10 @@ and a change in the machine's load falls on both; a method and the baseline of t
 share their initial weights and data order. The summary gives, per method, the mean paired
 change in quality with a 95 % t interval, the ratio of median throughputs (images, or tokens
 trained, per second) and of peak memory with 95 % bootstrap intervals, and a verdict for each:
-better, worse, or no detectable difference at this scale (tools/methods_tools/evidence.py).
+better or worse (the interval excludes no change and the estimate lies beyond the figure's margin
+of practical equivalence), no practical difference (the estimate within that margin), or no
+detectable difference at this scale; the quality changes' paired t-test p-values are adjusted
+together by Holm's correction over the file's methods (tools/methods_tools/evidence.py).
 Each run records what the method reported doing (``Trainer.method_log``); a method whose every
 run did nothing is summarized as "did not act", never as an effect.
 
@@ -59,6 +62,12 @@ after every run, and a rerun resumes it:
     python tools/measure_methods.py --only cutmix            # re-measure one method, beside a fresh baseline
     python tools/measure_methods.py --shard 0/4 --out a.json # jobs 0, 4, 8, ... (a job array)
     python tools/measure_methods.py --merge a.json b.json c.json d.json --out results/effects/x.json
+
+When the rules of the summary change (its margins, its verdicts, a new schema version), recompute
+the summaries of effects files from their runs, in place, without running anything; a second run
+changes nothing:
+
+    python tools/measure_methods.py --resummarize results/effects/*.json
 """
 
 from __future__ import annotations

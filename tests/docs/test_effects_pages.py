@@ -1,10 +1,12 @@
 """The measured effects as the site shows them (``methods_tools.effects_pages``): every card's
-snippet and the overview's tables and charts, from effects files of schema version 3.
+snippet and the overview's tables and charts, from effects files of schema version 4.
 
 Every figure reads as evidence: a change or ratio with its 95 % interval and verdict, "no
-detectable difference" first where there is none; a row without an effect shows its reason and no
-number; each row names the command that measured it; every table says it was measured at small
-scale and quotes the figure at scale, escaped."""
+detectable difference" first where there is none, "no practical difference" with its margin, an
+interval's ends with their signs visible, and a quality verdict of better or worse with whether it
+holds after Holm's correction; a row without an effect shows its reason and no number; each row
+names the command that measured it; every table says it was measured at small scale and quotes
+the figure at scale, escaped."""
 
 from __future__ import annotations
 
@@ -83,7 +85,17 @@ SEEDS = [0, 1, 2]
 T_INTERVAL, BOOTSTRAP = "paired t, 95 %", "bootstrap over seed pairs, 95 %"
 
 
-def change(metric: str, change: float, low: float, high: float, verdict: str) -> dict:
+def change(
+    metric: str,
+    change: float,
+    low: float,
+    high: float,
+    verdict: str,
+    *,
+    p_value: float = 0.02,
+    p_holm: float = 0.02,
+    family: int = 1,
+) -> dict:
     return {
         "metric": metric,
         "baseline": 0.9 if metric == "accuracy" else 2.0,
@@ -92,12 +104,24 @@ def change(metric: str, change: float, low: float, high: float, verdict: str) ->
         "high": high,
         "pairs": 3,
         "interval": T_INTERVAL,
+        "margin": 0.001 if metric == "accuracy" else 0.01,
+        "p_value": p_value,
+        "p_holm": p_holm,
+        "holm_family": family,
         "verdict": verdict,
     }
 
 
-def ratio(value: float, low: float, high: float, verdict: str) -> dict:
-    return {"ratio": value, "low": low, "high": high, "pairs": 3, "interval": BOOTSTRAP, "verdict": verdict}
+def ratio(value: float, low: float, high: float, verdict: str, margin: float = 0.01) -> dict:
+    return {
+        "ratio": value,
+        "low": low,
+        "high": high,
+        "pairs": 3,
+        "interval": BOOTSTRAP,
+        "margin": margin,
+        "verdict": verdict,
+    }
 
 
 def entry(
@@ -187,9 +211,9 @@ def document(settings: dict, summary: list[dict], commands=(CMD_A, CMD_B)) -> di
             )
     doc = {
         "$schema": "../../algorithms/effects.schema.json",
-        "schema_version": 3,
+        "schema_version": 4,
         "environment": ENV,
-        "settings": settings,
+        "settings": dict(settings),  # a copy: a test that changes one file's settings changes no other's
         "commands": list(commands),
         "runs": runs,
         "summary": summary,
@@ -245,7 +269,7 @@ def nlp_document() -> dict:
                 "alpha_trick",
                 "measured",
                 CMD_A,
-                quality=change("loss", 0.002, -0.006, 0.009, "no detectable difference"),
+                quality=change("loss", 0.002, -0.006, 0.009, "no detectable difference", p_holm=0.6, family=2),
                 throughput=ratio(1.01, 0.9, 1.1, "no detectable difference"),
                 memory=None,
             ),
@@ -254,7 +278,7 @@ def nlp_document() -> dict:
                 "measured",
                 CMD_A,
                 precision="amp_bf16",
-                quality=change("loss", -0.05, -0.08, -0.02, "better"),
+                quality=change("loss", -0.05, -0.08, -0.02, "better", p_value=0.04, p_holm=0.08, family=2),
                 throughput=ratio(1.42, 1.3, 1.55, "better"),
                 memory=ratio(0.8, 0.75, 0.85, "better"),
             ),
@@ -325,7 +349,8 @@ def table_rows(text: str, key: str) -> list[str]:
 def test_a_measured_row_shows_each_change_with_its_interval_and_verdict(synthetic_metadata, tmp_path):
     out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()})
     text = card(out, "alpha_trick")
-    assert "| Test accuracy, change | +1.2 points (+0.4 to +2.0): better |" in text
+    holds = "holds after Holm's correction over 1 method"
+    assert f"| Test accuracy, change | +1.2 points (+0.4 to +2.0): better; {holds} |" in text
     assert "| Throughput (images/s), ratio | 0.87x (0.83–0.93): slower |" in text
     assert "| Peak memory of the process (resident set), ratio | no detectable difference (0.98–1.03x) |" in text
     assert (
@@ -333,12 +358,13 @@ def test_a_measured_row_shows_each_change_with_its_interval_and_verdict(syntheti
         "(range 1,655–2,497 over 3 seeds) |"
     ) in text
     assert f"| Seed pairs | 3 (change in quality: {T_INTERVAL}; ratios: {BOOTSTRAP}) |" in text
+    assert "| Paired t-test of the change in quality | p = 0.020; Holm-adjusted over 1 method, p = 0.020 |" in text
     assert "| What it did (mean per run) | batches mixed 10 |" in text
     assert "`Thing(p=0.5)`" in text and "`results/effects/vision-test.json`" in text
 
     (row,) = table_rows(overview(out), "alpha_trick")
     assert row == (
-        "| [Alpha Trick](alpha_trick.md) | +1.2 points (+0.4 to +2.0): better | 0.87x (0.83–0.93): slower | "
+        f"| [Alpha Trick](alpha_trick.md) | +1.2 points (+0.4 to +2.0): better; {holds} | 0.87x (0.83–0.93): slower | "
         "no detectable difference (0.98–1.03x) | 3 | none quoted |"
     )
     assert (
@@ -360,7 +386,11 @@ def test_the_workload_line_links_its_models_card_or_names_a_model_no_family_list
 def test_a_language_models_row_is_a_loss_in_nats_and_tokens_per_second(synthetic_metadata, tmp_path):
     out = rendered(synthetic_metadata, tmp_path, {"nlp-test.json": nlp_document()})
     text = card(out, "zeta_method")
-    assert "| Validation loss (lower is better), change | −0.05 nats (−0.08 to −0.02): better |" in text
+    assert (
+        "| Validation loss (lower is better), change | −0.05 nats (−0.08 to −0.02): better; does not hold after "
+        "Holm's correction over 2 methods |" in text
+    )
+    assert "| Paired t-test of the change in quality | p = 0.040; Holm-adjusted over 2 methods, p = 0.080 |" in text
     assert "| Throughput (tokens/s), ratio | 1.42x (1.30–1.55): faster |" in text
     assert "0.80x (0.75–0.85): less memory" in text
     assert "accuracy" not in text.lower()
@@ -395,6 +425,10 @@ def test_no_detectable_difference_reads_first_with_its_interval_not_as_a_number(
     assert cells[1].startswith("no detectable difference (") and cells[2].startswith("no detectable difference (")
 
 
+HOLDS = "holds after Holm's correction over 22 methods"
+FAILS = "does not hold after Holm's correction over 22 methods"
+
+
 @pytest.mark.parametrize(
     ("quality", "expected"),
     [
@@ -402,10 +436,36 @@ def test_no_detectable_difference_reads_first_with_its_interval_not_as_a_number(
             change("accuracy", 0.002, -0.006, 0.009, "no detectable difference"),
             "no detectable difference (−0.6 to +0.9 points)",
         ),
-        (change("accuracy", -0.031, -0.05, -0.012, "worse"), "−3.1 points (−5.0 to −1.2): worse"),
+        (
+            change("accuracy", -0.031, -0.05, -0.012, "worse", p_holm=0.01, family=22),
+            f"−3.1 points (−5.0 to −1.2): worse; {HOLDS}",
+        ),
         (
             change("loss", 0.0004, -0.0003, 0.0011, "no detectable difference"),
             "no detectable difference (−0.0003 to +0.0011 nats)",
+        ),
+        # an end that decided the verdict never reads as zero: not "(−2.0 to 0.0): worse"
+        (
+            change("accuracy", -0.0102, -0.0201, -0.0002, "worse", p_holm=0.64, family=22),
+            f"−1.02 points (−2.01 to −0.02): worse; {FAILS}",
+        ),
+        # nor "(0.0 to +1.5): better"; every figure of the line at the same decimals
+        (
+            change("accuracy", 0.0075, 0.00004, 0.015, "better", p_holm=0.04, family=22),
+            f"+0.750 points (+0.004 to +1.500): better; {HOLDS}",
+        ),
+        # an end of an inconclusive interval shows on which side of zero it lies
+        (
+            change("accuracy", -0.0056, -0.0114, 0.0003, "no detectable difference"),
+            "no detectable difference (−1.14 to +0.03 points)",
+        ),
+        (
+            change("accuracy", 0.0005, 0.0001, 0.0009, "no practical difference"),
+            "+0.05 points (+0.01 to +0.09): no practical difference (within ±0.1 points)",
+        ),
+        (
+            change("loss", 0.004, -0.002, 0.006, "no practical difference"),
+            "+0.004 nats (−0.002 to +0.006): no practical difference (within ±0.01 nats)",
         ),
     ],
 )
@@ -419,10 +479,98 @@ def test_a_quality_change_is_formatted_with_its_interval(quality, expected):
         ("throughput", ratio(1.2, 1.1, 1.3, "better"), "1.20x (1.10–1.30): faster"),
         ("memory", ratio(1.0141, 1.0134, 1.0148, "worse"), "1.014x (1.013–1.015): more memory"),
         ("memory", None, "not measured"),
+        # the end that decided "faster" does not read as 1.00x
+        ("throughput", ratio(1.05, 1.003, 1.1, "better", 0.02), "1.050x (1.003–1.100): faster"),
+        ("throughput", ratio(0.95, 0.9, 0.9996, "worse", 0.02), "0.9500x (0.9000–0.9996): slower"),
+        (
+            "memory",
+            ratio(1.0039, 1.0039, 1.0439, "no practical difference"),
+            "1.004x (1.004–1.044): no practical difference (within ±1 %)",
+        ),
+        (
+            "throughput",
+            ratio(1.0, 0.97, 1.01, "no practical difference", 0.02),
+            "1.000x (0.970–1.010): no practical difference (within ±2 %)",
+        ),
     ],
 )
 def test_a_ratio_is_formatted_with_its_interval(what, value, expected):
     assert effects_pages.ratio_text(value, what) == expected
+
+
+def holm_document() -> dict:
+    """Three measured rows corrected together: Alpha Trick better and holding, Zeta worse but not
+    holding after Holm's correction, Zeta in amp_bf16 no practical difference."""
+    doc = vision_document()
+    rows = [e for e in doc["summary"] if e["status"] in ("baseline", "measured")]
+    rows[1]["quality"] = change("accuracy", 0.012, 0.004, 0.020, "better", p_value=0.004, p_holm=0.012, family=3)
+    rows.append(
+        entry(
+            "zeta_method",
+            "measured",
+            CMD_A,
+            quality=change("accuracy", -0.01, -0.019, -0.001, "worse", p_value=0.03, p_holm=0.06, family=3),
+            throughput=ratio(1.0, 0.9, 1.1, "no detectable difference"),
+            memory=ratio(1.004, 1.002, 1.006, "no practical difference"),
+        )
+    )
+    rows.append(
+        entry(
+            "zeta_method",
+            "measured",
+            CMD_A,
+            precision="amp_bf16",
+            quality=change(
+                "accuracy", 0.0005, 0.0001, 0.0009, "no practical difference", p_value=0.03, p_holm=0.06, family=3
+            ),
+            throughput=ratio(1.0, 0.9, 1.1, "no detectable difference"),
+            memory=None,
+        )
+    )
+    rows.append(baseline(CMD_A, precision="amp_bf16"))
+    return document(VISION, rows)
+
+
+def test_each_file_says_which_quality_verdicts_hold_after_holms_correction(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": holm_document()})
+    page = overview(out)
+    assert (
+        "**Multiple comparisons.** The 3 changes in quality of this file are 3 tests side by side, so some could "
+        "come out better or worse by chance alone; Holm's correction over 3 methods keeps the chance of any false "
+        "verdict among them at 5 %. Of the 2 verdicts of better or worse, 1 holds after it (Alpha Trick) and 1 "
+        "does not (Zeta)."
+    ) in page
+    (zeta, zeta_bf16) = table_rows(page, "zeta_method")
+    assert "−1.0 points (−1.9 to −0.1): worse; does not hold after Holm's correction over 3 methods" in zeta
+    assert "1.004x (1.002–1.006): no practical difference (within ±1 %)" in zeta
+    # no difference is claimed, so there is nothing to correct
+    assert "+0.05 points (+0.01 to +0.09): no practical difference (within ±0.1 points) |" in zeta_bf16
+    assert "Holm" not in zeta_bf16
+    landing = " ".join(out[Path("tables/landing.rst.inc")].split())
+    assert rst_text(
+        "After Holm's correction over 3 methods, 1 of these 2 changes in test accuracy hold (Alpha Trick)."
+    ) in (landing)
+    chart = out[Path("tables/effects/vision-test.svg")]
+    assert ">no practical difference<" in chart and ">no detectable difference<" in chart
+
+
+def test_the_measurements_page_states_every_margin_the_verdicts_use(synthetic_metadata, tmp_path):
+    from methods_tools.evidence import MARGIN_REASONS
+
+    s = site(synthetic_metadata, tmp_path, {})
+    page = render_measurements(s, matrices=[])[Path("tables/measurements/verdicts.md.inc")]
+    rows = [line for line in page.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        ["| Change in test accuracy", "±0.1 points"],
+        ["| Change in a language model's validation loss", "±0.01 nats"],
+        ["| Throughput, ratio", "±2 %"],
+        ["| Peak memory, ratio", "±1 %"],
+    ]
+    for reason in MARGIN_REASONS.values():
+        assert md_text(reason) in page
+    assert "±0.1 points of accuracy, ±0.01 nats of loss, ±2 % of throughput and ±1 % of memory" in overview(
+        rendered(synthetic_metadata, tmp_path, {"vision-test.json": vision_document()})
+    )
 
 
 # --------------------------------------------------------------------------------------------- (a) no effect

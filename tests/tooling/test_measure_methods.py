@@ -1,6 +1,7 @@
-"""tools/measure_methods.py: its options, resuming, --only, --shard and --merge (with a fake runner
-that trains nothing), both workloads, methods measured on their own model and precision, the
-evidence in the summary (paired intervals, verdicts, did not act, failed), and real runs of the
+"""tools/measure_methods.py: its options, resuming, --only, --shard, --merge and --resummarize (with a
+fake runner that trains nothing), both workloads, methods measured on their own model and precision,
+the evidence in the summary (paired intervals, verdicts against margins of practical equivalence,
+paired t-test p-values with Holm's correction, did not act, failed), and real runs of the
 harness that show what it measures: EMA's averaged weights scored on text, tokens counted for
 ALiBi, Layer Freezing recorded as not acting. The sweep tests use synthetic method records, so they
 do not depend on the library's metadata."""
@@ -15,7 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from methods_tools import compare, measure
+import scipy.stats
+from methods_tools import compare, evidence, measure
 from methods_tools.results import discover_effects, discover_results, effects_problems, load_effects
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -230,7 +232,7 @@ def test_a_sweep_writes_paired_intervals_and_verdicts(tmp_path):
     runner = FakeRunner(fail={"mixup"})
     lines = []
     document = _measure(out, runner, progress=lines.append)
-    assert load_effects(out) == document and document["schema_version"] == 3
+    assert load_effects(out) == document and document["schema_version"] == 4
     assert len(runner.jobs) == 3 * (1 + len(METHODS))
     assert any("cutmix seed 0: ok" in line for line in lines) and any("epoch 1/1" in line for line in lines)
     summary = {entry["method"]: entry for entry in document["summary"]}
@@ -242,12 +244,27 @@ def test_a_sweep_writes_paired_intervals_and_verdicts(tmp_path):
     assert quality["change"] == pytest.approx(-0.05, abs=1e-12)
     assert (quality["low"], quality["high"]) == pytest.approx((-0.05 - half, -0.05 + half), abs=1e-9)
     assert quality["verdict"] == "worse" and quality["pairs"] == 3 and quality["metric"] == "accuracy"
-    assert quality["baseline"] == pytest.approx(0.91)
+    assert quality["baseline"] == pytest.approx(0.91) and quality["margin"] == 0.001
+    # the paired t-test of the same pairs: t = -0.05 / (0.01 / sqrt(3)) with 2 degrees of freedom
+    p_value = 2 * scipy.stats.t.sf(0.05 / (0.01 / math.sqrt(3)), 2)
+    assert quality["p_value"] == pytest.approx(p_value, rel=1e-6)
+    # Holm over the four measured methods (mixup failed), whose p-values here are equal: each times 4,
+    # 0.052, so the verdict of each alone (p 0.013) does not hold for the four together
+    assert {e["method"] for e in document["summary"] if e["quality"]} == {
+        "cutmix",
+        "cutout",
+        "label_smoothing",
+        "wide_trick",
+    }
+    assert quality["holm_family"] == 4 and quality["p_holm"] == pytest.approx(4 * p_value, rel=1e-6)
+    assert evidence.holds_after_correction(quality) is False
     # throughput: the ratio of medians, 81 / 101, and every resample of these pairs lies in [80/100, 82/102]
     speed = cutmix["throughput"]
     assert speed["ratio"] == pytest.approx(81 / 101)
     assert 80 / 100 - 1e-12 <= speed["low"] <= speed["ratio"] <= speed["high"] <= 82 / 102 + 1e-12
-    assert speed["verdict"] == "worse"
+    assert speed["verdict"] == "worse" and speed["margin"] == 0.02
+    # the same memory in every pair: a ratio of exactly 1, within its margin
+    assert cutmix["memory"]["ratio"] == 1.0 and cutmix["memory"]["verdict"] == "no practical difference"
     assert cutmix["activity"] == {"things_done": 5} and cutmix["commands"] == ["python tools/measure_methods.py"]
     assert cutmix["hparams"] == METHODS["cutmix"]
     # every run failed: shown as failed, with the reason, and no effect
@@ -282,15 +299,92 @@ def test_the_schema_refuses_an_effect_without_its_interval_or_a_did_not_act_row_
 
 
 def test_no_detectable_difference_when_the_interval_spans_zero():
-    from methods_tools import evidence
-
-    result = evidence.paired_change([0.91, 0.89, 0.93], [0.90, 0.90, 0.90], higher_is_better=True)
+    result = evidence.paired_change([0.91, 0.89, 0.93], [0.90, 0.90, 0.90], higher_is_better=True, margin=0.001)
     assert result["low"] < 0 < result["high"] and result["verdict"] == "no detectable difference"
-    assert evidence.paired_change([1.0], [0.5], higher_is_better=True) is None  # one pair: no interval
+    assert evidence.paired_change([1.0], [0.5], higher_is_better=True, margin=0.001) is None  # one pair: no interval
     # a loss that falls in every pair is better
-    assert evidence.paired_change([1.8, 1.7, 1.9], [2.0, 1.95, 2.1], higher_is_better=False)["verdict"] == "better"
-    ratio = evidence.ratio_of_medians([99.0, 101.0, 100.0, 98.0], [100.0, 99.0, 101.0, 100.0], higher_is_better=True)
+    falls = evidence.paired_change([1.8, 1.7, 1.9], [2.0, 1.95, 2.1], higher_is_better=False, margin=0.01)
+    assert falls["verdict"] == "better"
+    ratio = evidence.ratio_of_medians(
+        [99.0, 101.0, 100.0, 98.0], [100.0, 99.0, 101.0, 100.0], higher_is_better=True, margin=0.02
+    )
     assert ratio["low"] <= 1.0 <= ratio["high"] and ratio["verdict"] == "no detectable difference"
+    # the interval spans 1x and lies within ±2 %: no practical difference
+    close = evidence.ratio_of_medians(
+        [99.5, 100.5, 100.0, 99.8], [100.0, 99.7, 100.3, 100.0], higher_is_better=True, margin=0.02
+    )
+    assert 0.98 <= close["low"] <= 1.0 <= close["high"] <= 1.02 and close["verdict"] == "no practical difference"
+    wide = evidence.ratio_of_medians([80.0, 120.0, 100.0, 90.0], [100.0] * 4, higher_is_better=True, margin=0.02)
+    assert wide["low"] < 0.98 and wide["verdict"] == "no detectable difference"
+
+
+# (low, high, estimate) of a change in accuracy against no change 0 and a margin of 0.001 (a tenth of a point)
+@pytest.mark.parametrize(
+    ("low", "high", "estimate", "expected"),
+    [
+        (0.004, 0.020, 0.012, "better"),  # the interval above zero, the estimate beyond the margin
+        (-0.020, -0.0002, -0.010, "worse"),  # an end only just below zero still decides
+        (0.0001, 0.0009, 0.0005, "no practical difference"),  # detected, but within the margin
+        (-0.0008, 0.0009, 0.0001, "no practical difference"),  # the whole interval within the margin
+        (0.0002, 0.004, 0.0008, "no practical difference"),  # detected; the estimate within it, not the interval
+        (-0.006, 0.009, 0.002, "no detectable difference"),  # spans zero and the margin
+        (-0.0005, 0.004, 0.0018, "no detectable difference"),  # spans zero, the estimate beyond the margin
+    ],
+)
+def test_a_verdict_needs_the_interval_beyond_no_change_and_the_estimate_beyond_the_margin(
+    low, high, estimate, expected
+):
+    assert evidence.verdict(low, high, estimate, null=0.0, margin=0.001, higher_is_better=True) == expected
+    flipped = {"better": "worse", "worse": "better"}.get(expected, expected)  # a loss: lower is better
+    assert evidence.verdict(low, high, estimate, null=0.0, margin=0.001, higher_is_better=False) == flipped
+
+
+def test_a_ratio_of_1_003_is_no_practical_difference_in_memory():
+    """The memory ratio the fact-check found labelled "more memory": 0.3 % is within the 1 % margin."""
+    margin = evidence.MARGINS["memory"]
+    assert evidence.verdict(1.0013, 1.0045, 1.0026, null=1.0, margin=margin, higher_is_better=False) == (
+        "no practical difference"
+    )
+    assert evidence.verdict(1.0124, 1.0157, 1.0139, null=1.0, margin=margin, higher_is_better=False) == "worse"
+    assert evidence.verdict(
+        0.85, 0.90, 0.87, null=1.0, margin=evidence.MARGINS["throughput"], higher_is_better=True
+    ) == ("worse")
+
+
+def test_the_p_value_is_scipys_paired_t_test_of_the_same_pairs():
+    method, base = [0.93, 0.95, 0.91, 0.96, 0.94], [0.92, 0.93, 0.92, 0.94, 0.92]
+    expected = scipy.stats.ttest_rel(method, base).pvalue
+    assert evidence.paired_p_value(method, base) == pytest.approx(expected, rel=1e-12)
+    # by hand: differences 0.01, 0.02, -0.01, 0.02, 0.02: mean 0.012, sd sqrt(0.00017), t with 4 df
+    t = 0.012 / (math.sqrt(0.00017) / math.sqrt(5))
+    assert evidence.paired_p_value(method, base) == pytest.approx(2 * scipy.stats.t.sf(t, 4), rel=1e-9)
+    result = evidence.paired_change(method, base, higher_is_better=True, margin=0.001)
+    assert result["p_value"] == pytest.approx(expected, rel=1e-12)
+    # the interval excludes zero exactly when the p-value is below 0.05 (the same test)
+    assert (result["low"] > 0) == (result["p_value"] < 0.05)
+    # no spread: every difference zero is p = 1, a constant non-zero difference p = 0
+    assert evidence.paired_p_value([1.0, 2.0], [1.0, 2.0]) == 1.0
+    assert evidence.paired_p_value([1.5, 2.5], [1.0, 2.0]) == 0.0
+
+
+def test_holms_correction_matches_a_worked_example():
+    """Four p-values 0.01, 0.04, 0.03, 0.005: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 are
+    0.02, 0.03, 0.06, 0.04, and each is raised to the largest before it: 0.02, 0.03, 0.06, 0.06.
+    At 5 %, the two smallest hold; Bonferroni (times 4) would keep only 0.005."""
+    assert evidence.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert evidence.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert evidence.holm([0.02]) == [0.02]  # a family of one is not corrected
+    assert evidence.holm([]) == []
+    quality = {"verdict": "better", "p_holm": 0.03}
+    assert evidence.holds_after_correction(quality) is True
+    assert evidence.holds_after_correction({**quality, "p_holm": 0.06}) is False
+    assert evidence.holds_after_correction({"verdict": "no practical difference", "p_holm": 0.001}) is None
+
+
+def test_the_schema_holds_every_verdict_the_code_can_give():
+    schema = json.loads((REPO_ROOT / "algorithms" / "effects.schema.json").read_text(encoding="utf-8"))
+    assert tuple(schema["$defs"]["interval"]["properties"]["verdict"]["enum"]) == evidence.VERDICTS
+    assert schema["properties"]["schema_version"]["const"] == measure.SCHEMA_VERSION
 
 
 def test_a_rerun_resumes_and_only_remeasures_one_method_beside_its_baseline(tmp_path):
@@ -697,6 +791,113 @@ def test_the_check_names_each_way_a_file_would_mislead_a_reader(tmp_path):
         cwd=REPO_ROOT,
     )
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == len(problems)
+
+
+def test_the_check_refuses_a_margin_a_p_value_or_a_holm_correction_that_its_pairs_do_not_give(tmp_path):
+    from methods_tools import evidence
+
+    document = _measure(tmp_path / "v.json", FakeRunner())
+    broken = json.loads(json.dumps(document))
+    rows = {e["method"]: (i, e) for i, e in enumerate(broken["summary"])}
+    i, cutmix = rows["cutmix"]
+    cutmix["quality"]["margin"] = 0.1  # ten points, not the stated margin: with it the verdict no longer follows
+    j, cutout = rows["cutout"]
+    cutout["quality"]["p_value"] = 0.5  # not the t-test of its interval (nor the input of its Holm p-value)
+    k, smoothing = rows["label_smoothing"]
+    smoothing["quality"]["holm_family"] = 2  # corrected over fewer methods than the file has
+    problems = evidence.document_problems(broken, "v.json")
+    expected = [
+        f"v.json: /summary/{i}/quality/margin: 0.1, not the margin of practical equivalence stated for it (0.001) — "
+        "recompute the summary from its runs: python tools/measure_methods.py --resummarize v.json",
+        f"v.json: /summary/{i}/quality/verdict: 'worse', but its interval [-0.07484, -0.02516], estimate -0.05 and "
+        "margin 0.1 say 'no practical difference'",
+        f"v.json: /summary/{j}/quality/p_value: 0.5, but the paired t-test of its interval gives 0.0130",
+        f"v.json: /summary/{j}/quality: Holm-adjusted p-value",
+        f"v.json: /summary/{k}/quality: Holm-adjusted p-value 0.0653623 over 2 methods, but Holm's correction "
+        "over the file's 5 gives",
+    ]
+    for start in expected:
+        assert sum(p.startswith(start) for p in problems) == 1, (start, problems)
+    # every row's Holm p-value is recomputed over the whole family: cutout's false p-value moves the others
+    assert len(problems) >= len(expected)
+
+
+def _version_3(document: dict) -> dict:
+    """``document`` as schema version 3 wrote it: the same runs, a summary without margins, p-values
+    or Holm's correction, and its verdicts as the interval alone gave them."""
+    old = json.loads(json.dumps(document))
+    old["schema_version"] = 3
+    for entry in old["summary"]:
+        for field in ("quality", "throughput", "memory"):
+            figure = entry[field]
+            if figure is None:
+                continue
+            for name in ("margin", "p_value", "p_holm", "holm_family"):
+                figure.pop(name, None)
+            null = 0.0 if field == "quality" else 1.0
+            if not (figure["low"] > null or figure["high"] < null):
+                figure["verdict"] = "no detectable difference"
+    return old
+
+
+def test_resummarize_recomputes_a_files_summary_from_its_runs_in_place_and_twice_changes_nothing(tmp_path, capsys):
+    document = _measure(tmp_path / "v.json", FakeRunner(idle={"cutout"}))
+    path = tmp_path / "results" / "old.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(_version_3(document), indent=2) + "\n")
+    with pytest.raises(Exception, match="schema_version: 3 is no longer read .* --resummarize"):
+        load_effects(path)
+    assert measure.main(["--resummarize", str(path)]) == 0
+    first = path.read_text()
+    assert json.loads(first) == document  # the summary the sweep wrote, from the same runs
+    assert load_effects(path)["runs"] == document["runs"]
+    out = capsys.readouterr().out
+    assert f"{path}: summary recomputed from {len(document['runs'])} runs, schema version 4;" in out
+    assert "cutmix: memory no detectable difference -> no practical difference" in out
+    assert [p.name for p in path.parent.iterdir()] == ["old.json"]  # written through a temporary file, renamed
+    mtime = path.stat().st_mtime_ns
+    assert measure.main(["--resummarize", str(path)]) == 0
+    assert path.read_text() == first and path.stat().st_mtime_ns == mtime
+    assert "summary up to date" in capsys.readouterr().out
+
+
+def test_resummarize_refuses_what_it_cannot_read_and_writes_nothing(tmp_path, capsys):
+    document = _measure(tmp_path / "v.json", FakeRunner())
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_version_3(document)))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema_version": 3,\n "runs": [}')
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**document, "schema_version": 2}))
+    broken = tmp_path / "broken.json"
+    runs = json.loads(json.dumps(document))
+    del runs["runs"][0]["seed"]
+    broken.write_text(json.dumps(runs))
+    before = good.read_text()
+    assert measure.main(["--resummarize", str(good), str(bad), str(old), str(broken)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"{bad}:2: not valid JSON")
+    assert err[1].startswith(f"{old}: /schema_version: 2 is no longer read") and "measure again" in err[1]
+    assert err[2].startswith(f"{broken}: /runs/0: 'seed' is a required property")
+    assert err[-1] == "nothing written" and good.read_text() == before
+    assert measure.main(["--resummarize", str(good), "--only", "cutmix", "--epochs", "3", "--force"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "--only: not with --resummarize, which runs nothing",
+        "--epochs: not with --resummarize, which runs nothing",
+        "--force: not with --resummarize, which rewrites only the summary of the files it names",
+    ]
+
+
+@pytest.mark.slow
+def test_the_committed_effects_files_summaries_are_what_their_runs_give():
+    """Every committed effects file is up to date: recomputing its summary from its runs gives its
+    text (its bootstrap intervals too, which tools/check_effects.py does not recompute)."""
+    paths = discover_effects()
+    if not paths:
+        pytest.skip("no effects file is committed")
+    for path in paths:
+        text, _, changed = measure.resummarized(path)
+        assert changed == [] and text == path.read_text(encoding="utf-8"), path
 
 
 @pytest.mark.slow

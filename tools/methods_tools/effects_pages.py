@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
-from .evidence import NO_DIFFERENCE, activity_text
+from .evidence import (
+    MARGIN_REASONS,
+    MARGINS,
+    NO_DIFFERENCE,
+    NO_PRACTICAL_DIFFERENCE,
+    VERDICT_WORDS,
+    activity_text,
+    holds_after_correction,
+)
 from .markup import literal
 from .training_pages import ChartError
 
@@ -45,6 +53,8 @@ __all__ = [
     "EffectRow",
     "EffectsFile",
     "at_scale_of",
+    "margin_rows",
+    "margins_text",
     "effects_file",
     "effects_views",
     "overview_effects",
@@ -62,11 +72,9 @@ STATUS_LABELS = {
     "not_applicable": "not applicable here",
     "failed": "failed",
 }
-#: What a ratio's verdict means, for throughput and for memory.
-RATIO_VERDICTS = {
-    "throughput": {"better": "faster", "worse": "slower"},
-    "memory": {"better": "less memory", "worse": "more memory"},
-}
+# Beyond this many decimals an end that still rounds to no change is shown as it rounds: no
+# measured figure here comes that close to it.
+MOST_DECIMALS = 8
 
 
 # --------------------------------------------------------------------------------------------- numbers
@@ -93,31 +101,105 @@ def _decimals(low: float, high: float, minimum: int, maximum: int) -> int:
     return decimals
 
 
+def _showing_sign(values: Sequence[float], null: float, decimals: int) -> int:
+    """``decimals``, or more (up to :data:`MOST_DECIMALS`) until every value of ``values`` that is
+    not ``null`` reads as not ``null``: an interval's end that decided a verdict never shows as
+    "0.0" or "1.00x", and every end shows on which side of no change it lies."""
+    while decimals < MOST_DECIMALS and any(v != null and float(f"{v:.{decimals}f}") == null for v in values):
+        decimals += 1
+    return decimals
+
+
 def quality_unit(metric: str) -> tuple[float, str, int]:
     """How a change in ``metric`` is shown: its scale, its unit and the fewest decimals."""
     return (100.0, "points", 1) if metric == "accuracy" else (1.0, "nats", 2)
 
 
+def margin_text(field: str, figure: Mapping[str, Any]) -> str:
+    """``±0.1 points``, ``±0.01 nats``, ``±1 %``: the margin of practical equivalence ``figure``'s
+    verdict used, in the unit the figure is shown in."""
+    if field == "quality":
+        scale, unit, _ = quality_unit(figure["metric"])
+        return f"\u00b1{figure['margin'] * scale:g} {unit}"
+    return f"\u00b1{figure['margin'] * 100:g} %"
+
+
+def margin_rows() -> list[tuple[str, str, str]]:
+    """``(figure, margin, why)`` for every margin of practical equivalence, as the measurements page
+    states them (:data:`.evidence.MARGINS` and :data:`.evidence.MARGIN_REASONS`)."""
+    figures = {
+        "accuracy": ("Change in test accuracy", "quality", {"metric": "accuracy"}),
+        "loss": ("Change in a language model's validation loss", "quality", {"metric": "loss"}),
+        "throughput": ("Throughput, ratio", "throughput", {}),
+        "memory": ("Peak memory, ratio", "memory", {}),
+    }
+    return [
+        (label, margin_text(field, {**extra, "margin": MARGINS[key]}), MARGIN_REASONS[key])
+        for key, (label, field, extra) in figures.items()
+    ]
+
+
+def margins_text() -> str:
+    """Every margin of practical equivalence (:data:`.evidence.MARGINS`) as the pages state them:
+    ``±0.1 points of accuracy, ±0.01 nats of loss, ±2 % of throughput and ±1 % of memory``."""
+    accuracy, loss = ({"metric": m, "margin": MARGINS[m]} for m in ("accuracy", "loss"))
+    return (
+        f"{margin_text('quality', accuracy)} of accuracy, {margin_text('quality', loss)} of loss, "
+        f"{margin_text('throughput', {'margin': MARGINS['throughput']})} of throughput and "
+        f"{margin_text('memory', {'margin': MARGINS['memory']})} of memory"
+    )
+
+
+def holm_text(quality: Mapping[str, Any]) -> str:
+    """``holds after Holm's correction over 22 methods`` (or ``does not hold ...``) for a verdict
+    of better or worse; "" for any other, which claims no difference."""
+    holds = holds_after_correction(quality)
+    if holds is None:
+        return ""
+    return f"{'holds' if holds else 'does not hold'} after Holm's correction over {_methods(quality['holm_family'])}"
+
+
 def quality_text(quality: Mapping[str, Any]) -> str:
-    """``+1.2 points (+0.4 to +2.0): better``, or ``no detectable difference (−0.6 to +0.9 points)``."""
+    """``+1.2 points (+0.4 to +2.0): better; holds after Holm's correction over 22 methods``,
+    ``+0.05 points (+0.01 to +0.09): no practical difference (within ±0.1 points)``, or ``no
+    detectable difference (−0.6 to +0.9 points)``."""
     scale, unit, minimum = quality_unit(quality["metric"])
     low, high, change = (quality[k] * scale for k in ("low", "high", "change"))
-    decimals = _decimals(low, high, minimum, 4)
+    shown = (low, high) if quality["verdict"] == NO_DIFFERENCE else (low, high, change)
+    decimals = _showing_sign(shown, 0.0, _decimals(low, high, minimum, 4))
     interval = f"{_signed(low, decimals)} to {_signed(high, decimals)}"
     if quality["verdict"] == NO_DIFFERENCE:
         return f"{NO_DIFFERENCE} ({interval} {unit})"
-    return f"{_signed(change, decimals)} {unit} ({interval}): {quality['verdict']}"
+    figure = f"{_signed(change, decimals)} {unit} ({interval})"
+    if quality["verdict"] == NO_PRACTICAL_DIFFERENCE:
+        return f"{figure}: {NO_PRACTICAL_DIFFERENCE} (within {margin_text('quality', quality)})"
+    return f"{figure}: {VERDICT_WORDS['quality'][quality['verdict']]}; {holm_text(quality)}"
 
 
 def ratio_text(ratio: Mapping[str, Any] | None, what: str) -> str:
-    """``0.87x (0.83–0.93): slower``, or ``no detectable difference (0.90–1.10x)``; ``not measured``."""
+    """``0.87x (0.83–0.93): slower``, ``1.004x (1.002–1.006): no practical difference (within
+    ±1 %)``, or ``no detectable difference (0.90–1.10x)``; ``not measured``."""
     if ratio is None:
         return "not measured"
-    decimals = _decimals(ratio["low"], ratio["high"], 2, 3)
+    shown = (ratio["low"], ratio["high"]) + (() if ratio["verdict"] == NO_DIFFERENCE else (ratio["ratio"],))
+    decimals = _showing_sign(shown, 1.0, _decimals(ratio["low"], ratio["high"], 2, 3))
     interval = f"{ratio['low']:.{decimals}f}\u2013{ratio['high']:.{decimals}f}"
     if ratio["verdict"] == NO_DIFFERENCE:
         return f"{NO_DIFFERENCE} ({interval}x)"
-    return f"{ratio['ratio']:.{decimals}f}x ({interval}): {RATIO_VERDICTS[what][ratio['verdict']]}"
+    figure = f"{ratio['ratio']:.{decimals}f}x ({interval})"
+    if ratio["verdict"] == NO_PRACTICAL_DIFFERENCE:
+        return f"{figure}: {NO_PRACTICAL_DIFFERENCE} (within {margin_text(what, ratio)})"
+    return f"{figure}: {VERDICT_WORDS[what][ratio['verdict']]}"
+
+
+def _methods(count: int) -> str:
+    """``1 method``, ``22 methods``."""
+    return f"{count} method{'s' if count != 1 else ''}"
+
+
+def _p(value: float) -> str:
+    """``= 0.046``, ``< 0.001``: a p-value as the pages show it."""
+    return "< 0.001" if value < 0.001 else f"= {value:.3f}"
 
 
 def _count(value: float) -> str:
@@ -169,6 +251,18 @@ class EffectRow:
     @property
     def status_label(self) -> str:
         return STATUS_LABELS[self.status]
+
+    @property
+    def test(self) -> str | None:
+        """``p = 0.046; Holm-adjusted over 22 methods, p = 0.644``: the paired t-test of its change
+        in quality, before and after Holm's correction; None without an effect."""
+        if not self.measured:
+            return None
+        quality = self.number["quality"]
+        return (
+            f"p {_p(quality['p_value'])}; Holm-adjusted over {_methods(quality['holm_family'])}, "
+            f"p {_p(quality['p_holm'])}"
+        )
 
     @property
     def variant(self) -> str:
@@ -256,6 +350,21 @@ class EffectsFile:
         return tuple(sorted(self.measured, key=lambda r: (-sign * r.number["quality"]["change"], r.label)))
 
     @property
+    def holm_family(self) -> int:
+        """How many methods its quality changes were corrected over (Holm's correction): its measured rows."""
+        return len(self.measured)
+
+    @property
+    def holm_holds(self) -> tuple[EffectRow, ...]:
+        """Its rows whose quality verdict of better or worse holds after Holm's correction."""
+        return tuple(r for r in self.chart_rows if holds_after_correction(r.number["quality"]) is True)
+
+    @property
+    def holm_fails(self) -> tuple[EffectRow, ...]:
+        """Its rows whose quality verdict of better or worse does not hold after Holm's correction."""
+        return tuple(r for r in self.chart_rows if holds_after_correction(r.number["quality"]) is False)
+
+    @property
     def commands(self) -> tuple[str, ...]:
         """Every command that measured a row of it, once, in the order the rows name them."""
         return tuple(dict.fromkeys(c for r in (*self.baselines.values(), *self.rows) for c in r.commands))
@@ -297,10 +406,18 @@ class EffectsFile:
             ]
             if ratios:
                 speed.append(f"{_names(ratios)} ran {word}")
+        claimed = len(self.holm_holds) + len(self.holm_fails)
+        corrected = (
+            f" After Holm's correction over {_methods(self.holm_family)}, {len(self.holm_holds)} of these "
+            f"{claimed} changes in {moved} hold"
+            + (f" ({_names([r.label for r in self.holm_holds])})." if self.holm_holds else ".")
+            if claimed
+            else ""
+        )
         return (
             f"{self.workload_label} workload, {self.settings['model']} on {self.settings['data']}: of "
             f"{len(rows)} methods measured, {'; '.join(quality) or f'none changed the {moved} detectably'}; "
-            f"{', '.join(speed) or 'none changed the throughput detectably'}."
+            f"{', '.join(speed) or 'none changed the throughput detectably'}.{corrected}"
         )
 
     @property
@@ -497,8 +614,10 @@ _RATIO_TICKS = (
     50.0,
     100.0,
 )
-_COLOURS = {"better": "#1a7f37", "worse": "#c0392b", NO_DIFFERENCE: "#57606a"}
-_MARKERS = {"better": "o", "worse": "s", NO_DIFFERENCE: "o"}
+# by verdict: filled where the verdict says how large the change is, hollow where nothing was detected
+_COLOURS = {"better": "#1a7f37", "worse": "#c0392b", NO_PRACTICAL_DIFFERENCE: "#57606a", NO_DIFFERENCE: "#57606a"}
+_MARKERS = {"better": "o", "worse": "s", NO_PRACTICAL_DIFFERENCE: "D", NO_DIFFERENCE: "o"}
+_LEGEND = ("better", "worse", NO_PRACTICAL_DIFFERENCE, NO_DIFFERENCE)  # in two columns: the verdicts, then the others
 
 
 def _ratio_ticks(low: float, high: float, most: int = 4) -> list[float]:
@@ -550,11 +669,12 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
     """A forest plot of ``view``'s measured rows (the best change in quality at the top): the change
     in quality with its 95 % interval (a zero line) beside the throughput ratio on a log axis with
     its 95 % interval (a 1x line), the rows sharing the method axis, each point coloured and shaped
-    by its verdict (hollow: no detectable difference); the rows without an effect are listed under
-    it, not plotted. Every text is measured and wrapped, and the layout is set in inches from those
-    measures, so that nothing is cut off or overlaps; each row is as tall as its label, and a tall
-    chart repeats its axes' ticks above the first row. 4.3 inches wide, so that its 10 pt text still
-    reads at about 9 pt in a phone's 358 px column. Identical bytes for identical input."""
+    by its verdict (a grey diamond: no practical difference; hollow: no detectable difference); the
+    rows without an effect are listed under it, not plotted. Every text is measured and wrapped, and
+    the layout is set in inches from those measures, so that nothing is cut off or overlaps; each row
+    is as tall as its label, and a tall chart repeats its axes' ticks above the first row. 4.3
+    inches wide, so that its 10 pt text still reads at about 9 pt in a phone's 358 px column.
+    Identical bytes for identical input."""
     plt = pyplot("the effects chart needs it", ChartError)
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator
@@ -609,7 +729,7 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         # a tall chart repeats the axes' ticks above its first row, where a phone's screen shows them
         ticks_above = len(rows) > 8
         top = margin + len(title) * line + 0.14 + max(map(len, panels)) * line + 0.08 + (line + 0.08) * ticks_above
-        legend_h = line + 0.1
+        legend_h = 2 * line + 0.1  # two rows of verdicts
         bottom = margin + len(others) * line + (0.08 if others else 0) + legend_h + 0.12 + line + 0.06
         height = top + plot_h + bottom
         fig.set_size_inches(width, height)
@@ -692,13 +812,13 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
                 label=v,
                 markerfacecolor="white" if v == NO_DIFFERENCE else _COLOURS[v],
             )
-            for v in ("better", "worse", NO_DIFFERENCE)
+            for v in _LEGEND
         ]
         legend_y = margin + len(others) * line + (0.08 if others else 0)
         fig.legend(
             handles=handles,
             loc="lower left",
-            ncol=3,
+            ncol=2,
             frameon=False,
             handlelength=1.5,
             columnspacing=1.0,
@@ -713,7 +833,9 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
 
 
 # a change to the drawing redraws every chart
-_DRAWING_CODE = "".join(inspect.getsource(f) for f in (_ratio_ticks, _wrap, _quality_limits, _draw_chart))
+_DRAWING_CODE = "".join(inspect.getsource(f) for f in (_ratio_ticks, _wrap, _quality_limits, _draw_chart)) + repr(
+    (_COLOURS, _MARKERS, _LEGEND)
+)
 
 
 # --------------------------------------------------------------------------------------------- render

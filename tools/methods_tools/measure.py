@@ -15,6 +15,7 @@ The file is written after every job, so a run that stops can be resumed: jobs wh
 the file (same method, seed and hyperparameters, status ok) are skipped. ``only`` re-measures
 the named methods (and the baseline of a seed that has none); ``shard = (K, N)`` runs jobs K,
 K+N, K+2N, ... of the full list, and :func:`merge_documents` joins the pieces.
+:func:`resummarize_files` recomputes the summaries of written files from their runs, nothing re-run.
 
 Nothing here imports torch until a job runs.
 """
@@ -29,7 +30,7 @@ from typing import Any
 
 from . import compare, evidence
 from .files import write_atomic
-from .results import EFFECTS_DIR, ResultsError, effects_problems, load_effects
+from .results import EFFECTS_DIR, ResultsError, effects_problems, effects_runs_problems, load_effects
 
 __all__ = [
     "BASELINE",
@@ -42,12 +43,15 @@ __all__ = [
     "merge_documents",
     "method_workloads",
     "plan_jobs",
+    "resummarize_files",
+    "resummarized",
     "run_measurement",
     "select_jobs",
     "summarize",
 ]
 
 BASELINE = "baseline"
+SCHEMA_VERSION = 4  # algorithms/effects.schema.json
 Progress = Callable[[str], None]
 
 
@@ -441,7 +445,9 @@ def _method_order(method: str, model: str | None = None, precision: str | None =
 
 def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per baseline, then per method, on its model and precision: the evidence over the seeds where
-    both it and its baseline ran (:mod:`methods_tools.evidence`), or why it has none.
+    both it and its baseline ran (:mod:`methods_tools.evidence`), or why it has none. The quality
+    changes of every method row form one family, whose p-values are adjusted by Holm's correction
+    (``p_holm``, over ``holm_family`` methods).
 
     A method whose every run recorded no activity *did not act*; a method whose runs all failed
     (or were not applicable) is shown so, with the first reason."""
@@ -515,15 +521,22 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
             )
             continue
         quality = evidence.paired_change(
-            [r[metric] for r, _ in paired], [b[metric] for _, b in paired], higher_is_better=higher
+            [r[metric] for r, _ in paired],
+            [b[metric] for _, b in paired],
+            higher_is_better=higher,
+            margin=evidence.margin_of("quality", metric),
         )
         speed = evidence.ratio_of_medians(
-            [r["throughput"] for r, _ in paired], [b["throughput"] for _, b in paired], higher_is_better=True
+            [r["throughput"] for r, _ in paired],
+            [b["throughput"] for _, b in paired],
+            higher_is_better=True,
+            margin=evidence.margin_of("throughput", metric),
         )
         memory = evidence.ratio_of_medians(
             [r["peak_memory_bytes"] for r, _ in paired],
             [b["peak_memory_bytes"] for _, b in paired],
             higher_is_better=False,
+            margin=evidence.margin_of("memory", metric),
         )
         if quality is None or speed is None:
             summary.append(
@@ -545,6 +558,10 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
                 "memory": memory,
             }
         )
+    # Holm's correction over the file's family: every method row with a change in quality
+    family = [entry["quality"] for entry in summary if entry["quality"] is not None]
+    for quality, adjusted in zip(family, evidence.holm([q["p_value"] for q in family]), strict=True):
+        quality.update(p_holm=adjusted, holm_family=len(family))
     return summary
 
 
@@ -563,7 +580,7 @@ def build_document(
     ordered = list(by_job.values())
     document = {
         "$schema": "../../algorithms/effects.schema.json",
-        "schema_version": 3,
+        "schema_version": SCHEMA_VERSION,
         "environment": dict(env),
         "settings": dict(settings),
         "commands": list(commands),
@@ -627,6 +644,58 @@ def read_existing(path: Path) -> dict[str, Any] | None:
         return load_effects(path)
     except ResultsError as exc:
         raise MeasureError(str(exc)) from None
+
+
+def resummarized(path: Path) -> tuple[str, dict[str, Any], list[str]]:
+    """The effects file at ``path`` with its summary recomputed from its runs, nothing re-run (the
+    current schema version: its verdicts, margins and Holm's correction), as ``(its text, the
+    document, one line per verdict that changed)``; a file of schema version 3 is read too, since
+    its runs are those of the current one. :class:`MeasureError` when it cannot be read. The same
+    runs give the same text, so recomputing twice changes nothing."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MeasureError(f"{path}: no such file — name an effects file, e.g. results/effects/*.json") from None
+    except json.JSONDecodeError as exc:
+        raise MeasureError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} — fix the file or measure again") from None
+    problems = effects_runs_problems(data, str(path))
+    if problems:
+        raise MeasureError("\n".join(problems))
+    document = build_document(data["environment"], data["settings"], data["commands"], data["runs"])
+    before = {(e.get("method"), e.get("model"), e.get("precision")): e for e in data["summary"] if isinstance(e, dict)}
+    changed = []
+    for entry in document["summary"]:
+        old = before.get((entry["method"], entry["model"], entry["precision"]), {})
+        for figure in ("quality", "throughput", "memory"):
+            was = (old.get(figure) or {}).get("verdict")
+            now = (entry[figure] or {}).get("verdict")
+            if was != now:
+                label = ", ".join(v for v in (entry["method"], entry["model"], entry["precision"]) if v)
+                changed.append(f"{label}: {figure} {was or 'none'} -> {now or 'none'}")
+    return json.dumps(document, indent=2) + "\n", document, changed
+
+
+def resummarize_files(paths: Sequence[Path], progress: Progress = lambda s: None) -> None:
+    """Recompute the summary of each effects file of ``paths`` from its runs (:func:`resummarized`)
+    and write it in place, atomically; every file is read before any is written, so one that
+    cannot be read (:class:`MeasureError`, one line per problem) leaves them all as they were."""
+    problems, done = [], []
+    for path in paths:
+        try:
+            done.append((path, *resummarized(path)))
+        except MeasureError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise MeasureError("\n".join(problems + ["nothing written"]))
+    for path, text, document, changed in done:
+        if path.read_text(encoding="utf-8") == text:
+            progress(f"{path}: summary up to date ({len(document['runs'])} runs)")
+            continue
+        write_atomic(path, text, force=True)
+        progress(
+            f"{path}: summary recomputed from {len(document['runs'])} runs, schema version {SCHEMA_VERSION}; "
+            + (f"{len(changed)} verdicts changed: {'; '.join(changed)}" if changed else "no verdict changed")
+        )
 
 
 def default_output_path(workload: str, env: Mapping[str, Any], root: Path = EFFECTS_DIR) -> Path:
@@ -713,6 +782,14 @@ def _parser(doc: str) -> Any:
     p.add_argument("--only", help="comma-separated method keys: re-measure them (and a missing baseline)")
     p.add_argument("--shard", help="K/N: run jobs K, K+N, K+2N, ... of the sweep (needs --out)")
     p.add_argument("--merge", nargs="+", type=Path, metavar="FILE", help="merge effects files into --out; runs nothing")
+    p.add_argument(
+        "--resummarize",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="recompute each effects file's summary (verdicts, margins, Holm's correction) from its runs, "
+        "in place; runs nothing",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per run")
     p.add_argument(
         "--out", type=Path, help="effects file (default: results/effects/<workload>-<cpu|gpu>-<hardware>.json)"
@@ -726,6 +803,27 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
     problems = []
     if args.workload not in WORKLOADS:
         return [f"--workload: {args.workload!r} — use one of {', '.join(WORKLOADS)}"], None
+    if args.resummarize:
+        for flag in (
+            "merge",
+            "only",
+            "shard",
+            "out",
+            "data",
+            "data_root",
+            "image_size",
+            "seq_len",
+            "epochs",
+            "batch_size",
+            "max_batches",
+            "lr",
+            "test_fraction",
+        ):
+            if getattr(args, flag) not in (None, False):
+                problems.append(f"--{flag.replace('_', '-')}: not with --resummarize, which runs nothing")
+        if args.force:
+            problems.append("--force: not with --resummarize, which rewrites only the summary of the files it names")
+        return problems, None
     if args.merge:
         for flag in ("only", "shard"):
             if getattr(args, flag):
@@ -818,6 +916,9 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
         print("\n".join(problems), file=sys.stderr)
         return 1
     try:
+        if args.resummarize:
+            resummarize_files(args.resummarize, progress=print)
+            return 0
         if args.merge:
             pieces = [(str(p), read_existing(p)) for p in args.merge]
             document = merge_documents([(w, d) for w, d in pieces if d is not None])

@@ -7,6 +7,8 @@ of evidence, each rendered from the files the cards' figures come from:
 - ``tables/measurements/effects.md.inc`` (``measurements_effects.md.inc.j2``): per effects file
   (``results/effects/*.json``), its hardware, date, versions, workload, every seed and the
   machine's load, and the commands that measured it;
+- ``tables/measurements/verdicts.md.inc`` (``measurements_verdicts.md.inc.j2``): the margin of
+  practical equivalence of each figure and why (:data:`.evidence.MARGINS`), which the verdicts use;
 - ``tables/measurements/composability.md.inc`` (``measurements_composability.md.inc.j2``): what
   each outcome of a cell means, and per matrix file (``results/composability/*.json``) its
   hardware, date, settings and command;
@@ -26,7 +28,7 @@ from typing import Any
 from .composability_pages import COLOURS, MATRIX_COMMAND, NOT_RUN, OUTCOMES, matrix_methods, matrix_view
 from .composability_pages import PAGE as COMPOSABILITY_PAGE
 from .docsgen import Content, Site
-from .effects_pages import effects_views
+from .effects_pages import effects_views, margin_rows
 from .training_pages import results_views
 
 __all__ = ["PAGE", "PARTS", "render_measurements"]
@@ -38,12 +40,13 @@ PARTS = Path("tables") / "measurements"
 def render_measurements(
     site: Site, matrices: Sequence[tuple[Path, Mapping[str, Any]]] | None = None
 ) -> dict[Path, Content]:
-    """The page's three generated parts, from ``site``'s effects and training results and from
+    """The page's four generated parts, from ``site``'s effects and training results and from
     ``matrices`` (default: the site's matrix files)."""
     matrices = site.matrices if matrices is None else matrices
     methods = matrix_methods(site.methods)
     return {
         PARTS / "effects.md.inc": site.render("measurements_effects.md.inc.j2", effects=effects_views(site)),
+        PARTS / "verdicts.md.inc": site.render("measurements_verdicts.md.inc.j2", margins=margin_rows()),
         PARTS / "composability.md.inc": site.render(
             "measurements_composability.md.inc.j2",
             matrices=[matrix_view(p, d, methods) for p, d in matrices],

@@ -30,7 +30,7 @@ from . import REPO_ROOT
 from .composability_pages import PAGE as COMPOSABILITY_PAGE
 from .composability_pages import composability_files, render_composability
 from .docsgen import Content, Site, jinja_environment, method_option, sorted_methods
-from .effects_pages import effects_views, overview_effects, render_effects
+from .effects_pages import effects_views, margins_text, overview_effects, render_effects
 from .figures import render_figures
 from .files import write_if_changed
 from .loops_pages import render_loops
@@ -88,7 +88,12 @@ def methods_overview(site: Site) -> dict[Path, Content]:
     the page's filter (``_static/methods_overview.js``) shows and hides them."""
     methods = [(record, method_option(record)) for record in site.methods]
     effects, charts = overview_effects(site)
-    return {METHODS_OVERVIEW: site.render("methods_overview.md.j2", methods=methods, effects=effects), **charts}
+    return {
+        METHODS_OVERVIEW: site.render(
+            "methods_overview.md.j2", methods=methods, effects=effects, margins=margins_text()
+        ),
+        **charts,
+    }
 
 
 _CARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

@@ -43,6 +43,7 @@ __all__ = [
     "discover_effects",
     "discover_results",
     "effects_problems",
+    "effects_runs_problems",
     "load_composability",
     "load_effects",
     "load_results",
@@ -57,6 +58,8 @@ COMPOSABILITY_SCHEMA_PATH = PACKAGE_ROOT / "composability.schema.json"
 COMPOSABILITY_DIR = RESULTS_DIR / "composability"
 BENCH_SCHEMA_PATH = PACKAGE_ROOT / "bench.schema.json"
 BENCH_DIR = RESULTS_DIR / "bench"
+# The effects schema version whose runs the current one reads as they are: only its summary is recomputed.
+RESUMMARIZABLE_VERSION = 3
 
 
 class ResultsError(ValueError):
@@ -89,15 +92,37 @@ def results_problems(data: Any, where: str = "<results>") -> list[str]:
 def effects_problems(data: Any, where: str = "<effects>") -> list[str]:
     """One line per way ``data`` breaks the effects schema (empty when it is valid).
 
-    A file of an older schema version is one line that says to measure again: its runs were not
-    paired with intervals, checked for activity, or scored through ``Trainer.eval``.
+    A file of an older schema version is one line: version 1 or 2 says to measure again (its runs
+    were not paired with intervals, checked for activity, or scored through ``Trainer.eval``);
+    version 3, whose runs are those of version 4, says to recompute its summary from them.
     """
     if isinstance(data, dict) and data.get("schema_version") in (1, 2):
         return [
             f"{where}: /schema_version: {data['schema_version']} is no longer read (no intervals, verdicts or "
             "record of what the methods did) — measure again with tools/measure_methods.py"
         ]
+    if isinstance(data, dict) and data.get("schema_version") == RESUMMARIZABLE_VERSION:
+        return [
+            f"{where}: /schema_version: {RESUMMARIZABLE_VERSION} is no longer read (verdicts without a margin of "
+            "practical equivalence or Holm's correction) — recompute its summary from its runs, nothing re-run: "
+            f"python tools/measure_methods.py --resummarize {where}"
+        ]
     return _problems(data, EFFECTS_SCHEMA_PATH, where)
+
+
+def effects_runs_problems(data: Any, where: str = "<effects>") -> list[str]:
+    """One line per way ``data`` breaks the effects schema outside its summary, which is not read:
+    a file of the current version or of version 3 (the same runs) whose summary is to be
+    recomputed."""
+    if isinstance(data, dict) and data.get("schema_version") == RESUMMARIZABLE_VERSION:
+        data = {**data, "schema_version": _current_version()}
+    if isinstance(data, dict) and isinstance(data.get("summary"), list):
+        data = {**data, "summary": []}
+    return effects_problems(data, where)
+
+
+def _current_version() -> int:
+    return json.loads(EFFECTS_SCHEMA_PATH.read_text(encoding="utf-8"))["properties"]["schema_version"]["const"]
 
 
 def _load(path: str | Path, problems: Any, tool: str) -> dict[str, Any]:
