@@ -414,6 +414,39 @@ def test_card_snippets_show_their_option_beside_the_baseline(rendered, key, conf
     assert snippet.rstrip().endswith("All configurations: [Training configurations](../training_configurations.md).")
 
 
+def test_a_parallel_mode_run_as_one_process_did_not_act_and_is_not_charted(tmp_path):
+    """DataParallel on a CPU runs the model once, with no replicas: its ratio to fp32:single is
+    noise, so its row says it did not act (no speed-up), and the chart names it without a bar."""
+    pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
+    note = "DataParallel with one device (or the CPU) runs the model once: no replicas"
+    runs = [
+        run
+        for round_ in (1, 2)
+        for run in (
+            _run("fp32:single", round_=round_, epoch_s=(6.0, 4.0)),
+            _run("fp32:dp", round_=round_, epoch_s=(6.0, 3.7), note=note),  # 1.08x: noise, not an effect
+        )
+    ]
+    configs = tuple(compare.parse_configs("fp32:single,fp32:dp"))
+    document = _document()
+    document.update(runs=runs, summary=compare.summarize(runs, configs))
+    dp = document["summary"][1]
+    assert dp["speedup"]["median"] == pytest.approx(4.0 / 3.7) and compare.did_not_act(dp) == note
+    assert compare.did_not_act(document["summary"][0]) is None
+    out = _render_document(tmp_path, document)
+    page = _page(out)
+    row = _page_rows(page)[1]
+    assert row.split(" | ")[3] == f"did not act: {note}" and row.split(" | ")[8] == "did not act"
+    assert "1.08x" not in page
+    assert not any(line.startswith("- `fp32:dp`:") for line in page.splitlines())  # the reason is said once
+    assert "its row says it did not act, with no speed-up, and the chart leaves it out" in " ".join(page.split())
+    chart = out[CHART]
+    assert chart.count("fp32:dp") == 1 and "not drawn, did not act (one process, no replicas): fp32:dp" in chart
+    snippet = out[Path("tables/results/data_parallel.md.inc")]
+    (_, dp_row) = [line.split(" | ") for line in _rows(snippet)]
+    assert dp_row[2] == f"did not act: {note}" and dp_row[5] == "did not act"
+
+
 def test_an_invalid_results_file_is_one_line_per_problem_and_writes_nothing(tmp_path):
     results = tmp_path / "results"
     results.mkdir()

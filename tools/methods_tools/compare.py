@@ -54,6 +54,7 @@ __all__ = [
     "run_comparison",
     "run_config",
     "default_output_path",
+    "did_not_act",
     "run_worker",
     "spread",
     "steady_state",
@@ -624,6 +625,16 @@ def _throughput(run: Mapping[str, Any]) -> float | None:
     """Samples per second in steady state, or over the whole run where there is none."""
     _, steady = steady_state(run)
     return steady if len(run["epoch_s"]) >= 2 else run["throughput"]
+
+
+def did_not_act(entry: Mapping[str, Any]) -> str | None:
+    """Why a configuration's successful runs are no evidence of its parallel mode, or None: a mode
+    that ran as one process (DataParallel with one device, or on the CPU) made no replicas, so its
+    runs measured the single process again, and a ratio of theirs to ``fp32:single`` is noise, never
+    an effect of the mode. The pages show such a row as did not act, with this reason."""
+    if entry["status"] == "ok" and entry["parallel"] != "single" and entry["world_size"] == 1:
+        return entry["note"] or "it ran as one process, with no replicas"
+    return None
 
 
 def _reference(entry: Mapping[str, Any], labels: Sequence[str]) -> str | None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from algorithms.metadata import MethodRecord, discover_metadata_files, validate_files
 
+from .compare import did_not_act
 from .docsgen import Content, Site, sorted_methods
 from .effects_pages import STATUS_LABELS, EffectsFile, effects_files
 from .markup import one_line
@@ -290,8 +291,8 @@ def _training_evidence(path: Path, document: Mapping[str, Any], option: str, val
             what += f"; {entry['world_size']} processes sharing {env['cpu_count']} CPU cores"
         what += ")"
         status, reason, speed, memory = entry["status"], entry["reason"], None, None
-        if status == "ok" and entry["parallel"] != "single" and entry["world_size"] == 1:
-            status, reason = "did_not_act", entry["note"] or "it ran as one process, with no replicas"
+        if did_not_act(entry):
+            status, reason = "did_not_act", did_not_act(entry)
         elif status != "ok":
             reason = _short(reason)
         elif status == "ok":

@@ -24,11 +24,12 @@ import hashlib
 import importlib.metadata
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .compare import did_not_act
 from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
 
 __all__ = [
@@ -143,6 +144,7 @@ class Run:
     flagged: bool
     flag_reason: str | None  # why a speed-up is flagged, or how its re-measurement came out
     throughput_median: float | None
+    did_not_act: str | None  # why its runs are no evidence of its mode (one process, no replicas), or None
 
 
 def _speedup(entry: Mapping[str, Any]) -> str:
@@ -172,7 +174,7 @@ def _run(entry: Mapping[str, Any]) -> Run:
         first_epoch=_spread(entry["first_epoch_s"]),
         steady_epoch=_spread(entry["steady_epoch_s"], lambda v: f"{v:,.2f}"),
         throughput=_spread(entry["throughput"]),
-        speedup=_speedup(entry) if entry["status"] == "ok" else "—",
+        speedup="did not act" if did_not_act(entry) else _speedup(entry) if entry["status"] == "ok" else "—",
         memory=_spread(entry["peak_memory_bytes"], _mib()),
         model_memory=_spread(entry["model_memory_bytes"], _mib(2)),
         gpu_utilization=_spread(entry["gpu_utilization"], lambda v: f"{v:.0f} %"),
@@ -181,6 +183,7 @@ def _run(entry: Mapping[str, Any]) -> Run:
         flagged=bool(check and check["flagged"]),
         flag_reason=check["reason"] if check else None,
         throughput_median=entry["throughput"]["median"] if entry["throughput"] else None,
+        did_not_act=did_not_act(entry),
     )
 
 
@@ -252,7 +255,7 @@ def _results_file(path: Path, document: Mapping[str, Any]) -> ResultsFile:
     loads = [load[0] for load in (env.get("load_average"), env.get("load_average_end")) if load]
     peak_load = max(loads) if loads else None
     summary = document["summary"]
-    has_chart = any(r["status"] == "ok" for r in summary)
+    has_chart = bool(_charted(summary))
     return ResultsFile(
         file=f"results/{path.name}",
         hardware=env["hardware"],
@@ -312,12 +315,20 @@ def _chart(document: Mapping[str, Any], previous: Path) -> str:
     return reuse_or_draw(previous, key, lambda: _draw_chart(document, key))
 
 
+def _charted(summary: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The configurations a chart draws: those that ran, less those that did not act (a parallel
+    mode run as one process), which the chart names under its title instead."""
+    return [s for s in summary if s["status"] == "ok" and not did_not_act(s)]
+
+
 def _draw_chart(document: Mapping[str, Any], key: str) -> str:
     """Throughput and peak memory per configuration (median, range as error bars) as one SVG,
-    identical bytes for identical input. A flagged speed-up's throughput bar is hatched and labelled."""
+    identical bytes for identical input. A flagged speed-up's throughput bar is hatched and labelled;
+    a configuration that did not act is not drawn, only named."""
     plt = pyplot("the training charts need it", ChartError)
 
-    ok = [s for s in document["summary"] if s["status"] == "ok"][::-1]
+    ok = _charted(document["summary"])[::-1]
+    idle = [s["config"] for s in document["summary"] if did_not_act(s)]
     flagged = [bool(s["super_linear"] and s["super_linear"]["flagged"]) for s in ok]
     labels = [s["config"] + (" (flagged)" if f else "") for s, f in zip(ok, flagged, strict=True)]
 
@@ -351,12 +362,14 @@ def _draw_chart(document: Mapping[str, Any], key: str) -> str:
             f"{document['environment']['hardware']}, {document['environment']['date'][:10]}\n"
             "median over each configuration's runs, error bars: their range; hatched: a flagged "
             "super-linear speed-up"
+            + (f"\nnot drawn, did not act (one process, no replicas): {', '.join(idle)}" if idle else "")
         )
         fig.tight_layout()
         return svg_text(plt, fig, key)
 
 
-_DRAWING_CODE = inspect.getsource(_draw_chart)  # a change to the drawing redraws every chart
+# a change to the drawing redraws every chart
+_DRAWING_CODE = inspect.getsource(_charted) + inspect.getsource(_draw_chart)
 
 
 # --------------------------------------------------------------------------------------------- render
