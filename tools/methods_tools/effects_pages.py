@@ -617,7 +617,7 @@ _RATIO_TICKS = (
 # by verdict: filled where the verdict says how large the change is, hollow where nothing was detected
 _COLOURS = {"better": "#1a7f37", "worse": "#c0392b", NO_PRACTICAL_DIFFERENCE: "#57606a", NO_DIFFERENCE: "#57606a"}
 _MARKERS = {"better": "o", "worse": "s", NO_PRACTICAL_DIFFERENCE: "D", NO_DIFFERENCE: "o"}
-_LEGEND = ("better", "worse", NO_PRACTICAL_DIFFERENCE, NO_DIFFERENCE)  # in two columns: the verdicts, then the others
+_LEGEND = ("better", "worse", NO_PRACTICAL_DIFFERENCE, NO_DIFFERENCE)  # the order of the legend's entries
 
 
 def _ratio_ticks(low: float, high: float, most: int = 4) -> list[float]:
@@ -729,7 +729,11 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         # a tall chart repeats the axes' ticks above its first row, where a phone's screen shows them
         ticks_above = len(rows) > 8
         top = margin + len(title) * line + 0.14 + max(map(len, panels)) * line + 0.08 + (line + 0.08) * ticks_above
-        legend_h = 2 * line + 0.1  # two rows of verdicts
+        # the verdicts drawn, in the legend's order: in one row when three or fewer, else two
+        drawn = {r.number[f]["verdict"] for r in rows for f in ("quality", "throughput")}
+        verdicts = [v for v in _LEGEND if v in drawn]
+        columns = len(verdicts) if len(verdicts) <= 3 else 2
+        legend_h = math.ceil(len(verdicts) / columns) * line + 0.1
         bottom = margin + len(others) * line + (0.08 if others else 0) + legend_h + 0.12 + line + 0.06
         height = top + plot_h + bottom
         fig.set_size_inches(width, height)
@@ -812,13 +816,13 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
                 label=v,
                 markerfacecolor="white" if v == NO_DIFFERENCE else _COLOURS[v],
             )
-            for v in _LEGEND
+            for v in verdicts
         ]
         legend_y = margin + len(others) * line + (0.08 if others else 0)
         fig.legend(
             handles=handles,
             loc="lower left",
-            ncol=2,
+            ncol=columns,
             frameon=False,
             handlelength=1.5,
             columnspacing=1.0,
