@@ -28,6 +28,7 @@ runs the batch's forward, loss and backward once more, as torch's optimizer API 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -149,6 +150,12 @@ class Strategy:
     def backward_once(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """Around one microbatch's forward and backward (:meth:`Loop.accumulate <algorithms.core.Loop.accumulate>`):
+        where ``sync`` is false, the gradients stay on this rank (summed locally), to be
+        synchronized in the last microbatch's backward. One process has nothing to synchronize."""
+        return contextlib.nullcontext()
+
     def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
         """Before ``Event.BEFORE_OPTIMIZER_STEP``: unscale the gradients and clip them, so the
         algorithms at that event see true (and clipped) gradients."""
@@ -254,6 +261,10 @@ class DDP(_Distributed):
     def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
         return wrap_model(model, "ddp", self.device, self.precision, unused_parameters)
 
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """DDP's ``no_sync()`` where ``sync`` is false: no all-reduce in that backward."""
+        return contextlib.nullcontext() if sync else model.no_sync()
+
 
 class FSDP(_Distributed):
     """FSDP2 (``fully_shard``): parameters, gradients and optimizer state sharded over the ranks."""
@@ -270,6 +281,16 @@ class FSDP(_Distributed):
 
     def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
         return wrap_model(model, "fsdp", self.device, self.precision)
+
+    @contextlib.contextmanager
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> Any:
+        """FSDP2's ``set_requires_gradient_sync(sync)`` for that backward (no reduce-scatter where
+        false: each rank keeps its unsharded gradients), then back to synchronizing."""
+        model.set_requires_gradient_sync(sync)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
 
     # A full (unsharded) state dict, gathered to rank 0 on the CPU: one file, independent of how
     # the weights were sharded, for the price of the whole model and optimizer state in rank 0's
@@ -541,6 +562,10 @@ class Accelerate(_Distributed):
 
     def backward_once(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(self.scaler.scale(loss))
+
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """``accelerator.no_sync(model)`` where ``sync`` is false."""
+        return contextlib.nullcontext() if sync else self.accelerator.no_sync(model)
 
     def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
         self.scaler.unscale_(optimizer)
