@@ -393,7 +393,7 @@ class Loop:
         norm normalizes each microbatch on its own, as under Composer's and Accelerate's
         accumulation). The parallel mode synchronizes the gradients over the ranks only in the last
         microbatch's backward (DDP's ``no_sync``, FSDP's ``set_requires_gradient_sync``,
-        Accelerate's ``no_sync``).
+        Accelerate's ``no_sync``, DeepSpeed's accumulation boundary).
 
         A method's counters count batches, not microbatches: the events of the microbatches after
         the first run without the method log. Afterwards ``state.batch`` is the whole batch again,

@@ -450,6 +450,18 @@ class DeepSpeed(_Distributed):
     def backward_once(self, loss: torch.Tensor) -> None:
         self._engine.backward(loss)
 
+    @contextlib.contextmanager
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> Any:
+        """DeepSpeed's ``set_gradient_accumulation_boundary(sync)`` for that microbatch: where false,
+        its backward accumulates the gradients on this rank without ZeRO's reduction, which the
+        last microbatch's backward (a boundary) runs; the step after it is then the one update.
+        The engine's own ``gradient_accumulation_steps`` stays 1 (its backward divides by it)."""
+        self._engine.set_gradient_accumulation_boundary(sync)
+        try:
+            yield
+        finally:
+            self._engine.set_gradient_accumulation_boundary(True)
+
     def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
         """Nothing: DeepSpeed's engine clips (its config) inside its step."""
 

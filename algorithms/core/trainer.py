@@ -133,9 +133,10 @@ class Trainer:
             batch once. For methods that treat examples alike, K microbatches of B/K examples end
             where one batch of B does, up to float rounding (a batch norm normalizes each
             microbatch on its own). Under ``ddp``, ``fsdp`` and ``accelerate`` the gradients are
-            synchronized in the last microbatch's backward only. None (default): no accumulation.
-            Refused: SAM, LabelSmoothing before CutMix or MixUp (:func:`~algorithms.core.check_algorithms`),
-            and ``deepspeed`` (whose engine accumulates by its own configuration, which this Trainer does not set).
+            synchronized in the last microbatch's backward only, and under ``deepspeed`` only that
+            backward is an accumulation boundary (``set_gradient_accumulation_boundary``), where
+            ZeRO reduces them. None (default): no accumulation. Refused: SAM, and LabelSmoothing
+            before CutMix or MixUp (:func:`~algorithms.core.check_algorithms`).
         load_path: resume from a checkpoint that :meth:`save_checkpoint` wrote (a local path, or a
             URL read through fsspec), made with the same model, algorithms (in the same order),
             optimizers (with as many parameter groups), schedulers, precision, parallel mode and
@@ -192,11 +193,6 @@ class Trainer:
         mode = strategy(parallel)
         if microbatch_size is not None:
             microbatch_size = check_microbatch_size(microbatch_size, "Trainer(microbatch_size=...)")
-            if mode.name == "deepspeed":
-                raise ValueError(
-                    f"Trainer(microbatch_size={microbatch_size}) under parallel='deepspeed': DeepSpeed's engine "
-                    "accumulates by its own configuration, which this Trainer does not set; use ddp or fsdp"
-                )
         self.microbatch_size = microbatch_size
         check_algorithms(algorithms, loss_fn, mode.name, microbatch_size)
         for scheduler in schedulers:

@@ -1,4 +1,5 @@
-"""Run under torchrun (2 ranks, gloo) by test_accumulation_ranks.py: for ``ddp`` and ``fsdp``, the
+"""Run under torchrun (2 ranks, gloo) by test_accumulation_ranks.py: for ``ddp``, ``fsdp`` and
+``deepspeed`` (ZeRO stage 2), the
 same run (CutMix, label smoothing, and under ddp EMA, over 4 batches of 6 examples of a DistributedSampler's
 DataLoader) once with whole batches and once in microbatches of 2 (``microbatch_size=2``, three a
 batch). Under ddp a communication hook counts the gradient all-reduces. Saves each rank's final
@@ -54,6 +55,11 @@ def run(parallel: str, microbatch_size: int | None) -> dict:
         return allreduce_hook(state, bucket)
 
     methods = [CutMix(alpha=1.0), LabelSmoothing(0.1), *([EMA("2ba")] if parallel == "ddp" else [])]  # fsdp refuses EMA
+    if parallel == "deepspeed":
+        from algorithms.core.distributed import deepspeed_unavailable_reason
+
+        if deepspeed_unavailable_reason():
+            return {"skipped": deepspeed_unavailable_reason()}
     trainer = Trainer(
         model(),
         loader(),
@@ -78,7 +84,7 @@ def run(parallel: str, microbatch_size: int | None) -> dict:
 def main(out_dir: str) -> None:
     dist.init_process_group("gloo")  # the script's own group: each Trainer uses it and leaves it open
     rank = dist.get_rank()
-    seen = {f"{p}-{m}": run(p, m) for p in ("ddp", "fsdp") for m in (None, 2)}
+    seen = {f"{p}-{m}": run(p, m) for p in ("ddp", "fsdp", "deepspeed") for m in (None, 2)}
     torch.save(seen, Path(out_dir) / f"rank-{rank}.pt")
     dist.destroy_process_group()
 

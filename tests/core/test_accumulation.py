@@ -214,6 +214,51 @@ def test_a_microbatch_size_that_is_not_a_count_of_examples_is_refused(bad):
         _train(_batches(), bad)
 
 
-def test_deepspeed_accumulation_is_refused_in_one_line():
-    with pytest.raises(ValueError, match="under parallel='deepspeed'"):
-        Trainer(_model(), _batches(), "1ep", parallel="deepspeed", microbatch_size=4)
+@pytest.mark.parametrize("zero_stage", [1, 2])
+def test_deepspeed_microbatches_end_where_its_whole_batches_end(zero_stage, monkeypatch):
+    """One rank of DeepSpeed on the CPU: only the last microbatch's backward is an accumulation
+    boundary, where ZeRO reduces the gradients into its partitions; the step after it updates."""
+    from algorithms.core.distributed import deepspeed_unavailable_reason
+    from algorithms.core.strategies import DeepSpeed
+
+    reason = deepspeed_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    # torchrun's environment for a world of this one process (MASTER_PORT=0: the store picks a free port)
+    world = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    for name, value in {**world, "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+
+    def run(microbatch_size):
+        model = _model()
+        with Trainer(
+            model,
+            _batches(),
+            "1ep",
+            optimizer=_sgd,
+            parallel=DeepSpeed(zero_stage=zero_stage),
+            seed=3,
+            device="cpu",
+            microbatch_size=microbatch_size,
+        ) as trainer:
+            trainer.fit()
+            return _weights(trainer)
+
+    whole, parts = run(None), run(5)
+    assert not torch.equal(whole, torch.cat([p.detach().flatten() for p in _model().parameters()]))
+    torch.testing.assert_close(parts, whole, rtol=1e-5, atol=1e-6)
+
+
+def test_accelerate_microbatches_end_where_its_whole_batches_end():
+    """One process of Accelerate: its backward (``accelerator.backward``) and its ``no_sync`` around
+    the microbatches before the last."""
+    pytest.importorskip("accelerate", reason="accelerate is not installed: nox -s tests installs it")
+
+    def run(microbatch_size):
+        with Trainer(
+            _model(), _batches(), "1ep", optimizer=_sgd, parallel="accelerate", seed=3, microbatch_size=microbatch_size
+        ) as trainer:
+            trainer.fit()
+            return _weights(trainer)
+
+    torch.testing.assert_close(run(5), run(None), rtol=1e-5, atol=1e-6)
