@@ -495,7 +495,9 @@ class Accelerate(_Distributed):
     ``amp_fp16``, ``bf16`` with ``amp_bf16``); it is refused otherwise, so no setting is silently
     dropped. ``gradient_accumulation_steps`` above 1 is refused: the Trainer's events, schedulers
     and timestamp count one optimizer step per batch, and Accelerate's accumulation would skip the
-    step on the other batches while ``BEFORE_OPTIMIZER_STEP`` and the schedulers still ran.
+    step on the other batches while ``BEFORE_OPTIMIZER_STEP`` and the schedulers still ran; the
+    Trainer accumulates itself (``microbatch_size``), in ``accelerator.no_sync`` before the last
+    microbatch.
 
     Accelerate's ``PartialState`` would create the process group itself (``env://``, whose keys a
     second group in the same torchrun processes would find stale, and wait on), and its
@@ -620,7 +622,8 @@ def check_accelerate_config(precision: str) -> None:
     if steps.strip() != "1":
         raise ValueError(
             f"Accelerate's gradient_accumulation_steps={steps} is refused under parallel='accelerate': the Trainer "
-            "steps the optimizer, schedulers and events once per batch; set it to 1 and pass a larger batch"
+            "steps the optimizer, schedulers and events once per batch; set it to 1 and accumulate with "
+            "Trainer(microbatch_size=...)"
         )
     mixed = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
     if mixed != "no" and precision != f"amp_{mixed}":
