@@ -140,6 +140,14 @@ class MixingAlgorithm(Algorithm):
     ``.logits`` (:func:`~algorithms.core.outputs.model_logits`): the target is mixed against the
     logits, and the interpolated loss calls the Trainer's ``loss_fn`` on the logits.
 
+    Under gradient accumulation (``Trainer(microbatch_size=...)``) it mixes the whole batch after
+    the data loader, as without it, and each microbatch's targets are mixed with its examples'
+    partners' targets from the whole batch (the loader's, as the methods left them after it): the
+    same targets as the whole batch's. A method that changes the target before the loss
+    (LabelSmoothing) must then run after it (listed after it), and ``interpolate_loss=True``, which
+    mixes the losses of targets another method changed, is refused with it
+    (:func:`~algorithms.core.check_algorithms`).
+
     It counts ``batches_mixed``: the batches of two or more examples mixed with a weight above 0
     (``alpha=0`` draws no mixing); none means it did not act.
     """
@@ -207,8 +215,15 @@ class MixingAlgorithm(Algorithm):
             return not self.interpolate_loss
         return event is Event.AFTER_LOSS and self.interpolate_loss
 
-    def _partners(self, target: torch.Tensor, where: str) -> torch.Tensor:
+    def _partners(self, target: torch.Tensor, where: str, state: State) -> torch.Tensor:
         indices = self._indices
+        rows = state.microbatch_rows
+        if rows is not None and indices is not None and self._mixed_target is not None:
+            # A microbatch (gradient accumulation): its examples' partners may lie in other
+            # microbatches, so their targets come from the whole batch as it was mixed.
+            partners = self._mixed_target[indices[rows]]
+            if target.ndim and partners.shape[0] == target.shape[0]:
+                return partners
         if indices is None or target.ndim == 0 or target.shape[0] != indices.shape[0]:
             raise ValueError(
                 f"{self.name}: the batch has {target.shape[0] if target.ndim else 0} targets {where} "
@@ -234,7 +249,7 @@ class MixingAlgorithm(Algorithm):
                 self.target_key,
                 interpolate_targets(
                     target,
-                    self._partners(target, "before the loss"),
+                    self._partners(target, "before the loss", state),
                     self._weight_perm,
                     dtype=target_dtype(outputs.dtype),
                     logits_shape=outputs.shape,
@@ -244,5 +259,5 @@ class MixingAlgorithm(Algorithm):
             outputs, target = model_logits(state.outputs).float(), state.loss_target
             state.loss = (
                 total_loss(state.loss_fn(outputs, target)) * (1.0 - self._weight_perm)
-                + total_loss(state.loss_fn(outputs, self._partners(target, "at the loss"))) * self._weight_perm
+                + total_loss(state.loss_fn(outputs, self._partners(target, "at the loss", state))) * self._weight_perm
             )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ from torch.optim import Optimizer
 
 from .algorithm import Algorithm
 from .distributed import all_reduce_sum
-from .engine import Engine, check_together
+from .engine import Engine, check_together, run_order
 from .event import Event
 from .loss import loss_parts, total_loss
 from .method_log import MethodLog, check_method_log
@@ -53,14 +54,22 @@ __all__ = ["MODEL_LOSS", "Loop", "check_algorithms"]
 MODEL_LOSS = "model"
 
 
-def check_algorithms(algorithms: Sequence[Algorithm], loss_fn: Any, parallel: str = "single") -> None:
+def check_algorithms(
+    algorithms: Sequence[Algorithm], loss_fn: Any, parallel: str = "single", microbatch_size: int | None = None
+) -> None:
     """Refuse, with one line and before anything is done, a list of methods that cannot train
     correctly: anything not an :class:`Algorithm` (TypeError); a list :data:`~algorithms.core.engine.
     REFUSED_TOGETHER` names; a method ``parallel`` cannot run (``Algorithm.unsupported_parallel``);
     a method that changes the loss from the logits and the target (``Algorithm.needs_loss_fn``)
     with ``loss_fn=MODEL_LOSS``; and a ``loss_fn`` that is neither a function nor ``MODEL_LOSS``
-    (each a ValueError)."""
+    (each a ValueError). With a ``microbatch_size`` (gradient accumulation), also what accumulation
+    cannot make equal to the whole batch's step: SAM (its second gradient needs the whole batch's
+    first), and LabelSmoothing running before CutMix or MixUp, or beside them with
+    ``interpolate_loss=True`` (their microbatches mix in partners' targets from the whole batch,
+    which the smoothing of one microbatch's targets has not reached)."""
     check_together(algorithms)
+    if microbatch_size is not None:
+        _check_microbatched(algorithms, microbatch_size)
     for algo in algorithms:
         why = algo.unsupported_parallel.get(parallel)
         if why is not None:
@@ -77,6 +86,30 @@ def check_algorithms(algorithms: Sequence[Algorithm], loss_fn: Any, parallel: st
             )
 
 
+def _check_microbatched(algorithms: Sequence[Algorithm], microbatch_size: int) -> None:
+    order = [a.name for a in run_order(algorithms)]
+    where = f"microbatch_size={microbatch_size}"
+    if "SAM" in order:
+        raise ValueError(
+            f"SAM with {where}: its second gradient is taken at weights moved by the whole batch's first, which "
+            "accumulation cannot give; leave microbatch_size unset"
+        )
+    mixing = [a for a in run_order(algorithms) if a.name in ("CutMix", "MixUp")]
+    if "LabelSmoothing" not in order:
+        return
+    for algo in mixing:
+        if getattr(algo, "interpolate_loss", False):
+            raise ValueError(
+                f"{algo.name}(interpolate_loss=True) with LabelSmoothing and {where}: its partners' targets come from "
+                "the whole batch, which the smoothing of one microbatch has not reached; use interpolate_loss=False"
+            )
+        if order.index("LabelSmoothing") < order.index(algo.name):
+            raise ValueError(
+                f"LabelSmoothing listed before {algo.name} with {where}: list {algo.name} first (the targets are the "
+                "same: smoothing commutes with mixing), so that it mixes the loader's targets and the smoothing follows"
+            )
+
+
 class Loop:
     """Runs ``algorithms`` in a training loop you write, at the points you mark with its calls.
 
@@ -88,10 +121,12 @@ class Loop:
         loop.backward()             # BEFORE_BACKWARD, the backward, AFTER_BACKWARD
         loop.step()                 # BEFORE_OPTIMIZER_STEP, the step, AFTER_TRAIN_BATCH, BATCH_END
 
-    then :meth:`epoch_end` at each epoch's end, :meth:`end` when training is over, and ``with
-    loop.evaluating():`` around evaluation (EMA's and SWA's weights are in the model inside it, the
-    training weights after it). The first :meth:`batch` of a run fires ``FIT_START`` and the first
-    of each epoch ``EPOCH_START`` (:meth:`start` and :meth:`epoch_start` fire them earlier).
+    or, for gradient accumulation, :meth:`accumulate` in place of the forward, loss and backward
+    (each microbatch's forward, loss and backward in turn); then :meth:`epoch_end` at each epoch's
+    end, :meth:`end` when training is over, and ``with loop.evaluating():`` around evaluation
+    (EMA's and SWA's weights are in the model inside it, the training weights after it). The
+    first :meth:`batch` of a run fires ``FIT_START`` and the first of each epoch ``EPOCH_START``
+    (:meth:`start` and :meth:`epoch_start` fire them earlier).
 
     The methods read and change ``loop.state`` (a :class:`~algorithms.core.State`): the batch
     that :meth:`batch` returns is the batch as they left it (CutMix's mixed images), and
@@ -206,6 +241,7 @@ class Loop:
         self._epoch_open = False  # EPOCH_START fired, EPOCH_END not yet
         self._loaded: Any = None  # the batch as AFTER_DATALOADER left it (SAM's second pass starts from it)
         self._counts = (0, 0)  # the latest batch's samples and tokens, added to the timestamp at its end
+        self._microbatch_checked: int | None = None  # the microbatch size the methods were checked for
         if seed is not None:
             torch.manual_seed(seed)
         self.engine = Engine(self.state, algorithms, method_log)
@@ -343,6 +379,70 @@ class Loop:
 
         strategy.backward(state.loss, state.optimizer, again, once=backward)
         self.engine.run_event(Event.AFTER_BACKWARD)
+
+    def accumulate(self, microbatch_size: int, backward: Callable[[torch.Tensor], Any] | None = None) -> torch.Tensor:
+        """In place of :meth:`forward`, :meth:`loss` and :meth:`backward`, after :meth:`batch`:
+        gradient accumulation. The batch as the methods left it at ``AFTER_DATALOADER`` is cut into
+        microbatches of ``microbatch_size`` examples (the last may hold fewer): every tensor whose
+        first dimension is the batch's size (:meth:`batch_size`) is cut along it, anything else goes
+        whole to every microbatch. Each microbatch then takes ``BEFORE_FORWARD`` to ``AFTER_BACKWARD``,
+        with ``state.batch`` the microbatch and ``state.microbatch_rows`` its rows of the batch, and
+        its backward is of its loss times its share of the batch's examples, so the gradients summed
+        over the microbatches are those of the batch's mean loss (exactly, up to float rounding,
+        where the loss is a mean over examples and the model treats examples independently: a batch
+        norm normalizes each microbatch on its own, as under Composer's and Accelerate's
+        accumulation). The parallel mode synchronizes the gradients over the ranks only in the last
+        microbatch's backward (DDP's ``no_sync``, FSDP's ``set_requires_gradient_sync``,
+        Accelerate's ``no_sync``, DeepSpeed's accumulation boundary).
+
+        A method's counters count batches, not microbatches: the events of the microbatches after
+        the first run without the method log. Afterwards ``state.batch`` is the whole batch again,
+        ``state.loss`` the batch's loss (the microbatches' losses weighted by their shares, detached),
+        ``state.outputs`` the last microbatch's, and ``state.microbatch_rows`` None. A batch of
+        ``microbatch_size`` examples or fewer is one :meth:`forward`, :meth:`loss` and
+        :meth:`backward`, exactly. ``backward(loss)`` replaces the parallel mode's backward, as in
+        :meth:`backward`. Refused (ValueError): a ``microbatch_size`` below 1; an optimizer that
+        takes a second gradient per step (SAM's ``first_step``), which needs the whole batch's
+        gradient first; and the methods :func:`check_algorithms` refuses with a ``microbatch_size``.
+        Returns the batch's loss."""
+        state, strategy = self.state, self.strategy
+        size = check_microbatch_size(microbatch_size, f"{self.label}(microbatch_size=...)")
+        if self._microbatch_checked != size:
+            _check_microbatched(self.engine.algorithms, size)
+            self._microbatch_checked = size
+        if getattr(state.optimizer, "first_step", None) is not None:
+            raise ValueError(
+                f"{self.label}(microbatch_size={size}): the optimizer takes a second gradient through the whole batch "
+                "(SAM), which accumulation cannot give; leave microbatch_size unset"
+            )
+        whole = state.batch
+        n = self.batch_size(whole)
+        if n <= size:
+            self.forward()
+            loss = self.loss()
+            self.backward(backward)
+            return loss.detach()
+        once = backward if backward is not None else strategy.backward_once
+        total = None
+        starts = range(0, n, size)
+        try:
+            for i, start in enumerate(starts):
+                rows = slice(start, min(start + size, n))
+                log, last = i == 0, i == len(starts) - 1
+                state.batch, state.microbatch_rows = _rows_of(whole, n, rows), rows
+                share = (rows.stop - rows.start) / n
+                with strategy.gradient_sync(state.model, last):  # DDP decides in the forward whether to sync
+                    self.forward(log=log)
+                    self.loss(log=log)
+                    self.engine.run_event(Event.BEFORE_BACKWARD, log)
+                    once(state.loss * share)
+                    self.engine.run_event(Event.AFTER_BACKWARD, log)
+                part = state.loss.detach() * share
+                total = part if total is None else total + part
+        finally:
+            state.batch, state.microbatch_rows = whole, None
+        state.loss = total
+        return total
 
     def step(self, step: Callable[[], Any] | None = None) -> None:
         """The gradients unscaled and clipped (the Trainer's ``grad_clip_norm``);
@@ -484,6 +584,32 @@ class Loop:
             counts = all_reduce_sum(torch.tensor([samples, tokens], device=self.state.device))
             samples, tokens = (int(n) for n in counts.tolist())
         return samples, tokens
+
+
+def check_microbatch_size(value: Any, where: str) -> int:
+    """``value`` as a number of examples: an integer (a NumPy one too) of at least 1, else one line."""
+    try:
+        size = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        size = None
+    if size is None or size < 1:
+        raise ValueError(f"{where}: {value!r} — give a whole number of examples, at least 1 (or None: no accumulation)")
+    return size
+
+
+def _rows_of(batch: Any, n: int, rows: slice) -> Any:
+    """``batch`` with every tensor whose first dimension is ``n`` cut to ``rows``, through tuples,
+    lists and dicts; anything else as it is."""
+    if isinstance(batch, torch.Tensor):
+        return batch[rows] if batch.ndim > 0 and batch.shape[0] == n else batch
+    if isinstance(batch, Mapping):  # a dict, or a mapping built from one (a Hugging Face BatchEncoding)
+        cut = {k: _rows_of(v, n, rows) for k, v in batch.items()}
+        return cut if type(batch) is dict else type(batch)(cut)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
+        return type(batch)(*(_rows_of(v, n, rows) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_rows_of(v, n, rows) for v in batch)
+    return batch
 
 
 def _process_group() -> tuple[int, int]:

@@ -137,6 +137,11 @@ class State:
     loss_parts: dict[str, torch.Tensor] = field(default_factory=dict)
     #: The target the Trainer's loss was computed on, as the algorithms left it at ``BEFORE_LOSS``.
     loss_target: Any = None
+    #: While a batch is trained in microbatches (``Trainer(microbatch_size=...)``,
+    #: :meth:`Loop.accumulate <algorithms.core.Loop.accumulate>`): the rows of the whole batch that
+    #: ``batch`` holds, from ``BEFORE_FORWARD`` to ``AFTER_BACKWARD`` of each microbatch; None
+    #: otherwise (``batch`` is the whole batch).
+    microbatch_rows: slice | None = None
     #: The algorithms the engine runs, in order (the :class:`~algorithms.core.Engine` keeps it).
     algorithms: Sequence[Algorithm] = ()
     #: The loss scaler of ``amp_fp16`` (disabled in the other precisions), or None outside a Trainer.

@@ -28,6 +28,7 @@ runs the batch's forward, loss and backward once more, as torch's optimizer API 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -149,6 +150,12 @@ class Strategy:
     def backward_once(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """Around one microbatch's forward and backward (:meth:`Loop.accumulate <algorithms.core.Loop.accumulate>`):
+        where ``sync`` is false, the gradients stay on this rank (summed locally), to be
+        synchronized in the last microbatch's backward. One process has nothing to synchronize."""
+        return contextlib.nullcontext()
+
     def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
         """Before ``Event.BEFORE_OPTIMIZER_STEP``: unscale the gradients and clip them, so the
         algorithms at that event see true (and clipped) gradients."""
@@ -254,6 +261,10 @@ class DDP(_Distributed):
     def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
         return wrap_model(model, "ddp", self.device, self.precision, unused_parameters)
 
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """DDP's ``no_sync()`` where ``sync`` is false: no all-reduce in that backward."""
+        return contextlib.nullcontext() if sync else model.no_sync()
+
 
 class FSDP(_Distributed):
     """FSDP2 (``fully_shard``): parameters, gradients and optimizer state sharded over the ranks."""
@@ -270,6 +281,16 @@ class FSDP(_Distributed):
 
     def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
         return wrap_model(model, "fsdp", self.device, self.precision)
+
+    @contextlib.contextmanager
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> Any:
+        """FSDP2's ``set_requires_gradient_sync(sync)`` for that backward (no reduce-scatter where
+        false: each rank keeps its unsharded gradients), then back to synchronizing."""
+        model.set_requires_gradient_sync(sync)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
 
     # A full (unsharded) state dict, gathered to rank 0 on the CPU: one file, independent of how
     # the weights were sharded, for the price of the whole model and optimizer state in rank 0's
@@ -429,6 +450,18 @@ class DeepSpeed(_Distributed):
     def backward_once(self, loss: torch.Tensor) -> None:
         self._engine.backward(loss)
 
+    @contextlib.contextmanager
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> Any:
+        """DeepSpeed's ``set_gradient_accumulation_boundary(sync)`` for that microbatch: where false,
+        its backward accumulates the gradients on this rank without ZeRO's reduction, which the
+        last microbatch's backward (a boundary) runs; the step after it is then the one update.
+        The engine's own ``gradient_accumulation_steps`` stays 1 (its backward divides by it)."""
+        self._engine.set_gradient_accumulation_boundary(sync)
+        try:
+            yield
+        finally:
+            self._engine.set_gradient_accumulation_boundary(True)
+
     def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
         """Nothing: DeepSpeed's engine clips (its config) inside its step."""
 
@@ -462,7 +495,9 @@ class Accelerate(_Distributed):
     ``amp_fp16``, ``bf16`` with ``amp_bf16``); it is refused otherwise, so no setting is silently
     dropped. ``gradient_accumulation_steps`` above 1 is refused: the Trainer's events, schedulers
     and timestamp count one optimizer step per batch, and Accelerate's accumulation would skip the
-    step on the other batches while ``BEFORE_OPTIMIZER_STEP`` and the schedulers still ran.
+    step on the other batches while ``BEFORE_OPTIMIZER_STEP`` and the schedulers still ran; the
+    Trainer accumulates itself (``microbatch_size``), in ``accelerator.no_sync`` before the last
+    microbatch.
 
     Accelerate's ``PartialState`` would create the process group itself (``env://``, whose keys a
     second group in the same torchrun processes would find stale, and wait on), and its
@@ -542,6 +577,10 @@ class Accelerate(_Distributed):
     def backward_once(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(self.scaler.scale(loss))
 
+    def gradient_sync(self, model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """``accelerator.no_sync(model)`` where ``sync`` is false."""
+        return contextlib.nullcontext() if sync else self.accelerator.no_sync(model)
+
     def prepare_step(self, model: torch.nn.Module, optimizer: Optimizer) -> None:
         self.scaler.unscale_(optimizer)
         if self.grad_clip_norm is not None:
@@ -583,7 +622,8 @@ def check_accelerate_config(precision: str) -> None:
     if steps.strip() != "1":
         raise ValueError(
             f"Accelerate's gradient_accumulation_steps={steps} is refused under parallel='accelerate': the Trainer "
-            "steps the optimizer, schedulers and events once per batch; set it to 1 and pass a larger batch"
+            "steps the optimizer, schedulers and events once per batch; set it to 1 and accumulate with "
+            "Trainer(microbatch_size=...)"
         )
     mixed = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
     if mixed != "no" and precision != f"amp_{mixed}":

@@ -27,7 +27,7 @@ from ..targets import class_indices
 from .algorithm import Algorithm
 from .distributed import all_reduce_sum, local_device
 from .event import Event
-from .loop import MODEL_LOSS, Loop, check_algorithms
+from .loop import MODEL_LOSS, Loop, check_algorithms, check_microbatch_size
 from .loss import total_loss
 from .method_log import MethodLog, check_method_log
 from .outputs import model_logits
@@ -119,6 +119,24 @@ class Trainer:
             the samples of its first tensor.
         target_key: where the target is in each batch, e.g. ``"labels"``; the loss is
             ``loss_fn(outputs, batch[target_key])``. Give the methods the same keys.
+        microbatch_size: gradient accumulation, as Composer's ``device_train_microbatch_size``: each
+            batch, as the methods left it after the data loader, is trained in microbatches of this
+            many examples (the last may hold fewer), each forward and backward in turn, then one
+            optimizer step on the summed gradients (each microbatch's loss weighted by its share
+            of the batch's examples), so a batch needs the activation memory of a microbatch only.
+            See :meth:`Loop.accumulate <algorithms.core.Loop.accumulate>`. What happens once per
+            batch (optimizer step): ``BATCH_START``, ``AFTER_DATALOADER`` (the mixing, selecting and
+            resizing methods act on the whole batch), ``BEFORE_OPTIMIZER_STEP``,
+            ``AFTER_TRAIN_BATCH``, ``BATCH_END``, the schedulers, the timestamp's batches and samples;
+            per microbatch: ``BEFORE_FORWARD`` to ``AFTER_BACKWARD`` (``state.batch`` is the
+            microbatch, ``state.microbatch_rows`` its rows), the methods' counters counting each
+            batch once. For methods that treat examples alike, K microbatches of B/K examples end
+            where one batch of B does, up to float rounding (a batch norm normalizes each
+            microbatch on its own). Under ``ddp``, ``fsdp`` and ``accelerate`` the gradients are
+            synchronized in the last microbatch's backward only, and under ``deepspeed`` only that
+            backward is an accumulation boundary (``set_gradient_accumulation_boundary``), where
+            ZeRO reduces them. None (default): no accumulation. Refused: SAM, and LabelSmoothing
+            before CutMix or MixUp (:func:`~algorithms.core.check_algorithms`).
         load_path: resume from a checkpoint that :meth:`save_checkpoint` wrote (a local path, or a
             URL read through fsspec), made with the same model, algorithms (in the same order),
             optimizers (with as many parameter groups), schedulers, precision, parallel mode and
@@ -161,6 +179,7 @@ class Trainer:
         input_key: int | str | None = 0,
         target_key: int | str = 1,
         load_path: str | Path | None = None,
+        microbatch_size: int | None = None,
     ):
         method_log = check_method_log(logger, "Trainer(logger=...)")
         check_precision(precision)
@@ -172,7 +191,10 @@ class Trainer:
         if grad_clip_norm is not None and grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
         mode = strategy(parallel)
-        check_algorithms(algorithms, loss_fn, mode.name)
+        if microbatch_size is not None:
+            microbatch_size = check_microbatch_size(microbatch_size, "Trainer(microbatch_size=...)")
+        self.microbatch_size = microbatch_size
+        check_algorithms(algorithms, loss_fn, mode.name, microbatch_size)
         for scheduler in schedulers:
             if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 raise ValueError(
@@ -362,6 +384,10 @@ class Trainer:
         calls with the parallel mode's backward and step."""
         loop, state = self.loop, self.state
         loop.batch(self._to_device(batch))
+        if self.microbatch_size is not None:
+            loop.accumulate(self.microbatch_size)
+            loop.step()
+            return
         loop.forward()
         loop.loss()
         if state.loss_parts and log.isEnabledFor(logging.DEBUG):  # a host sync, only when asked

@@ -235,7 +235,9 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_node(nodes.container, override=True, html=_scrolling_container_handlers(app))
     app.add_config_value("methods_metadata_root", None, "env")
     app.add_config_value("methods_generate_pages", True, "env", bool)
-    app.add_config_value("methods_nav_card_limit", 30, "html", int)
+    # Every card of today's catalog (34 methods and best practices beside the section's pages) in
+    # every sidebar; a catalog past 80 entries a section falls back to the bounded list.
+    app.add_config_value("methods_nav_card_limit", 80, "html", int)
     app.connect("builder-inited", generate_pages)
     app.connect("builder-inited", reset_card_facts)
     app.add_directive(facts.DIRECTIVE, CardFactsDirective)
