@@ -265,10 +265,10 @@ class FSDP(_Distributed):
             shards of the parameters, their gradients and so the optimizer state live in CPU
             memory; a layer's shards are copied to the device before its all-gather, its gradient
             shards back to the CPU after the reduce-scatter, and the optimizer steps on the CPU
-            (pinned memory on GPUs). On a machine without GPUs everything is on the CPU already:
-            torch accepts the policy on the CPU with gloo and its copies are no-ops, so it trains
-            and resumes exactly as without it and saves nothing. A checkpoint is the full state
-            dict either way, so a run may resume with or without the offload.
+            (pinned memory on GPUs; torch refuses to pin without an accelerator). On a machine
+            without GPUs everything is in CPU memory already: torch accepts the policy there,
+            with gloo, and its copies are no-ops, so it trains and resumes as without it and saves
+            nothing. A checkpoint is the full state dict, as without it.
     """
 
     name = "fsdp"
