@@ -154,12 +154,16 @@ class _UtilizationSampler:
 
 def _local_bytes(tensor: torch.Tensor) -> int:
     """The bytes of ``tensor`` this process holds: an FSDP shard's local part; a ZeRO-3 parameter's
-    partition (``ds_tensor``) and what it keeps whole (nothing, outside its layer's forward and
-    backward, unless it is small enough for DeepSpeed to keep it on every rank)."""
+    partition (``ds_tensor``) and what it keeps whole (nothing outside its layer's forward and
+    backward, unless it is under DeepSpeed's persistence threshold: then all of it, once gathered)."""
     local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # an FSDP shard: this rank's part
     partition = getattr(tensor, "ds_tensor", None)
     held = local.numel() * local.element_size()
     return held + (partition.numel() * partition.element_size() if partition is not None else 0)
+
+
+def _model_bytes(model: torch.nn.Module) -> int:
+    return sum(_local_bytes(t) for t in (*model.parameters(), *model.buffers()))
 
 
 def _strategy(args: argparse.Namespace) -> Any:
@@ -271,7 +275,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     with trainer:  # closed before the process group goes (DeepSpeed releases its hooks)
         state = trainer.state
         device = state.device
-        model_bytes = sum(_local_bytes(t) for t in (*state.model.parameters(), *state.model.buffers()))
+        model_bytes = _model_bytes(state.model)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
 
@@ -282,6 +286,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
                 torch.cuda.synchronize(device)
             wall_s = time.perf_counter() - start
         samples = state.timestamp.sample  # the Trainer counts every rank's samples
+        # Once trained too: ZeRO-3 keeps the parameters under its persistence threshold whole after
+        # their first gather (the others hold the same before and after).
+        model_bytes = max(model_bytes, _model_bytes(state.model))
 
         metrics, eval_s = {"accuracy": None, "loss": None}, None
         if text or splits.has_accuracy:
