@@ -355,9 +355,10 @@ class DeepSpeed(_Distributed):
             device.
 
     On DeepSpeed's CPU accelerator (a machine without GPUs) the offloads move nothing, as
-    everything is in CPU memory already; they still run DeepSpeed's offload code paths (the CPU
-    optimizer step of the partitions, the parameter swapping), which is what the CPU tests check.
-    A checkpoint records these options, and a run resumes only with the same ones.
+    everything is in CPU memory already; DeepSpeed still takes its offload paths (its ZeRO
+    optimizer reports the offloads), and the CPU tests check that they train the weights of one
+    process and resume exactly. A checkpoint records these options, and a run resumes only with
+    the same ones.
     """
 
     name = "deepspeed"
@@ -387,12 +388,10 @@ class DeepSpeed(_Distributed):
     _engine: Any = None
     #: The tag of DeepSpeed's checkpoint inside the folder (one checkpoint a folder).
     TAG = "checkpoint"
-    #: The file of DeepSpeed's checkpoint the Trainer reads its client state from: the one of the
-    #: model states (at stage 3 each rank writes its own, ``zero_pp_rank_<r>_...``; rank 0's is read).
-    MODEL_FILES: ClassVar[dict[bool, str]] = {
-        False: "mp_rank_00_model_states.pt",
-        True: "zero_pp_rank_0_mp_rank_00_model_states.pt",
-    }
+    #: The file of DeepSpeed's checkpoint the Trainer reads its client state from: the model
+    #: states, at stages 1 and 2 one file; at stage 3 one a rank (rank 0's is read).
+    MODEL_FILE = "mp_rank_00_model_states.pt"
+    ZERO3_MODEL_FILE = "zero_pp_rank_0_mp_rank_00_model_states.pt"
 
     # A checkpoint is a folder written by DeepSpeed's own save_checkpoint. At stages 1 and 2: the
     # weights once, and each rank's ZeRO partition of the optimizer state (with its float32 master
@@ -446,8 +445,12 @@ class DeepSpeed(_Distributed):
     def load(self, path: str | Path, state: State) -> None:
         self._refuse_url(path)
         path = Path(path)
-        model_file = path / self.TAG / self.MODEL_FILES[self.zero_stage == 3]
-        other = path / self.TAG / self.MODEL_FILES[self.zero_stage != 3]
+        mine, other = (
+            (self.ZERO3_MODEL_FILE, self.MODEL_FILE)
+            if self.zero_stage == 3
+            else (self.MODEL_FILE, self.ZERO3_MODEL_FILE)
+        )
+        model_file, other = path / self.TAG / mine, path / self.TAG / other  # other: a folder of the other layout
         if not model_file.is_file() and not other.is_file():
             raise CheckpointError(
                 f"{path}: not a checkpoint folder of parallel='deepspeed' (no {self.TAG}/{model_file.name}) — "
