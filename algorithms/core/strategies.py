@@ -106,6 +106,12 @@ class Strategy:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    @property
+    def refusal_modes(self) -> tuple[str, ...]:
+        """The names whose ``Algorithm.unsupported_parallel`` refusals apply to this mode (see
+        :data:`~algorithms.core.options.REFUSAL_MODES`): its own name."""
+        return (self.name,)
+
     def scaler_precision(self, precision: str) -> str:
         """The precision the GradScaler is made for: the Trainer's, unless the mode scales itself."""
         return precision
@@ -405,6 +411,11 @@ class DeepSpeed(_Distributed):
 
     def __repr__(self) -> str:
         return _deepspeed_repr(self.options())
+
+    @property
+    def refusal_modes(self) -> tuple[str, ...]:
+        """``deepspeed``, and at ZeRO stage 3 (parameters sharded, as under FSDP) ``deepspeed:3`` too."""
+        return ("deepspeed", "deepspeed:3") if self.zero_stage == 3 else ("deepspeed",)
 
     _engine: Any = None
     #: The tag of DeepSpeed's checkpoint inside the folder (one checkpoint a folder).

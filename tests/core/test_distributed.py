@@ -436,12 +436,6 @@ def test_a_deepspeed_checkpoint_is_refused_by_a_trainer_with_other_zero_options(
 
 
 @needs_deepspeed
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # "DID NOT RAISE": the Trainer was built; any other error fails the test
-    reason="the Trainer checks Algorithm.unsupported_parallel by the mode's name alone, and 'deepspeed' is "
-    "stage 1 and 2 as well: refusing EMA and SWA at stage 3 needs the check to see the strategy's options",
-)
 @pytest.mark.parametrize("method", ["EMA", "SWA"])
 def test_methods_that_copy_the_whole_model_are_refused_at_zero_stage_3(method, monkeypatch):
     """As under FSDP: at stage 3 the model's parameters are DeepSpeed's empty placeholders between
@@ -456,7 +450,7 @@ def test_methods_that_copy_the_whole_model_are_refused_at_zero_stage_3(method, m
     algorithm = algorithms.EMA(half_life="2ba") if method == "EMA" else algorithms.SWA(swa_start="1ba", swa_end="2ba")
     try:
         with (
-            pytest.raises(ValueError, match=rf"^{method} under parallel="),
+            pytest.raises(ValueError, match=rf"^{method} under parallel='deepspeed:3': {method} keeps a whole copy"),
             Trainer(
                 torch.nn.Linear(3, 2),
                 data,
