@@ -232,6 +232,7 @@ def page_kinds() -> dict[str, str]:
         "model card": f"model_cards/{next(iter(load_all_model_families()))}.html",
         "training configurations": "training_configurations.html",
         "choosing methods": "choosing_methods.html",
+        "memory": "memory.html",
         "measurements": "measurements.html",
         "writing a method": "writing_cards.html",
     }
