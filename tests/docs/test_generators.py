@@ -157,7 +157,7 @@ def test_the_measurements_page_includes_its_generated_parts_and_has_every_label_
     page = (DOCS_SOURCE / "measurements.md").read_text(encoding="utf-8")
     parts = {p.as_posix() for p in pages.generate().outputs if p.parent == Path("tables/measurements")}
     assert parts == set(re.findall(r"^```\{include\} (tables/measurements/\S+)$", page, flags=re.M))
-    assert len(parts) == 3
+    assert len(parts) == 4  # effects, verdicts, composability, training
     linked = {
         label
         for template in (DOCS_SOURCE / "tables").glob("*_snippet.md.inc.j2")
