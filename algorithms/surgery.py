@@ -22,6 +22,19 @@ Modules inside a replacement are not visited again unless ``recurse_on_replaceme
 a model already wrapped for a parallel mode is refused: surgery runs before wrapping
 (``Event.INIT`` in the :class:`~algorithms.core.Trainer`).
 
+**Frozen parameters.** A model in which a policy's class matches a module holding a frozen
+parameter (``requires_grad=False``, in the module or below it) is refused with one ValueError naming
+the method, the first such module and the parameter, before any policy runs. A ``peft`` model
+(``peft.get_peft_model``) freezes its whole base, and a replacement there would change what a
+frozen, pretrained part computes, drop its frozen weights for new ones the adapter's training then
+trains in their place (GLU's gate, a Squeeze-Excite block), or drop the adapter layers peft put
+inside the module; and the Trainer checkpoints a peft model's adapter alone, which would not hold
+them. The helper cannot tell a harmless policy from those, so it refuses them all: apply the method
+to the model before freezing it (before ``get_peft_model``), or leave it out. Modules without
+parameters (dropout, pooling, activations) are replaced as in any model, and a module whose
+parameters all train is, though the model has frozen parts elsewhere. Layer Freezing freezes at
+epochs' ends, after the surgery at ``Event.INIT``, so it is not concerned.
+
 Composer's ``composer.utils.module_surgery.replace_module_classes`` is the model for this helper;
 it returns ``{old module: new module}`` where this returns ``{qualified name: new module}``.
 
@@ -158,6 +171,23 @@ def _update_optimizers(optimizers: Sequence[torch.optim.Optimizer], old: nn.Modu
                     optimizer.state.pop(p, None)
 
 
+def _refuse_frozen(model: nn.Module, policies: Mapping[type, Policy], method: str | None) -> None:
+    """A ValueError naming the first module (in walk order, the root aside) that a policy's class
+    matches and that holds a frozen parameter; nothing where none does."""
+    classes = tuple(policies)
+    for name, module in model.named_modules():
+        if not name or not isinstance(module, classes):
+            continue
+        frozen = next((n for n, p in module.named_parameters() if not p.requires_grad), None)
+        if frozen is not None:
+            what = method or "replace_module_classes"
+            raise ValueError(
+                f"{what}: {name} ({type(module).__name__}) holds frozen parameters ({name}.{frozen} has "
+                "requires_grad=False), a part of the model that does not train and that surgery would change — "
+                f"run {what} on the model before freezing it (before peft.get_peft_model), or leave it out"
+            )
+
+
 def replace_module_classes(
     model: nn.Module,
     policies: Mapping[type, Policy],
@@ -184,8 +214,9 @@ def replace_module_classes(
         ``{qualified name: replacement}`` of every module replaced, in walk order.
 
     Raises:
-        ValueError: ``model`` is wrapped for DataParallel, DDP or FSDP, or a policy's key is not
-            a module class.
+        ValueError: ``model`` is wrapped for DataParallel, DDP or FSDP, a policy's key is not a
+            module class, or a module a policy's class matches holds a frozen parameter (see the
+            module docstring); nothing is changed.
     """
     if _wrapped(model):
         raise ValueError(
@@ -195,6 +226,7 @@ def replace_module_classes(
     for cls in policies:
         if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
             raise ValueError(f"policies: key {cls!r} is not a torch.nn.Module class")
+    _refuse_frozen(model, policies, method)
     if optimizers is None:
         optimizers = ()
     elif isinstance(optimizers, torch.optim.Optimizer):
