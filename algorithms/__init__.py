@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 
 #: Each method's Algorithm class -> its folder under ``algorithms``, in the folders' order.
 EXPORTS = {
+    "ActivationCheckpointing": "activation_checkpointing",
     "Alibi": "alibi",
     "AugMix": "augmix",
     "BlurPool": "blurpool",
@@ -50,6 +51,7 @@ EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .activation_checkpointing import ActivationCheckpointing as ActivationCheckpointing
     from .alibi import Alibi as Alibi
     from .augmix import AugMix as AugMix
     from .blurpool import BlurPool as BlurPool

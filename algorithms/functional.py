@@ -18,6 +18,7 @@ from ._lazy import attach
 
 #: Each functional form -> the module under ``algorithms`` that defines it, in the modules' order.
 EXPORTS = {
+    "apply_activation_checkpointing": "activation_checkpointing",
     "apply_alibi": "alibi",
     "augmix_image": "augmix",
     "apply_blurpool": "blurpool",
@@ -51,6 +52,7 @@ EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .activation_checkpointing import apply_activation_checkpointing as apply_activation_checkpointing
     from .alibi import apply_alibi as apply_alibi
     from .augmix import augmix_image as augmix_image
     from .blurpool import apply_blurpool as apply_blurpool

@@ -9,7 +9,9 @@ Example (the committed CPU results):
 
 (``--configs`` defaults to every precision in one process plus fp32 under dp, ddp, fsdp and
 deepspeed with ZeRO stages 1 and 2, the source's table, and fp32 through Hugging Face Accelerate
-with each file of ``configs/accelerate/``: ``fp32:accelerate:ddp``, ``:fsdp`` and ``:deepspeed``.)
+with each file of ``configs/accelerate/``: ``fp32:accelerate:ddp``, ``:fsdp`` and ``:deepspeed``.
+ZeRO stage 3 and CPU offload are asked for by name: ``fp32:deepspeed:3``, ``fp32:deepspeed:2+offload``,
+``fp32:deepspeed:3+offload`` and ``fp32:fsdp:offload``; see ``methods_tools.compare.parse_configs``.)
 
 Each run is a process of its own (ddp, fsdp and deepspeed under torchrun; an Accelerate
 configuration under ``accelerate launch --config_file configs/accelerate/<name>.yaml``, with
@@ -69,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         "--configs",
         default=DEFAULT_CONFIGS,
         help="comma-separated precision:parallel[:zero_stage or Accelerate file], e.g. "
-        "fp32:single,amp_bf16:ddp,fp32:deepspeed:1,fp32:accelerate:fsdp",
+        "fp32:single,amp_bf16:ddp,fp32:deepspeed:1,fp32:accelerate:fsdp; fp32:deepspeed:3 is ZeRO stage 3, and "
+        "+offload (fp32:deepspeed:2+offload, fp32:fsdp:offload) offloads what the mode partitions to CPU memory",
     )
     p.add_argument("--nproc", type=int, default=2, help="processes for ddp, fsdp, deepspeed and accelerate")
     p.add_argument(

@@ -27,6 +27,11 @@ cell acted, inactive, refused, failed or not run (transformers or Lightning miss
 only them, into the committed file:
 
     python tools/composability_matrix.py --kinds loops,models --merge
+
+A method added to a committed matrix needs only its own cells (alone, in each mode, in a pair
+either way round, in each loop and on each model), run and put in their places in the file:
+
+    python tools/composability_matrix.py --only activation_checkpointing --merge
 """
 
 from __future__ import annotations

@@ -283,12 +283,18 @@ def wrap_model(
     device: torch.device,
     precision: str = "fp32",
     find_unused_parameters: bool = False,
+    cpu_offload: bool = False,
 ) -> torch.nn.Module:
     """``model`` wrapped for ``parallel`` (DeepSpeed wraps in :func:`deepspeed_initialize`).
 
     ``find_unused_parameters``: DDP looks for parameters a step leaves without a gradient (a
     block Stochastic Depth dropped), at the cost of a graph traversal each step; the Trainer
-    sets it when an algorithm says it needs it (``Algorithm.unused_parameters``)."""
+    sets it when an algorithm says it needs it (``Algorithm.unused_parameters``).
+
+    ``cpu_offload`` (FSDP only): every ``fully_shard`` call gets torch's ``CPUOffloadPolicy``, so
+    the sharded parameters, their gradients and the optimizer state live in CPU memory, copied to
+    ``device`` for each layer's all-gather. Pinned memory (the policy's ``pin_memory``) only where
+    ``device`` is a GPU: pinning needs an accelerator, and on the CPU the copies are no-ops."""
     if parallel == "dp":
         return AutocastDataParallel(model, precision, device.type)
     if parallel == "ddp":
@@ -298,14 +304,15 @@ def wrap_model(
             find_unused_parameters=find_unused_parameters,
         )
     if parallel == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
+        policy = CPUOffloadPolicy(pin_memory=device.type == "cuda") if cpu_offload else OffloadPolicy()
         # Shard layer by layer so only one layer's full parameters exist at a time; the root
         # call shards whatever is left (batch-norm parameters, biases of other modules).
         for module in model.modules():
             if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
-                fully_shard(module)
-        fully_shard(model)
+                fully_shard(module, offload_policy=policy)
+        fully_shard(model, offload_policy=policy)
         return model
     return model
 
@@ -317,16 +324,28 @@ def deepspeed_initialize(
     zero_stage: int,
     batch_size: int | None,
     grad_clip_norm: float | None,
+    offload_optimizer: bool = False,
+    offload_param: bool = False,
 ) -> Any:
     """A DeepSpeed engine with ZeRO ``zero_stage`` over ``model`` and ``optimizer`` (see
-    :func:`check_deepspeed`, which the Trainer calls before it starts)."""
+    :func:`check_deepspeed`, which the Trainer calls before it starts). ``offload_optimizer`` and
+    ``offload_param`` put DeepSpeed's ``offload_optimizer`` and ``offload_param`` sections, device
+    ``cpu``, in its ``zero_optimization`` config (see :class:`~algorithms.core.strategies.DeepSpeed`)."""
     import deepspeed
 
+    zero: dict[str, Any] = {"stage": zero_stage}
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if offload_param:
+        zero["offload_param"] = {"device": "cpu"}
     config: dict[str, Any] = {
-        "zero_optimization": {"stage": zero_stage},
+        "zero_optimization": zero,
         # The Trainer's optimizers are torch's (SGD by default), which DeepSpeed has not vetted
         # for ZeRO; their steps on a partition are ordinary torch steps.
         "zero_allow_untested_optimizer": True,
+        # With offload_optimizer, DeepSpeed refuses any optimizer but its own CPU ones unless told
+        # otherwise: the Trainer's optimizer is the user's, and steps the partitions on the CPU.
+        "zero_force_ds_cpu_optimizer": False,
         "train_micro_batch_size_per_gpu": batch_size or 1,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": grad_clip_norm or 0.0,

@@ -43,6 +43,12 @@ ORDER_RULES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("Factorize",),
         "it needs the full convolutions' channels, which Factorize splits into narrower ones",
     ),
+    (
+        "StochasticDepth",
+        ("ActivationCheckpointing",),
+        "it replaces whole residual blocks, which would drop the checkpointing of the blocks it replaces; "
+        "Activation Checkpointing then checkpoints its stochastic blocks",
+    ),
 )
 
 #: What cannot be correct together, in any order: ``(test over the list, the one-line refusal)``.

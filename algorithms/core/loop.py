@@ -56,11 +56,16 @@ MODEL_LOSS = "model"
 
 
 def check_algorithms(
-    algorithms: Sequence[Algorithm], loss_fn: Any, parallel: str = "single", microbatch_size: int | None = None
+    algorithms: Sequence[Algorithm],
+    loss_fn: Any,
+    parallel: str | Sequence[str] = "single",
+    microbatch_size: int | None = None,
 ) -> None:
     """Refuse, with one line and before anything is done, a list of methods that cannot train
     correctly: anything not an :class:`Algorithm` (TypeError); a list :data:`~algorithms.core.engine.
-    REFUSED_TOGETHER` names; a method ``parallel`` cannot run (``Algorithm.unsupported_parallel``);
+    REFUSED_TOGETHER` names; a method ``parallel`` cannot run (``Algorithm.unsupported_parallel``:
+    ``parallel`` is a mode's name, or the names a strategy answers to, :attr:`Strategy.refusal_modes
+    <algorithms.core.strategies.Strategy.refusal_modes>`);
     a method that changes the loss from the logits and the target (``Algorithm.needs_loss_fn``)
     with ``loss_fn=MODEL_LOSS``; and a ``loss_fn`` that is neither a function nor ``MODEL_LOSS``
     (each a ValueError). With a ``microbatch_size`` (gradient accumulation), also what accumulation
@@ -72,9 +77,10 @@ def check_algorithms(
     if microbatch_size is not None:
         _check_microbatched(algorithms, microbatch_size)
     for algo in algorithms:
-        why = algo.unsupported_parallel.get(parallel)
-        if why is not None:
-            raise ValueError(f"{algo.name} under parallel={parallel!r}: {why}")
+        for mode in (parallel,) if isinstance(parallel, str) else parallel:
+            why = algo.unsupported_parallel.get(mode)
+            if why is not None:
+                raise ValueError(f"{algo.name} under parallel={mode!r}: {why}")
     if isinstance(loss_fn, str) and loss_fn != MODEL_LOSS:
         raise ValueError(f"loss_fn={loss_fn!r}: pass a function, or {MODEL_LOSS!r} for the loss the model computes")
     if not isinstance(loss_fn, str) and not callable(loss_fn):
@@ -213,7 +219,7 @@ class Loop:
             strategy = Single()
             strategy.bind(precision, device or torch.device("cpu"))
         rank, world_size = ranks if ranks is not None else _process_group()
-        check_algorithms(algorithms, loss_fn, strategy.name)
+        check_algorithms(algorithms, loss_fn, strategy.refusal_modes)
         self.strategy = strategy
         self.input_key, self.target_key = input_key, target_key
         self.step_schedulers_every_batch = bool(step_schedulers_every_batch)

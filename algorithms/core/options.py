@@ -13,12 +13,17 @@ __all__ = [
     "MATRIX_PARALLELS",
     "PARALLELS",
     "PRECISIONS",
+    "REFUSAL_MODES",
 ]
 
 #: Numeric precisions of ``Trainer(precision=...)``.
 PRECISIONS = ("fp32", "fp16", "bf16", "amp_fp16", "amp_bf16")
 #: Parallel modes of ``Trainer(parallel=...)``.
 PARALLELS = ("single", "dp", "ddp", "fsdp", "deepspeed", "accelerate")
+#: What ``Algorithm.unsupported_parallel`` may refuse: a parallel mode by name, or ``deepspeed:3``,
+#: DeepSpeed's ZeRO stage 3, which shards the parameters as ``fsdp`` does (a method that keeps a
+#: whole copy of the model cannot run under either).
+REFUSAL_MODES = (*PARALLELS, "deepspeed:3")
 #: The parallel modes that run one process per device under ``torchrun`` (or ``accelerate launch``).
 DISTRIBUTED = ("ddp", "fsdp", "deepspeed", "accelerate")
 #: The distributed modes the composability matrix runs. ``accelerate`` has no column: under its DDP,

@@ -5,8 +5,10 @@ the model and optimizer, runs the backward pass and the optimizer step, unwraps,
 ``single``      :class:`Single`: one process, one device
 ``dp``          :class:`DataParallel`: ``torch.nn.DataParallel`` over the visible GPUs
 ``ddp``         :class:`DDP`: ``DistributedDataParallel``, one process per device
-``fsdp``        :class:`FSDP`: ``fully_shard`` (FSDP2) on every Conv2d and Linear and the model
-``deepspeed``   :class:`DeepSpeed`: DeepSpeed ZeRO stage 1 or 2; its engine scales, steps and clips
+``fsdp``        :class:`FSDP`: ``fully_shard`` (FSDP2) on every Conv2d and Linear and the model,
+                optionally offloaded to CPU memory (``FSDP(cpu_offload=True)``)
+``deepspeed``   :class:`DeepSpeed`: DeepSpeed ZeRO stage 1, 2 or 3, optionally offloaded to CPU
+                memory; its engine scales, steps and clips
 ``accelerate``  :class:`Accelerate`: Hugging Face Accelerate, set up by ``accelerate launch
                 --config_file`` (``configs/accelerate/``): it prepares the model and optimizer
 ==============  ==========================================================================
@@ -103,6 +105,12 @@ class Strategy:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+    @property
+    def refusal_modes(self) -> tuple[str, ...]:
+        """The names whose ``Algorithm.unsupported_parallel`` refusals apply to this mode (see
+        :data:`~algorithms.core.options.REFUSAL_MODES`): its own name."""
+        return (self.name,)
 
     def scaler_precision(self, precision: str) -> str:
         """The precision the GradScaler is made for: the Trainer's, unless the mode scales itself."""
@@ -267,9 +275,28 @@ class DDP(_Distributed):
 
 
 class FSDP(_Distributed):
-    """FSDP2 (``fully_shard``): parameters, gradients and optimizer state sharded over the ranks."""
+    """FSDP2 (``fully_shard``): parameters, gradients and optimizer state sharded over the ranks.
+
+    Args:
+        cpu_offload: give every ``fully_shard`` call torch's ``CPUOffloadPolicy``: each rank's
+            shards of the parameters, their gradients and so the optimizer state live in CPU
+            memory; a layer's shards are copied to the device before its all-gather, its gradient
+            shards back to the CPU after the reduce-scatter, and the optimizer steps on the CPU
+            (pinned memory on GPUs; torch refuses to pin without an accelerator). On a machine
+            without GPUs everything is in CPU memory already: torch accepts the policy there,
+            with gloo, and its copies are no-ops, so it trains and resumes as without it and saves
+            nothing. A checkpoint is the full state dict, as without it.
+    """
 
     name = "fsdp"
+
+    def __init__(self, cpu_offload: bool = False):
+        if not isinstance(cpu_offload, bool):
+            raise TypeError(f"FSDP(cpu_offload={cpu_offload!r}): pass True or False")
+        self.cpu_offload = cpu_offload
+
+    def __repr__(self) -> str:
+        return "FSDP(cpu_offload=True)" if self.cpu_offload else "FSDP()"
 
     def check(self, optimizer: OptimizerSpec) -> None:
         if isinstance(optimizer, Optimizer):
@@ -280,7 +307,7 @@ class FSDP(_Distributed):
             )
 
     def wrap_model(self, model: torch.nn.Module, unused_parameters: bool) -> torch.nn.Module:
-        return wrap_model(model, "fsdp", self.device, self.precision)
+        return wrap_model(model, "fsdp", self.device, self.precision, cpu_offload=self.cpu_offload)
 
     @contextlib.contextmanager
     def gradient_sync(self, model: torch.nn.Module, sync: bool) -> Any:
@@ -337,39 +364,92 @@ class DeepSpeed(_Distributed):
     mode, and steps, clips and zeroes the gradients itself.
 
     Args:
-        zero_stage: the ZeRO stage, 1 (optimizer state sharded) or 2 (and gradients); a
+        zero_stage: the ZeRO stage: 1 partitions the optimizer state over the ranks, 2 also the
+            gradients, 3 also the parameters (each rank keeps its partition of every parameter,
+            and a layer's whole weights are gathered only while it runs forward or backward); a
             ValueError otherwise. ``Trainer(parallel="deepspeed")`` is stage 2.
+        offload_optimizer: ZeRO-Offload, at any stage (DeepSpeed's ``zero_optimization.
+            offload_optimizer: {device: cpu}``): each rank's partition of the optimizer state and
+            of the float32 master weights lives in CPU memory, the gradients of the partition are
+            copied there, and the optimizer steps on the CPU. The step is the Trainer's optimizer
+            (DeepSpeed's guard that asks for its own, ``zero_force_ds_cpu_optimizer``, is turned
+            off): torch's run on the CPU tensors, or DeepSpeed's vectorised ``DeepSpeedCPUAdam``
+            (``deepspeed.ops.adam``; its op is built with the C++ compiler on first use) passed as
+            ``optimizer=lambda params: DeepSpeedCPUAdam(params, lr=...)``.
+        offload_param: stage 3 only (``offload_param: {device: cpu}``): the parameters' partitions
+            live in CPU memory too, and are copied to the device for each layer's gather; a
+            ValueError at stages 1 and 2, where every rank keeps the whole parameters on its
+            device.
+
+    On DeepSpeed's CPU accelerator (a machine without GPUs) the offloads move nothing, as
+    everything is in CPU memory already; DeepSpeed still takes its offload paths (its ZeRO
+    optimizer reports the offloads), and the CPU tests check that they train the weights of one
+    process and resume exactly. A checkpoint records these options, and a run resumes only with
+    the same ones.
     """
 
     name = "deepspeed"
+    OFFLOADS: ClassVar[tuple[str, ...]] = ("offload_optimizer", "offload_param")
 
-    def __init__(self, zero_stage: int = 2):
-        if isinstance(zero_stage, bool) or zero_stage not in (1, 2):
-            raise ValueError(f"DeepSpeed(zero_stage={zero_stage!r}): ZeRO stage 1 or 2 is supported")
-        self.zero_stage = int(zero_stage)
+    def __init__(self, zero_stage: int = 2, offload_optimizer: bool = False, offload_param: bool = False):
+        if isinstance(zero_stage, bool) or zero_stage not in (1, 2, 3):
+            raise ValueError(f"DeepSpeed(zero_stage={zero_stage!r}): ZeRO stage 1, 2 or 3 is supported")
+        for option, value in (("offload_optimizer", offload_optimizer), ("offload_param", offload_param)):
+            if not isinstance(value, bool):
+                raise TypeError(f"DeepSpeed({option}={value!r}): pass True or False")
+        if offload_param and zero_stage != 3:
+            raise ValueError(
+                f"DeepSpeed(zero_stage={zero_stage}, offload_param=True): only ZeRO stage 3 partitions the "
+                "parameters, and so can offload them — pass zero_stage=3, or offload the optimizer alone "
+                "(offload_optimizer=True)"
+            )
+        self.zero_stage, self.offload_optimizer, self.offload_param = int(zero_stage), offload_optimizer, offload_param
+
+    def options(self) -> dict[str, Any]:
+        """The ZeRO options, as the constructor takes them (a checkpoint records them)."""
+        return {"zero_stage": self.zero_stage, **{name: getattr(self, name) for name in self.OFFLOADS}}
 
     def __repr__(self) -> str:
-        return f"DeepSpeed(zero_stage={self.zero_stage})"
+        return _deepspeed_repr(self.options())
+
+    @property
+    def refusal_modes(self) -> tuple[str, ...]:
+        """``deepspeed``, and at ZeRO stage 3 (parameters sharded, as under FSDP) ``deepspeed:3`` too."""
+        return ("deepspeed", "deepspeed:3") if self.zero_stage == 3 else ("deepspeed",)
 
     _engine: Any = None
     #: The tag of DeepSpeed's checkpoint inside the folder (one checkpoint a folder).
     TAG = "checkpoint"
+    #: The file of DeepSpeed's checkpoint the Trainer reads its client state from: the model
+    #: states, at stages 1 and 2 one file; at stage 3 one a rank (rank 0's is read).
+    MODEL_FILE = "mp_rank_00_model_states.pt"
+    ZERO3_MODEL_FILE = "zero_pp_rank_0_mp_rank_00_model_states.pt"
 
-    # A checkpoint is a folder written by DeepSpeed's own save_checkpoint: the weights once, and
-    # each rank's ZeRO partition of the optimizer state in a file of its own; the rest (schedulers,
-    # timestamp, the algorithms' state, the setup, this format's name, and every rank's generators
-    # under ``ranks``, as in one file) is its client state. It is written under a temporary name
-    # beside the target and renamed by rank 0 once every rank has written its part, so a folder at
-    # the target is always whole. DeepSpeed writes it with its own file I/O, so the folder is a
-    # local (or mounted) path: a URL is refused.
+    # A checkpoint is a folder written by DeepSpeed's own save_checkpoint. At stages 1 and 2: the
+    # weights once, and each rank's ZeRO partition of the optimizer state (with its float32 master
+    # weights) in a file of its own. At stage 3, where no rank holds the whole weights, each rank
+    # writes its own model-states file, whose weights are empty placeholders, and its partition
+    # file holds its part of the weights; DeepSpeed's zero_to_fp32.py, which it copies into the
+    # folder, puts them together. The rest (schedulers, timestamp, the algorithms' state, the
+    # setup, the ZeRO options, this format's name, and every rank's generators under ``ranks``,
+    # as in one file) is its client state. It is written under a temporary name beside the target
+    # and renamed by rank 0 once every rank has written its part, so a folder at the target is
+    # always whole. DeepSpeed writes it with its own file I/O, so the folder is a local (or
+    # mounted) path: a URL is refused.
     def save(self, path: str | Path, state: State, overwrite: bool = False) -> str | Path:
+        import copy
         import shutil
 
         self._refuse_url(path)
         folder = Path(path)
         if folder.exists() and not overwrite:
             raise CheckpointError(f"{path}: exists — pass overwrite=True to replace it, or choose another path")
-        shared, own = split_ranks(state.state_dict())
+        # The optimizers are DeepSpeed's to save (their partitions). The torch optimizer ZeRO wraps
+        # cannot give a state_dict at stage 3 (its groups hold one flat partition at a time, its
+        # state all of them), so the state is read without it.
+        without_optimizers = copy.copy(state)
+        without_optimizers.optimizers = ()
+        shared, own = split_ranks(without_optimizers.state_dict())
         ranks: list[Any] = [None] * state.world_size
         dist.all_gather_object(ranks, own)
         client = {key: value for key, value in shared.items() if key not in ("model", "optimizers")}
@@ -377,6 +457,7 @@ class DeepSpeed(_Distributed):
             format=FORMAT,
             version=VERSION,
             setup=setup_of(state, self.name),
+            deepspeed=self.options(),
             ranks=ranks,
             optimizers=[None] * len(state.optimizers),
         )
@@ -396,8 +477,13 @@ class DeepSpeed(_Distributed):
     def load(self, path: str | Path, state: State) -> None:
         self._refuse_url(path)
         path = Path(path)
-        model_file = path / self.TAG / "mp_rank_00_model_states.pt"
-        if not model_file.is_file():
+        mine, other = (
+            (self.ZERO3_MODEL_FILE, self.MODEL_FILE)
+            if self.zero_stage == 3
+            else (self.MODEL_FILE, self.ZERO3_MODEL_FILE)
+        )
+        model_file, other = path / self.TAG / mine, path / self.TAG / other  # other: a folder of the other layout
+        if not model_file.is_file() and not other.is_file():
             raise CheckpointError(
                 f"{path}: not a checkpoint folder of parallel='deepspeed' (no {self.TAG}/{model_file.name}) — "
                 "use one written by Trainer.save_checkpoint"
@@ -405,9 +491,18 @@ class DeepSpeed(_Distributed):
         # DeepSpeed's file, its weights under "module", holds its own config objects, which torch's
         # safe loader refuses; DeepSpeed's load_checkpoint unpickles it all the same.
         keys = tuple("module" if key == "model" else key for key in KEYS)
-        saved = read_checkpoint(model_file, weights_only=False, keys=keys)
+        saved = read_checkpoint(model_file if model_file.is_file() else other, weights_only=False, keys=keys)
         saved = {**saved, "model": saved["module"]}
         check_compatible(saved, state, path, self.name)
+        options = saved.get("deepspeed")
+        if options is None:  # written before checkpoints recorded the ZeRO options: stage 1 or 2, no offload
+            refused, shown = not model_file.is_file(), "DeepSpeed(zero_stage=1 or 2)"
+        else:
+            refused, shown = options != self.options(), _deepspeed_repr(options)
+        if refused:
+            raise CheckpointError(
+                f"{path}: saved with {shown}, this Trainer has {self!r} — resume with the same ZeRO stage and offloads"
+            )
         self._engine.load_checkpoint(
             str(path), tag=self.TAG, load_optimizer_states=True, load_lr_scheduler_states=False
         )
@@ -434,7 +529,14 @@ class DeepSpeed(_Distributed):
         if not isinstance(optimizer, Optimizer):
             optimizer = (optimizer or _default_optimizer)(model.parameters())
         self._engine = deepspeed_initialize(
-            model, optimizer, self.precision, self.zero_stage, batch_size, self.grad_clip_norm
+            model,
+            optimizer,
+            self.precision,
+            self.zero_stage,
+            batch_size,
+            self.grad_clip_norm,
+            offload_optimizer=self.offload_optimizer,
+            offload_param=self.offload_param,
         )
         return self._engine.module, self._engine, optimizer
 
@@ -475,6 +577,13 @@ class DeepSpeed(_Distributed):
         Its own ``destroy`` removes the hooks and needs the process group, so it runs first."""
         if self._engine is not None:
             self._engine.destroy()
+
+
+def _deepspeed_repr(options: dict[str, Any]) -> str:
+    """``DeepSpeed(...)`` with the stage and the offloads that are on."""
+    shown = [f"zero_stage={options['zero_stage']}"]
+    shown += [f"{name}=True" for name in DeepSpeed.OFFLOADS if options.get(name)]
+    return f"DeepSpeed({', '.join(shown)})"
 
 
 class Accelerate(_Distributed):

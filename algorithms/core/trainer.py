@@ -200,7 +200,7 @@ class Trainer:
         if microbatch_size is not None:
             microbatch_size = check_microbatch_size(microbatch_size, "Trainer(microbatch_size=...)")
         self.microbatch_size = microbatch_size
-        check_algorithms(algorithms, loss_fn, mode.name, microbatch_size)
+        check_algorithms(algorithms, loss_fn, mode.refusal_modes, microbatch_size)
         for scheduler in schedulers:
             if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
                 raise ValueError(

@@ -153,7 +153,7 @@ class EMA(Algorithm):
     bf16 or fp16 model an update of ``(1 - smoothing) * W`` is not rounded away; it is in
     :meth:`state_dict`, in float32, so a checkpoint resumes it.
 
-    Under FSDP it is refused (:attr:`unsupported_parallel`): the average is a copy of the whole
+    Under FSDP and ZeRO stage 3 it is refused (:attr:`unsupported_parallel`): the average is a copy of the whole
     model, which a sharded model cannot give.
 
     Args:
@@ -191,7 +191,9 @@ class EMA(Algorithm):
     unsupported_parallel = MappingProxyType(
         {
             "fsdp": "EMA keeps a whole copy of the model, which FSDP's sharded model cannot give; "
-            "train with parallel='ddp', or average the gathered full weights outside FSDP with compute_ema"
+            "train with parallel='ddp', or average the gathered full weights outside FSDP with compute_ema",
+            "deepspeed:3": "EMA keeps a whole copy of the model, and at ZeRO stage 3 the model's parameters are "
+            "DeepSpeed's empty placeholders between steps; use ZeRO stage 1 or 2, or parallel='ddp'",
         }
     )
     activity = {

@@ -147,7 +147,7 @@ class SWA(Algorithm):
     ``1 / n`` share is not rounded away, and is cast to the model's dtype when loaded. The mean (in
     float32), its count and the schedule are in :meth:`state_dict`, so a checkpoint resumes them.
 
-    Under FSDP it is refused (:attr:`unsupported_parallel`): the mean is a copy of the whole model,
+    Under FSDP and ZeRO stage 3 it is refused (:attr:`unsupported_parallel`): the mean is a copy of the whole model,
     which a sharded model cannot give.
 
     Args:
@@ -183,7 +183,9 @@ class SWA(Algorithm):
     unsupported_parallel = MappingProxyType(
         {
             "fsdp": "SWA keeps a whole copy of the model, which FSDP's sharded model cannot give; "
-            "train with parallel='ddp', or average the gathered full weights outside FSDP with update_swa_average"
+            "train with parallel='ddp', or average the gathered full weights outside FSDP with update_swa_average",
+            "deepspeed:3": "SWA keeps a whole copy of the model, and at ZeRO stage 3 the model's parameters are "
+            "DeepSpeed's empty placeholders between steps; use ZeRO stage 1 or 2, or parallel='ddp'",
         }
     )
     activity = {

@@ -1,8 +1,10 @@
 """Run under torchrun by test_distributed.py's resume tests: ``first`` trains the whole run, then
 the first part of it and checkpoints; ``rest`` resumes from the checkpoint in fresh processes.
-The data comes from a DataLoader with a shuffled DistributedSampler and two workers.
-Rank 0 saves each run's final parameters (full tensors, also for FSDP shards) and every rank's
-algorithm generator state, so the test can compare the resumed run with the uninterrupted one."""
+The mode is a name or one of distributed_script's spellings (``deepspeed:3+offload``,
+``fsdp:offload``). The data comes from a DataLoader with a shuffled DistributedSampler and two
+workers. Rank 0 saves each run's final parameters (full tensors, also for FSDP shards and ZeRO-3
+partitions) and every rank's algorithm generator state, so the test can compare the resumed run
+with the uninterrupted one."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from distributed_script import HIDDEN, gathered, parallel_of
 
 from algorithms import CutMix
 from algorithms.core import Trainer
@@ -26,7 +29,9 @@ def make_model() -> torch.nn.Module:
         torch.nn.ReLU(),
         torch.nn.Dropout(0.3),  # torch's global generator, per rank
         torch.nn.Flatten(),
-        torch.nn.Linear(4 * 6 * 6, 5),
+        torch.nn.Linear(4 * 6 * 6, HIDDEN),  # large enough for ZeRO-3 to partition (distributed_script)
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, 5),
     )
 
 
@@ -51,7 +56,7 @@ def build(parallel: str, batches: int, load_path: str | None = None) -> Trainer:
         f"{batches}ba",
         optimizer=optimizer,
         algorithms=[CutMix(alpha=1.0)],  # its own generator, per rank
-        parallel=parallel,
+        parallel=parallel_of(parallel),
         device="cpu",
         seed=0,
         load_path=load_path,
@@ -60,9 +65,10 @@ def build(parallel: str, batches: int, load_path: str | None = None) -> Trainer:
 
 def finish(trainer: Trainer, out: Path) -> None:
     params = {}
-    for name, p in trainer.state.model.named_parameters():
-        p = p.full_tensor() if hasattr(p, "full_tensor") else p
-        params[name.removeprefix("module.")] = p.detach().cpu().clone()
+    with gathered(trainer.state.model):
+        for name, p in trainer.state.model.named_parameters():
+            p = p.full_tensor() if hasattr(p, "full_tensor") else p
+            params[name.removeprefix("module.")] = p.detach().cpu().clone()
     generators = [None] * trainer.state.world_size
     dist.all_gather_object(generators, trainer.state.algorithms[0].generator(trainer.state).get_state())
     if trainer.state.rank == 0:

@@ -1,7 +1,9 @@
-"""DDP, FSDP and DeepSpeed ZeRO-1/2 on the CPU (gloo, 2 processes under torchrun) against one process."""
+"""DDP, FSDP (and with CPU offload) and DeepSpeed ZeRO-1/2/3 (and with CPU offload) on the CPU
+(gloo, 2 processes under torchrun) against one process."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -44,46 +46,59 @@ def reference() -> dict[str, torch.Tensor]:
     return _single_process_params()
 
 
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """``run(mode)``: distributed_script's results for ``mode`` (two ranks under torchrun), launched
+    once per mode for the tests of this module that read them."""
+    results: dict[str, dict] = {}
+
+    def run(parallel: str) -> dict:
+        if parallel not in results:
+            out = tmp_path_factory.mktemp("two-ranks") / "params.pt"
+            _torchrun(Path(script.__file__), parallel, str(out))
+            results[parallel] = torch.load(out)
+        return results[parallel]
+
+    return run
+
+
+# What a mode leaves where, as the engine or FSDP reports it (distributed_script.offloaded): on the
+# CPU the offloads move nothing, everything being in CPU memory already, but they run their own paths.
+OFFLOADED = {
+    "deepspeed:1": {"optimizer": False, "param": False, "partitions_device": "cpu"},
+    "deepspeed:2": {"optimizer": False, "param": False, "partitions_device": "cpu"},
+    "deepspeed:3": {"optimizer": False, "param": False, "partitions_device": "cpu"},
+    "deepspeed:2+offload": {"optimizer": True, "param": False, "partitions_device": "cpu"},
+    "deepspeed:3+offload": {"optimizer": True, "param": True, "partitions_device": "cpu"},
+    # three Conv2d/Linear layers, each its own fully_shard call (the root's holds no parameter)
+    "fsdp": {"policies": ["OffloadPolicy"], "sharded_calls": 3, "shards_device": ["cpu"]},
+    "fsdp:offload": {"policies": ["CPUOffloadPolicy"], "sharded_calls": 3, "shards_device": ["cpu"]},
+    "ddp": {},
+}
+
+
 @pytest.mark.parametrize(
     "parallel",
     [
         "ddp",
         "fsdp",
+        "fsdp:offload",
         pytest.param("deepspeed:1", marks=needs_deepspeed),
         pytest.param("deepspeed:2", marks=needs_deepspeed),
+        pytest.param("deepspeed:3", marks=needs_deepspeed),
+        pytest.param("deepspeed:2+offload", marks=needs_deepspeed),
+        pytest.param("deepspeed:3+offload", marks=needs_deepspeed),
     ],
 )
-def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, reference, tmp_path):
-    out = tmp_path / "params.pt"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-        "DS_ACCELERATOR": "cpu",
-    }  # DeepSpeed on the CPU also where CUDA is
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(Path(script.__file__)),
-            parallel,
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = torch.load(out)
+def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, reference, two_rank_run):
+    result = two_rank_run(parallel)
     # Each rank's mean loss over half the batch, gradients averaged over the ranks, equals the
     # mean over the whole batch: the same SGD steps up to float32 summation order. ZeRO averages
     # the same two gradients (reduce-scattered into partitions; each rank steps its partition and
-    # the updated parameters are all-gathered), so it needs no looser tolerance: measured, its
-    # largest difference is about 1.5e-8.
+    # the updated parameters are all-gathered), so it needs no looser tolerance, at any stage and
+    # offloaded or not: measured on the earlier, smaller model, its largest difference was about
+    # 1.5e-8.
+    assert result["offloaded"] == OFFLOADED[parallel]
     assert result["params"].keys() == reference.keys()
     for name, expected in reference.items():
         torch.testing.assert_close(result["params"][name], expected, rtol=1e-5, atol=1e-6, msg=name)
@@ -94,14 +109,39 @@ def test_two_ranks_match_one_process_on_the_same_global_batch(parallel, referenc
     assert {s["world_size"] for s in seen} == {2}
     assert {s["model_type"] for s in seen} == {"Sequential"}
     assert seen[0]["draw"] != seen[1]["draw"]
-    # DDP keeps the whole optimizer state on every rank; FSDP and ZeRO (stages 1 and 2) each keep
-    # a part (ZeRO pads its partitions to an alignment), and the parts cover every parameter.
+    # DDP keeps the whole optimizer state on every rank; FSDP and ZeRO (every stage) each keep a
+    # part (ZeRO pads its partitions to an alignment), and the parts cover every parameter.
     numel = sum(p.numel() for p in reference.values())
     held = result["optimizer_state_numel"]
     if parallel == "ddp":
         assert held == [numel, numel]
     else:
         assert all(0 < h < numel for h in held) and sum(held) >= numel, held
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("parallel", ["deepspeed:3", "deepspeed:3+offload"])
+def test_zero3_partitions_each_large_parameter_over_the_ranks(parallel, two_rank_run):
+    """ZeRO stage 3, by DeepSpeed's own attributes after training: each rank's partition
+    (``ds_tensor``) of the hidden layer's weight, above DeepSpeed's persistence threshold, is half
+    of its ``ds_numel`` elements (rounded up), the two halves cover it, and the parameter tensor
+    itself holds nothing outside a forward pass; the parameters below the threshold are kept whole
+    on every rank as well as partitioned. Trained, the weights are ZeRO-2's and DDP's to float32
+    rounding (the same three SGD steps; rtol 1e-5, atol 1e-6)."""
+    held = two_rank_run(parallel)["zero3_holdings"]
+    model = script.make_model()
+    large = {name for name, p in model.named_parameters() if p.numel() > 1e5}
+    assert large == {"3.weight"}  # 144 x 1024, partitioned; the rest stay whole on every rank
+    assert [set(rank) for rank in held] == [{name for name, _ in model.named_parameters()}] * 2
+    for name, p in model.named_parameters():
+        partitions = [rank[name]["partition"] for rank in held]
+        assert [rank[name]["ds_numel"] for rank in held] == [p.numel()] * 2, name
+        assert partitions == [math.ceil(p.numel() / 2)] * 2 and sum(partitions) >= p.numel(), name
+        assert [rank[name]["resident"] for rank in held] == [0 if name in large else p.numel()] * 2, name
+    zero3 = two_rank_run(parallel)["params"]
+    for other in ("deepspeed:2", "ddp"):
+        for name, expected in two_rank_run(other)["params"].items():
+            torch.testing.assert_close(zero3[name], expected, rtol=1e-5, atol=1e-6, msg=f"{name} against {other}")
 
 
 def _torchrun(script_path: Path, *args: str, timeout: int = 240) -> None:
@@ -121,12 +161,24 @@ def _torchrun(script_path: Path, *args: str, timeout: int = 240) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp", pytest.param("deepspeed", marks=needs_deepspeed)])
+@pytest.mark.parametrize(
+    "parallel",
+    [
+        "ddp",
+        "fsdp",
+        "fsdp:offload",
+        pytest.param("deepspeed", marks=needs_deepspeed),
+        pytest.param("deepspeed:3", marks=needs_deepspeed),
+        pytest.param("deepspeed:2+offload", marks=needs_deepspeed),
+        pytest.param("deepspeed:3+offload", marks=needs_deepspeed),
+    ],
+)
 def test_a_two_rank_run_interrupted_and_resumed_ends_where_the_uninterrupted_run_ends(parallel, tmp_path):
     """6 batches straight, against 3 batches, a checkpoint, and 3 more in fresh processes (mid-epoch:
     an epoch is 4 batches), each rank with dropout (torch's generator) and CutMix (its own): the
     same parameters bit for bit, and every rank's generator where the uninterrupted run left it.
-    FSDP's checkpoint is its full state dict, gathered to rank 0 and scattered back on resume."""
+    FSDP's checkpoint is its full state dict, gathered to rank 0 and scattered back on resume (with
+    CPU offload too); DeepSpeed's is its own folder, at stage 3 each rank's partitions."""
     import resume_script
 
     _torchrun(Path(resume_script.__file__), parallel, "first", str(tmp_path))
@@ -139,22 +191,30 @@ def test_a_two_rank_run_interrupted_and_resumed_ends_where_the_uninterrupted_run
     assert len(whole["generators"]) == 2 and not torch.equal(*whole["generators"])  # the ranks draw apart
     for mine, expected in zip(resumed["generators"], whole["generators"], strict=True):
         assert torch.equal(mine, expected)
-    if parallel == "deepspeed":  # DeepSpeed's folder: the weights once, each rank's ZeRO partition apart
+    shapes = {k: (torch.Tensor, v.shape) for k, v in whole["params"].items()}
+    if parallel.startswith("deepspeed"):
         files = sorted(p.name for p in (tmp_path / "run.ckpt" / "checkpoint").iterdir())
-        assert files == [
-            "mp_rank_00_model_states.pt",
-            "zero_pp_rank_0_mp_rank_00_optim_states.pt",
-            "zero_pp_rank_1_mp_rank_00_optim_states.pt",
-        ], files
+        zero3 = parallel.startswith("deepspeed:3")
+        if zero3:  # each rank's model states (its own generators' client state) and its partitions
+            assert files == [
+                f"zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt" for r in (0, 1) for kind in ("model", "optim")
+            ], files
+        else:  # the weights once, each rank's ZeRO partition apart
+            assert files == [
+                "mp_rank_00_model_states.pt",
+                "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                "zero_pp_rank_1_mp_rank_00_optim_states.pt",
+            ], files
         checkpoint = torch.load(tmp_path / "run.ckpt" / "checkpoint" / files[0], weights_only=False)
         checkpoint["model"] = checkpoint["module"]
+        assert checkpoint["deepspeed"] == script.parallel_of(parallel).options()
+        if zero3:  # the model states hold empty placeholders: the weights are in the partitions only
+            shapes = {k: (torch.Tensor, torch.Size([0])) for k in shapes}
     else:
         checkpoint = torch.load(tmp_path / "run.ckpt", weights_only=True)
     assert len(checkpoint["ranks"]) == 2
     # plain, whole tensors (FSDP's gathered from the shards), of the parameters' full shapes
-    assert {k: (type(v), v.shape) for k, v in checkpoint["model"].items()} == {
-        k: (torch.Tensor, v.shape) for k, v in whole["params"].items()
-    }
+    assert {k: (type(v), v.shape) for k, v in checkpoint["model"].items()} == shapes
 
 
 def test_a_distributed_checkpoint_is_refused_by_a_run_of_another_size(tmp_path):
@@ -193,8 +253,8 @@ def test_parallel_modes_and_bad_values():
     with pytest.raises(ValueError, match="function of the parameters"):
         model = torch.nn.Linear(3, 2)
         Trainer(model, [], "1ba", parallel="fsdp", optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
-    with pytest.raises(ValueError, match=r"^DeepSpeed\(zero_stage=3\): ZeRO stage 1 or 2 is supported$"):
-        DeepSpeed(zero_stage=3)
+    with pytest.raises(ValueError, match=r"^DeepSpeed\(zero_stage=4\): ZeRO stage 1, 2 or 3 is supported$"):
+        DeepSpeed(zero_stage=4)
 
 
 @needs_deepspeed
@@ -338,6 +398,71 @@ def test_closing_a_deepspeed_trainer_frees_its_engine_and_ends_training(monkeypa
         assert engine() is None
     finally:
         destroy_process_group()  # DeepSpeed's: it drops the groups DeepSpeed cached from this world
+
+
+@needs_deepspeed
+def test_a_deepspeed_checkpoint_is_refused_by_a_trainer_with_other_zero_options(monkeypatch, tmp_path):
+    """A one-process world: a ZeRO-2 folder, resumed at stage 3 (whose files DeepSpeed lays out
+    otherwise) or with the optimizer offloaded, is refused in one line naming both, before DeepSpeed
+    loads anything: the weights stay as they were."""
+    _one_process_world(monkeypatch, DS_ACCELERATOR="cpu")
+    data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
+    path = tmp_path / "run.ckpt"
+
+    def trainer(parallel):
+        torch.manual_seed(1)  # weights other than the checkpoint's
+        return Trainer(torch.nn.Linear(3, 2), data, "2ba", parallel=parallel, device="cpu", seed=0)
+
+    try:
+        with trainer(DeepSpeed(zero_stage=2)) as first:
+            first.fit()
+            first.save_checkpoint(path)
+    finally:
+        destroy_process_group()
+    for other in (DeepSpeed(zero_stage=3), DeepSpeed(zero_stage=2, offload_optimizer=True)):
+        try:
+            with trainer(other) as second:
+                before = {n: p.detach().clone() for n, p in second.state.model.named_parameters()}
+                with pytest.raises(CheckpointError) as refused:
+                    second.load_checkpoint(path)
+                after = {n: p.detach().clone() for n, p in second.state.model.named_parameters()}
+        finally:
+            destroy_process_group()
+        assert str(refused.value) == (
+            f"{path}: saved with DeepSpeed(zero_stage=2), this Trainer has {other!r} — resume with the same ZeRO "
+            "stage and offloads"
+        )
+        assert after.keys() == before.keys() and all(torch.equal(after[n], before[n]) for n in before)
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("method", ["EMA", "SWA"])
+def test_methods_that_copy_the_whole_model_are_refused_at_zero_stage_3(method, monkeypatch):
+    """As under FSDP: at stage 3 the model's parameters are DeepSpeed's empty placeholders between
+    steps, so EMA's and SWA's whole copy of the model is one of placeholders. By hand, two ranks:
+    EMA's average held an empty weight, and evaluating with it failed; SWA loaded its mean into
+    every parameter but the partitioned one, which it left as trained, silently. A one-process
+    world."""
+    import algorithms
+
+    _one_process_world(monkeypatch, DS_ACCELERATOR="cpu")
+    data = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))]
+    algorithm = algorithms.EMA(half_life="2ba") if method == "EMA" else algorithms.SWA(swa_start="1ba", swa_end="2ba")
+    try:
+        with (
+            pytest.raises(ValueError, match=rf"^{method} under parallel='deepspeed:3': {method} keeps a whole copy"),
+            Trainer(
+                torch.nn.Linear(3, 2),
+                data,
+                "2ba",
+                algorithms=[algorithm],
+                parallel=DeepSpeed(zero_stage=3),
+                device="cpu",
+            ),
+        ):
+            pass
+    finally:
+        destroy_process_group()
 
 
 @needs_deepspeed

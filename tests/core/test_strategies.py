@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from algorithms.core import PARALLELS, Loop, Trainer
-from algorithms.core.strategies import STRATEGIES, DeepSpeed, Single, Strategy, strategy
+from algorithms.core.strategies import FSDP, STRATEGIES, DeepSpeed, Single, Strategy, strategy
 
 CORE = Path(inspect.getfile(Trainer)).parent
 
@@ -124,3 +124,71 @@ def test_deepspeed_scales_its_own_loss():
     deepspeed = DeepSpeed()
     deepspeed.bind("amp_fp16", torch.device("cpu"))
     assert not deepspeed.scaler.is_enabled()
+
+
+def test_deepspeed_takes_a_zero_stage_and_offloads_and_refuses_what_it_cannot_do():
+    """The ZeRO options as the constructor takes them (and a checkpoint records them), and one line
+    for each option DeepSpeed cannot run: a stage other than 1, 2 or 3, parameter offload below
+    stage 3 (only stage 3 partitions the parameters), an offload that is not a bool."""
+    assert repr(DeepSpeed()) == "DeepSpeed(zero_stage=2)"
+    full = DeepSpeed(zero_stage=3, offload_optimizer=True, offload_param=True)
+    assert repr(full) == "DeepSpeed(zero_stage=3, offload_optimizer=True, offload_param=True)"
+    assert full.options() == {"zero_stage": 3, "offload_optimizer": True, "offload_param": True}
+    assert repr(DeepSpeed(zero_stage=1, offload_optimizer=True)) == "DeepSpeed(zero_stage=1, offload_optimizer=True)"
+    refused = [
+        ({"zero_stage": 0}, ValueError, r"^DeepSpeed\(zero_stage=0\): ZeRO stage 1, 2 or 3 is supported$"),
+        ({"zero_stage": True}, ValueError, r"^DeepSpeed\(zero_stage=True\): ZeRO stage 1, 2 or 3 is supported$"),
+        (
+            {"zero_stage": 2, "offload_param": True},
+            ValueError,
+            r"^DeepSpeed\(zero_stage=2, offload_param=True\): only ZeRO stage 3 partitions the parameters, and so "
+            r"can offload them — pass zero_stage=3, or offload the optimizer alone \(offload_optimizer=True\)$",
+        ),
+        ({"offload_optimizer": "cpu"}, TypeError, r"^DeepSpeed\(offload_optimizer='cpu'\): pass True or False$"),
+        ({"zero_stage": 3, "offload_param": 1}, TypeError, r"^DeepSpeed\(offload_param=1\): pass True or False$"),
+    ]
+    for options, error, message in refused:
+        with pytest.raises(error, match=message):
+            DeepSpeed(**options)
+
+
+def test_fsdp_takes_cpu_offload_as_a_bool():
+    assert repr(FSDP()) == "FSDP()" and repr(FSDP(cpu_offload=True)) == "FSDP(cpu_offload=True)"
+    assert strategy("fsdp").cpu_offload is False
+    with pytest.raises(TypeError, match=r"^FSDP\(cpu_offload='cpu'\): pass True or False$"):
+        FSDP(cpu_offload="cpu")
+
+
+def test_fsdp_cpu_offload_gives_every_shard_torchs_policy_and_trains_as_one_process(monkeypatch):
+    """A one-process torchrun world (gloo): every fully_shard call gets torch's CPUOffloadPolicy,
+    unpinned (pinning needs an accelerator, and torch refuses it without one); the shards and their
+    gradients are in CPU memory, where on this machine everything is; two SGD steps give the
+    weights of one process without FSDP."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    from algorithms.core.distributed import destroy_process_group
+
+    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    data = [(torch.randn(4, 3, generator=torch.Generator().manual_seed(i)), torch.arange(4) % 2) for i in range(2)]
+
+    def train(parallel):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        optimizer = lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9)  # noqa: E731
+        return Trainer(model, data, "2ba", optimizer=optimizer, parallel=parallel, device="cpu", seed=0)
+
+    try:
+        with train(FSDP(cpu_offload=True)) as trainer:
+            model = trainer.state.model
+            groups = [m._get_fsdp_state()._fsdp_param_group for m in (model[0], model[2])]  # torch's record
+            assert [g.offload_policy for g in groups] == [CPUOffloadPolicy(pin_memory=False)] * 2
+            trainer.fit()
+            assert {p.to_local().device.type for p in model.parameters()} == {"cpu"}
+            params = {n: p.full_tensor() for n, p in model.named_parameters()}
+    finally:
+        destroy_process_group()
+    single = train("single")
+    single.fit()
+    for name, expected in single.state.model.named_parameters():
+        torch.testing.assert_close(params[name], expected, rtol=1e-6, atol=1e-7, msg=name)

@@ -124,7 +124,9 @@ def write_source_tree(src: Path, keys) -> Path:
     for name, title in (
         ("choosing_methods", "Choosing methods"),
         ("own_loop", "Use it in your own loop"),
+        ("memory", "Memory: what fits, and what it costs"),
         ("development", "Development"),
+        ("getting_started", "Getting started"),
     ):
         (src / f"{name}.md").write_text(f"# {title}\n\nNot part of this test's tree.\n", encoding="utf-8")
     shutil.copytree(DOCS_SOURCE / "templates", src / "templates")

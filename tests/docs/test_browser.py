@@ -12,6 +12,7 @@ import functools
 import hashlib
 import http.server
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -231,6 +232,7 @@ def page_kinds() -> dict[str, str]:
         "model card": f"model_cards/{next(iter(load_all_model_families()))}.html",
         "training configurations": "training_configurations.html",
         "choosing methods": "choosing_methods.html",
+        "memory": "memory.html",
         "measurements": "measurements.html",
         "writing a method": "writing_cards.html",
     }
@@ -451,3 +453,63 @@ def test_the_effects_table_sorts_from_the_keyboard(page, site_url, real_site):
     assert cards and all(href.endswith(".html") and "://" not in href for href in cards)
     sources = table.locator("tbody tr td:last-child a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
     assert all(href.startswith("https://") for href in sources)
+
+
+def _screen(browser, site_url, width: int, theme: str = "light"):
+    context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=theme)
+    context.add_init_script(f"localStorage.setItem('theme', '{theme}')")
+    return context, context.new_page()
+
+
+# About six screens of a desktop: the most the Choosing page may take, its measurements collapsed.
+CHOOSING_MOST_PX = 9000
+
+
+def test_the_choosing_page_fits_about_six_desktop_screens(browser, site_url):
+    context, page = _screen(browser, site_url, 1400)
+    try:
+        page.goto(site_url + "choosing_methods.html")
+        page.wait_for_load_state("load")
+        height = page.evaluate("document.documentElement.scrollHeight")
+        assert height < CHOOSING_MOST_PX, f"the Choosing page is {height}px tall at 1400px"
+        # what is collapsed is there, one click away: every list's measurements
+        assert page.locator(".ml-choices details.ml-measured").count() >= 4
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_on_a_phone_the_charts_read_and_a_wide_table_says_it_scrolls(browser, site_url, theme):
+    """At 390 px the training page shows the stacked chart, whose smallest text is at least 11 px,
+    and a table wider than the column shows the line that says it scrolls, and fades on its right."""
+    context, page = _screen(browser, site_url, 390, theme)
+    try:
+        page.goto(site_url + "training_configurations.html")
+        page.wait_for_load_state("load")
+        shown = page.evaluate(
+            """async () => Promise.all([...document.querySelectorAll('article img')]
+                 .filter(i => i.offsetParent !== null)
+                 .map(async i => ({cls: i.className, width: i.getBoundingClientRect().width,
+                                   svg: await (await fetch(i.src)).text()})))"""
+        )
+        assert shown and all("ml-chart-narrow" in chart["cls"] for chart in shown), shown
+        for chart in shown:
+            view = float(re.search(r'viewBox="0 0 ([\d.]+) ', chart["svg"]).group(1))
+            smallest = min(float(v) for v in re.findall(r"font-size: ([\d.]+)px", chart["svg"]))
+            assert smallest * chart["width"] / view >= 11, (smallest, chart["width"], view)
+        frames = page.locator(".table-wrapper.ml-scrolls")
+        assert frames.count() >= 1  # the training tables have more columns than a phone shows
+        frame = frames.first
+        hint = page.locator(".table-wrapper.ml-scrolls >> xpath=preceding-sibling::*[1]").first
+        assert hint.is_visible() and "Scroll sideways" in hint.inner_text()
+        assert "ml-more-right" in frame.get_attribute("class")
+        assert page.evaluate(
+            "getComputedStyle(document.querySelector('.table-wrapper.ml-scrolls')).maskImage"
+        ).startswith("linear-gradient")
+        frame.evaluate("f => { f.scrollLeft = f.scrollWidth; f.dispatchEvent(new Event('scroll')); }")
+        page.wait_for_function(
+            "!document.querySelector('.table-wrapper.ml-scrolls').classList.contains('ml-more-right')"
+        )
+        assert "ml-more-left" in frame.get_attribute("class")
+    finally:
+        context.close()

@@ -18,7 +18,7 @@ from methods_tools.summaries import REFERENCE_ROWS, STAGE_TAGS, VERDICTS, load_i
 from algorithms.metadata import load_all_metadata
 
 sys.path.insert(0, str(DOCS_SOURCE / "_ext"))
-from methods_choosing import parse_choices  # noqa: E402
+from methods_choosing import figure_owners, page_blocks, parse_choices  # noqa: E402
 
 # A figure with its interval: "1.86x (1.41–2.02)", "no detectable difference (0.94–1.24x)",
 # "0.86x (range 0.66x–0.86x over 3 runs)", "1.01x in each of 3 runs".
@@ -94,7 +94,7 @@ def test_every_method_and_best_practice_has_a_verdict_box():
     assert "tables/verdict/" in (REPO_ROOT / ".gitignore").read_text(encoding="utf-8")
 
 
-def test_choices_refuse_an_unknown_key_or_a_missing_reason():
+def test_choices_refuse_an_unknown_key_a_missing_reason_or_a_repeat():
     assert parse_choices(["cutmix: a reason", "", "  sam : another"], {"cutmix", "sam"}) == [
         ("cutmix", "a reason"),
         ("sam", "another"),
@@ -103,9 +103,47 @@ def test_choices_refuse_an_unknown_key_or_a_missing_reason():
         parse_choices(["cutmix: ok", "cutmxi: typo"], {"cutmix"})
     with pytest.raises(ValueError, match="write 'key: reason'"):
         parse_choices(["cutmix"], {"cutmix"})
+    with pytest.raises(ValueError, match=r"line 3: 'cutmix' is listed twice"):
+        parse_choices(["cutmix: one", "sam: two", "cutmix: three"], {"cutmix", "sam"})
 
 
-def _mini_site(root: Path, body: str):
+PAGE = """# Page
+
+## First
+
+```{method-choices}
+cutmix: one
+sam: two
+```
+
+## Second
+
+:::{method-choices}
+:figures: sam
+mixup: three
+sam: four
+:::
+"""
+
+
+def test_a_method_listed_twice_on_a_page_shows_its_figures_in_one_table():
+    known = {"cutmix", "sam", "mixup"}
+    blocks = page_blocks(PAGE, known)
+    assert [(b.heading, b.keys, b.figures) for b in blocks] == [
+        ("First", ("cutmix", "sam"), ()),
+        ("Second", ("mixup", "sam"), ("sam",)),
+    ]
+    # the table that claims it (a chooser about it), else the first that lists it
+    assert figure_owners(blocks) == {"cutmix": 0, "sam": 1, "mixup": 1}
+    assert figure_owners(page_blocks(PAGE.replace(":figures: sam\n", ""), known))["sam"] == 0
+    with pytest.raises(ValueError, match=r"':figures: cutmix' names a method its table does not list"):
+        figure_owners(page_blocks(PAGE.replace(":figures: sam", ":figures: cutmix"), known))
+    twice = PAGE.replace("```{method-choices}\n", "```{method-choices}\n:figures: sam\n", 1)
+    with pytest.raises(ValueError, match=r"two tables claim the figures of 'sam'"):
+        figure_owners(page_blocks(twice, known))
+
+
+def _mini_site(root: Path, page: str):
     """A one-page site with the directive's extension, built as the docs build is (-W)."""
     import subprocess
 
@@ -123,7 +161,7 @@ def _mini_site(root: Path, body: str):
     """),
         encoding="utf-8",
     )
-    (src / "index.md").write_text(f"# Page\n\n```{{method-choices}}\n{body}\n```\n", encoding="utf-8")
+    (src / "index.md").write_text(page, encoding="utf-8")
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", str(src), str(root / "html")],
         capture_output=True,
@@ -132,24 +170,49 @@ def _mini_site(root: Path, body: str):
     )
 
 
+def _one_table(body: str) -> str:
+    return f"# Page\n\n```{{method-choices}}\n{body}\n```\n"
+
+
+def _card_warnings_only(result) -> bool:
+    """The card links point at pages a one-page site lacks: the only complaint allowed."""
+    return all("method_cards" in line for line in result.stderr.splitlines() if "WARNING" in line)
+
+
 def test_the_directive_refuses_an_unknown_key_in_one_line(tmp_path):
-    result = _mini_site(tmp_path, "channels_last: fast\nno_such_method: a typo")
+    result = _mini_site(tmp_path, _one_table("channels_last: fast\nno_such_method: a typo"))
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and "unknown method 'no_such_method'" in errors[0], result.stderr
 
 
-def test_the_directive_renders_the_rows_in_order(tmp_path):
+def test_the_directive_renders_the_methods_in_order_with_their_evidence_once(tmp_path):
     bs4 = pytest.importorskip("bs4")
-    result = _mini_site(tmp_path, "layer_freezing: second\nchannels_last: first")
-    # the card links point at pages this one-page site lacks: that is the only complaint allowed
-    assert all("method_cards" in line for line in result.stderr.splitlines() if "WARNING" in line), result.stderr
+    source = PAGE.replace("cutmix: one", "layer_freezing: one\nchannels_last: two").replace("mixup", "label_smoothing")
+    result = _mini_site(tmp_path, source)
+    assert _card_warnings_only(result), result.stderr
     page = bs4.BeautifulSoup((tmp_path / "html" / "index.html").read_text(encoding="utf-8"), "html.parser")
-    rows = page.select("table.ml-choices tbody tr")
-    assert [r.td.get_text(" ", strip=True).split(" ")[1] for r in rows] == ["Layer", "Channels"]
-    first = rows[0].get_text(" ", strip=True)
-    assert "fine-tuning" in first and "did not act, no figure" in first  # its text workload
-    assert "about 5 % higher throughput" in first  # the sourced figure
+    first, second = (table.select(":scope > ol > li") for table in page.select(".ml-choices"))
+    assert [item.a.get_text(strip=True) for item in first] == ["Layer Freezing", "Channels Last", "SAM"]
+    freezing = first[0].get_text(" ", strip=True)
+    assert "fine-tuning" in freezing and "about 5 % higher throughput" in freezing  # its tag; the sourced figure
+    # what this project measured is under the list, collapsed, each machine named once
+    measured = page.select("details.ml-measured")
+    assert len(measured) == 2
+    text = measured[0].get_text(" ", strip=True)
+    assert "did not act, no figure" in text  # Layer Freezing on its text workload
+    machines = [p.get_text(strip=True) for p in measured[0].select("p > strong") if p.get_text().startswith("On ")]
+    assert machines and len(machines) == len(set(machines))
+    for machine in machines:
+        assert text.count(machine.removeprefix("On ").rstrip(":")) == 1
+    # SAM is listed twice; the second table claims its figures, and the first links there
+    sam_first, sam_second = first[2], second[1]
+    assert "At scale" not in sam_first.get_text() and sam_first.select_one("a[href='#choosing-sam']")
+    assert "Figures below, in Second" in sam_first.get_text(" ", strip=True)
+    assert sam_second.select_one("#choosing-sam") and "At scale" in sam_second.get_text()
+    figure = load_inputs().summary("sam").best.figure
+    assert page.body.get_text(" ").count(figure) == 1
+    assert [("SAM" in d.get_text()) for d in measured] == [False, True]
 
 
 SCENARIOS = (
@@ -168,13 +231,18 @@ def test_the_built_page_holds_every_scenario_and_links_to_cards(real_site):
     headings = [h.get_text(" ", strip=True).rstrip("¶#").strip() for h in page.select("article h2")]
     for scenario in SCENARIOS:
         assert scenario in headings
-    tables = page.select("table.ml-choices")
+    tables = page.select(".ml-choices")
     assert len(tables) >= len(SCENARIOS)
+    anchors = set()
     for table in tables:
-        for row in table.select("tbody tr"):
-            link = row.td.find("a")
+        for item in table.select(":scope > ol > li"):
+            link = item.find("a")
             assert link["href"].startswith("method_cards/"), link
             assert (real_site / link["href"]).exists()
+            anchors |= {a["href"] for a in item.select("a[href^='#choosing-']")}
+    # a method listed in several scenarios shows its figures once; its other items link there
+    shown = [p["id"] for p in page.select(".ml-choices li > p[id^='choosing-']")]
+    assert len(shown) == len(set(shown)) and anchors and anchors <= {f"#{i}" for i in shown}
     text = page.select_one("article").get_text(" ")
     for raw in ("```", "{method-choices}", ":::", "{bdg", "{ref}"):
         assert raw not in text

@@ -301,6 +301,9 @@ def site(metadata: Path, root: Path, documents: dict[str, dict], at_scale: dict[
     (name -> effects document), written under ``root/results/effects`` and loaded as the build does."""
     effects_dir = root / "results" / "effects"
     effects_dir.mkdir(parents=True, exist_ok=True)
+    (root / "model_cards").mkdir(exist_ok=True)
+    for family in ("resnet", "transformer"):  # the cards of the workloads' models, which the lines link
+        (root / "model_cards" / f"{family}.md").write_text(f"# {family}\n", encoding="utf-8")
     effects = []
     for name, doc in sorted(documents.items()):
         path = effects_dir / name
@@ -379,8 +382,14 @@ def test_the_workload_line_links_its_models_card_or_names_a_model_no_family_list
     assert effects_pages.model_member("my_own_net") == ("", None)
     doc = vision_document()
     doc["settings"]["model"] = "my_own_net"
-    text = card(rendered(synthetic_metadata, tmp_path, {"vision-test.json": doc}), "alpha_trick")
+    text = card(rendered(synthetic_metadata, tmp_path / "a", {"vision-test.json": doc}), "alpha_trick")
     assert "**Vision workload, small scale:** `my_own_net` on digits (16 px images)" in text
+    s = site(synthetic_metadata, tmp_path / "b", {"vision-test.json": vision_document()})
+    (tmp_path / "b" / "model_cards" / "resnet.md").unlink()  # a site without the model's card links none
+    assert (
+        "**Vision workload, small scale:** `resnet20` on digits"
+        in render_effects(s)[Path("tables/effects/alpha_trick.md.inc")]
+    )
 
 
 def test_a_language_models_row_is_a_loss_in_nats_and_tokens_per_second(synthetic_metadata, tmp_path):

@@ -18,6 +18,7 @@ from methods_tools.effects_pages import render_effects
 from methods_tools.figures import render_figures
 from methods_tools.markup import md_text
 from methods_tools.measurements_page import render_measurements
+from methods_tools.memory_page import render_memory
 from methods_tools.training_pages import render_training_results
 
 from algorithms.metadata import load_all_metadata
@@ -53,6 +54,7 @@ def test_the_generators_are_listed_once_in_order():
         render_composability,
         pages.render_loops,  # appends to the cards' composability snippets, so after render_composability
         render_measurements,
+        render_memory,
         pages.verdict_boxes,
         pages.landing,
         pages.navigation,
@@ -155,7 +157,7 @@ def test_the_measurements_page_includes_its_generated_parts_and_has_every_label_
     page = (DOCS_SOURCE / "measurements.md").read_text(encoding="utf-8")
     parts = {p.as_posix() for p in pages.generate().outputs if p.parent == Path("tables/measurements")}
     assert parts == set(re.findall(r"^```\{include\} (tables/measurements/\S+)$", page, flags=re.M))
-    assert len(parts) == 3
+    assert len(parts) == 4  # effects, verdicts, composability, training
     linked = {
         label
         for template in (DOCS_SOURCE / "tables").glob("*_snippet.md.inc.j2")

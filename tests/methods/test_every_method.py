@@ -282,15 +282,15 @@ def test_functional_defaults_equal_the_class_defaults(record):
 
 def test_a_refused_parallel_mode_is_a_known_mode_with_a_one_line_reason():
     """``unsupported_parallel`` maps Trainer parallel modes to a reason of one line that says what to
-    do instead; EMA and SWA, which copy the whole model, refuse FSDP."""
-    from algorithms.core import PARALLELS
+    do instead; EMA and SWA, which copy the whole model, refuse FSDP and ZeRO stage 3."""
+    from algorithms.core.options import REFUSAL_MODES
 
     for record in WITH_CLASS:
         refused = _cls(record).unsupported_parallel
-        assert set(refused) <= set(PARALLELS), record.key
+        assert set(refused) <= set(REFUSAL_MODES), record.key
         assert all(isinstance(r, str) and r.strip() and "\n" not in r for r in refused.values()), record.key
     for cls in (algorithms.EMA, algorithms.SWA):
-        assert set(cls.unsupported_parallel) == {"fsdp"}
+        assert set(cls.unsupported_parallel) == {"fsdp", "deepspeed:3"}  # both shard the parameters
         assert "ddp" in cls.unsupported_parallel["fsdp"].lower()
         with pytest.raises(TypeError):
             cls.unsupported_parallel["ddp"] = "x"  # read-only, shared by every instance

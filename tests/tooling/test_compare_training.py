@@ -182,12 +182,69 @@ def test_parse_configs():
         compare.Config("amp_bf16", "accelerate", None, "fsdp"),
     )
     assert compare.Config("fp32", "accelerate", None, "fsdp").label == "fp32:accelerate:fsdp"
+    # ZeRO stage 3, and +offload: everything the mode partitions in CPU memory
+    offloaded = "fp32:deepspeed:3,bf16:deepspeed:2+offload,fp32:deepspeed:3+offload,fp32:fsdp:offload"
+    assert compare.parse_configs(offloaded) == (
+        compare.Config("fp32", "deepspeed", 3),
+        compare.Config("bf16", "deepspeed", 2, offload=True),
+        compare.Config("fp32", "deepspeed", 3, offload=True),
+        compare.Config("fp32", "fsdp", None, offload=True),
+    )
+    assert [c.label for c in compare.parse_configs(offloaded)] == offloaded.split(",")
     with pytest.raises(ValueError) as info:
         compare.parse_configs("fp8:single,fp32:tp,fp32,fp32:ddp:2,fp32:accelerate:tpu")
     lines = str(info.value).splitlines()
     assert len(lines) == 5
     assert "fp8" in lines[0] and "'tp'" in lines[1] and "precision:parallel" in lines[2] and "ZeRO" in lines[3]
     assert "configs/accelerate/tpu.yaml" in lines[4] and "ddp, deepspeed, fsdp" in lines[4]
+    bad = [
+        "fp32:deepspeed:4",
+        "fp32:deepspeed:offload",
+        "fp32:deepspeed:2+swap",
+        "fp32:ddp:offload",
+        "fp32:fsdp:3+offload",
+    ]
+    with pytest.raises(ValueError) as info:
+        compare.parse_configs(",".join(bad))
+    lines = str(info.value).splitlines()
+    assert len(lines) == len(bad)
+    for item, line in zip(bad, lines, strict=True):
+        assert line == (
+            f"--configs: {item!r}: a third field is the ZeRO stage of deepspeed (1, 2 or 3; +offload offloads to CPU "
+            "memory, e.g. fp32:deepspeed:2+offload), offload for fsdp (fp32:fsdp:offload), or the Accelerate "
+            "configuration of accelerate (e.g. fp32:accelerate:fsdp)"
+        )
+
+
+def test_zero3_and_offloaded_configurations_run_and_their_rows_say_what_moved():
+    """A smoke run of the stage-3 and offloaded rows on this machine: each trains under torchrun (or
+    is skipped with the reason where DeepSpeed cannot run), the results validate, and an offloaded
+    row's note says what it put in CPU memory, and that on a machine without GPUs that moved nothing."""
+    labels = ["fp32:deepspeed:3", "fp32:deepspeed:2+offload", "fp32:deepspeed:3+offload", "fp32:fsdp:offload"]
+    document = compare.run_comparison(_options(",".join(labels)))
+    assert results_problems(document) == []
+    runs = {r["config"]: r for r in document["runs"]}
+    assert list(runs) == labels
+    assert [runs[label]["zero_stage"] for label in labels] == [3, 2, 3, None]
+    device = document["environment"]["device_type"]
+    for label, run in runs.items():
+        if DEEPSPEED_MISSING is not None and "deepspeed" in label:
+            assert run["status"] == "skipped" and run["reason"] == DEEPSPEED_MISSING
+            continue
+        assert run["status"] == "ok", run["reason"]
+        assert run["world_size"] == 2 and run["samples"] == 2 * 8 * 2 and 0.0 <= run["accuracy"] <= 1.0
+        assert run["model_memory_bytes"] > 0
+        moved = {
+            "fp32:deepspeed:2+offload": "ZeRO offload_optimizer: optimizer partitions (state and fp32 master weights)",
+            "fp32:deepspeed:3+offload": "ZeRO offload_optimizer and offload_param: optimizer partitions and parameter "
+            "partitions",
+            "fp32:fsdp:offload": "FSDP CPUOffloadPolicy: parameter, gradient and optimizer-state shards",
+        }
+        if label in moved:
+            here = ", where everything already is on this machine without GPUs: the offload moves nothing"
+            assert run["note"] == f"{moved[label]} in CPU memory" + (here if device == "cpu" else "")
+        else:
+            assert run["note"] is None
 
 
 def test_bad_options_exit_1_with_one_line_each_and_write_nothing(tmp_path, capsys):

@@ -288,6 +288,61 @@ def test_the_plan_covers_every_method_and_every_ordered_pair_that_shares_a_domai
     assert [c.kind for c in matrix.plan_cells(RECORDS, kinds=("pair",))] == ["pair"] * 4
 
 
+def test_only_plans_the_cells_that_hold_one_of_the_named_methods():
+    cells = matrix.plan_cells(RECORDS, parallels=("ddp", "fsdp"), only=["c"])
+    assert [(c.kind, c.methods) for c in cells] == [
+        ("solo", ("c",)),
+        ("pair", ("b", "c")),
+        ("pair", ("c", "b")),
+        *[("precision", ("c",))] * len(PRECISIONS),
+        ("parallel", ("c",)),
+        ("parallel", ("c",)),
+    ]
+    assert matrix.plan_cells(RECORDS, parallels=("ddp",), only=["a", "c"]) == [
+        c for c in matrix.plan_cells(RECORDS, parallels=("ddp",)) if {"a", "c"} & set(c.methods)
+    ]
+
+
+def _entry(cell, outcome="runs", wall_s=1.0):
+    return {**cell.as_dict(), "outcome": outcome, "seen": [], "missing": [], "detail": None, "note": None,
+            "checks": [], "wall_s": wall_s}  # fmt: skip
+
+
+def _adapter(where, key, method, wall_s=1.0):
+    cell = {where: key, "method": method, "precision": "fp32", "outcome": "acted", "activity": {"n": 1}}
+    return {**cell, **({"workload": "vision"} if where == "loop" else {}), "detail": None, "wall_s": wall_s}
+
+
+def test_only_merges_the_named_methods_cells_in_plan_order_and_keeps_every_other_one():
+    """A method added to a committed matrix (c): its cells go in at their places, a stale cell of
+    it is replaced, nothing else changes, and the times count the new cells for the old."""
+    plan = matrix.plan_cells(RECORDS, parallels=("ddp",))
+    others = [c for c in plan if "c" not in c.methods]
+    stale = Cell("solo", ("c",))
+    old = {
+        "cells": [_entry(c) for c in others] + [_entry(stale, "fails", wall_s=5.0)],
+        "wall_s": 100.0,
+        "loops": {**_section_of([_adapter("loop", "trainer", m) for m in "abc"]), "wall_s": 10.0},
+    }
+    new_cells = [_entry(c, wall_s=2.0) for c in plan if "c" in c.methods]
+    new_loops = _section_of([_adapter("loop", loop, "c", wall_s=0.75) for loop in ("trainer", "loop")])
+    merged = matrix.merge_document(old, matrix.KINDS, new_cells, {"loops": new_loops}, only=["c"], records=RECORDS)
+    assert [(c["kind"], tuple(c["methods"]), c["precision"], c["parallel"]) for c in merged["cells"]] == [
+        (c.kind, c.methods, c.precision, c.parallel) for c in plan
+    ]
+    assert [c for c in merged["cells"] if "c" not in c["methods"]] == old["cells"][:-1]
+    assert all(c["outcome"] == "runs" for c in merged["cells"])  # the stale failure is gone
+    assert [(c["loop"], c["method"]) for c in merged["loops"]["cells"]] == [
+        ("trainer", "a"), ("trainer", "b"), ("trainer", "c"), ("loop", "c"),
+    ]  # fmt: skip
+    assert merged["loops"]["wall_s"] == 10.0 - 1.0 + 2 * 0.75
+    assert merged["wall_s"] == old["wall_s"]  # the whole document's time is run_matrix's to set
+
+
+def _section_of(cells):
+    return {"versions": {}, "command": "test", "date": "2026-12-07T00:00:00Z", "wall_s": 1.0, "cells": cells}
+
+
 def test_each_cell_takes_the_note_that_names_it():
     assert matrix.cell_note(Cell("pair", ("a", "b")), RECORDS) == "A and B: a note. B and A: a note."
     assert matrix.cell_note(Cell("pair", ("b", "c")), RECORDS) is None
@@ -398,6 +453,15 @@ def test_bad_options_are_one_line_each_and_write_nothing(tmp_path, capsys):
     assert matrix.main(["--kinds", "solo", "--out", str(existing)]) == 1
     assert capsys.readouterr().err.strip() == f"{existing}: exists — pass --force to overwrite it, or choose --out"
     assert existing.read_text() == "{}"
+    assert not (tmp_path / "m.json").exists()
+    assert matrix.main(["--only", "cutmix,nonsense", "--out", str(tmp_path / "m.json")]) == 1
+    assert capsys.readouterr().err.strip().startswith("--only: 'nonsense' is not a method — use some of ")
+    assert matrix.main(["--only", "cutmix"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "--only: a subset of the matrix never writes the default results file — give --out, or --merge"
+    )
+    assert matrix.main(["--only", " , ", "--out", str(tmp_path / "m.json")]) == 1
+    assert capsys.readouterr().err.strip() == "--only: empty — name at least one method, e.g. --only cutmix"
     assert not (tmp_path / "m.json").exists()
 
 

@@ -134,8 +134,8 @@ def test_the_committed_matrix_covers_the_registry_and_has_no_failing_cell(carded
     path = write_matrix(results, document)
     index = next(i for i, c in enumerate(document["cells"]) if c["methods"] == ["mixup", "cutmix"])
     assert problems(repo, package, results) == [
-        f"{path}: /cells: lacks 1 cell(s) of today's methods (CutMix alone) — run nox -s matrix and commit the "
-        "file it writes",
+        f"{path}: /cells: lacks 1 cell(s) of today's methods (CutMix alone) — run python "
+        "tools/composability_matrix.py --only cutmix --merge (or nox -s matrix) and commit the file it writes",
         f"{path}: /cells/{index}: fails: MixUp, then CutMix: RuntimeError: boom — fix the bug, or explain the "
         'interaction in algorithms/mixup/metadata.json interactions["cutmix"]; then run nox -s matrix and commit '
         "the file it writes",

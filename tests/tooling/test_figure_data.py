@@ -39,6 +39,19 @@ def test_the_recorder_reads_the_state_after_every_batch():
     assert recorder.values == [1, 2, 3, 4, 5]
 
 
+def test_activation_checkpointing_the_figure_keeps_each_blocks_input_instead_of_its_activations():
+    data = figure_data.activation_memory_per_block("resnet20", batch_size=2, image_size=16)
+    assert data["type"] == "bars"
+    assert data["labels"] == [f"layer{s}.{b}" for s in (1, 2, 3) for b in range(3)]
+    # each block's input, float32: 16 channels at 16 pixels into stage 1 and the first block of
+    # stage 2, 32 at 8 into the rest of stage 2 and the first of stage 3, 64 at 4 after it
+    inputs = [16 * 16 * 16] * 4 + [32 * 8 * 8] * 3 + [64 * 4 * 4] * 2
+    kept = data["series"]["with activation checkpointing"]
+    assert kept == pytest.approx([2 * n * 4 / 1024 for n in inputs])
+    without = data["series"]["without activation checkpointing"]
+    assert all(w > k for w, k in zip(without, kept, strict=True))
+
+
 def test_alibi_the_figure_is_the_bias_of_the_steepest_head():
     figure = figure_data.alibi_head_bias(n_heads=4, head=0, length=16)
     assert figure["type"] == "image"

@@ -244,7 +244,7 @@ def test_merge_runs_only_the_sections_into_the_existing_file(tmp_path, monkeypat
     del document["loops"]
     out.write_text(json.dumps(document))
 
-    def fake_section(name, settings, records, progress):
+    def fake_section(name, settings, records, progress, only=()):
         return {"versions": {}, "wall_s": 0.5, "cells": [_loop_cell("trainer", "cutmix")]}
 
     monkeypatch.setattr(matrix_loops, "run_section", fake_section)

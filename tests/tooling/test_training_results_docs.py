@@ -15,6 +15,7 @@ from algorithms.metadata import load_all_metadata
 
 HOSTILE = "<script>alert(1)</script> ```{eval-rst} | pipe |"
 CHART = Path("tables/results/cpu-test.svg")
+NARROW_CHART = Path("tables/results/cpu-test-narrow.svg")  # the same chart drawn for a phone
 
 
 def _render(results: Path, out: Path, metadata_root: Path | None = None) -> pages.Generated:
@@ -136,15 +137,47 @@ def rendered(tmp_path):
 def test_outputs_page_chart_and_one_snippet_per_best_practice(rendered):
     best = sorted(k for k, r in load_all_metadata().items() if r.is_best_practice)
     assert len(best) == 7  # precisions (2), parallel modes (4), decoupled weight decay
-    expected = {Path("training_configurations.md"), CHART, *(Path(f"tables/results/{k}.md.inc") for k in best)}
+    expected = {
+        Path("training_configurations.md"),
+        CHART,
+        NARROW_CHART,
+        *(Path(f"tables/results/{k}.md.inc") for k in best),
+    }
     assert set(rendered) == expected
 
 
 def test_rendering_is_byte_stable(rendered, tmp_path):
     again = _render(tmp_path / "results", tmp_path / "elsewhere").outputs  # no earlier chart there: drawn again
     assert again == rendered
-    svg = rendered[CHART]
-    assert svg.lstrip().startswith("<?xml") and "<dc:date>" not in svg
+    for chart in (CHART, NARROW_CHART):
+        svg = rendered[chart]
+        assert svg.lstrip().startswith("<?xml") and "<dc:date>" not in svg
+
+
+# furo's content column: its full width on a desktop, and what is left of a 390 px phone's screen
+DESKTOP_COLUMN_PX, PHONE_COLUMN_PX = 736, 358
+SMALLEST_TEXT_PX = 11  # the least a reader is asked to read
+
+
+def _smallest_text_px(svg: str, column_px: float) -> float:
+    """The smallest text of ``svg`` in CSS pixels when the chart is drawn ``column_px`` wide."""
+    import re
+
+    width = float(re.search(r'viewBox="0 0 ([\d.]+) [\d.]+"', svg).group(1))
+    sizes = [float(v) for v in re.findall(r"font-size: ([\d.]+)px", svg)]
+    assert sizes, "the chart keeps its text as text"
+    return min(sizes) * column_px / width
+
+
+def test_the_charts_text_reads_on_a_desktop_and_on_a_phone(rendered, tmp_path):
+    """The page shows the side-by-side chart in furo's full column and the stacked one below it
+    (methods_overview.css): each one's smallest text is at least 11 px where it is shown."""
+    assert _smallest_text_px(rendered[CHART], DESKTOP_COLUMN_PX) >= SMALLEST_TEXT_PX
+    assert _smallest_text_px(rendered[NARROW_CHART], PHONE_COLUMN_PX) >= SMALLEST_TEXT_PX
+    assert _smallest_text_px(rendered[CHART], PHONE_COLUMN_PX) < SMALLEST_TEXT_PX  # why the phone has its own
+    page = _page(rendered)
+    assert "```{image} tables/results/cpu-test.svg\n" in page and ":class: ml-chart-wide" in page
+    assert "```{image} tables/results/cpu-test-narrow.svg\n" in page and ":class: ml-chart-narrow" in page
 
 
 def test_an_unchanged_chart_is_reused_not_redrawn(rendered, tmp_path, monkeypatch):
@@ -158,11 +191,14 @@ def test_an_unchanged_chart_is_reused_not_redrawn(rendered, tmp_path, monkeypatc
     assert _render(tmp_path / "results", out).outputs[CHART] == rendered[CHART]
 
     drawn = []
-    monkeypatch.setattr(training_pages, "_draw_chart", lambda document, key: drawn.append(key) or "<svg/>")
+    monkeypatch.setattr(
+        training_pages, "_draw_chart", lambda document, key, narrow=False: drawn.append(key) or "<svg/>"
+    )
     document = json.loads((tmp_path / "results" / "cpu-test.json").read_text())
     document["runs"][0]["wall_s"] = 11.0
     (tmp_path / "results" / "cpu-test.json").write_text(json.dumps(document))
-    assert _render(tmp_path / "results", out).outputs[CHART] == "<svg/>" and len(drawn) == 1
+    outputs = _render(tmp_path / "results", out).outputs
+    assert outputs[CHART] == outputs[NARROW_CHART] == "<svg/>" and len(set(drawn)) == len(drawn) == 2
 
 
 def test_the_chart_hash_covers_the_document_and_the_matplotlib_version(monkeypatch):
@@ -172,6 +208,7 @@ def test_the_chart_hash_covers_the_document_and_the_matplotlib_version(monkeypat
     changed = copy.deepcopy(document)
     changed["environment"]["hardware"] = "Other CPU"
     assert training_pages._chart_key(changed) != key
+    assert training_pages._chart_key(document, narrow=True) != key  # the phone's variant is its own chart
     monkeypatch.setattr(training_pages.importlib.metadata, "version", lambda name: "0.0")
     assert training_pages._chart_key(document) != key
 

@@ -665,8 +665,16 @@ def check_composability_matrix(records: Mapping[str, MethodRecord], results_root
         missing = [k for k in expected_cells(records.values(), document) if k not in present]
         if missing and document["environment"]["device_type"] == "cpu":
             shown = "; ".join(cell_label(k, names) for k in missing[:4]) + ("; …" if len(missing) > 4 else "")
+            # a method without its solo cell is new to the file: its own cells are all it needs
+            new = sorted({k[1][0] for k in missing if k[0] == "solo"})
+            how = (
+                f"run python tools/composability_matrix.py --only {','.join(new)} --merge (or {MATRIX_COMMAND}) "
+                "and commit the file it writes"
+                if new
+                else rerun
+            )
             problems.append(
-                Problem(path, "/cells", f"lacks {len(missing)} cell(s) of today's methods ({shown}) — {rerun}")
+                Problem(path, "/cells", f"lacks {len(missing)} cell(s) of today's methods ({shown}) — {how}")
             )
         for index, cell in enumerate(document["cells"]):
             if cell["outcome"] != "fails":

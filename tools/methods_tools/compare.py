@@ -66,6 +66,9 @@ SCHEMA_VERSION = 2  # algorithms/results.schema.json
 
 # The Accelerate configuration files an ``accelerate`` configuration names (``fp32:accelerate:ddp``).
 ACCELERATE_CONFIGS = REPO_ROOT / "configs" / "accelerate"
+# The word that offloads a deepspeed or fsdp configuration to CPU memory: ``fp32:deepspeed:2+offload``,
+# ``fp32:fsdp:offload``.
+OFFLOAD = "offload"
 
 
 Progress = Callable[[str], None]
@@ -77,10 +80,14 @@ class Config:
     parallel: str
     zero_stage: int | None = None
     accelerate: str | None = None  # parallel "accelerate": the name of its file in configs/accelerate/
+    # deepspeed and fsdp: offload to CPU memory everything the mode partitions (OFFLOAD below)
+    offload: bool = False
 
     @property
     def label(self) -> str:
         third = self.zero_stage or self.accelerate
+        if self.offload:
+            third = f"{third}+{OFFLOAD}" if third else OFFLOAD
         return f"{self.precision}:{self.parallel}" + (f":{third}" if third else "")
 
     @property
@@ -131,8 +138,14 @@ def parse_configs(text: str) -> tuple[Config, ...]:
     """``"fp32:single,amp_bf16:ddp,fp16:deepspeed:1,fp32:accelerate:fsdp"`` as configurations;
     ValueError lists every bad item.
 
-    The optional third field of a ``deepspeed`` item is its ZeRO stage (1 or 2; default 2); that of
-    an ``accelerate`` item names its configuration file in ``configs/accelerate/`` (default ``ddp``).
+    The optional third field of a ``deepspeed`` item is its ZeRO stage (1, 2 or 3; default 2); that
+    of an ``accelerate`` item names its configuration file in ``configs/accelerate/`` (default
+    ``ddp``). Offload to CPU memory is spelled ``+offload`` after the stage, and ``offload`` as the
+    third field of ``fsdp``; it offloads everything the mode partitions: ``fp32:deepspeed:1+offload``
+    and ``fp32:deepspeed:2+offload`` the optimizer (``DeepSpeed(offload_optimizer=True)``),
+    ``fp32:deepspeed:3+offload`` the optimizer and the parameters (also ``offload_param=True``),
+    and ``fp32:fsdp:offload`` the parameters, gradients and optimizer state
+    (``FSDP(cpu_offload=True)``).
     """
     configs, problems = [], []
     accelerate_names = accelerate_config_names()
@@ -159,14 +172,18 @@ def parse_configs(text: str) -> tuple[Config, ...]:
                 continue
             configs.append(Config(precision, parallel, None, name))
             continue
-        if stage is not None and (parallel != "deepspeed" or stage not in ("1", "2")):
+        offload = stage is not None and (stage == OFFLOAD if parallel == "fsdp" else stage.endswith(f"+{OFFLOAD}"))
+        if offload:
+            stage = stage.removesuffix(OFFLOAD).removesuffix("+") or None
+        if stage is not None and (parallel != "deepspeed" or stage not in ("1", "2", "3")):
             problems.append(
-                f"--configs: {item!r}: a third field is the ZeRO stage of deepspeed (1 or 2) or the "
-                "Accelerate configuration of accelerate (e.g. fp32:accelerate:fsdp)"
+                f"--configs: {item!r}: a third field is the ZeRO stage of deepspeed (1, 2 or 3; +{OFFLOAD} "
+                f"offloads to CPU memory, e.g. fp32:deepspeed:2+{OFFLOAD}), {OFFLOAD} for fsdp "
+                f"(fp32:fsdp:{OFFLOAD}), or the Accelerate configuration of accelerate (e.g. fp32:accelerate:fsdp)"
             )
             continue
         zero = int(stage) if stage else (2 if parallel == "deepspeed" else None)
-        configs.append(Config(precision, parallel, zero))
+        configs.append(Config(precision, parallel, zero, offload=offload))
     if not configs and not problems:
         problems.append("--configs: empty — give at least one precision:parallel, e.g. fp32:single")
     if problems:
@@ -287,6 +304,22 @@ def launch_note(config: Config, device_type: str) -> str | None:
     return f"launched with {prefix}accelerate launch --config_file {config.accelerate_config}"
 
 
+def offload_note(config: Config, device_type: str) -> str | None:
+    """What an offloaded configuration put in CPU memory, for its row; on a machine without GPUs,
+    that it moved nothing (everything is in CPU memory there already)."""
+    if not config.offload:
+        return None
+    if config.parallel == "fsdp":
+        what = "FSDP CPUOffloadPolicy: parameter, gradient and optimizer-state shards in CPU memory"
+    elif config.zero_stage == 3:
+        what = "ZeRO offload_optimizer and offload_param: optimizer partitions and parameter partitions in CPU memory"
+    else:
+        what = "ZeRO offload_optimizer: optimizer partitions (state and fp32 master weights) in CPU memory"
+    if device_type == "cpu":
+        return f"{what}, where everything already is on this machine without GPUs: the offload moves nothing"
+    return what
+
+
 def _load_average() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
@@ -363,6 +396,8 @@ def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc
             args += [flag, str(value)]
     if options.algorithm is not None:
         args += ["--hparams", options.hparams]
+    if config.offload:
+        args.append("--offload")
     if config.parallel == "accelerate":
         # Accelerate's launcher reads the file and starts the processes through torchrun (port 0:
         # a free one on localhost).
@@ -494,9 +529,9 @@ def run_config(
     if failure:
         return _empty_run(config, nproc, "failed", failure)
     run = _merge(config, ranks, nproc)
-    launched = launch_note(config, env["device_type"])
-    if launched and run["status"] == "ok":
-        run["note"] = f"{launched}: {run['note']}" if run["note"] else launched
+    for note in (launch_note(config, env["device_type"]), offload_note(config, env["device_type"])):
+        if note and run["status"] == "ok":
+            run["note"] = f"{note}: {run['note']}" if run["note"] else note
     return run
 
 

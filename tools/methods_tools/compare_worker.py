@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from algorithms.core import Algorithm, Event, Trainer
 from algorithms.core.distributed import destroy_process_group, is_distributed, rank_and_world_size
-from algorithms.core.strategies import DeepSpeed
+from algorithms.core.strategies import FSDP, DeepSpeed
 from algorithms.data import get_dataset
 from algorithms.metadata import load_all_datasets
 from algorithms.models import get_model, lm_loss
@@ -153,8 +153,29 @@ class _UtilizationSampler:
 
 
 def _local_bytes(tensor: torch.Tensor) -> int:
+    """The bytes of ``tensor`` this process holds: an FSDP shard's local part; a ZeRO-3 parameter's
+    partition (``ds_tensor``) and what it keeps whole (nothing outside its layer's forward and
+    backward, unless it is under DeepSpeed's persistence threshold: then all of it, once gathered)."""
     local = tensor.to_local() if hasattr(tensor, "to_local") else tensor  # an FSDP shard: this rank's part
-    return local.numel() * local.element_size()
+    partition = getattr(tensor, "ds_tensor", None)
+    held = local.numel() * local.element_size()
+    return held + (partition.numel() * partition.element_size() if partition is not None else 0)
+
+
+def _model_bytes(model: torch.nn.Module) -> int:
+    return sum(_local_bytes(t) for t in (*model.parameters(), *model.buffers()))
+
+
+def _strategy(args: argparse.Namespace) -> Any:
+    """What ``Trainer(parallel=...)`` gets: the mode's name, or its strategy with the run's options."""
+    if args.parallel == "deepspeed":
+        stage = args.zero_stage or 2
+        return DeepSpeed(zero_stage=stage, offload_optimizer=args.offload, offload_param=args.offload and stage == 3)
+    if args.parallel == "fsdp" and args.offload:
+        return FSDP(cpu_offload=True)
+    if args.offload:
+        raise ValueError(f"--offload: parallel={args.parallel!r} has no offload; use deepspeed or fsdp")
+    return args.parallel
 
 
 def method_algorithm(key: str, hparams: dict[str, Any], plumbing: dict[str, Any] | None = None) -> Algorithm:
@@ -246,7 +267,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         schedulers=schedulers,
         algorithms=[*extra, timer, *([counter] if counter else [])],
         precision=precision,
-        parallel=DeepSpeed(zero_stage=args.zero_stage or 2) if parallel == "deepspeed" else parallel,
+        parallel=_strategy(args),
         seed=args.seed,
         **({"loss_fn": lm_loss, **keys} if text else {}),
     )
@@ -254,7 +275,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     with trainer:  # closed before the process group goes (DeepSpeed releases its hooks)
         state = trainer.state
         device = state.device
-        model_bytes = sum(_local_bytes(t) for t in (*state.model.parameters(), *state.model.buffers()))
+        model_bytes = _model_bytes(state.model)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
 
@@ -265,6 +286,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
                 torch.cuda.synchronize(device)
             wall_s = time.perf_counter() - start
         samples = state.timestamp.sample  # the Trainer counts every rank's samples
+        # Once trained too: ZeRO-3 keeps the parameters under its persistence threshold whole after
+        # their first gather (the others hold the same before and after).
+        model_bytes = max(model_bytes, _model_bytes(state.model))
 
         metrics, eval_s = {"accuracy": None, "loss": None}, None
         if text or splits.has_accuracy:
@@ -345,6 +369,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", required=True)
     p.add_argument("--parallel", required=True)
     p.add_argument("--zero-stage", type=int)
+    p.add_argument(
+        "--offload",
+        action="store_true",
+        help="deepspeed: offload the optimizer (stage 3: and the parameters) to CPU memory; fsdp: cpu_offload",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=0)

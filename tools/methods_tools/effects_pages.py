@@ -24,6 +24,7 @@ apply here, or failed) shows its reason, never a number.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
@@ -552,7 +553,13 @@ def effects_files(methods: Sequence[Any], effects: Sequence[tuple[Path, Mapping[
 
 
 def _files(site: Site) -> list[EffectsFile]:
-    return effects_files(site.methods, site.effects)
+    """The site's effects files; a workload model's card linked only where the site has it."""
+    return [
+        f
+        if f.model_card is None or (site.source_dir / "model_cards" / f"{f.model_card}.md").is_file()
+        else dataclasses.replace(f, model_card=None)
+        for f in effects_files(site.methods, site.effects)
+    ]
 
 
 # --------------------------------------------------------------------------------------------- chart

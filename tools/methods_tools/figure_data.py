@@ -27,6 +27,7 @@ from algorithms.core.state import State
 
 __all__ = [
     "Recorder",
+    "activation_memory_per_block",
     "alibi_head_bias",
     "blurpool_filter",
     "channels_last_strides",
@@ -92,6 +93,61 @@ def _one_weight_run(
         device="cpu",
     ).fit()
     return weights.values, other.values
+
+
+def activation_memory_per_block(
+    model: str = "resnet20", batch_size: int = 8, image_size: int = 32, generator: torch.Generator | None = None
+) -> dict[str, Any]:
+    """Activation checkpointing: for each residual block of a fresh reference ``model`` in training,
+    on a batch of ``batch_size`` random images, the KiB autograd keeps for the backward pass from the
+    block's forward, counted by ``torch.autograd.graph.saved_tensors_hooks`` (each storage once; the
+    weights, which are kept anyway, left out): without the method, the activations the block's layers save; with
+    ``apply_activation_checkpointing``, what the checkpoint keeps (the block's input)."""
+    import copy
+
+    from algorithms import models
+    from algorithms.activation_checkpointing.activation_checkpointing import apply_activation_checkpointing
+    from algorithms.models.resnet import BasicBlock, Bottleneck
+
+    seed = int(torch.randint(0, 2**31, (), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        plain = getattr(models, model)().train()
+        x = torch.randn(batch_size, 3, image_size, image_size)
+    checkpointed = apply_activation_checkpointing(copy.deepcopy(plain))
+
+    def kept(net: nn.Module) -> tuple[list[str], list[float]]:
+        blocks = [(name, m) for name, m in net.named_modules() if isinstance(m, (BasicBlock, Bottleneck))]
+        held: list[dict[int, int]] = [{} for _ in blocks]  # per block: storage -> bytes, each storage once
+        current: list[int | None] = [None]
+        weights = {p.untyped_storage().data_ptr() for p in net.parameters()}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storage = t.untyped_storage()
+            if current[0] is not None and storage.data_ptr() not in weights:
+                held[current[0]][storage.data_ptr()] = storage.nbytes()
+            return t
+
+        handles = []
+        for i, (_, block) in enumerate(blocks):
+            handles.append(block.register_forward_pre_hook(lambda m, args, i=i: current.__setitem__(0, i)))
+            handles.append(block.register_forward_hook(lambda m, args, out: current.__setitem__(0, None)))
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            net(x)
+        for handle in handles:
+            handle.remove()
+        return [name for name, _ in blocks], [sum(sizes.values()) / 1024 for sizes in held]
+
+    labels, without = kept(plain)
+    _, with_it = kept(checkpointed)
+    return {
+        "type": "bars",
+        "labels": labels,
+        "series": {"without activation checkpointing": without, "with activation checkpointing": with_it},
+        "title": f"What autograd keeps from each block of {model} ({batch_size} images of {image_size} pixels)",
+        "xlabel": "block",
+        "ylabel": "KiB of activations kept for the backward pass",
+    }
 
 
 def alibi_head_bias(n_heads: int = 4, head: int = 0, length: int = 16) -> dict[str, Any]:

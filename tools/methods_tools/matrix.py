@@ -187,11 +187,16 @@ def _method_records(records: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 
 def plan_cells(
-    records: Mapping[str, Any] | None = None, kinds: Iterable[str] = KINDS, parallels: Sequence[str] = MATRIX_PARALLELS
+    records: Mapping[str, Any] | None = None,
+    kinds: Iterable[str] = KINDS,
+    parallels: Sequence[str] = MATRIX_PARALLELS,
+    only: Iterable[str] = (),
 ) -> list[Cell]:
     """Every cell of ``kinds``, in a fixed order, from the registry's ``kind: method`` records.
 
-    ``parallels`` are the distributed modes to run (leave deepspeed out where it cannot run).
+    ``parallels`` are the distributed modes to run (leave deepspeed out where it cannot run);
+    ``only``: method keys, to keep just the cells that hold one of them (a new method's cells:
+    alone, in each mode, and in a pair either way round).
     """
     methods = _method_records(records)
     kinds = set(kinds)
@@ -209,7 +214,8 @@ def plan_cells(
         cells += [Cell("precision", (key,), precision=p) for key in methods for p in PRECISIONS]
     if "parallel" in kinds:
         cells += [Cell("parallel", (key,), parallel=mode) for mode in parallels for key in methods]
-    return cells
+    only = set(only)
+    return [c for c in cells if only & set(c.methods)] if only else cells
 
 
 #: How many pairs without a note of their own :func:`sample_cells` keeps.
@@ -1397,9 +1403,14 @@ def run_cells(
 
 
 def run_sections(
-    names: Iterable[str], settings: Settings, command: str = "", progress: Progress = lambda line: None
+    names: Iterable[str],
+    settings: Settings,
+    command: str = "",
+    progress: Progress = lambda line: None,
+    only: Iterable[str] = (),
 ) -> dict[str, dict[str, Any]]:
-    """The ``loops`` and ``models`` sections of ``names`` (:mod:`.matrix_loops`), each run in turn."""
+    """The ``loops`` and ``models`` sections of ``names`` (:mod:`.matrix_loops`), each run in turn
+    (only the cells of the methods ``only`` names, where it names any)."""
     from . import compare
     from .matrix_loops import run_section
 
@@ -1407,21 +1418,57 @@ def run_sections(
     sections = {}
     for name in (n for n in SECTIONS if n in names):
         progress(f"{name}: the section's cells")
-        section = run_section(name, settings, records, progress)
+        section = run_section(name, settings, records, progress, only=only)
         sections[name] = {"command": command, "date": compare.environment()["date"], **section}
     return sections
 
 
 def merge_document(
-    old: Mapping[str, Any], kinds: Sequence[str], cells: Sequence[Mapping[str, Any]], sections: Mapping[str, Any]
+    old: Mapping[str, Any],
+    kinds: Sequence[str],
+    cells: Sequence[Mapping[str, Any]],
+    sections: Mapping[str, Any],
+    only: Iterable[str] = (),
+    records: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``old`` with the cells of ``kinds`` and the sections just run in place of its own: the
-    cells of the other kinds, the other sections and the environment and settings are kept."""
-    kept = [c for c in old["cells"] if c["kind"] not in kinds]
-    merged = [*kept, *cells]
-    order = {k: i for i, k in enumerate(KINDS)}
-    merged.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: each kind's plan order
-    return {**old, "cells": merged, **sections}
+    cells of the other kinds, the other sections and the environment and settings are kept.
+
+    With ``only`` (method keys), just the cells that hold one of those methods are replaced, in
+    the cells of ``kinds`` and in the sections run: every other cell is kept, and the cells are put
+    in plan order (:func:`plan_cells`; a section's, :mod:`.matrix_loops`'), each section's
+    ``wall_s`` counting its new cells in place of those they replace."""
+    only = set(only)
+    if not only:
+        kept = [c for c in old["cells"] if c["kind"] not in kinds]
+        merged = [*kept, *cells]
+        order = {k: i for i, k in enumerate(KINDS)}
+        merged.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: each kind's plan order
+        return {**old, "cells": merged, **sections}
+    from .composability_pages import cell_key
+    from .matrix_loops import plan_loop_cells, plan_model_cells
+
+    records = _method_records(records)
+    kept = [c for c in old["cells"] if not (c["kind"] in kinds and only & set(c["methods"]))]
+    plan = {cell_key(c.as_dict()): i for i, c in enumerate(plan_cells(records))}
+    merged = sorted([*kept, *cells], key=lambda c: plan.get(cell_key(c), len(plan)))
+    plans = {
+        "loops": ([(c.loop, c.method) for c in plan_loop_cells(records)], "loop"),
+        "models": ([(c.model, c.method) for c in plan_model_cells(records)], "model"),
+    }
+    new_sections = {}
+    for name, section in sections.items():
+        before = old.get(name, {"cells": [], "wall_s": 0.0})
+        where = plans[name][1]
+        place = {key: i for i, key in enumerate(plans[name][0])}
+        stays = [c for c in before["cells"] if c["method"] not in only]
+        wall = before["wall_s"] - sum(c["wall_s"] for c in before["cells"] if c["method"] in only)
+        new_sections[name] = {
+            **section,
+            "wall_s": round(max(wall, 0.0) + sum(c["wall_s"] for c in section["cells"]), 1),
+            "cells": sorted([*stays, *section["cells"]], key=lambda c: place.get((c[where], c["method"]), len(place))),
+        }
+    return {**old, "cells": merged, **new_sections}
 
 
 def run_matrix(
@@ -1434,11 +1481,13 @@ def run_matrix(
     settings: Settings = Settings(),
     timeout_s: float = 900.0,
     progress: Progress = lambda line: None,
+    only: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Plan, run and write the matrix to ``out`` (atomically, never over a file without ``force``).
 
     ``kinds`` are cell kinds (:data:`KINDS`) and sections (:data:`SECTIONS`); with ``merge`` only
-    those are run and put into the existing file ``out`` in place of its own (:func:`merge_document`)."""
+    those are run and put into the existing file ``out`` in place of its own (:func:`merge_document`);
+    ``only`` (method keys) runs just the cells that hold one of them."""
     if merge and not out.exists():
         raise MatrixError(f"{out}: no results file to merge into — run the whole matrix first, or drop --merge")
     if out.exists() and not force and not merge:
@@ -1450,22 +1499,29 @@ def run_matrix(
         if "parallel" in kinds:
             progress(f"{mode}: not run here ({reason})")
     cell_kinds = [k for k in KINDS if k in kinds]
-    cells = plan_cells(kinds=cell_kinds, parallels=parallels)
+    cells = plan_cells(kinds=cell_kinds, parallels=parallels, only=only)
     progress(f"{len(cells)} cells: {', '.join(f'{sum(c.kind == k for c in cells)} {k}' for k in cell_kinds)}")
     entries = run_cells(cells, settings, timeout_s=timeout_s, progress=progress)
-    sections = run_sections(kinds, settings, command, progress)
+    sections = run_sections(kinds, settings, command, progress, only=only)
     if merge:
         from .results import load_composability
 
         old = load_composability(out)
-        merged = merge_document(old, cell_kinds, entries, sections)
+        merged = merge_document(old, cell_kinds, entries, sections, only=only)
         # the file's commands are the cells'; a section carries its own command
         commands = [*old["commands"], *([command] if command and cell_kinds else [])]
+        if only:  # the whole matrix's time, with the new cells' in place of those they replace
+            replaced = sum(
+                c["wall_s"] for c in old["cells"] if c["kind"] in cell_kinds and set(only) & set(c["methods"])
+            )
+            wall_s = max(old["wall_s"] - replaced, 0.0) + sum(c["wall_s"] for c in entries)
+        else:
+            wall_s = time.perf_counter() - start
         document = build_document(
             old["environment"] if not cell_kinds else env,
             Settings(**old["settings"]),
             commands,
-            old["wall_s"] if not cell_kinds else time.perf_counter() - start,
+            old["wall_s"] if not cell_kinds else wall_s,
             merged["cells"],
             {name: merged[name] for name in SECTIONS if name in merged},
         )
@@ -1501,6 +1557,11 @@ def _parser(doc: str) -> Any:
         action="store_true",
         help="run only --kinds and put them into the existing results file (--out or the default) in place of its own",
     )
+    p.add_argument(
+        "--only",
+        help="comma-separated method keys: run only the cells that hold one of them (a new method's: alone, in "
+        "each mode, in pairs either way round, in each loop and model); with --merge, in place of the file's own",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per torchrun launch (default 900)")
     return p
 
@@ -1518,11 +1579,27 @@ def check_args(args: Any) -> tuple[list[str], list[str]]:
         )
     if not args.timeout > 0:
         problems.append(f"--timeout: {args.timeout} — must be positive")
+    only = _only(args)
+    if getattr(args, "only", None) is not None:
+        methods = sorted(_method_records())
+        if not only:
+            problems.append("--only: empty — name at least one method, e.g. --only cutmix")
+        problems += [
+            f"--only: {k!r} is not a method — use some of {', '.join(methods)}" for k in only if k not in methods
+        ]
+        if only and not merge and args.out is None:
+            problems.append(
+                "--only: a subset of the matrix never writes the default results file — give --out, or --merge"
+            )
     if merge and args.out is not None and not args.out.exists():
         problems.append(f"{args.out}: no results file to merge into — run the whole matrix first, or drop --merge")
     if args.out is not None and args.out.exists() and not args.force and not merge:
         problems.append(f"{args.out}: exists — pass --force to overwrite it, or choose --out")
     return problems, [k for k in ALL_KINDS if k in kinds]
+
+
+def _only(args: Any) -> list[str]:
+    return [k.strip() for k in (getattr(args, "only", None) or "").split(",") if k.strip()]
 
 
 def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
@@ -1549,6 +1626,7 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
             command=command,
             timeout_s=args.timeout,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
+            only=_only(args),
         )
     except MatrixError as exc:
         print(str(exc), file=sys.stderr)

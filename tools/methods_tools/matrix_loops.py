@@ -78,6 +78,7 @@ TORCHVISION_TIMM = "torchvision_timm"
 TESTED_ELSEWHERE = "torchvision and timm models: run by nox -s models (tests/models), outside this matrix's environment"
 #: The CNN surgery methods ``tests/models`` runs on torchvision's and timm's models.
 VISION_MODEL_METHODS = (
+    "activation_checkpointing",
     "blurpool",
     "factorize",
     "ghost_batchnorm",
@@ -555,9 +556,14 @@ def section_versions() -> dict[str, str | None]:
 
 
 def run_section(
-    name: str, settings: Any, records: Mapping[str, Any], progress: Progress = lambda line: None
+    name: str,
+    settings: Any,
+    records: Mapping[str, Any],
+    progress: Progress = lambda line: None,
+    only: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One section of the results file: ``{"versions", "wall_s", "cells"}``, each cell run in turn."""
+    """One section of the results file: ``{"versions", "wall_s", "cells"}``, each cell run in turn
+    (``only``: just the cells of these method keys)."""
     start = time.perf_counter()
     plan: Sequence[Any]
     if name == "loops":
@@ -566,6 +572,8 @@ def run_section(
         plan, runner = plan_model_cells(records), run_model_cell
     else:
         raise ValueError(f"section {name!r}: use one of {', '.join(SECTIONS)}")
+    if only:
+        plan = [cell for cell in plan if cell.method in only]
     cells = []
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     for i, cell in enumerate(plan, start=1):

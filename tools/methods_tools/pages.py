@@ -36,6 +36,7 @@ from .files import write_if_changed
 from .loops_pages import render_loops
 from .markup import safe_token
 from .measurements_page import render_measurements
+from .memory_page import render_memory
 from .results import ResultsError, load_committed
 from .summaries import verdict_boxes
 from .training_pages import PAGE as TRAINING_PAGE
@@ -178,6 +179,7 @@ GENERATORS: tuple[Generator, ...] = (
     render_composability,
     render_loops,  # after render_composability: it appends to the cards' composability snippets
     render_measurements,
+    render_memory,
     verdict_boxes,
     landing,
     navigation,

@@ -7,10 +7,12 @@ Reads every validated ``results/*.json`` (written by ``tools/compare_training.py
   environment and settings), every configuration's row (the median and range over its repeated
   runs; a flagged super-linear speed-up shown as flagged, not as a figure) and a chart of
   throughput and memory; then the figures quoted from a reference experiment, with its source;
-- ``tables/results/<stem>.svg``: those charts (matplotlib, text kept as text, no date). A chart
-  carries the hash of its inputs (the results document, the matplotlib version, the drawing
-  code) as its ``dc:identifier``; a chart already in the output folder with the same hash is
-  reused rather than drawn again;
+- ``tables/results/<stem>.svg``: those charts (matplotlib, text kept as text, no date), two panels
+  side by side for a desktop's column, and ``<stem>-narrow.svg``, the same panels stacked and
+  4.3 inches wide, whose text reads at about 11 px in a phone's 358 px column (the page shows one
+  or the other by the screen's width). A chart carries the hash of its inputs (the results
+  document, the variant, the matplotlib version, the drawing code) as its ``dc:identifier``; a
+  chart already in the output folder with the same hash is reused rather than drawn again;
 - ``tables/results/<key>.md.inc`` (``results_snippet.md.inc.j2``): for each best practice, the
   measured rows of its Trainer option beside the ``fp32:single`` baseline, with their flags and
   one line naming the file's hardware and scale (the caveats in full are on "How the cards'
@@ -44,6 +46,7 @@ __all__ = [
 
 PAGE = Path("training_configurations.md")
 SNIPPETS = Path("tables") / "results"
+NARROW_SUFFIX = "-narrow.svg"  # a chart's variant for a phone's width
 MIB = 2**20
 # Below this many optimizer steps, accuracy and loss say how far a run got, not what the
 # configuration reaches: the page says so.
@@ -218,6 +221,11 @@ class ResultsFile:
     chart: str | None  # the chart's path in the docs source; None when no run succeeded
 
     @property
+    def narrow_chart(self) -> str | None:
+        """The chart drawn for a phone's width (:data:`NARROW_SUFFIX`)."""
+        return None if self.chart is None else self.chart.removesuffix(".svg") + NARROW_SUFFIX
+
+    @property
     def title(self) -> str:
         return f"{self.hardware}, {self.date}"
 
@@ -298,21 +306,21 @@ def _card_runs(results: ResultsFile, option: str, value: Any) -> list[Run]:
 # --------------------------------------------------------------------------------------------- charts
 
 
-def _chart_key(document: Mapping[str, Any]) -> str:
+def _chart_key(document: Mapping[str, Any], narrow: bool = False) -> str:
     """The hash of everything a chart is drawn from."""
     try:
         version = importlib.metadata.version("matplotlib")
     except importlib.metadata.PackageNotFoundError:
         version = None
-    inputs = {"document": document, "matplotlib": version, "code": _DRAWING_CODE}
+    inputs = {"document": document, "narrow": narrow, "matplotlib": version, "code": _DRAWING_CODE}
     return "sha256:" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def _chart(document: Mapping[str, Any], previous: Path) -> str:
-    """The chart of ``document``: ``previous`` (the last run's output) when drawn from the same
-    inputs, else drawn afresh."""
-    key = _chart_key(document)
-    return reuse_or_draw(previous, key, lambda: _draw_chart(document, key))
+def _chart(document: Mapping[str, Any], previous: Path, narrow: bool = False) -> str:
+    """The chart of ``document`` (its ``narrow`` variant): ``previous`` (the last run's output) when
+    drawn from the same inputs, else drawn afresh."""
+    key = _chart_key(document, narrow)
+    return reuse_or_draw(previous, key, lambda: _draw_chart(document, key, narrow))
 
 
 def _charted(summary: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -321,10 +329,42 @@ def _charted(summary: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [s for s in summary if s["status"] == "ok" and not did_not_act(s)]
 
 
-def _draw_chart(document: Mapping[str, Any], key: str) -> str:
+# Both variants' text is 10 pt. The desktop one, 9 in wide, shows it at about 11.4 px in furo's
+# 736 px column (and at about 5 px on a phone); the phone one is as wide as the effects charts
+# (4.3 in), so that a 358 px column shows it at about 11.5 px.
+FONT_PT, WIDE_WIDTH, NARROW_WIDTH = 10, 9.0, 4.3
+
+
+def _wrap_to(lines: list[str], width: float, fig: Any) -> list[str]:
+    """``lines`` broken at spaces into lines no wider than ``width`` inches as ``fig`` draws its text
+    (a word wider than that keeps a line of its own)."""
+    renderer = fig.canvas.get_renderer()
+
+    def inches(text: str) -> float:
+        probe = fig.text(0, 0, text)
+        extent = probe.get_window_extent(renderer).width / fig.dpi
+        probe.remove()
+        return extent
+
+    wrapped: list[str] = []
+    for line in lines:
+        current = ""
+        for word in line.split(" "):
+            trial = f"{current} {word}" if current else word
+            if current and inches(trial) > width:
+                wrapped.append(current)
+                current = word
+            else:
+                current = trial
+        wrapped.append(current)
+    return wrapped
+
+
+def _draw_chart(document: Mapping[str, Any], key: str, narrow: bool = False) -> str:
     """Throughput and peak memory per configuration (median, range as error bars) as one SVG,
-    identical bytes for identical input. A flagged speed-up's throughput bar is hatched and labelled;
-    a configuration that did not act is not drawn, only named."""
+    identical bytes for identical input: two panels side by side, or stacked (``narrow``, the
+    configurations named on each, the title wrapped). A flagged speed-up's throughput bar is
+    hatched and labelled; a configuration that did not act is not drawn, only named."""
     plt = pyplot("the training charts need it", ChartError)
 
     ok = _charted(document["summary"])[::-1]
@@ -343,8 +383,21 @@ def _draw_chart(document: Mapping[str, Any], key: str) -> str:
                 bar.set_edgecolor("#333333")
 
     steady = document["settings"]["epochs"] >= 2
-    with plt.rc_context(SVG_STYLE):
-        fig, (ax_speed, ax_mem) = plt.subplots(1, 2, figsize=(9, 0.35 * max(len(ok), 2) + 1.4), sharey=True)
+    title = [
+        f"{document['settings']['model']} on {document['settings']['data']}: "
+        f"{document['environment']['hardware']}, {document['environment']['date'][:10]}",
+        "median over each configuration's runs, error bars: their range; hatched: a flagged super-linear speed-up",
+    ] + ([f"not drawn, did not act (one process, no replicas): {', '.join(idle)}"] if idle else [])
+    if narrow:
+        layout = {"nrows": 2, "ncols": 1, "figsize": (NARROW_WIDTH, 4.0)}
+    else:
+        layout = {"nrows": 1, "ncols": 2, "figsize": (WIDE_WIDTH, 0.35 * max(len(ok), 2) + 1.5), "sharey": True}
+    with plt.rc_context({**SVG_STYLE, "font.size": FONT_PT}):
+        fig, (ax_speed, ax_mem) = plt.subplots(**layout)
+        if narrow:  # the title wrapped to the width as drawn, then the height: two panels and the title
+            title = _wrap_to(title, NARROW_WIDTH - 0.25, fig)
+            rows_h = 0.27 * max(len(ok), 2) + 0.75  # one panel: its bars and its axis label
+            fig.set_size_inches(NARROW_WIDTH, 2 * rows_h + FONT_PT / 72 * 1.3 * len(title) + 0.2)
         bars(ax_speed, "throughput", 1, "#4c72b0", mark=True)
         ax_speed.set_xlabel(
             "steady-state throughput (samples/s)" if steady else "throughput, warm-up included (samples/s)"
@@ -357,19 +410,18 @@ def _draw_chart(document: Mapping[str, Any], key: str) -> str:
         )
         for ax in (ax_speed, ax_mem):
             ax.grid(axis="x", alpha=0.3)
-        fig.suptitle(
-            f"{document['settings']['model']} on {document['settings']['data']}: "
-            f"{document['environment']['hardware']}, {document['environment']['date'][:10]}\n"
-            "median over each configuration's runs, error bars: their range; hatched: a flagged "
-            "super-linear speed-up"
-            + (f"\nnot drawn, did not act (one process, no replicas): {', '.join(idle)}" if idle else "")
-        )
+        fig.suptitle("\n".join(title), **({"fontsize": FONT_PT} if narrow else {}))  # as _wrap_to measured it
         fig.tight_layout()
         return svg_text(plt, fig, key)
 
 
 # a change to the drawing redraws every chart
-_DRAWING_CODE = inspect.getsource(_charted) + inspect.getsource(_draw_chart)
+_DRAWING_CODE = (
+    inspect.getsource(_charted)
+    + inspect.getsource(_wrap_to)
+    + inspect.getsource(_draw_chart)
+    + repr((FONT_PT, WIDE_WIDTH, NARROW_WIDTH, SVG_STYLE))
+)
 
 
 # --------------------------------------------------------------------------------------------- render
@@ -392,8 +444,9 @@ def render_training_results(site: Site) -> dict[Path, Content]:
         ),
     }
     for results, document in files:
-        if results.chart is not None:
+        if results.chart is not None and results.narrow_chart is not None:
             outputs[Path(results.chart)] = _chart(document, site.out_dir / results.chart)
+            outputs[Path(results.narrow_chart)] = _chart(document, site.out_dir / results.narrow_chart, narrow=True)
     for record in site.methods:
         if not (record.is_best_practice and record.trainer_option):
             continue

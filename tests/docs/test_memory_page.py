@@ -1,0 +1,132 @@
+"""The memory page ("Memory: what fits, and what it costs"): its generated tables hold the ZeRO
+paper's and Korthikanti et al.'s figures, a measured column, and the calculator's answers; its
+code prints what the page says it prints."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+from docs_support import DOCS_SOURCE
+from methods_tools import memory_page, pages
+from methods_tools.memory_page import ACTIVATIONS, CONFIGURATIONS, NOT_MEASURED, PARTS, render_memory
+
+TABLE = PARTS / "configurations.md.inc"
+ACTIVATION_TABLE = PARTS / "activations.md.inc"
+EXAMPLES = PARTS / "examples.md.inc"
+
+
+def rendered(metadata: Path | None, tmp_path: Path) -> dict[Path, str]:
+    generated = pages.generate(
+        tmp_path / "src", metadata_root=metadata, results_root=tmp_path / "none", generators=(render_memory,)
+    )
+    assert generated.problems == []
+    return dict(generated.outputs)
+
+
+def rows(text: str) -> dict[str, list[str]]:
+    """The table's rows by their configuration's label (a card link's text where it has one)."""
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("| ") or line.startswith("| Configuration") or line.startswith("| Memory"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        label = re.sub(r"^\{doc\}`(.*?) </method_cards/[\w]+>`$", r"\1", cells[0])
+        out[label.replace("\\", "")] = cells
+    return out
+
+
+def test_the_table_has_a_row_per_configuration_with_the_papers_bytes(synthetic_metadata, tmp_path):
+    table = rows(rendered(synthetic_metadata, tmp_path)[TABLE])
+    assert list(table) == [c.label for c in CONFIGURATIONS]
+    # (weights + gradients + optimizer state, on each device, at N = 8, in host memory)
+    shown = {label: (cells[1], cells[2].strip("*"), cells[3], cells[4]) for label, cells in table.items()}
+    # the ZeRO paper's Figure 1: 2 + 2 + K, then K, the gradients and the weights over N_d (N = 8)
+    assert shown["Mixed precision, fp32 master weights, Adam"] == ("2 + 2 + 12", "16", "16", "0")
+    assert shown["ZeRO-1, mixed precision"] == ("2 + 2 + 12/N", "4 + 12/N", "5.5", "0")  # 4 + 12/8
+    assert shown["ZeRO-2, mixed precision"] == ("2 + 2/N + 12/N", "2 + 14/N", "3.75", "0")  # 2 + 14/8
+    assert shown["ZeRO-3, mixed precision"] == ("2/N + 2/N + 12/N", "16/N", "2", "0")
+    # ZeRO-Offload at stage 2: the 16-bit weights stay; the host keeps (2 + 12)/N
+    assert shown["ZeRO-2, optimizer offload"] == ("2 + 0 + 0", "2", "2", "14/N")
+    # fp32: 4 + 4 and Adam's two moments (8) or SGD's momentum (4)
+    assert shown["fp32, Adam"][:2] == ("4 + 4 + 8", "16")
+    assert shown["fp32, SGD with momentum"][:2] == ("4 + 4 + 4", "12")
+    # autocast: fp32 weights (and their 16-bit copies), gradients and AdamW state
+    assert shown["AMP (autocast), AdamW"] == ("(4 + 2) + 4 + 8", "18", "18", "0")
+    assert shown["FSDP, AMP"] == ("(4/N + 2/N) + 4/N + 8/N", "18/N", "2.25", "0")
+    # LoRA with f = 0.01 in the N = 8 column: 4 + 2 + (4 + 8) × 0.01
+    assert shown["LoRA, AMP"] == ("(4 + 2) + 4f + 8f", "6 + 12f", "6.12", "0")
+
+
+def test_the_activations_table_is_korthikantis(synthetic_metadata, tmp_path):
+    table = rows(rendered(synthetic_metadata, tmp_path)[ACTIVATION_TABLE])
+    assert list(table) == [c.label for c in ACTIVATIONS]
+    per_layer = {label: cells[1] for label, cells in table.items()}
+    # section 4: sbh(34 + 5as/h) in 16 bits; 2sbh kept per layer with full recomputation;
+    # 34sbh with the attention scores recomputed (their selective recomputation)
+    assert per_layer["16-bit: AMP, mixed or half precision"] == "sbh·(34 + 5·as/h)"
+    assert per_layer["16-bit, attention scores recomputed (FlashAttention)"] == "34·sbh"
+    assert per_layer["16-bit, activation checkpointing"].startswith("2·sbh, and one layer's sbh·(34 + 5·as/h)")
+    # fp32: the 16 values of s·b·h and 2 of a·s²·b at 4 bytes, the two 1-byte masks unchanged
+    assert per_layer["fp32"] == "sbh·(66 + 9·as/h)"
+
+
+def test_every_row_has_a_measured_column_that_shows_a_measurement_where_there_is_one(
+    synthetic_metadata, tmp_path, monkeypatch
+):
+    for part in (TABLE, ACTIVATION_TABLE):
+        table = rows(rendered(synthetic_metadata, tmp_path)[part])
+        assert {cells[-1] for cells in table.values()} == {NOT_MEASURED}
+
+    def measured(site, configuration):
+        return {"zero2": "3.1 GB (ratio 1.02)", "checkpointing": "0.4 GB (ratio 0.97)"}.get(configuration.key)
+
+    monkeypatch.setattr(memory_page, "measured_memory", measured)
+    outputs = rendered(synthetic_metadata, tmp_path)
+    table, activations = rows(outputs[TABLE]), rows(outputs[ACTIVATION_TABLE])
+    assert table["ZeRO-2, mixed precision"][-1] == "3.1 GB (ratio 1.02)"
+    assert table["ZeRO-1, mixed precision"][-1] == NOT_MEASURED
+    assert activations["16-bit, activation checkpointing"][-1] == "0.4 GB (ratio 0.97)"
+
+
+def test_cards_are_linked_only_where_the_metadata_has_them(synthetic_metadata, tmp_path):
+    synthetic = rendered(synthetic_metadata, tmp_path)[TABLE]
+    assert "{doc}" not in synthetic  # the synthetic metadata has none of these cards
+    real = rendered(None, tmp_path)[TABLE]
+    assert "{doc}`FSDP, AMP </method_cards/fsdp>`" in real
+    real += rendered(None, tmp_path)[ACTIVATION_TABLE]
+    keys = {c.card for c in CONFIGURATIONS + ACTIVATIONS if c.card}
+    for key in keys:
+        linked = f"</method_cards/{key}>`" in real
+        assert linked == (DOCS_SOURCE / "method_cards" / f"{key}.md").exists(), key
+
+
+def test_the_worked_examples_are_the_calculators_answers(synthetic_metadata, tmp_path):
+    text = rendered(synthetic_metadata, tmp_path)[EXAMPLES]
+    gpt2 = text.split("### ")[1]
+    # GPT-2 small, AMP, AdamW, one device: 124,439,808 × 18 bytes = 2.24 GB of model states;
+    # activations, s = 1024, b = 16, h = 768, a = 12, 12 layers:
+    # (12,582,912 × 34 + 5 × 12 × 1024² × 16) × 12 = 17.21 GB; 19.45 GB in all
+    assert "| One device | 2.2 GB | none | 19.5 GB, ✗ too big |" in gpt2
+    # a ZeRO stage over one device holds what one device holds: not a row of its own
+    assert "| ZeRO-1 |" not in gpt2 and "| ZeRO-2 |" not in gpt2
+    assert gpt2.count("**The calculator's first choice:**") == 1
+    assert len(re.findall(r"^### ", text, flags=re.M)) == len(memory_page.EXAMPLES)
+
+
+def test_the_pages_code_prints_what_the_page_says():
+    page = (DOCS_SOURCE / "memory.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    printed = re.search(r"^# (.*)$", code, flags=re.M).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "memory.md", "exec"), {})
+    assert out.getvalue().strip() == printed
+
+
+def test_the_page_includes_its_generated_parts():
+    page = (DOCS_SOURCE / "memory.md").read_text(encoding="utf-8")
+    included = set(re.findall(r"^```\{include\} (tables/memory/\S+)$", page, flags=re.M))
+    assert included == {p.as_posix() for p in (TABLE, ACTIVATION_TABLE, EXAMPLES)}
