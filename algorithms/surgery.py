@@ -29,8 +29,11 @@ the method, the first such module and the parameter, before any policy runs. A `
 frozen, pretrained part computes, drop its frozen weights for new ones the adapter's training then
 trains in their place (GLU's gate, a Squeeze-Excite block), or drop the adapter layers peft put
 inside the module; and the Trainer checkpoints a peft model's adapter alone, which would not hold
-them. The helper cannot tell a harmless policy from those, so it refuses them all: apply the method
-to the model before freezing it (before ``get_peft_model``), or leave it out. Modules without
+them. The helper cannot tell a harmless policy from those unless the policy says so, so it refuses
+them: apply the method to the model before freezing it (before ``get_peft_model``), or leave it out.
+A policy marked with :func:`preserves_parameters` (its replacement holds the original's own
+parameters and submodules under the same names and computes the same function, changing only how:
+Activation Checkpointing's checkpointed blocks) is applied to such modules too. Modules without
 parameters (dropout, pooling, activations) are replaced as in any model, and a module whose
 parameters all train is, though the model has frozen parts elsewhere. Layer Freezing freezes at
 epochs' ends, after the surgery at ``Event.INIT``, so it is not concerned.
@@ -67,6 +70,7 @@ __all__ = [
     "Registry",
     "class_path",
     "count_module_instances",
+    "preserves_parameters",
     "recording_replacements",
     "replace_module_classes",
 ]
@@ -171,12 +175,28 @@ def _update_optimizers(optimizers: Sequence[torch.optim.Optimizer], old: nn.Modu
                     optimizer.state.pop(p, None)
 
 
+def preserves_parameters(policy: Policy) -> Policy:
+    """Mark ``policy`` as one whose replacement holds the original module's own parameters and
+    submodules, under the same names, and computes the same function, changing only how it runs
+    (Activation Checkpointing's policy): :func:`replace_module_classes` then applies it to modules
+    holding frozen parameters too (a ``peft`` model's base). Returns ``policy``."""
+    policy.preserves_parameters = True  # type: ignore[attr-defined]
+    return policy
+
+
+def _preserves_parameters(policy: Policy) -> bool:
+    while isinstance(policy, functools.partial):  # a Registry's policy with the method's options
+        policy = policy.func
+    return getattr(policy, "preserves_parameters", False) is True
+
+
 def _refuse_frozen(model: nn.Module, policies: Mapping[type, Policy], method: str | None) -> None:
     """A ValueError naming the first module (in walk order, the root aside) that a policy's class
-    matches and that holds a frozen parameter; nothing where none does."""
-    classes = tuple(policies)
+    matches and that holds a frozen parameter, unless that policy :func:`preserves_parameters`;
+    nothing where none does."""
     for name, module in model.named_modules():
-        if not name or not isinstance(module, classes):
+        cls = next((c for c in policies if isinstance(module, c)), None) if name else None
+        if cls is None or _preserves_parameters(policies[cls]):
             continue
         frozen = next((n for n, p in module.named_parameters() if not p.requires_grad), None)
         if frozen is not None:

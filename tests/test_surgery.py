@@ -409,3 +409,23 @@ def test_modules_without_parameters_and_trainable_ones_are_replaced_in_a_partly_
     assert list(replaced) == ["0.1", "1", "2"]
     assert [type(m).__name__ for m in model.modules()][1:] == ["Sequential", "Linear", "GELU", "Identity", "Linear"]
     assert all(torch.equal(p, q) for p, q in zip(model[0].parameters(), frozen, strict=True))
+
+
+def test_a_policy_that_preserves_parameters_is_applied_to_frozen_modules():
+    """Activation Checkpointing's kind: the replacement holds the module's own parameters, under the
+    same names, and computes the same function; marked, it runs on frozen modules, given with the
+    method's options (functools.partial, as a Registry passes them) too."""
+    import functools
+
+    def same_layer(module, index, scale=1.0):
+        new = nn.Linear.__new__(type(module))
+        new.__dict__.update({k: v.copy() if isinstance(v, dict) else v for k, v in vars(module).items()})
+        return new
+
+    marked = surgery.preserves_parameters(same_layer)
+    for policy in (marked, functools.partial(marked, scale=2.0)):
+        model = _partly_frozen()
+        frozen = list(model[0][0].parameters())
+        replaced = replace_module_classes(model, {nn.Linear: policy})
+        assert list(replaced) == ["0.0", "2"]
+        assert all(p is q for p, q in zip(model[0][0].parameters(), frozen, strict=True))

@@ -28,7 +28,7 @@ transformers = pytest.importorskip(
     "transformers", reason="the models fine-tuned here are Hugging Face's ([transformers])"
 )
 
-from algorithms import GatedLinearUnits, GyroDropout, LabelSmoothing  # noqa: E402
+from algorithms import ActivationCheckpointing, GatedLinearUnits, GyroDropout, LabelSmoothing  # noqa: E402
 from algorithms.core import Loop, State, Trainer  # noqa: E402
 from algorithms.core.checkpoint import CheckpointError  # noqa: E402
 from algorithms.core.distributed import destroy_process_group  # noqa: E402
@@ -375,3 +375,25 @@ def test_a_method_that_leaves_the_base_alone_fine_tunes_a_peft_model(method):
     assert trainer.method_log.acted(trainer.engine.algorithms[0].name)
     assert _same(_base(model), base)
     assert not _same(_lora(model), lora)
+
+
+def test_activation_checkpointing_runs_on_the_frozen_base_and_changes_nothing_but_memory(tmp_path):
+    """Its checkpointed blocks hold the block's own parameters and compute the same function (the
+    surgery helper lets such a policy through on frozen modules): the adapter trains as without
+    it, and the checkpoint holds the same tensors."""
+    plain = build(lora_gpt2(), "3ba")
+    plain.fit()
+    checkpointed = build(lora_gpt2(), "3ba", algorithms=[ActivationCheckpointing()])
+    assert [type(m).__name__ for m in checkpointed.state.model.base_model.model.transformer.h] == [
+        "CheckpointedGPT2Block"
+    ] * LAYERS
+    checkpointed.fit()
+    assert checkpointed.method_log.acted("ActivationCheckpointing")
+    assert _same(_base(checkpointed.state.model), _base(plain.state.model))  # the same frozen base
+    for name, value in _lora(plain.state.model).items():
+        torch.testing.assert_close(_lora(checkpointed.state.model)[name], value)
+    saved = [
+        torch.load(t.save_checkpoint(tmp_path / f"{i}.ckpt"), weights_only=True)
+        for i, t in enumerate((plain, checkpointed))
+    ]
+    assert saved[0]["model"].keys() == saved[1]["model"].keys()
