@@ -52,7 +52,7 @@ def tests(session: nox.Session) -> None:
     ``nox -s tests -- -m slow`` runs the end-to-end tests (site builds in Chromium, every card's
     code, torchrun launches, the composability sample), which CI runs too; ``nox -s tests -- tests``
     runs everything."""
-    install_project(session, "dev", "deepspeed", "accelerate", "fsspec", "transformers", "lightning")
+    install_project(session, "dev", "deepspeed", "accelerate", "fsspec", "transformers", "lightning", "peft")
     session.run("pytest", "-q", *(session.posargs or FAST))
 
 

@@ -22,6 +22,22 @@ Modules inside a replacement are not visited again unless ``recurse_on_replaceme
 a model already wrapped for a parallel mode is refused: surgery runs before wrapping
 (``Event.INIT`` in the :class:`~algorithms.core.Trainer`).
 
+**Frozen parameters.** A model in which a policy's class matches a module holding a frozen
+parameter (``requires_grad=False``, in the module or below it) is refused with one ValueError naming
+the method, the first such module and the parameter, before any policy runs. A ``peft`` model
+(``peft.get_peft_model``) freezes its whole base, and a replacement there would change what a
+frozen, pretrained part computes, drop its frozen weights for new ones the adapter's training then
+trains in their place (GLU's gate, a Squeeze-Excite block), or drop the adapter layers peft put
+inside the module; and the Trainer checkpoints a peft model's adapter alone, which would not hold
+them. The helper cannot tell a harmless policy from those unless the policy says so, so it refuses
+them: apply the method to the model before freezing it (before ``get_peft_model``), or leave it out.
+A policy marked with :func:`preserves_parameters` (its replacement holds the original's own
+parameters and submodules under the same names and computes the same function, changing only how:
+Activation Checkpointing's checkpointed blocks) is applied to such modules too. Modules without
+parameters (dropout, pooling, activations) are replaced as in any model, and a module whose
+parameters all train is, though the model has frozen parts elsewhere. Layer Freezing freezes at
+epochs' ends, after the surgery at ``Event.INIT``, so it is not concerned.
+
 Composer's ``composer.utils.module_surgery.replace_module_classes`` is the model for this helper;
 it returns ``{old module: new module}`` where this returns ``{qualified name: new module}``.
 
@@ -54,6 +70,7 @@ __all__ = [
     "Registry",
     "class_path",
     "count_module_instances",
+    "preserves_parameters",
     "recording_replacements",
     "replace_module_classes",
 ]
@@ -158,6 +175,39 @@ def _update_optimizers(optimizers: Sequence[torch.optim.Optimizer], old: nn.Modu
                     optimizer.state.pop(p, None)
 
 
+def preserves_parameters(policy: Policy) -> Policy:
+    """Mark ``policy`` as one whose replacement holds the original module's own parameters and
+    submodules, under the same names, and computes the same function, changing only how it runs
+    (Activation Checkpointing's policy): :func:`replace_module_classes` then applies it to modules
+    holding frozen parameters too (a ``peft`` model's base). Returns ``policy``."""
+    policy.preserves_parameters = True  # type: ignore[attr-defined]
+    return policy
+
+
+def _preserves_parameters(policy: Policy) -> bool:
+    while isinstance(policy, functools.partial):  # a Registry's policy with the method's options
+        policy = policy.func
+    return getattr(policy, "preserves_parameters", False) is True
+
+
+def _refuse_frozen(model: nn.Module, policies: Mapping[type, Policy], method: str | None) -> None:
+    """A ValueError naming the first module (in walk order, the root aside) that a policy's class
+    matches and that holds a frozen parameter, unless that policy :func:`preserves_parameters`;
+    nothing where none does."""
+    for name, module in model.named_modules():
+        cls = next((c for c in policies if isinstance(module, c)), None) if name else None
+        if cls is None or _preserves_parameters(policies[cls]):
+            continue
+        frozen = next((n for n, p in module.named_parameters() if not p.requires_grad), None)
+        if frozen is not None:
+            what = method or "replace_module_classes"
+            raise ValueError(
+                f"{what}: {name} ({type(module).__name__}) holds frozen parameters ({name}.{frozen} has "
+                "requires_grad=False), a part of the model that does not train and that surgery would change — "
+                f"run {what} on the model before freezing it (before peft.get_peft_model), or leave it out"
+            )
+
+
 def replace_module_classes(
     model: nn.Module,
     policies: Mapping[type, Policy],
@@ -184,8 +234,9 @@ def replace_module_classes(
         ``{qualified name: replacement}`` of every module replaced, in walk order.
 
     Raises:
-        ValueError: ``model`` is wrapped for DataParallel, DDP or FSDP, or a policy's key is not
-            a module class.
+        ValueError: ``model`` is wrapped for DataParallel, DDP or FSDP, a policy's key is not a
+            module class, or a module a policy's class matches holds a frozen parameter (see the
+            module docstring); nothing is changed.
     """
     if _wrapped(model):
         raise ValueError(
@@ -195,6 +246,7 @@ def replace_module_classes(
     for cls in policies:
         if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
             raise ValueError(f"policies: key {cls!r} is not a torch.nn.Module class")
+    _refuse_frozen(model, policies, method)
     if optimizers is None:
         optimizers = ()
     elif isinstance(optimizers, torch.optim.Optimizer):

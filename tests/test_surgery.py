@@ -362,3 +362,70 @@ def test_a_shared_module_is_offered_to_the_policy_once():
     replaced = replace_module_classes(model, {nn.Linear: policy})
     assert calls == [0] and list(replaced) == ["0.0"]
     assert model[0][0] is model[1][0] is replaced["0.0"]
+
+
+# -- frozen parameters: surgery leaves a frozen part of the model alone, or says why not -------------
+
+
+class _Head(nn.Linear):
+    pass
+
+
+def _partly_frozen():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 8), nn.ReLU()), nn.Dropout(0.1), _Head(8, 2))
+    model[0].requires_grad_(False)  # a frozen part, as a peft model's base or a frozen backbone
+    return model
+
+
+@pytest.mark.parametrize(
+    ("policies", "first"),
+    [
+        ({nn.Linear: lambda m, i: nn.Linear(m.in_features, m.out_features)}, "0.0 (Linear)"),
+        ({nn.Sequential: lambda m, i: None}, "0 (Sequential)"),  # it holds the frozen layer below it
+    ],
+    ids=["the-frozen-module", "a-module-above-it"],
+)
+def test_a_policy_matching_a_module_that_holds_a_frozen_parameter_is_refused_before_anything_changes(policies, first):
+    model = _partly_frozen()
+    before = [type(m) for m in model.modules()]
+    with pytest.raises(ValueError) as refused:
+        replace_module_classes(model, {nn.ReLU: lambda m, i: nn.GELU(), **policies}, method="Example")
+    assert str(refused.value) == (
+        f"Example: {first} holds frozen parameters (0.0.weight has requires_grad=False), a part of the model "
+        "that does not train and that surgery would change — run Example on the model before freezing it (before "
+        "peft.get_peft_model), or leave it out"
+    )
+    assert [type(m) for m in model.modules()] == before  # not even the ReLU, which a policy also matched
+
+
+def test_modules_without_parameters_and_trainable_ones_are_replaced_in_a_partly_frozen_model():
+    model = _partly_frozen()
+    frozen = [p.clone() for p in model[0].parameters()]
+    replaced = replace_module_classes(
+        model,
+        {nn.ReLU: lambda m, i: nn.GELU(), nn.Dropout: lambda m, i: nn.Identity(), _Head: lambda m, i: nn.Linear(8, 3)},
+    )
+    assert list(replaced) == ["0.1", "1", "2"]
+    assert [type(m).__name__ for m in model.modules()][1:] == ["Sequential", "Linear", "GELU", "Identity", "Linear"]
+    assert all(torch.equal(p, q) for p, q in zip(model[0].parameters(), frozen, strict=True))
+
+
+def test_a_policy_that_preserves_parameters_is_applied_to_frozen_modules():
+    """Activation Checkpointing's kind: the replacement holds the module's own parameters, under the
+    same names, and computes the same function; marked, it runs on frozen modules, given with the
+    method's options (functools.partial, as a Registry passes them) too."""
+    import functools
+
+    def same_layer(module, index, scale=1.0):
+        new = nn.Linear.__new__(type(module))
+        new.__dict__.update({k: v.copy() if isinstance(v, dict) else v for k, v in vars(module).items()})
+        return new
+
+    marked = surgery.preserves_parameters(same_layer)
+    for policy in (marked, functools.partial(marked, scale=2.0)):
+        model = _partly_frozen()
+        frozen = list(model[0][0].parameters())
+        replaced = replace_module_classes(model, {nn.Linear: policy})
+        assert list(replaced) == ["0.0", "2"]
+        assert all(p is q for p, q in zip(model[0][0].parameters(), frozen, strict=True))

@@ -20,7 +20,7 @@ from ..core.parameters import Integer, Parameters
 from ..core.state import State
 from ..models.resnet import BasicBlock, Bottleneck
 from ..models.transformer import TransformerBlock
-from ..surgery import Registry, recording_replacements
+from ..surgery import Registry, preserves_parameters, recording_replacements
 
 __all__ = [
     "ActivationCheckpointing",
@@ -179,6 +179,7 @@ def _contexts(block: nn.Module) -> tuple[Any, _Recomputation]:
     return contextlib.nullcontext(), _Recomputation(block, generators, [g.get_state() for g in generators])
 
 
+@preserves_parameters  # the block's own parameters and submodules, the same function: a frozen block is fine
 def checkpoint_block(block: nn.Module, index: int, every_n_blocks: int = 1) -> nn.Module | None:
     """The policy of :data:`registry`: ``block`` as an instance of ``checkpointed_class(type(block))``
     (:class:`CheckpointedBlock`), or ``None`` (keep it) where ``index`` (which block of its class
@@ -191,6 +192,7 @@ def checkpoint_block(block: nn.Module, index: int, every_n_blocks: int = 1) -> n
     return checkpointed_class(type(block)).from_block(block)
 
 
+@preserves_parameters
 def _from_transformers(block: nn.Module, index: int, every_n_blocks: int = 1) -> nn.Module | None:
     """:func:`checkpoint_block` for a Hugging Face layer, whose checkpointed class drops the cache
     (:mod:`algorithms.activation_checkpointing._transformers`, imported when a model first holds one)."""

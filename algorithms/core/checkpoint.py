@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .adapters import model_form_problem, model_state_dict
 from .distributed import unwrap_model
 from .state import saved_parameter_names
 
@@ -74,7 +75,8 @@ FORMAT = "methods-library-checkpoint"
 VERSION = 2
 #: What a checkpoint holds: its format and version, the run's ``setup`` (precision, parallel mode,
 #: number of processes), and the keys of ``State.state_dict()`` (a distributed run's file holds
-#: ``ranks`` in place of ``rng``).
+#: ``ranks`` in place of ``rng``). ``State.state_dict()``'s ``model_form`` and ``adapter_config`` are
+#: not required: a file without them holds a whole model (:mod:`algorithms.core.adapters`).
 KEYS = (
     "format",
     "version",
@@ -265,8 +267,10 @@ def check_compatible(saved: Mapping[str, Any], state: State, path: str | os.Path
     """Refuse ``saved`` (the checkpoint read from ``path``) unless it fits ``state`` run in the
     parallel mode ``parallel``, before anything is loaded: the same number of processes, parallel
     mode and precision, the same algorithms in the same order, each keeping no state its class does
-    not, as many optimizers (each with as many parameter groups) and schedulers, the same model
-    parameters, and a GradScaler where the state's precision uses one. Each refusal is one line:
+    not, as many optimizers (each with as many parameter groups) and schedulers, weights of the same
+    form (a ``peft`` model's adapter, of the same configuration, or a whole model: see
+    :mod:`algorithms.core.adapters`) with the same names, and a GradScaler where the state's
+    precision uses one. Each refusal is one line:
     the file, what was saved, what this run has, and what to do."""
     setup, here = saved["setup"], setup_of(state, parallel)
     if setup["world_size"] != here["world_size"]:
@@ -307,7 +311,10 @@ def check_compatible(saved: Mapping[str, Any], state: State, path: str | os.Path
             raise CheckpointError(
                 f"{path}: saved with {saved_n} {what}(s), this Trainer has {here_n} — resume with the same {what}s"
             )
-    model_keys = set(unwrap_model(state.model).state_dict())
+    problem = model_form_problem(saved, state.model)
+    if problem is not None:
+        raise CheckpointError(f"{path}: {problem}")
+    model_keys = set(model_state_dict(state.model))
     if set(saved["model"]) != model_keys:
         extra = sorted(set(saved["model"]) - model_keys)[:3]
         lacking = sorted(model_keys - set(saved["model"]))[:3]

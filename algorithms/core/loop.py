@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.optim import Optimizer
 
+from .adapters import trainable_parameters
 from .algorithm import Algorithm
 from .distributed import all_reduce_sum
 from .engine import Engine, check_together, run_order
@@ -152,8 +153,9 @@ class Loop:
             ``"1000000tok"``): what schedules that run over the training (Progressive Resizing,
             SWA's start, ``"0.5dur"``) measure it against.
         optimizer: the optimizer; a function ``params -> optimizer``, called after ``Event.INIT``
-            with the (changed) model's parameters; or None, to set ``loop.optimizer`` before the
-            first :meth:`step`.
+            with the (changed) model's trainable parameters (``requires_grad=True``: a ``peft``
+            model's adapter, see :mod:`algorithms.core.adapters`); or None, to set ``loop.optimizer``
+            before the first :meth:`step`.
         loss_fn: ``loss_fn(logits, target)`` as :meth:`loss` computes it, with the logits in
             float32 (a model's ``.logits`` or ``["logits"]`` where it returns an output object);
             ``MODEL_LOSS`` takes the model's own ``outputs.loss`` and refuses the methods that
@@ -254,7 +256,7 @@ class Loop:
         self.method_log = method_log
         self.engine.run_event(Event.INIT)
         if optimizer is not None and given is None:
-            self.state.optimizers = (optimizer(self.state.model.parameters()),)
+            self.state.optimizers = (optimizer(trainable_parameters(self.state.model.parameters())),)
 
     # -- what the methods and you share -----------------------------------------------------------
 

@@ -161,17 +161,24 @@ class State:
         generators included), and the global random generators (torch's, CUDA's, Python's, and
         ``epoch``: those the current epoch's loader started from).
 
+        The model's weights are its whole ``state_dict()`` (``model_form`` ``"full"``), or for a
+        ``peft`` model its adapter's alone (``model_form`` ``"peft_adapter"``, with the adapter's
+        configuration as ``adapter_config``): see :mod:`algorithms.core.adapters`.
+
         Each optimizer's entry is its ``state_dict()`` and ``parameter_names``: the names, in the
         unwrapped model, of the parameters each of its groups holds, group by group (absent where
         it holds tensors the model does not name, as DeepSpeed's flat partitions). A method that
         takes parameters out of the groups (Layer Freezing) changes them, and the optimizer's state
         only loads into groups of the same sizes, so :meth:`load_state_dict` puts them back first."""
-        from .distributed import unwrap_model  # not at import: `import algorithms.<method>` stays light
+        from .adapters import adapter_config, model_form, model_state_dict  # not at import: methods stay light
+        from .distributed import unwrap_model
 
         enabled = self.scaler is not None and self.scaler.is_enabled()
         named = list(unwrap_model(self.model).named_parameters())
         return {
-            "model": unwrap_model(self.model).state_dict(),
+            "model": model_state_dict(self.model),
+            "model_form": model_form(self.model),
+            "adapter_config": adapter_config(self.model),
             "optimizers": [_optimizer_state(opt, named) for opt in self.optimizers],
             "schedulers": [s.state_dict() for s in self.schedulers],
             "scaler": self.scaler.state_dict() if enabled else None,
@@ -184,11 +191,16 @@ class State:
         """Put back what :meth:`state_dict` returned (checked beforehand: see
         :func:`algorithms.core.checkpoint.check_compatible`), the optimizers' parameter groups
         (:meth:`load_parameter_groups`) before their state; with ``weights=False`` all but the
-        model's weights and the optimizers (a strategy that shards them loads those itself)."""
-        from .distributed import unwrap_model
+        model's weights and the optimizers (a strategy that shards them loads those itself). Weights of
+        the other form (a whole model's for a ``peft`` model, an adapter's for another model, or another
+        adapter configuration) are refused with a ValueError of one line before anything changes."""
+        from .adapters import load_model_state_dict, model_form_problem
 
         if weights:
-            unwrap_model(self.model).load_state_dict(state_dict["model"])
+            problem = model_form_problem(state_dict, self.model)
+            if problem is not None:
+                raise ValueError(f"State.load_state_dict: the state {problem}")
+            load_model_state_dict(self.model, state_dict["model"])
             self.load_parameter_groups(state_dict)
             for opt, saved in zip(self.optimizers, state_dict["optimizers"], strict=True):
                 opt.load_state_dict({key: value for key, value in saved.items() if key != "parameter_names"})

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..targets import class_indices
+from .adapters import check_adapter_model, trainable_parameters
 from .algorithm import Algorithm
 from .distributed import all_reduce_sum, local_device
 from .event import Event
@@ -33,7 +34,7 @@ from .method_log import MethodLog, check_method_log
 from .outputs import model_logits
 from .precision import autocast, check_precision, model_dtype
 from .state import rng_state, set_rng_state
-from .strategies import Strategy, strategy
+from .strategies import Strategy, _default_optimizer, strategy
 from .time import Duration, TimeUnit
 
 __all__ = ["MODEL_LOSS", "Trainer"]
@@ -46,7 +47,10 @@ class Trainer:
     """Train ``model`` on ``(input, target)`` batches, running ``algorithms`` at each event.
 
     Args:
-        model: the network; moved to ``device`` (and cast for ``fp16``/``bf16``).
+        model: the network; moved to ``device`` (and cast for ``fp16``/``bf16``). A ``peft`` model
+            (``peft.get_peft_model(model, LoraConfig(...))``) trains its adapter alone, and its
+            checkpoints hold the adapter alone (:mod:`algorithms.core.adapters`); it is refused under
+            ``fsdp`` and ``deepspeed``, whose checkpoints hold the whole model.
         train_dataloader: an iterable of batches: tuples, lists or dicts holding the input and
             the target at ``input_key`` and ``target_key``; re-iterated every epoch.
         max_duration: how long to train: ``"2ep"``, ``"100ba"``, ``"512sp"`` or ``"65536tok"``
@@ -54,7 +58,8 @@ class Trainer:
             summed over the ranks).
         optimizer: an optimizer, or a function ``params -> optimizer`` that the Trainer calls
             after wrapping the model (required for ``fsdp``, whose sharded parameters exist only
-            then); defaults to SGD (lr 0.01, momentum 0.9) over the model's parameters.
+            then) with the model's trainable parameters (``requires_grad=True``: a ``peft`` model's
+            adapter); defaults to SGD (lr 0.01, momentum 0.9) over those.
         loss_fn: ``loss_fn(logits, targets)``, where ``logits`` are what the model returned (a
             tensor), its ``"logits"`` (a dict) or its ``.logits`` (an output object), in float32;
             ``"model"`` uses the loss the model computed itself (``outputs["loss"]`` or
@@ -191,6 +196,7 @@ class Trainer:
         if grad_clip_norm is not None and grad_clip_norm <= 0:
             raise ValueError(f"grad_clip_norm={grad_clip_norm!r} must be positive")
         mode = strategy(parallel)
+        check_adapter_model(model, mode.name)
         if microbatch_size is not None:
             microbatch_size = check_microbatch_size(microbatch_size, "Trainer(microbatch_size=...)")
         self.microbatch_size = microbatch_size
@@ -234,7 +240,10 @@ class Trainer:
         )
         self.loop.label = "Trainer"
         self.state, self.engine, self.method_log = self.loop.state, self.loop.engine, method_log
-        # Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer.
+        # Wrap the (possibly INIT-changed) model for the parallel mode, then build the optimizer over
+        # its trainable parameters (a peft model's frozen base gets no optimizer state).
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            optimizer = _over_trainable(optimizer or _default_optimizer)
         self.state.model, self.loop.forward_module, optimizer = self.strategy.wrap(
             self.state.model,
             optimizer,
@@ -441,6 +450,15 @@ class Trainer:
             raise ValueError("the eval dataloader yielded no samples")
         accuracy = correct / labelled if labelled else float("nan")
         return {"accuracy": accuracy, "loss": loss_sum / count}
+
+
+def _over_trainable(make: Callable[[Any], torch.optim.Optimizer]) -> Callable[[Any], torch.optim.Optimizer]:
+    """``make`` called with the trainable ones of the parameters a strategy passes (in their order)."""
+
+    def over_trainable(params: Any) -> torch.optim.Optimizer:
+        return make(trainable_parameters(params))
+
+    return over_trainable
 
 
 def _classes_last(outputs: torch.Tensor, targets: torch.Tensor) -> bool:

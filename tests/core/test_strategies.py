@@ -76,7 +76,18 @@ def test_the_state_holds_what_a_checkpoint_needs():
     )
     trainer.fit()
     saved = trainer.state.state_dict()
-    assert set(saved) == {"model", "optimizers", "schedulers", "scaler", "timestamp", "algorithms", "rng"}
+    assert set(saved) == {
+        "model",
+        "model_form",
+        "adapter_config",
+        "optimizers",
+        "schedulers",
+        "scaler",
+        "timestamp",
+        "algorithms",
+        "rng",
+    }
+    assert saved["model_form"] == "full" and saved["adapter_config"] is None  # the whole model, not a peft adapter
     assert saved["timestamp"]["batch"] == 2 and saved["scaler"] is None
     assert [a["name"] for a in saved["algorithms"]] == ["CutMix"] and "generator" in saved["algorithms"][0]["state"]
     assert trainer.state.algorithms == trainer.engine.algorithms

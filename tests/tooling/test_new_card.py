@@ -19,6 +19,7 @@ from card_support import run_card_code
 from methods_tools import cards
 from methods_tools.checks import check_cards
 from methods_tools.commands import new_card_main
+from methods_tools.docsgen import method_option
 from methods_tools.facts import CardFacts, directives
 from methods_tools.scaffold import card_path, render_card
 
@@ -372,3 +373,17 @@ def test_ranges_are_shown_as_intervals_with_their_allowed_ends(declared, shown):
     from methods_tools.scaffold import range_literal
 
     assert range_literal(declared) == shown
+
+
+def test_a_model_option_is_the_expression_that_wraps_the_model():
+    """LoRA's Trainer option is the model itself, wrapped by peft: shown as written (an expression, not
+    a string), and the scaffold's example imports its package and wraps the model before the Trainer."""
+    record = load_all_metadata()["lora"]
+    expression = record.trainer_option["model"]
+    assert expression.startswith("peft.get_peft_model(model, ")
+    assert method_option(record) == f"model={expression}"
+    code = next(b.code for b in cards.code_blocks(render_card("method", "lora")) if b.language == "python")
+    lines = code.splitlines()
+    assert "import peft" in lines and f"model = {expression}" in lines
+    call = next(line for line in lines if line.startswith("trainer = Trainer(model, "))
+    assert "model=" not in call and lines.index(f"model = {expression}") < lines.index(call)

@@ -118,11 +118,14 @@ def sorted_methods(records: Mapping[str, MethodRecord]) -> list[MethodRecord]:
 
 
 def method_option(record: MethodRecord) -> str | None:
-    """What a user writes to turn the method on: the functional form, or the Trainer option."""
+    """What a user writes to turn the method on: the functional form, or the Trainer option (a
+    ``model`` option's value is the expression that wraps the model, written as it is)."""
     if record.functional:
         return f"cf.{record.functional}"
     if record.trainer_option:
         ((name, value),) = record.trainer_option.items()
+        if name == "model":
+            return f"model={value}"
         return f"{name}={json_literal(value) if isinstance(value, str) else literal(value)}"
     return None
 

@@ -672,9 +672,15 @@ def _trainer_example(record: Any, class_name: str | None, suggested: dict[str, A
     if optimizer:
         module_name, name = optimizer.rsplit(".", 1)
         lines.insert(lines.index("from algorithms.core import Trainer") + 1, f"from {module_name} import {name}")
+    wrapped = (record.trainer_option or {}).get("model")
+    if wrapped is not None:  # an expression that wraps the model, its names qualified by their packages
+        packages = sorted({m for m in re.findall(r"(?<![\w.])([A-Za-z_]\w*)\.", wrapped) if m != "model"})
+        lines[0:0] = [f"import {package}" for package in packages]
+        lines.append(f"model = {wrapped}")
     options = "".join(
         f", {k}={name}(model.parameters(), lr=0.1)" if k == "optimizer" and optimizer else f", {k}={literal(v)}"
         for k, v in (record.trainer_option or {}).items()
+        if k != "model"
     )
     if nlp:
         options += ', loss_fn=lm_loss, input_key="input_ids", target_key="labels"'
