@@ -114,6 +114,7 @@ def test_mixing_smoothing_and_an_average_take_the_whole_batchs_steps():
     )
 
 
+@pytest.mark.slow  # two trainings with loader workers or a framework's setup: seconds
 def test_a_shuffled_loader_with_workers_in_bf16_autocast():
     def loader():
         return DataLoader(
@@ -214,6 +215,7 @@ def test_a_microbatch_size_that_is_not_a_count_of_examples_is_refused(bad):
         _train(_batches(), bad)
 
 
+@pytest.mark.slow  # DeepSpeed's engine, four times: seconds
 @pytest.mark.parametrize("zero_stage", [1, 2])
 def test_deepspeed_microbatches_end_where_its_whole_batches_end(zero_stage, monkeypatch):
     """One rank of DeepSpeed on the CPU: only the last microbatch's backward is an accumulation
@@ -249,6 +251,7 @@ def test_deepspeed_microbatches_end_where_its_whole_batches_end(zero_stage, monk
     torch.testing.assert_close(parts, whole, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # two trainings with loader workers or a framework's setup: seconds
 def test_accelerate_microbatches_end_where_its_whole_batches_end():
     """One process of Accelerate: its backward (``accelerator.backward``) and its ``no_sync`` around
     the microbatches before the last."""
