@@ -109,10 +109,18 @@ def test_small_run_finishes_and_validates(small_run):
         assert len(run["peak_memory_per_device_bytes"]) == ranks
         assert run["peak_memory_bytes"] == max(run["peak_memory_per_device_bytes"]) > run["model_memory_bytes"] > 0
         assert run["memory_kind"] == "cpu_peak_rss"
+        # Tensor memory, measured apart: two batches a run, no warm-up left. The parameters and
+        # buffers are those the timed run held; at the step weights, gradients and state are alive.
+        tensor = run["tensor_memory"]
+        assert tensor["how"] == "cpu_profiler" and (tensor["warmup_batches"], tensor["batches"]) == (0, 2)
+        assert tensor["weights_bytes"] == run["model_memory_bytes"]
+        assert tensor["activations_bytes"] > 0
+        assert tensor["peak_bytes"] >= tensor["weights_bytes"] + tensor["gradients_bytes"] + tensor["optimizer_bytes"]
         assert 0.0 <= run["accuracy"] <= 1.0 and run["loss"] > 0
         assert run["gpu_utilization"] is None and run["gpu_utilization_reason"]
         entry = next(s for s in document["summary"] if s["config"] == label)
         assert entry["status"] == "ok" and entry["steady_state"] is False  # one epoch: no steady state
+        assert entry["tensor_memory"]["peak_bytes"]["median"] == tensor["peak_bytes"] or entry["runs"] == 2
         assert entry["first_epoch_s"]["median"] == run["epoch_s"][0] or entry["runs"] == 2
         assert entry["speedup"]["over"] == (
             "fp32:single" if label.endswith("single") or "fp32" in label else "amp_bf16:single"

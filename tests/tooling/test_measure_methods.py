@@ -116,11 +116,15 @@ ACCURACY_CHANGE = {0: -0.04, 1: -0.05, 2: -0.06}
 
 
 class FakeRunner:
-    """Records the jobs it is given; a method's figures are fixed by its key and seed."""
+    """Records the jobs it is given; a method's figures are fixed by its key and seed. Runs of the
+    seeds in ``tensor_seeds`` have tensor-memory figures (the others none, as runs measured before
+    tensor memory was): a method's peak is 1.5 MB, the baseline's 2 MB, plus the seed in KB."""
 
-    def __init__(self, fail: set[str] = frozenset(), idle: set[str] = frozenset()):
+    def __init__(
+        self, fail: set[str] = frozenset(), idle: set[str] = frozenset(), tensor_seeds: set[int] = frozenset()
+    ):
         self.jobs: list[measure.Job] = []
-        self.fail, self.idle = fail, idle
+        self.fail, self.idle, self.tensor_seeds = fail, idle, tensor_seeds
 
     def __call__(self, job, options, env, progress):
         self.jobs.append(job)
@@ -174,7 +178,22 @@ class FakeRunner:
             "loss": (2.0 if not method else 1.9 - job.seed / 100) + job.seed / 10 if text else 0.5,
             "activity": {"things_done": 5 if acted else 0} if method else None,
             "acted": acted if method else None,
+            **({"tensor_memory": _tensor_memory(method, job.seed)} if job.seed in self.tensor_seeds else {}),
         }
+
+
+def _tensor_memory(method: bool, seed: int) -> dict:
+    peak = (1_500_000 if method else 2_000_000) + 1000 * seed
+    return {
+        "peak_bytes": peak,
+        "weights_bytes": 400_000,
+        "gradients_bytes": 400_000,
+        "optimizer_bytes": 400_000,
+        "activations_bytes": peak - 1_300_000,
+        "how": "cpu_profiler",
+        "warmup_batches": 1,
+        "batches": 2,
+    }
 
 
 def _measure(out: Path, runner: FakeRunner, **kw) -> dict:
@@ -275,6 +294,32 @@ def test_a_sweep_writes_paired_intervals_and_verdicts(tmp_path):
     assert base["baseline"]["throughput_median"] == pytest.approx(101.0)
     assert document["settings"]["chance_accuracy"] == pytest.approx(0.1)
     assert document["settings"]["throughput_unit"] == "images"
+
+
+def test_the_memory_ratio_is_of_tensor_memory_where_every_pair_has_it_else_of_the_process(tmp_path):
+    document = _measure(tmp_path / "tensor.json", FakeRunner(tensor_seeds={0, 1, 2}))
+    summary = {e["method"]: e for e in document["summary"]}
+    cutmix, base = summary["cutmix"], summary["baseline"]
+    # The tensor peaks' ratio of medians (1,501,000 over 2,001,000), not the process peaks' (1001 / 1001).
+    assert cutmix["memory"]["ratio"] == pytest.approx(1_501_000 / 2_001_000)
+    assert cutmix["memory"]["verdict"] == "better"
+    assert cutmix["tensor_memory"] == {
+        "peak_bytes": 1_501_000,
+        "weights_bytes": 400_000,
+        "gradients_bytes": 400_000,
+        "optimizer_bytes": 400_000,
+        "activations_bytes": 201_000,
+        "how": "cpu_profiler",
+    }
+    assert base["tensor_memory"]["peak_bytes"] == 2_001_000
+    # One seed without tensor memory: every pair is compared by the process's peak instead.
+    mixed = _measure(tmp_path / "mixed.json", FakeRunner(tensor_seeds={0, 1}))
+    cutmix = {e["method"]: e for e in mixed["summary"]}["cutmix"]
+    assert cutmix["tensor_memory"] is None and cutmix["memory"]["ratio"] == pytest.approx(1.0)
+    # A file measured before tensor memory: no such field in its runs, nor in its summary.
+    old = _measure(tmp_path / "old.json", FakeRunner())
+    assert all("tensor_memory" not in r for r in old["runs"] + old["summary"])
+    assert effects_problems(old, "old.json") == []
 
 
 def test_a_method_that_never_acted_is_recorded_so_not_as_an_effect(tmp_path):

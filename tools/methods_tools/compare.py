@@ -8,7 +8,9 @@ Every configuration runs ``repeats`` times, interleaved: round 1 runs each confi
 then round 2, and so on, so a change in the machine's load reaches all of them. Per configuration
 :func:`summarize` gives the median and range over its runs of the total time, the first epoch
 (warm-up), the steady state (the epochs after it), the throughput in steady state, the peak
-memory, accuracy and loss. A multi-process configuration whose speed-up over the single-process
+memory (the process's resident set on the CPU), the peak tensor memory with its split (torch's
+accounting, measured apart from the timed run: :mod:`methods_tools.compare_worker`), accuracy and
+loss. A multi-process configuration whose speed-up over the single-process
 run of its precision exceeds its process count is re-measured once (one extra round of the two);
 still above it, it is flagged, and the page does not publish it as a speed-up.
 
@@ -344,6 +346,7 @@ def _empty_run(config: Config, world_size: int, status: str, reason: str | None)
         "peak_memory_per_device_bytes": [],
         "cuda_max_reserved_bytes": None,
         "model_memory_bytes": None,
+        "tensor_memory": None,
         "gpu_utilization": None,
         "gpu_utilization_reason": None,
         "accuracy": None,
@@ -443,6 +446,7 @@ def _merge(config: Config, ranks: list[dict[str, Any]], nproc: int) -> dict[str,
             if first["cuda_max_reserved_bytes"] is not None
             else None,
             "model_memory_bytes": max(r["model_memory_bytes"] for r in ranks),
+            "tensor_memory": largest_tensor_memory(ranks),
             "gpu_utilization": first["gpu_utilization"],
             "gpu_utilization_reason": first["gpu_utilization_reason"],
             "accuracy": first["accuracy"],
@@ -450,6 +454,33 @@ def _merge(config: Config, ranks: list[dict[str, Any]], nproc: int) -> dict[str,
         }
     )
     return run
+
+
+def largest_tensor_memory(ranks: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The tensor memory of the process whose peak was largest, its split with it (None when a
+    process has no figure)."""
+    figures = [r.get("tensor_memory") for r in ranks]
+    if not figures or any(f is None or f["peak_bytes"] is None for f in figures):
+        return None
+    return dict(max(figures, key=lambda f: f["peak_bytes"]))
+
+
+#: The figures of a run's ``tensor_memory`` that a summary gives the median and range of.
+TENSOR_FIGURES = ("peak_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes")
+
+
+def tensor_memory_spread(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The median and range over ``runs`` of each tensor-memory figure (a split figure is None
+    unless every run has it), with how they were measured; None unless every run has a peak."""
+    figures = [r.get("tensor_memory") for r in runs]
+    if not figures or any(f is None or f["peak_bytes"] is None for f in figures):
+        return None
+    entry: dict[str, Any] = {
+        name: spread([f[name] for f in figures]) if all(f[name] is not None for f in figures) else None
+        for name in TENSOR_FIGURES
+    }
+    entry["how"] = figures[0]["how"]  # one file's runs share a device
+    return entry
 
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")
@@ -714,8 +745,11 @@ def summarize(
     """One summary entry per configuration of ``configs`` (in their order) from its ``runs``: the
     median and range over its successful runs of each figure, its speed-up, and, given
     ``remeasured`` (the entries that were super-linear before a re-measurement, and its round),
-    whether each of those is still super-linear over every round and so flagged."""
+    whether each of those is still super-linear over every round and so flagged. Where no run has a
+    ``tensor_memory`` field (a file measured before it was), no entry has one either."""
     labels = [c.label for c in configs]
+    # Runs measured before tensor memory have no such field, and their summary none either.
+    tensor = any("tensor_memory" in run for run in runs)
     by_config: dict[str, list[Mapping[str, Any]]] = {label: [] for label in labels}
     for run in runs:
         by_config[run["config"]].append(run)
@@ -749,6 +783,7 @@ def summarize(
                 "peak_memory_bytes": spread([r["peak_memory_bytes"] for r in ok]),
                 "memory_kind": first["memory_kind"],
                 "model_memory_bytes": spread([r["model_memory_bytes"] for r in ok]),
+                **({"tensor_memory": tensor_memory_spread(ok)} if tensor else {}),
                 "gpu_utilization": spread([r["gpu_utilization"] for r in ok]),
                 "accuracy": spread([r["accuracy"] for r in ok]),
                 "loss": spread([r["loss"] for r in ok]),

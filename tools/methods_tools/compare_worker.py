@@ -17,6 +17,14 @@ the loss is the mean next-token cross entropy on the held-out split, or on ``--e
 of its windows spread evenly over it, computed by ``Trainer.eval`` as every workload's figures
 are (so the weights EMA or SWA put in place for evaluation are the ones scored). ``tokens``
 counts the tokens trained: every batch's input as the methods left it, at ``BEFORE_FORWARD``.
+
+After the timed run and its evaluation, the run's tensor memory is measured apart
+(:func:`measure_tensor_memory`, ``tensor_memory`` in the record): the same configuration is built
+again, from its seed, inside :class:`algorithms.core.tensor_memory.TensorMemory`, and trains its
+first :data:`WARMUP_BATCHES` + :data:`MEASURED_BATCHES` batches; the figures are taken over the
+measured ones. On the CPU a profiler measures it, which slows those batches, so nothing timed runs
+under it. The process's peak resident set (``peak_memory_bytes``, ``cpu_peak_rss``) and the CUDA
+allocator's peaks of the timed run are read before it.
 """
 
 from __future__ import annotations
@@ -34,16 +42,17 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from algorithms.core import Algorithm, Event, Trainer
+from algorithms.core import Algorithm, Duration, Event, TimeUnit, Trainer
 from algorithms.core.distributed import destroy_process_group, is_distributed, rank_and_world_size
 from algorithms.core.strategies import FSDP, DeepSpeed
+from algorithms.core.tensor_memory import TensorMemory
 from algorithms.data import get_dataset
 from algorithms.metadata import load_all_datasets
 from algorithms.models import get_model, lm_loss
 from algorithms.models.names import model_input_sizes
 from methods_tools.files import write_atomic
 
-__all__ = ["main", "run_one"]
+__all__ = ["MEASURED_BATCHES", "WARMUP_BATCHES", "TensorMemoryWindow", "main", "measure_tensor_memory", "run_one"]
 
 
 class _CappedLoader:
@@ -106,6 +115,40 @@ class TokenCounter(Algorithm):
 
     def apply(self, event: Event, state: Any, logger: Any = None) -> None:
         self.report(logger, "tokens", int(state.batch[self.input_key].numel()))
+
+
+#: Batches trained before the tensor-memory window opens: the optimizer's state exists after the
+#: first step, and one-off allocations of the first batch are behind.
+WARMUP_BATCHES = 1
+#: Batches the tensor-memory figures are taken over (few: on the CPU the profiler runs through them).
+MEASURED_BATCHES = 2
+
+
+class TensorMemoryWindow(Algorithm):
+    """Opens ``memory``'s window at the start of batch ``warmup`` (0-based), closes it at the end of
+    batch ``warmup + batches - 1``, then ends the run there: the batches it measures are the first
+    ones of the configuration's own run (its methods see the run's real duration), and it trains no
+    more. Put it last in the algorithms, so that it closes after the methods' ``BATCH_END``."""
+
+    def __init__(self, memory: TensorMemory, warmup: int, batches: int):
+        self.memory, self.warmup, self.batches = memory, warmup, batches
+        self.opened = self.closed = False
+
+    def match(self, event: Event, state: Any) -> bool:
+        if event is Event.BATCH_START:
+            return not self.opened and state.timestamp.batch == self.warmup
+        return event is Event.BATCH_END and self.opened and not self.closed
+
+    def apply(self, event: Event, state: Any, logger: Any = None) -> None:
+        if event is Event.BATCH_START:
+            self.opened = True
+            self.memory.begin_window(state.model)
+            return
+        if state.timestamp.batch < self.warmup + self.batches:
+            return
+        self.closed = True
+        self.memory.end_window(state.optimizer)
+        state.max_duration = Duration(state.timestamp.batch, TimeUnit.BATCH)  # the run ends here
 
 
 class _UtilizationSampler:
@@ -244,33 +287,39 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     )
     test = DataLoader(test_set, batch_size=args.batch_size, num_workers=args.workers)
 
-    torch.manual_seed(args.seed)  # the same initial weights on every rank and in every configuration
-    model = get_model(args.model, splits.num_classes)
-    timer = EpochTimer(label, args.epochs)
     keys = {"input_key": "input_ids", "target_key": "labels"} if text else {}
-    extra = [method_algorithm(args.algorithm, json.loads(args.hparams), keys)] if args.algorithm else []
-    counter = TokenCounter(keys["input_key"]) if text else None
-    loader = _CappedLoader(train, args.max_batches)
-    optimizer, schedulers = _optimizer(args), ()
-    if args.schedule == "onecycle":  # a warm-up over the first 15 % of the steps to lr, then cosine annealing
-        optimizer = optimizer(model.parameters())  # the scheduler needs it built (so not for fsdp)
-        schedulers = (
-            torch.optim.lr_scheduler.OneCycleLR(
-                optimizer, max_lr=args.lr, pct_start=0.15, total_steps=args.epochs * len(loader)
-            ),
+
+    def build(algorithms: list[Algorithm]) -> tuple[Trainer, list[Algorithm]]:
+        """The configuration's Trainer, from its seed, with the method (first) and ``algorithms``."""
+        torch.manual_seed(args.seed)  # the same initial weights on every rank and in every configuration
+        model = get_model(args.model, splits.num_classes)
+        extra = [method_algorithm(args.algorithm, json.loads(args.hparams), keys)] if args.algorithm else []
+        loader = _CappedLoader(train, args.max_batches)
+        optimizer, schedulers = _optimizer(args), ()
+        if args.schedule == "onecycle":  # a warm-up over the first 15 % of the steps to lr, then cosine annealing
+            optimizer = optimizer(model.parameters())  # the scheduler needs it built (so not for fsdp)
+            schedulers = (
+                torch.optim.lr_scheduler.OneCycleLR(
+                    optimizer, max_lr=args.lr, pct_start=0.15, total_steps=args.epochs * len(loader)
+                ),
+            )
+        trainer = Trainer(
+            model,
+            loader,
+            f"{args.epochs}ep",
+            optimizer=optimizer,
+            schedulers=schedulers,
+            algorithms=[*extra, *algorithms],
+            precision=precision,
+            parallel=_strategy(args),
+            seed=args.seed,
+            **({"loss_fn": lm_loss, **keys} if text else {}),
         )
-    trainer = Trainer(
-        model,
-        loader,
-        f"{args.epochs}ep",
-        optimizer=optimizer,
-        schedulers=schedulers,
-        algorithms=[*extra, timer, *([counter] if counter else [])],
-        precision=precision,
-        parallel=_strategy(args),
-        seed=args.seed,
-        **({"loss_fn": lm_loss, **keys} if text else {}),
-    )
+        return trainer, extra
+
+    timer = EpochTimer(label, args.epochs)
+    counter = TokenCounter(keys["input_key"]) if text else None
+    trainer, extra = build([timer, *([counter] if counter else [])])
     note = None
     with trainer:  # closed before the process group goes (DeepSpeed releases its hooks)
         state = trainer.state
@@ -307,13 +356,17 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
             activity = dict(trainer.method_log.records[label]["activity"])
             acted = trainer.method_log.acted(label)
 
-    if device.type == "cuda":
-        peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
-        reserved = torch.cuda.max_memory_reserved(device)
-    else:
-        # ru_maxrss is in KiB on Linux: the resident peak of the whole process, interpreter included.
-        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_peak_rss"
-        reserved = None
+        # The timed run's memory figures, before the tensor-memory run adds to them.
+        if device.type == "cuda":
+            peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+            reserved = torch.cuda.max_memory_reserved(device)
+        else:
+            # ru_maxrss is in KiB on Linux: the resident peak of the whole process, interpreter included.
+            peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_peak_rss"
+            reserved = None
+        # Inside the timed run's block: its process group serves the second Trainer too.
+        tensor_memory = measure_tensor_memory(build, device, args.epochs * len(_CappedLoader(train, args.max_batches)))
+
     dp_devices = torch.cuda.device_count() if parallel == "dp" and device.type == "cuda" else 1
     if parallel == "dp" and dp_devices == 1:
         note = "DataParallel with one device (or the CPU) runs the model once: no replicas"
@@ -334,11 +387,32 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "memory_kind": kind,
         "cuda_max_reserved_bytes": reserved,
         "model_memory_bytes": int(model_bytes),
+        "tensor_memory": tensor_memory,
         "gpu_utilization": utilization.mean(),
         "gpu_utilization_reason": utilization.reason,
         "accuracy": metrics["accuracy"],
         "loss": metrics["loss"],
     }
+
+
+def measure_tensor_memory(
+    build: Any, device: torch.device, total_batches: int, warmup: int = WARMUP_BATCHES, batches: int = MEASURED_BATCHES
+) -> dict[str, Any]:
+    """The tensor memory of a configuration (``build(algorithms)`` makes its Trainer): a Trainer
+    built inside :class:`~algorithms.core.tensor_memory.TensorMemory` trains ``warmup`` batches, then
+    ``batches`` more in the window, and stops. A run shorter than that is measured over its last
+    batches (``warmup`` shrinks first). The figures, with ``warmup_batches`` and ``batches``:
+    what the record's ``tensor_memory`` holds."""
+    batches = max(1, min(batches, total_batches))
+    warmup = max(0, min(warmup, total_batches - batches))
+    with TensorMemory(device) as memory:
+        window = TensorMemoryWindow(memory, warmup, batches)
+        trainer, _ = build([window])
+        with trainer:
+            trainer.fit()
+    if memory.peak_bytes is None:  # a bug here, not a user's mistake: the run fails with it
+        raise RuntimeError(f"tensor memory: the run ended before its window (batch {warmup + 1}) opened")
+    return {**memory.figures(), "warmup_batches": warmup, "batches": batches}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -399,6 +399,7 @@ def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress:
         "throughput": None,
         "peak_memory_bytes": None,
         "memory_kind": None,
+        "tensor_memory": None,
         "accuracy": None,
         "loss": None,
         "activity": None,
@@ -425,6 +426,7 @@ def run_job(job: Job, options: MeasureOptions, env: Mapping[str, Any], progress:
                 "tokens",
                 "peak_memory_bytes",
                 "memory_kind",
+                "tensor_memory",
                 "accuracy",
                 "loss",
                 "activity",
@@ -443,6 +445,26 @@ def _method_order(method: str, model: str | None = None, precision: str | None =
     return 2, method, model or "", precision or ""
 
 
+def _tensor_peak(run: Mapping[str, Any]) -> int:
+    return run["tensor_memory"]["peak_bytes"]
+
+
+def tensor_memory_medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The median over ``runs`` of each tensor-memory figure (a split figure is None unless every
+    run has it), with how they were measured; None unless every run has a peak (runs measured
+    before tensor memory was, or whose measurement failed)."""
+    import statistics
+
+    figures = [r.get("tensor_memory") for r in runs]
+    if not figures or any(f is None or f["peak_bytes"] is None for f in figures):
+        return None
+    medians: dict[str, Any] = {
+        name: statistics.median(f[name] for f in figures) if all(f[name] is not None for f in figures) else None
+        for name in compare.TENSOR_FIGURES
+    }
+    return {**medians, "how": figures[0]["how"]}
+
+
 def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per baseline, then per method, on its model and precision: the evidence over the seeds where
     both it and its baseline ran (:mod:`methods_tools.evidence`), or why it has none. The quality
@@ -450,9 +472,15 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
     (``p_holm``, over ``holm_family`` methods).
 
     A method whose every run recorded no activity *did not act*; a method whose runs all failed
-    (or were not applicable) is shown so, with the first reason."""
+    (or were not applicable) is shown so, with the first reason. The memory ratio is of the runs'
+    peak tensor memory (torch's accounting) where every paired run has one, and the entry's
+    ``tensor_memory`` then holds its medians; else it is of the process's peak (``peak_memory_bytes``)
+    and ``tensor_memory`` is None. Where no run has a ``tensor_memory`` field (a file measured before
+    it was), no entry has one either, so that such a file's summary is what it was."""
     higher = settings["metric"] == "accuracy"
     metric = settings["metric"]
+    # Runs measured before tensor memory have no such field, and their summary none either.
+    tensor_field = any("tensor_memory" in r for r in runs)
     keys = sorted({(r["method"], r["model"], r["precision"]) for r in runs}, key=lambda k: _method_order(*k))
     ok = [r for r in runs if r["status"] == "ok"]
     baseline = {(r["model"], r["precision"], r["seed"]): r for r in ok if r["method"] == BASELINE}
@@ -476,6 +504,7 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
             "quality": None,
             "throughput": None,
             "memory": None,
+            **({"tensor_memory": None} if tensor_field else {}),
             "baseline": None,
         }
         if not good:
@@ -490,6 +519,7 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
                     **entry,
                     "status": "baseline",
                     "seeds": [r["seed"] for r in good],
+                    **({"tensor_memory": tensor_memory_medians(good)} if tensor_field else {}),
                     "baseline": {
                         "metric": metric,
                         "mean": mean,
@@ -532,11 +562,15 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
             higher_is_better=True,
             margin=evidence.margin_of("throughput", metric),
         )
+        # Tensor memory where every pair has it (torch's accounting), else the process's peak.
+        tensor = tensor_memory_medians([r for r, _ in paired])
+        if tensor is not None and tensor_memory_medians([b for _, b in paired]) is not None:
+            mine, theirs = [_tensor_peak(r) for r, _ in paired], [_tensor_peak(b) for _, b in paired]
+        else:
+            tensor = None
+            mine, theirs = [r["peak_memory_bytes"] for r, _ in paired], [b["peak_memory_bytes"] for _, b in paired]
         memory = evidence.ratio_of_medians(
-            [r["peak_memory_bytes"] for r, _ in paired],
-            [b["peak_memory_bytes"] for _, b in paired],
-            higher_is_better=False,
-            margin=evidence.margin_of("memory", metric),
+            mine, theirs, higher_is_better=False, margin=evidence.margin_of("memory", metric)
         )
         if quality is None or speed is None:
             summary.append(
@@ -556,6 +590,7 @@ def summarize(runs: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) ->
                 "quality": {"metric": metric, "baseline": baseline_mean, **quality},
                 "throughput": speed,
                 "memory": memory,
+                **({"tensor_memory": tensor} if tensor_field else {}),
             }
         )
     # Holm's correction over the file's family: every method row with a change in quality
