@@ -376,6 +376,57 @@ def test_a_measured_row_shows_each_change_with_its_interval_and_verdict(syntheti
     )
 
 
+def with_tensor_memory(doc: dict) -> dict:
+    """``doc`` measured with tensor memory: every successful run has its figures, and the measured
+    and baseline rows their medians (Alpha Trick: 1.5 MiB at peak against the baseline's 2 MiB)."""
+    doc = json.loads(json.dumps(doc))
+    mib = 2**20
+
+    def figures(peak: float) -> dict:
+        return {
+            "peak_bytes": peak,
+            "weights_bytes": mib / 4,
+            "gradients_bytes": mib / 4,
+            "optimizer_bytes": mib / 4,
+            "activations_bytes": peak - 3 * mib / 4,
+            "how": "cpu_profiler",
+        }
+
+    for run in doc["runs"]:
+        if run["status"] == "ok":
+            peak = int(1.5 * mib) if run["method"] == "alpha_trick" else 2 * mib
+            run["tensor_memory"] = {**figures(peak), "warmup_batches": 1, "batches": 2}
+    for row in doc["summary"]:
+        row["tensor_memory"] = (
+            figures(1.5 * mib)
+            if row["method"] == "alpha_trick"
+            else figures(2.0 * mib)
+            if row["method"] == "baseline"
+            else None
+        )
+        if row["method"] == "alpha_trick":
+            row["memory"] = ratio(0.75, 0.7, 0.8, "better")
+    assert effects_problems(doc) == []
+    return doc
+
+
+def test_tensor_memory_names_its_figure_and_shows_its_split(synthetic_metadata, tmp_path):
+    out = rendered(synthetic_metadata, tmp_path, {"vision-test.json": with_tensor_memory(vision_document())})
+    text = card(out, "alpha_trick")
+    assert "| Peak tensor memory (torch's accounting), ratio | 0.75x (0.70–0.80): less memory |" in text
+    assert (
+        "| Tensor memory (median over the seed pairs) | peak 1.50 MiB: weights 0.25 MiB, gradients 0.25 MiB, "
+        "optimizer state 0.25 MiB, activations 0.75 MiB; baseline peak 2.00 MiB: weights 0.25 MiB, gradients "
+        "0.25 MiB, optimizer state 0.25 MiB, activations 1.25 MiB |"
+    ) in text
+    assert "resident set" not in text
+    page = overview(out)
+    assert "Memory is the peak tensor memory, by torch's own accounting, measured over a few batches" in page
+    # A file measured before tensor memory shows neither the split nor that sentence.
+    old = rendered(synthetic_metadata, tmp_path / "old", {"vision-test.json": vision_document()})
+    assert "Tensor memory" not in card(old, "alpha_trick") and "tensor memory" not in overview(old)
+
+
 def test_the_workload_line_links_its_models_card_or_names_a_model_no_family_lists(synthetic_metadata, tmp_path):
     assert effects_pages.model_member("torchvision_resnet18") == ("ResNet-18 (torchvision)", "torchvision_resnet")
     assert effects_pages.model_member("hf_gpt2_tiny") == ("GPT-2 (tiny config)", "hf_gpt2")

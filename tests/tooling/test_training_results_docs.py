@@ -632,3 +632,70 @@ def test_a_parallel_cards_rows_add_the_same_mode_through_accelerate_after_the_na
         line.startswith("- `fp32:accelerate:ddp`: launched with accelerate launch") for line in page.splitlines()
     )
     assert "`accelerate:<file>` under `accelerate launch --config_file" in " ".join(page.split())
+
+
+def _tensor_memory(peak_mib: float, gradients: bool = True) -> dict:
+    """A run's tensor memory: 1 MiB of weights, of gradients (or none told apart) and of optimizer
+    state, the rest of the peak activations."""
+    mib = 2**20
+    return {
+        "peak_bytes": int(peak_mib * mib),
+        "weights_bytes": mib,
+        "gradients_bytes": mib if gradients else None,
+        "optimizer_bytes": mib,
+        "activations_bytes": int((peak_mib - 3) * mib),
+        "how": "cpu_profiler",
+        "warmup_batches": 1,
+        "batches": 2,
+    }
+
+
+def test_tensor_memory_is_named_so_and_split_beside_the_process_peak(tmp_path):
+    """A file with tensor memory gets its table (median and range over the runs; a part a mode
+    cannot tell apart is "—"), the chart plots it, a card's rows show it beside the resident set,
+    and a card's summary compares it; a file without (the fixture's) renders as before."""
+    pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
+    configs = compare.parse_configs("fp32:single,amp_bf16:single,fp32:ddp")
+    runs = []
+    for round_ in (1, 2):
+        runs += [
+            _run("fp32:single", round_=round_, tensor_memory=_tensor_memory(10 + round_)),
+            _run("amp_bf16:single", round_=round_, tensor_memory=_tensor_memory(8)),
+            _run("fp32:ddp", round_=round_, tensor_memory=_tensor_memory(6, gradients=False)),
+        ]
+    document = _document()
+    document["runs"], document["summary"] = runs, compare.summarize(runs, configs)
+    assert results_problems(document) == []
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "cpu-test.json").write_text(json.dumps(document))
+    generated = _render(results, tmp_path / "src")
+    assert generated.problems == []
+    page = _page(generated.outputs)
+    assert "Peak tensor memory (MiB, torch's accounting) per process, with its split" in page
+    assert (
+        "| Configuration | Peak | Weights | Gradients | Optimizer state | Activations | "
+        "Peak memory per process (MiB, resident set of the whole process) |"
+    ) in page
+    rows = _rows(page)
+    assert "| `fp32:single` | 11.50 (11.00–12.00) | 1.00 | 1.00 | 1.00 | 8.50 (8.00–9.00) | 300 |" in rows
+    assert "| `fp32:ddp` | 6.00 | 1.00 | — | 1.00 | 3.00 | 300 |" in rows
+    assert "peak tensor memory per process (MiB, torch's accounting)" in generated.outputs[CHART]
+    snippet = generated.outputs[Path("tables/results/mixed_precision.md.inc")]
+    assert "| Peak tensor memory (MiB, torch's accounting) | Peak memory per process" in snippet
+    (amp,) = [line for line in _rows(snippet) if line.startswith("| `amp_bf16:single`")]
+    assert "| 8.00 | 300 |" in amp
+    from methods_tools.summaries import _memory
+
+    entries = {e["config"]: e for e in document["summary"]}
+    # 8 MiB against fp32's median of 11.5 MiB (range 8/12 to 8/11): tensor memory, not the 300 MiB process
+    assert _memory(entries["amp_bf16:single"], entries["fp32:single"], 2) == (
+        "0.70x (range 0.67x–0.73x over 2 runs) (peak tensor memory)"
+    )
+
+
+def test_a_file_without_tensor_memory_shows_no_such_table(rendered):
+    page = _page(rendered)
+    assert "| Configuration | Peak | Weights |" not in page and "per process, with its split" not in page
+    assert "peak memory per process (MiB)" in rendered[CHART]
+    assert "Peak tensor memory" not in rendered[Path("tables/results/mixed_precision.md.inc")]

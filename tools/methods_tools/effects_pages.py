@@ -76,6 +76,18 @@ STATUS_LABELS = {
 # Beyond this many decimals an end that still rounds to no change is shown as it rounds: no
 # measured figure here comes that close to it.
 MOST_DECIMALS = 8
+#: What a memory ratio compares: the peak of the tensors by torch's accounting where the runs
+#: measured it, else the peak of the process (its resident set on a CPU), or of the GPU's allocator.
+TENSOR_MEMORY_LABEL = "Peak tensor memory (torch's accounting)"
+PROCESS_MEMORY_LABEL = "Peak memory of the process (resident set)"
+GPU_MEMORY_LABEL = "Peak GPU memory allocated"
+#: The parts of a tensor-memory split, as a page names them.
+TENSOR_PARTS = (
+    ("weights_bytes", "weights"),
+    ("gradients_bytes", "gradients"),
+    ("optimizer_bytes", "optimizer state"),
+    ("activations_bytes", "activations"),
+)
 
 
 # --------------------------------------------------------------------------------------------- numbers
@@ -208,6 +220,22 @@ def _count(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def mib_text(value: float) -> str:
+    """``54.1 MiB``, ``1.04 MiB``, ``0.008 MiB``: bytes in MiB, to three significant figures."""
+    mib = value / 2**20
+    decimals = 1 if mib >= 10 else 2 if mib >= 0.1 else 3
+    return f"{mib:,.{decimals}f} MiB"
+
+
+def tensor_memory_text(figures: Mapping[str, Any] | None) -> str | None:
+    """``peak 54.1 MiB: weights 1.05 MiB, gradients 1.04 MiB, optimizer state 1.04 MiB, activations
+    47.9 MiB`` (a part the run could not tell apart is left out); None without figures."""
+    if figures is None:
+        return None
+    parts = ", ".join(f"{name} {mib_text(figures[key])}" for key, name in TENSOR_PARTS if figures[key] is not None)
+    return f"peak {mib_text(figures['peak_bytes'])}" + (f": {parts}" if parts else "")
+
+
 # --------------------------------------------------------------------------------------------- view
 
 
@@ -221,6 +249,7 @@ class BaselineView:
     quality: str  # "27.2 % test accuracy (95 % t interval ...)"
     throughput: str  # "median 2,076 images/s (range 1,655–2,497 over 2 seeds)"
     commands: tuple[str, ...]
+    tensor_memory: str | None = None  # its tensor memory and split (medians over seeds), where measured
 
 
 @dataclass(frozen=True)
@@ -240,6 +269,8 @@ class EffectRow:
     quality: str | None  # None without an effect
     throughput: str | None
     memory: str | None
+    memory_label: str  # what its memory ratio compares: tensor memory where measured, else the process's peak
+    tensor_memory: str | None  # its tensor memory and split (medians over its seed pairs), where measured
     quality_interval: str | None  # "paired t, 95 %"
     ratio_interval: str | None  # "bootstrap over seed pairs, 95 %"
     at_scale: Mapping[str, Any] | None  # the method's metadata "at_scale", when it quotes one
@@ -291,7 +322,7 @@ class EffectsFile:
     seeds: tuple[int, ...]
     max_load: float | None  # the highest 1-minute load average of its runs when above the core count
     cpu_count: int
-    memory_label: str
+    memory_label: str  # what a memory ratio of the process's peaks compares (a row measured without tensor memory)
     rows: tuple[EffectRow, ...]  # every method row, in display-name order
     baselines: Mapping[tuple[str | None, str | None], BaselineView]  # by (model, precision)
     chart: str | None  # the chart's path in the docs source; None when no row was measured
@@ -335,6 +366,23 @@ class EffectsFile:
     @property
     def quality_label(self) -> str:
         return "Validation loss (lower is better), change" if self.is_loss else "Test accuracy, change"
+
+    @property
+    def memory_basis(self) -> str:
+        """What the measured rows' memory ratios compare, in one sentence, where some of them
+        compare tensor memory ("" where none does: each row's label names the process's peak)."""
+        labels = {r.memory_label for r in self.measured}
+        if TENSOR_MEMORY_LABEL not in labels:
+            return ""
+        if labels == {TENSOR_MEMORY_LABEL}:
+            return (
+                "Memory is the peak tensor memory, by torch's own accounting, measured over a few "
+                "batches apart from the timed run."
+            )
+        return (
+            "Memory is the peak tensor memory, by torch's own accounting, where the runs measured it; "
+            f"the other rows compare the {_lower_first(self.memory_label)}, as their cards say."
+        )
 
     @property
     def measured(self) -> tuple[EffectRow, ...]:
@@ -432,6 +480,11 @@ class EffectsFile:
         )
 
 
+def _lower_first(text: str) -> str:
+    """``Peak GPU memory`` as ``peak GPU memory``: inside a sentence."""
+    return text[:1].lower() + text[1:]
+
+
 def _names(names: Sequence[str]) -> str:
     """``A``, ``A and B``, ``A, B and C``."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
@@ -462,6 +515,7 @@ def _baseline(entry: Mapping[str, Any], settings: Mapping[str, Any]) -> Baseline
             f"{_count(b['throughput_max'])} over {seeds} seed{'s' if seeds != 1 else ''})"
         ),
         commands=tuple(entry["commands"]),
+        tensor_memory=tensor_memory_text(entry.get("tensor_memory")),
     )
 
 
@@ -471,9 +525,10 @@ def at_scale_of(record: Any) -> dict[str, Any] | None:
     return dict(record.at_scale) if record.at_scale else None
 
 
-def _row(entry: Mapping[str, Any], record: Any) -> EffectRow:
+def _row(entry: Mapping[str, Any], record: Any, process_label: str) -> EffectRow:
     measured = entry["status"] == "measured"
     quality, throughput, memory = entry["quality"], entry["throughput"], entry["memory"]
+    tensor = entry.get("tensor_memory")  # absent in files measured before tensor memory was
     return EffectRow(
         key=entry["method"],
         name=record.name,
@@ -488,6 +543,8 @@ def _row(entry: Mapping[str, Any], record: Any) -> EffectRow:
         quality=quality_text(quality) if measured else None,
         throughput=ratio_text(throughput, "throughput") if measured else None,
         memory=ratio_text(memory, "memory") if measured else None,
+        memory_label=TENSOR_MEMORY_LABEL if tensor is not None else process_label,
+        tensor_memory=tensor_memory_text(tensor),
         quality_interval=quality["interval"] if measured else None,
         ratio_interval=throughput["interval"] if measured else None,
         at_scale=at_scale_of(record),
@@ -516,12 +573,13 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
         (e for e in document["summary"] if e["method"] != BASELINE and e["method"] in records),
         key=lambda e: (order[e["method"]], e["model"] or "", e["precision"] or ""),
     )
-    rows = tuple(_row(e, records[e["method"]]) for e in entries)
+    kinds = {r["memory_kind"] for r in document["runs"] if r["memory_kind"]}
+    process_label = GPU_MEMORY_LABEL if kinds == {"cuda_max_allocated"} else PROCESS_MEMORY_LABEL
+    rows = tuple(_row(e, records[e["method"]], process_label) for e in entries)
     baselines = {
         (e["model"], e["precision"]): _baseline(e, settings) for e in document["summary"] if e["status"] == "baseline"
     }
     loads = [r["load_average"][0] for r in document["runs"] if r["load_average"]]
-    kinds = {r["memory_kind"] for r in document["runs"] if r["memory_kind"]}
     model_name, model_card = model_member(settings["model"])
     return EffectsFile(
         file=f"results/effects/{path.name}",
@@ -535,9 +593,7 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
         seeds=tuple(sorted({r["seed"] for r in document["runs"]})),
         max_load=max(loads) if loads and max(loads) > env["cpu_count"] else None,
         cpu_count=env["cpu_count"],
-        memory_label="Peak GPU memory allocated"
-        if kinds == {"cuda_max_allocated"}
-        else "Peak memory of the process (resident set)",
+        memory_label=process_label,
         rows=rows,
         baselines=baselines,
         chart=(EFFECTS / f"{path.stem}.svg").as_posix() if any(r.measured for r in rows) else None,

@@ -9,8 +9,9 @@ own measurements, as the "Should I use it?" box of every card and the "Choosing 
   95 % interval and verdict, as the cards show them (:mod:`.effects_pages`); a row without an effect
   (did not act, not applicable, failed) carries its reason and no number.
 - The measured evidence of a best practice is its configurations in the training comparison
-  (``results/*.json``): the speed-up and the peak memory against ``fp32:single``, the median with the
-  range over the repeated runs. A parallel mode that ran as one process (DataParallel on the CPU)
+  (``results/*.json``): the speed-up and the peak memory against ``fp32:single`` (peak tensor memory,
+  torch's accounting, where the file has it; else the process's peak), the median with the range
+  over the repeated runs. A parallel mode that ran as one process (DataParallel on the CPU)
   did not act, and says so.
 
 Every measured line names its hardware. Nothing here imports torch; :func:`summarise` is the one
@@ -260,11 +261,16 @@ def _ratio_of(mine: Mapping[str, float], theirs: Mapping[str, float], runs: int)
 
 
 def _memory(entry: Mapping[str, Any], base: Mapping[str, Any], runs: int) -> str | None:
-    """Peak memory against the baseline's, and the weights' when they differ."""
-    mine, theirs = entry["peak_memory_bytes"], base["peak_memory_bytes"]
+    """Peak memory against the baseline's (peak tensor memory, torch's accounting, where both have
+    it; else the process's peak), and the weights' when they differ."""
+    tensor, base_tensor = entry.get("tensor_memory"), base.get("tensor_memory")  # absent in older files
+    if tensor and base_tensor:
+        mine, theirs, kind = tensor["peak_bytes"], base_tensor["peak_bytes"], "peak tensor memory"
+    else:
+        mine, theirs = entry["peak_memory_bytes"], base["peak_memory_bytes"]
+        kind = "peak GPU memory" if entry["memory_kind"] == "cuda_max_allocated" else "peak of the process"
     if not mine or not theirs:
         return None
-    kind = "peak GPU memory" if entry["memory_kind"] == "cuda_max_allocated" else "peak of the process"
     weights, base_weights = entry["model_memory_bytes"], base["model_memory_bytes"]
     if weights and base_weights and weights["median"] != base_weights["median"]:
         kind += f"; weights {_ratio_of(weights, base_weights, runs)}"

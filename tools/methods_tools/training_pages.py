@@ -141,6 +141,7 @@ class Run:
     speedup: str
     memory: str
     model_memory: str
+    tensor_memory: Mapping[str, str] | None  # peak and split (MiB, median and range), where measured
     gpu_utilization: str
     accuracy: str
     loss: str
@@ -180,6 +181,7 @@ def _run(entry: Mapping[str, Any]) -> Run:
         speedup="did not act" if did_not_act(entry) else _speedup(entry) if entry["status"] == "ok" else "—",
         memory=_spread(entry["peak_memory_bytes"], _mib()),
         model_memory=_spread(entry["model_memory_bytes"], _mib(2)),
+        tensor_memory=_tensor_memory(entry.get("tensor_memory")),  # absent before it was measured
         gpu_utilization=_spread(entry["gpu_utilization"], lambda v: f"{v:.0f} %"),
         accuracy=_spread(entry["accuracy"], _pct),
         loss=_spread(entry["loss"], lambda v: f"{v:.3f}"),
@@ -188,6 +190,18 @@ def _run(entry: Mapping[str, Any]) -> Run:
         throughput_median=entry["throughput"]["median"] if entry["throughput"] else None,
         did_not_act=did_not_act(entry),
     )
+
+
+#: The figures of a summary's ``tensor_memory``, in the order the page's columns show them.
+TENSOR_COLUMNS = ("peak_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes")
+TENSOR_MEMORY_LABEL = "Peak tensor memory (MiB, torch's accounting)"
+
+
+def _tensor_memory(figures: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """Each tensor-memory figure in MiB (median, range), "—" where the run could not tell it apart."""
+    if figures is None:
+        return None
+    return {name: _spread(figures[name], _mib(2)) for name in TENSOR_COLUMNS}
 
 
 def _memory_label(document: Mapping[str, Any]) -> str:
@@ -215,7 +229,7 @@ class ResultsFile:
     device_count: int
     steady_state: bool  # more than one epoch per run: warm-up and steady state told apart
     steps: int | None  # optimizer steps per process in a run
-    memory_label: str
+    memory_label: str  # what the process's peak (peak_memory_bytes) is
     has_gpu_utilization: bool
     runs: tuple[Run, ...]
     chart: str | None  # the chart's path in the docs source; None when no run succeeded
@@ -236,6 +250,15 @@ class ResultsFile:
     @property
     def flagged(self) -> tuple[Run, ...]:
         return tuple(r for r in self.runs if r.flagged)
+
+    @property
+    def has_tensor_memory(self) -> bool:
+        """Whether a configuration of it has tensor-memory figures (files measured before have none)."""
+        return any(r.tensor_memory is not None for r in self.runs)
+
+    @property
+    def tensor_memory_label(self) -> str:
+        return TENSOR_MEMORY_LABEL
 
     @property
     def throughput_label(self) -> str:
@@ -372,10 +395,11 @@ def _draw_chart(document: Mapping[str, Any], key: str, narrow: bool = False) -> 
     flagged = [bool(s["super_linear"] and s["super_linear"]["flagged"]) for s in ok]
     labels = [s["config"] + (" (flagged)" if f else "") for s, f in zip(ok, flagged, strict=True)]
 
-    def bars(ax: Any, field: str, scale: float, color: str, mark: bool) -> None:
-        medians = [s[field]["median"] / scale for s in ok]
-        below = [m - s[field]["min"] / scale for m, s in zip(medians, ok, strict=True)]
-        above = [s[field]["max"] / scale - m for m, s in zip(medians, ok, strict=True)]
+    def bars(ax: Any, field: Any, scale: float, color: str, mark: bool) -> None:
+        spreads = [field(s) for s in ok]  # each row's figure: median, min and max
+        medians = [f["median"] / scale for f in spreads]
+        below = [m - f["min"] / scale for m, f in zip(medians, spreads, strict=True)]
+        above = [f["max"] / scale - m for m, f in zip(medians, spreads, strict=True)]
         drawn = ax.barh(labels, medians, xerr=[below, above], color=color, ecolor="#333333", capsize=2)
         for bar, flag in zip(drawn, flagged, strict=True):
             if flag and mark:
@@ -398,16 +422,20 @@ def _draw_chart(document: Mapping[str, Any], key: str, narrow: bool = False) -> 
             title = _wrap_to(title, NARROW_WIDTH - 0.25, fig)
             rows_h = 0.27 * max(len(ok), 2) + 0.75  # one panel: its bars and its axis label
             fig.set_size_inches(NARROW_WIDTH, 2 * rows_h + FONT_PT / 72 * 1.3 * len(title) + 0.2)
-        bars(ax_speed, "throughput", 1, "#4c72b0", mark=True)
+        bars(ax_speed, lambda s: s["throughput"], 1, "#4c72b0", mark=True)
         ax_speed.set_xlabel(
             "steady-state throughput (samples/s)" if steady else "throughput, warm-up included (samples/s)"
         )
-        bars(ax_mem, "peak_memory_bytes", MIB, "#dd8452", mark=False)
-        ax_mem.set_xlabel(
-            "peak memory per device (MiB)"
-            if ok[0]["memory_kind"] == "cuda_max_allocated"
-            else "peak memory per process (MiB)"
-        )
+        if all(s.get("tensor_memory") for s in ok):  # torch's accounting, where every row has it
+            bars(ax_mem, lambda s: s["tensor_memory"]["peak_bytes"], MIB, "#dd8452", mark=False)
+            ax_mem.set_xlabel("peak tensor memory per process (MiB, torch's accounting)")
+        else:
+            bars(ax_mem, lambda s: s["peak_memory_bytes"], MIB, "#dd8452", mark=False)
+            ax_mem.set_xlabel(
+                "peak memory per device (MiB)"
+                if ok[0]["memory_kind"] == "cuda_max_allocated"
+                else "peak memory per process (MiB)"
+            )
         for ax in (ax_speed, ax_mem):
             ax.grid(axis="x", alpha=0.3)
         fig.suptitle("\n".join(title), **({"fontsize": FONT_PT} if narrow else {}))  # as _wrap_to measured it
