@@ -121,8 +121,11 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
 
 
 def weights_bytes(model: torch.nn.Module) -> int:
-    """The bytes of ``model``'s parameters and buffers."""
-    return tensor_bytes([*model.parameters(), *model.buffers()])
+    """The bytes of ``model``'s parameters and buffers: what this process holds of them (an FSDP
+    shard; a DeepSpeed ZeRO-3 parameter's partition, ``ds_tensor``, and what it keeps whole)."""
+    params = list(model.parameters())
+    partitions = [p.ds_tensor for p in params if getattr(p, "ds_tensor", None) is not None]
+    return tensor_bytes([*params, *partitions, *model.buffers()])
 
 
 def gradients_bytes(model: torch.nn.Module) -> int | None:
