@@ -23,6 +23,7 @@ Nothing here imports torch until a job runs.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -453,8 +454,6 @@ def tensor_memory_medians(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
     """The median over ``runs`` of each tensor-memory figure (a split figure is None unless every
     run has it), with how they were measured; None unless every run has a peak (runs measured
     before tensor memory was, or whose measurement failed)."""
-    import statistics
-
     figures = [r.get("tensor_memory") for r in runs]
     if not figures or any(f is None or f["peak_bytes"] is None for f in figures):
         return None
