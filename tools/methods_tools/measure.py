@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -149,33 +149,18 @@ WORKLOADS: Mapping[str, Workload] = {
         eval_examples=256,
         metric="loss",
     ),
-    "torchvision": Workload(
+}
+# The same settings as the domain's own workload, on the model users train.
+WORKLOADS = {
+    **WORKLOADS,
+    "torchvision": replace(
+        WORKLOADS["vision"],
         model="torchvision_resnet18",
-        data="digits",
         image_size=32,
-        epochs=12,
-        batch_size=64,
-        lr=0.1,
-        test_fraction=0.8,
-        schedule="onecycle",
         domain="vision",
         methods=SURGERY_AND_LOSS["vision"],
     ),
-    "gpt2": Workload(
-        model="hf_gpt2_tiny",
-        data="stdlib_text",
-        image_size=None,
-        seq_len=128,
-        epochs=1,
-        max_batches=100,
-        batch_size=32,
-        lr=3e-3,
-        optimizer="adamw",
-        eval_examples=256,
-        metric="loss",
-        domain="nlp",
-        methods=SURGERY_AND_LOSS["nlp"],
-    ),
+    "gpt2": replace(WORKLOADS["nlp"], model="hf_gpt2_tiny", domain="nlp", methods=SURGERY_AND_LOSS["nlp"]),
 }
 
 
