@@ -8,10 +8,15 @@ Example (the committed CPU results):
 (The digits are 8x8 images, so 8 pixels lose nothing and keep the run to minutes on two CPU cores.)
 
 (``--configs`` defaults to every precision in one process plus fp32 under dp, ddp, fsdp and
-deepspeed with ZeRO stages 1 and 2, the source's table, and fp32 through Hugging Face Accelerate
-with each file of ``configs/accelerate/``: ``fp32:accelerate:ddp``, ``:fsdp`` and ``:deepspeed``.
-ZeRO stage 3 and CPU offload are asked for by name: ``fp32:deepspeed:3``, ``fp32:deepspeed:2+offload``,
-``fp32:deepspeed:3+offload`` and ``fp32:fsdp:offload``; see ``methods_tools.compare.parse_configs``.)
+deepspeed with ZeRO stages 1 and 2, the source's table, fp32 through Hugging Face Accelerate
+with each file of ``configs/accelerate/`` (``fp32:accelerate:ddp``, ``:fsdp`` and ``:deepspeed``),
+and the memory-bound modes: ZeRO stage 3 (``fp32:deepspeed:3``), DeepSpeed's CPU offload
+(``fp32:deepspeed:2+offload``, ``fp32:deepspeed:3+offload``) and FSDP's (``fp32:fsdp:offload``);
+see ``methods_tools.compare.parse_configs``.)
+
+Threads are matched: every run has ``--threads`` intra-op threads in all (default ``--nproc``),
+a single-process run all of them, each process of a distributed run its share, so no speed-up
+comes from one configuration having more threads than another.
 
 Each run is a process of its own (ddp, fsdp and deepspeed under torchrun; an Accelerate
 configuration under ``accelerate launch --config_file configs/accelerate/<name>.yaml``, with
@@ -53,6 +58,10 @@ DEFAULT_CONFIGS = ",".join(
         "fp32:accelerate:ddp",
         "fp32:accelerate:fsdp",
         "fp32:accelerate:deepspeed",
+        "fp32:deepspeed:3",
+        "fp32:deepspeed:2+offload",
+        "fp32:deepspeed:3+offload",
+        "fp32:fsdp:offload",
     ]
 )
 
@@ -81,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         default=3,
         help="runs of each configuration, interleaved in rounds (reported as median and range)",
     )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch's intra-op threads each run has in all, split evenly over its processes (default: --nproc, "
+        "so one a process in a distributed run; a multiple of --nproc)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=0, help="data loader worker processes per training process")
@@ -88,9 +103,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="results file (default: results/<cpu|gpu>-<hardware>-<date>.json)")
     p.add_argument("--force", action="store_true", help="overwrite an existing results file")
     args = p.parse_args(argv)
+    threads = args.nproc if args.threads is None else args.threads
 
     problems = compare.check_options(
-        args.model, args.data, args.data_root, args.epochs, args.batch_size, args.max_batches, args.nproc, args.repeats
+        args.model,
+        args.data,
+        args.data_root,
+        args.epochs,
+        args.batch_size,
+        args.max_batches,
+        args.nproc,
+        args.repeats,
+        threads_in_all=threads,
     )
     try:
         configs = compare.parse_configs(args.configs)
@@ -118,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         timeout_s=args.timeout,
         repeats=args.repeats,
+        threads_in_all=threads,
         command=compare.format_command(argv),
     )
     document = compare.run_comparison(options, progress=lambda line: print(line, file=sys.stderr, flush=True))

@@ -317,6 +317,11 @@ def wrap_model(
     return model
 
 
+#: DeepSpeed's own bucket size, in elements (its ``reduce_bucket_size`` and ``allgather_bucket_size``
+#: defaults): the most :func:`deepspeed_initialize` gives a bucket.
+DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+
+
 def deepspeed_initialize(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -330,10 +335,17 @@ def deepspeed_initialize(
     """A DeepSpeed engine with ZeRO ``zero_stage`` over ``model`` and ``optimizer`` (see
     :func:`check_deepspeed`, which the Trainer calls before it starts). ``offload_optimizer`` and
     ``offload_param`` put DeepSpeed's ``offload_optimizer`` and ``offload_param`` sections, device
-    ``cpu``, in its ``zero_optimization`` config (see :class:`~algorithms.core.strategies.DeepSpeed`)."""
+    ``cpu``, in its ``zero_optimization`` config (see :class:`~algorithms.core.strategies.DeepSpeed`).
+
+    ZeRO's gradient buckets hold at most the model's parameter count: DeepSpeed allocates its
+    reduce bucket whole, 5e8 elements (2 GB of float32) by default, whatever the model's size, and a
+    bucket larger than the model holds nothing more. Every gradient then still fits one bucket, as
+    with DeepSpeed's default for any model below 5e8 parameters, so what is reduced, and when, is
+    unchanged; a model above that keeps DeepSpeed's default."""
     import deepspeed
 
-    zero: dict[str, Any] = {"stage": zero_stage}
+    bucket = max(1, min(DEEPSPEED_BUCKET_ELEMENTS, sum(p.numel() for p in model.parameters())))
+    zero: dict[str, Any] = {"stage": zero_stage, "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
     if offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
     if offload_param:

@@ -152,6 +152,42 @@ def test_deepspeed_takes_a_zero_stage_and_offloads_and_refuses_what_it_cannot_do
             DeepSpeed(**options)
 
 
+@pytest.mark.slow  # DeepSpeed's engine, under the profiler: seconds
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_deepspeeds_buckets_hold_no_more_than_the_model(zero_stage, monkeypatch):
+    """One rank of ZeRO on a 4,000-parameter model: the peak tensor memory of a step is a few
+    times the model's 16 KB (weights, gradients, their partitions, the reduce bucket), not the
+    2 GB that DeepSpeed's default bucket of 5e8 float32 elements would take whatever the model."""
+    from algorithms.core.distributed import deepspeed_initialize, deepspeed_unavailable_reason, destroy_process_group
+    from algorithms.core.tensor_memory import TensorMemory
+
+    reason = deepspeed_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    world = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    for name, value in {**world, "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    x = torch.randn(8, 40, generator=torch.Generator().manual_seed(0))
+    try:
+        with TensorMemory("cpu") as memory:
+            model = torch.nn.Sequential(torch.nn.Linear(40, 80), torch.nn.ReLU(), torch.nn.Linear(80, 10))
+            parameters = sum(p.numel() for p in model.parameters())
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            engine = deepspeed_initialize(model, optimizer, "fp32", zero_stage, 8, None)
+
+            def step() -> None:
+                engine.backward(engine(x).square().mean())
+                engine.step()
+
+            step()
+            with memory.window():
+                step()
+    finally:
+        destroy_process_group()
+    assert parameters == 40 * 80 + 80 + 80 * 10 + 10
+    assert memory.peak_bytes is not None and 0 < memory.peak_bytes < 50 * 4 * parameters, memory.figures()
+
+
 def test_fsdp_takes_cpu_offload_as_a_bool():
     assert repr(FSDP()) == "FSDP()" and repr(FSDP(cpu_offload=True)) == "FSDP(cpu_offload=True)"
     assert strategy("fsdp").cpu_offload is False

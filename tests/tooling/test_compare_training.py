@@ -78,6 +78,7 @@ def test_small_run_finishes_and_validates(small_run):
     document = load_results(small_run)  # raises on any schema problem
     assert results_problems(json.loads(small_run.read_text())) == []
     assert document["schema_version"] == 2 and document["settings"]["repeats"] == 1
+    assert document["settings"]["threads"] == 2
     # Round 1; a round 2 re-measures only a super-linear speed-up (and the run it beat).
     runs = {r["config"]: r for r in document["runs"] if r["round"] == 1}
     assert {r["round"] for r in document["runs"]} <= {1, 2}
@@ -117,6 +118,8 @@ def test_small_run_finishes_and_validates(small_run):
         assert tensor["activations_bytes"] > 0
         assert tensor["peak_bytes"] >= tensor["weights_bytes"] + tensor["gradients_bytes"] + tensor["optimizer_bytes"]
         assert 0.0 <= run["accuracy"] <= 1.0 and run["loss"] > 0
+        # Threads matched (--threads defaults to --nproc, 2): what each process's torch reported.
+        assert run["threads_per_process"] == 2 // ranks
         assert run["gpu_utilization"] is None and run["gpu_utilization_reason"]
         entry = next(s for s in document["summary"] if s["config"] == label)
         assert entry["status"] == "ok" and entry["steady_state"] is False  # one epoch: no steady state
@@ -263,6 +266,13 @@ def test_bad_options_exit_1_with_one_line_each_and_write_nothing(tmp_path, capsy
     assert status == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert [line.split(":")[0] for line in err] == ["--model", "--data-root", "--epochs", "--configs"]
+    assert not out.exists()
+    # Threads that cannot be split evenly over the processes of a distributed run.
+    assert _cli().main(["--threads", "3", "--nproc", "2", "--out", str(out)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "--threads: 3 does not split evenly over --nproc 2 processes — pass a multiple of 2, so that every "
+        "configuration runs on the same threads in all"
+    ]
     assert not out.exists()
     out.write_text("{}")
     assert _cli().main(["--out", str(out), "--configs", "fp32:single"]) == 1

@@ -699,3 +699,28 @@ def test_a_file_without_tensor_memory_shows_no_such_table(rendered):
     assert "| Configuration | Peak | Weights |" not in page and "per process, with its split" not in page
     assert "peak memory per process (MiB)" in rendered[CHART]
     assert "Peak tensor memory" not in rendered[Path("tables/results/mixed_precision.md.inc")]
+
+
+@pytest.mark.parametrize("reported", [(4, 2), (4, 4)])
+def test_matched_threads_are_stated_and_checked_against_what_each_process_reported(tmp_path, reported):
+    """A file of the thread-matched comparison (4 threads in all over 2 processes): the page says
+    how they were split, and that the processes reported it only when every one did as stated
+    (a single process 4, each DDP process 2)."""
+    pytest.importorskip("matplotlib", reason="matplotlib comes with the [docs] extra")
+    single, ddp = reported
+    runs = [
+        _run(config, round_=round_, threads_per_process=single if config.endswith("single") else ddp)
+        for round_ in (1, 2)
+        for config in ("fp32:single", "amp_bf16:single", "fp32:ddp")
+    ]
+    runs.append(_run("fp32:deepspeed:2", status="skipped", zero_stage=2, threads_per_process=None))
+    document = _document(runs)
+    document["settings"]["threads"] = 4
+    prose = " ".join(_render_document(tmp_path, document)[Path("training_configurations.md")].split())
+    stated = (
+        "Threads are matched: every run had 4 torch threads in all, a single process all of them and each of the "
+        "2 processes of a multi-process run 2"
+    )
+    assert stated in prose
+    assert ("(each process's torch reported them at the end of its run)" in prose) is (reported == (4, 2))
+    assert "A single process runs torch on 4 threads over the machine's 2 cores" in prose

@@ -134,6 +134,10 @@ class CompareOptions:
     test_fraction: float | None = None  # digits: the held-out share (default: the data set's 0.2)
     schedule: str = "constant"  # or "onecycle" (the effects' vision workload)
     threads: int | None = None  # torch's intra-op threads per process (default: torch's choice)
+    # The comparison's thread matching: the intra-op threads every run has in all, split evenly over
+    # its processes (a single-process run uses them all, each of P processes 1/P of them); it
+    # overrides ``threads``. None: each process takes ``threads``.
+    threads_in_all: int | None = None
 
 
 def parse_configs(text: str) -> tuple[Config, ...]:
@@ -347,11 +351,28 @@ def _empty_run(config: Config, world_size: int, status: str, reason: str | None)
         "cuda_max_reserved_bytes": None,
         "model_memory_bytes": None,
         "tensor_memory": None,
+        "threads_per_process": None,
         "gpu_utilization": None,
         "gpu_utilization_reason": None,
         "accuracy": None,
         "loss": None,
     }
+
+
+def processes(config: Config, options: CompareOptions) -> int:
+    """The processes a run of ``config`` starts: ``options.nproc`` in a distributed mode, else 1
+    (DataParallel replicates inside one process)."""
+    return options.nproc if config.parallel in DISTRIBUTED else 1
+
+
+def process_threads(config: Config, options: CompareOptions) -> int | None:
+    """torch's intra-op threads in each process of a run of ``config``: with
+    ``options.threads_in_all`` (which :func:`check_options` has checked divides evenly) that
+    number over the run's processes, so every configuration of one comparison uses the same threads
+    in all; else ``options.threads`` (None: torch's own choice)."""
+    if options.threads_in_all is not None:
+        return options.threads_in_all // processes(config, options)
+    return options.threads
 
 
 def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc: int) -> list[str]:
@@ -393,7 +414,7 @@ def worker_command(config: Config, options: CompareOptions, out_dir: Path, nproc
         ("--zero-stage", config.zero_stage),
         ("--algorithm", options.algorithm),
         ("--test-fraction", options.test_fraction),
-        ("--threads", options.threads),
+        ("--threads", process_threads(config, options)),
     ):
         if value is not None:
             args += [flag, str(value)]
@@ -447,6 +468,8 @@ def _merge(config: Config, ranks: list[dict[str, Any]], nproc: int) -> dict[str,
             else None,
             "model_memory_bytes": max(r["model_memory_bytes"] for r in ranks),
             "tensor_memory": largest_tensor_memory(ranks),
+            # What each process's torch reported at the end of its run (the most, were they to differ).
+            "threads_per_process": max(r["threads"] for r in ranks) if all("threads" in r for r in ranks) else None,
             "gpu_utilization": first["gpu_utilization"],
             "gpu_utilization_reason": first["gpu_utilization_reason"],
             "accuracy": first["accuracy"],
@@ -546,15 +569,17 @@ def run_config(
     config: Config, options: CompareOptions, env: dict[str, Any], progress: Progress = lambda line: None
 ) -> dict[str, Any]:
     """Run one configuration in its own process(es) and return its results entry."""
-    nproc = options.nproc if config.parallel in DISTRIBUTED else 1
+    nproc = processes(config, options)
     reason = _skipped_reason(config, options, env)
     if reason:
         return _empty_run(config, nproc, "skipped", reason)
+    launch = launch_environment(config, env["device_type"])
+    threads = process_threads(config, options)
+    if threads is not None:
+        # OpenMP's pool as well as torch's (torchrun would otherwise set 1 for each process).
+        launch = {**launch, "OMP_NUM_THREADS": str(threads)}
     returncode, tail, ranks = run_worker(
-        lambda out_dir: worker_command(config, options, out_dir, nproc),
-        options.timeout_s,
-        progress,
-        launch_environment(config, env["device_type"]),
+        lambda out_dir: worker_command(config, options, out_dir, nproc), options.timeout_s, progress, launch
     )
     failure = worker_failure(returncode, tail, ranks, options.timeout_s)
     if failure:
@@ -652,6 +677,7 @@ def run_comparison(options: CompareOptions, progress: Progress = lambda line: No
             "seed": options.seed,
             "lr": options.lr,
             "repeats": options.repeats,
+            **({"threads": options.threads_in_all} if options.threads_in_all is not None else {}),
             "command": options.command,
         },
         "runs": runs,
@@ -750,6 +776,7 @@ def summarize(
     labels = [c.label for c in configs]
     # Runs measured before tensor memory have no such field, and their summary none either.
     tensor = any("tensor_memory" in run for run in runs)
+    threaded = any("threads_per_process" in run for run in runs)  # likewise, before threads were recorded
     by_config: dict[str, list[Mapping[str, Any]]] = {label: [] for label in labels}
     for run in runs:
         by_config[run["config"]].append(run)
@@ -784,6 +811,7 @@ def summarize(
                 "memory_kind": first["memory_kind"],
                 "model_memory_bytes": spread([r["model_memory_bytes"] for r in ok]),
                 **({"tensor_memory": tensor_memory_spread(ok)} if tensor else {}),
+                **({"threads_per_process": _threads(ok)} if threaded else {}),
                 "gpu_utilization": spread([r["gpu_utilization"] for r in ok]),
                 "accuracy": spread([r["accuracy"] for r in ok]),
                 "loss": spread([r["loss"] for r in ok]),
@@ -802,6 +830,13 @@ def summarize(
             if entry["config"] in before:
                 entry["super_linear"] = _super_linear(entry, before[entry["config"]], extra, by_config)
     return entries
+
+
+def _threads(runs: Sequence[Mapping[str, Any]]) -> int | None:
+    """The intra-op threads a configuration's processes had: the most over its successful runs
+    (None without one that recorded it)."""
+    counts = [r["threads_per_process"] for r in runs if r.get("threads_per_process") is not None]
+    return max(counts) if counts else None
 
 
 def _super_linear(
@@ -842,8 +877,10 @@ def check_options(
     max_batches: int | None,
     nproc: int,
     repeats: int = 1,
+    threads_in_all: int | None = None,
 ) -> list[str]:
-    """One line per bad option (empty when they are fine)."""
+    """One line per bad option (empty when they are fine). ``threads_in_all`` must split evenly
+    over ``nproc`` processes (a run of a distributed mode has that many)."""
     problems = []
     if model not in model_names():
         problems.append(f"--model: {model!r} — use one of {', '.join(model_names())}")
@@ -860,9 +897,15 @@ def check_options(
         ("--nproc", nproc),
         ("--max-batches", max_batches),
         ("--repeats", repeats),
+        ("--threads", threads_in_all),
     ):
         if value is not None and value < 1:
             problems.append(f"{flag}: {value} — must be at least 1")
+    if threads_in_all is not None and nproc >= 1 and threads_in_all >= 1 and threads_in_all % nproc:
+        problems.append(
+            f"--threads: {threads_in_all} does not split evenly over --nproc {nproc} processes — pass a "
+            f"multiple of {nproc}, so that every configuration runs on the same threads in all"
+        )
     return problems
 
 

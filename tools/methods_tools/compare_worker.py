@@ -388,6 +388,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "cuda_max_reserved_bytes": reserved,
         "model_memory_bytes": int(model_bytes),
         "tensor_memory": tensor_memory,
+        # What torch ran on at the end (after the Trainer, Accelerate or DeepSpeed set up theirs).
+        "threads": torch.get_num_threads(),
         "gpu_utilization": utilization.mean(),
         "gpu_utilization_reason": utilization.reason,
         "accuracy": metrics["accuracy"],

@@ -149,6 +149,7 @@ class Run:
     flag_reason: str | None  # why a speed-up is flagged, or how its re-measurement came out
     throughput_median: float | None
     did_not_act: str | None  # why its runs are no evidence of its mode (one process, no replicas), or None
+    threads_per_process: int | None = None  # torch's threads each process reported (None: not recorded)
 
 
 def _speedup(entry: Mapping[str, Any]) -> str:
@@ -189,6 +190,7 @@ def _run(entry: Mapping[str, Any]) -> Run:
         flag_reason=check["reason"] if check else None,
         throughput_median=entry["throughput"]["median"] if entry["throughput"] else None,
         did_not_act=did_not_act(entry),
+        threads_per_process=entry.get("threads_per_process"),  # absent before threads were recorded
     )
 
 
@@ -250,6 +252,28 @@ class ResultsFile:
     @property
     def flagged(self) -> tuple[Run, ...]:
         return tuple(r for r in self.runs if r.flagged)
+
+    @property
+    def threads_in_all(self) -> int | None:
+        """The threads every run had in all (the comparison matched them), or None in a file
+        written before it did."""
+        return self.settings.get("threads")
+
+    @property
+    def single_threads(self) -> int:
+        """torch's threads in a single-process run: the matched threads in all where the file has
+        them, else what the comparison's own process had (its environment's ``torch_threads``)."""
+        return self.threads_in_all or self.threads
+
+    @property
+    def threads_recorded(self) -> bool:
+        """Whether every successful configuration's processes recorded the threads they ran on,
+        and those match the split the settings state."""
+        split = self.threads_in_all
+        ok = [r for r in self.runs if r.status == "ok"]
+        return bool(split and ok) and all(
+            r.threads_per_process == split // (1 if r.parallel in ("single", "dp") else r.processes) for r in ok
+        )
 
     @property
     def has_tensor_memory(self) -> bool:
