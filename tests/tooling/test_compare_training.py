@@ -117,6 +117,10 @@ def test_small_run_finishes_and_validates(small_run):
         assert tensor["weights_bytes"] == run["model_memory_bytes"]
         assert tensor["activations_bytes"] > 0
         assert tensor["peak_bytes"] >= tensor["weights_bytes"] + tensor["gradients_bytes"] + tensor["optimizer_bytes"]
+        # The parameters counted whole: in fp32, with every gradient on each process, 4 bytes each.
+        assert run["parameters"] > 0
+        if label in ("fp32:single", "fp32:ddp"):
+            assert tensor["gradients_bytes"] == 4 * run["parameters"]
         assert 0.0 <= run["accuracy"] <= 1.0 and run["loss"] > 0
         # Threads matched (--threads defaults to --nproc, 2): what each process's torch reported.
         assert run["threads_per_process"] == 2 // ranks

@@ -350,6 +350,7 @@ def _empty_run(config: Config, world_size: int, status: str, reason: str | None)
         "peak_memory_per_device_bytes": [],
         "cuda_max_reserved_bytes": None,
         "model_memory_bytes": None,
+        "parameters": None,
         "tensor_memory": None,
         "threads_per_process": None,
         "gpu_utilization": None,
@@ -467,6 +468,7 @@ def _merge(config: Config, ranks: list[dict[str, Any]], nproc: int) -> dict[str,
             if first["cuda_max_reserved_bytes"] is not None
             else None,
             "model_memory_bytes": max(r["model_memory_bytes"] for r in ranks),
+            "parameters": first.get("parameters"),
             "tensor_memory": largest_tensor_memory(ranks),
             # What each process's torch reported at the end of its run (the most, were they to differ).
             "threads_per_process": max(r["threads"] for r in ranks) if all("threads" in r for r in ranks) else None,

@@ -387,6 +387,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "memory_kind": kind,
         "cuda_max_reserved_bytes": reserved,
         "model_memory_bytes": int(model_bytes),
+        # The model's parameters, whole (before any sharding): what bytes per parameter divide by.
+        "parameters": sum(p.numel() for p in get_model(args.model, splits.num_classes).parameters()),
         "tensor_memory": tensor_memory,
         # What torch ran on at the end (after the Trainer, Accelerate or DeepSpeed set up theirs).
         "threads": torch.get_num_threads(),
