@@ -53,6 +53,7 @@ __all__ = [
     "code_blocks",
     "fences",
     "inline_assignments",
+    "prose",
     "read_card",
     "regions",
     "replace_regions",
@@ -90,6 +91,7 @@ class InlineAssignment:
     text: str
     value: str | None = None  # the value's source, for a bare ``name=value`` and keyword arguments
     context: str = ""  # the source line it is on
+    qualifier: str | None = None  # what the callee is reached through: ``torch.nn`` for ``torch.nn.DataParallel(...)``
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,13 @@ def _code_spans(text: str) -> Iterator[tuple[int, str, str]]:
                 yield number + 1, child.content, lines[number]
 
 
+def prose(text: str) -> list[tuple[int, str]]:
+    """``(line, source)`` of every run of prose (a paragraph, a list item's text, a heading, a table
+    cell) outside code blocks and HTML comments; ``source`` keeps its inline markup and line breaks,
+    so a position in it is ``line`` plus the line breaks before it."""
+    return [(tok.map[0] + 1, tok.content) for tok in _tokens(text, inline=False) if tok.type == "inline" and tok.map]
+
+
 _BARE = re.compile(r"(?<![\w.=<>!])([A-Za-z_]\w*)=(?![=\s])")
 
 
@@ -283,8 +292,9 @@ def _assignments_in(span: str, line: int, context: str) -> list[InlineAssignment
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            qualifier = ast.unparse(node.func.value) if isinstance(node.func, ast.Attribute) else None
             found.extend(
-                InlineAssignment(line, kw.arg, callee, span, ast.get_source_segment(span, kw.value), context)
+                InlineAssignment(line, kw.arg, callee, span, ast.get_source_segment(span, kw.value), context, qualifier)
                 for kw in node.keywords
                 if kw.arg
             )

@@ -12,6 +12,7 @@ import ast
 import importlib
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ __all__ = [
     "check_composability_matrix",
     "check_composability_prose",
     "check_interaction_keys",
+    "check_mode_claims",
+    "mode_claims",
+    "ModeClaim",
     "check_card_sections",
     "check_builders",
     "check_card_facts",
@@ -404,11 +408,15 @@ def check_cards(
 
     Each card has the sections of its kind's template in order and a ``card-facts`` directive for
     each of the template's facts (the build renders them, so they cannot go stale).
-    Inline ``name=value`` names a real parameter, and one
-    that says it is the default states the code's default. ``TODO(new_card)`` prompts are reported.
+    Inline ``name=value`` names a real parameter (of the card's class or functional form, the
+    Trainer, a best practice's optimizer, or a strategy object such as ``DeepSpeed(zero_stage=3)``
+    and, bare, the practice's own strategy's), and one that says it is the default states the
+    code's default. ``TODO(new_card)`` prompts are reported.
     The cards' composability statements and the committed matrix (``results_root``, default the
     checkout's ``results/``) are checked by :func:`check_composability`.
     """
+    from algorithms.core.strategies import STRATEGIES
+
     from . import cards
     from .codeinfo import CodeLookupError, lookup, parameters, trainer_parameters
     from .scaffold import CARD_DIRS, card_path, render_card
@@ -416,6 +424,8 @@ def check_cards(
     repo_root = Path(repo_root or REPO_ROOT)
     records, problems = valid_records(package_root)
     signatures: dict[str, dict[str, Any]] = {"Trainer": trainer_parameters()}
+    # the parallel modes' strategy objects, as cards write them: DeepSpeed(zero_stage=3), FSDP(cpu_offload=True)
+    signatures.update({cls.__name__: parameters(cls) for cls in STRATEGIES.values()})
     unresolved = set()
     for record in records.values():
         try:
@@ -460,8 +470,13 @@ def check_cards(
         inline: list[Problem] = []
         if kind in METHOD_KINDS:  # first: it parses the card in full, and the checks below reuse that parse
             optimizer = _option_optimizer(record) if record.is_best_practice else None
+            mode = STRATEGIES.get((record.trainer_option or {}).get("parallel"))
             own = (
-                {**trainer_parameters(), **(parameters(optimizer) if optimizer else {})}
+                {
+                    **trainer_parameters(),
+                    **(parameters(optimizer) if optimizer else {}),
+                    **(parameters(mode) if mode else {}),
+                }
                 if record.is_best_practice
                 else {**signatures[record.class_name], **signatures[record.functional]}
             )
@@ -492,11 +507,15 @@ def check_composability(
     *,
     prose: Mapping[str, list[Problem]] | None = None,
 ) -> list[Problem]:
-    """The three composability rules: method cards name no other method in their Composability
+    """The four composability rules: method cards name no other method in their Composability
     prose (:func:`check_composability_prose`), every ``interactions`` key names something the
-    matrix runs (:func:`check_interaction_keys`), and the committed matrix covers the registry
-    without a failing cell (:func:`check_composability_matrix`). ``prose``: the first rule's
-    problems by method key, for the cards the caller has checked already."""
+    matrix runs (:func:`check_interaction_keys`), a claim that a method works in a precision or
+    parallel mode has a passing cell of the matrix behind it (:func:`check_mode_claims`), and the
+    committed matrix covers the registry without a failing cell (:func:`check_composability_matrix`).
+    ``prose``: the first rule's problems by method key, for the cards the caller has checked
+    already."""
+    from .composability_pages import composability_files
+    from .results import ResultsError
     from .scaffold import card_path
 
     problems: list[Problem] = []
@@ -509,7 +528,13 @@ def check_composability(
             terms = terms or MethodTerms(records)  # once for all cards: linear in the number of methods
             problems += check_composability_prose(path, path.read_text(encoding="utf-8"), record, records, terms)
     problems += check_interaction_keys(records)
-    return problems + check_composability_matrix(records, results_root)
+    try:  # read once for the last two rules; where unreadable, the last says why
+        files = composability_files(Path(results_root) / "composability" if results_root is not None else None)
+    except ResultsError:
+        files = None
+    if files is not None:
+        problems += check_mode_claims(records, repo_root, files=files)
+    return problems + check_composability_matrix(records, results_root, files=files)
 
 
 def _method_terms(record: MethodRecord) -> list[str]:
@@ -633,11 +658,241 @@ def check_interaction_keys(records: Mapping[str, MethodRecord]) -> list[Problem]
     return problems
 
 
-def check_composability_matrix(records: Mapping[str, MethodRecord], results_root: Path | None = None) -> list[Problem]:
+# ---------------------------------------------------------------------------------------------
+# check_mode_claims: "works with bf16", "runs under ddp" is the matrix's to say
+#
+# The grammar, kept small so that it reads no more than it should:
+# - A claim is a verb of working together (work, run, ran, compose, combine, compatible), then
+#   optionally "it", "them", "the same", "unchanged" or "as is", then "with", "under" or "in";
+#   not negated by "not", "never", "cannot" or "n't" in the three words before it.
+# - Its modes are the mode names after it in the same clause, which ends at ". ; : ! ?" outside code
+#   spans, or at a word that turns it round ("not", "never", "nor", "except", "but", "unless",
+#   "without"). A parenthesis in the clause is read unless it holds such a word (a qualification:
+#   "(`adaptive` not under `fsdp`)").
+# - Mode names: the Trainer's (fp32, fp16, bf16, amp_fp16, amp_bf16; `single`, dp, ddp, fsdp,
+#   deepspeed, accelerate), the classes and libraries' names (DataParallel, DistributedDataParallel,
+#   FSDP, DeepSpeed, ZeRO, Accelerate), "mixed precision"/AMP, "half precision", and the collective
+#   "every precision (mode)", "all precisions", "the parallel modes", "every distributed mode".
+# - Each mode named is backed on its own by a cell of the committed matrix whose outcome is "runs",
+#   whose ``methods`` hold the method (a best practice: whose own precision or parallel mode is the
+#   practice's) and whose ``precision`` or ``parallel`` is the mode. A 16-bit format's name (fp16,
+#   bf16) is backed by its pure or its autocast mode, "mixed precision" by either autocast mode,
+#   "half precision" by either pure one; a collective name needs every mode it covers.
+
+_NEGATION = r"not|never|nor|except|but|unless|without|cannot|can't|\w+n't"
+_CLAIM_VERB = re.compile(
+    r"\b(?:work(?:s|ed)?|runs?|ran|compos(?:e|es|ed)|combin(?:e|es|ed)|compatible)"
+    r"(?:\s+(?:it|them|the\s+same|unchanged|as\s+is))?\s+(?:with|under|in)\b",
+    re.IGNORECASE,
+)
+_NEGATED = re.compile(rf"\b(?:{_NEGATION})\b(?:\W+\w+){{0,2}}\W*$", re.IGNORECASE)
+_TURN = re.compile(rf"\b(?:{_NEGATION})\b", re.IGNORECASE)
+_CLAUSE_END = re.compile(r"[.;:!?](?!\w)")
+
+
+def _mode_terms() -> list[tuple[str, str, tuple[tuple[tuple[str, str], ...], ...]]]:
+    """``(pattern, label, groups)``: a mode name, as a claim prints it, and what backs it: every
+    group needs one passing cell in one of its ``(option, mode)`` alternatives."""
+    from algorithms.core.options import DISTRIBUTED, PARALLELS, PRECISIONS
+
+    def each(option: str, modes: Iterable[str]) -> tuple[tuple[tuple[str, str], ...], ...]:
+        return tuple(((option, mode),) for mode in modes)
+
+    def any_of(option: str, *modes: str) -> tuple[tuple[tuple[str, str], ...], ...]:
+        return (tuple((option, mode) for mode in modes),)
+
+    def every(noun: str) -> str:  # "every precision (mode)", "each of the Trainer's precisions", "the precision modes"
+        trainers = r"(?:`?Trainer`?'s\s+)?"
+        return (
+            rf"(?:every|each|any)\s+{trainers}{noun}(?:\s+mode)?"
+            rf"|(?:(?:every|each|any|all)(?:\s+of)?\s+)?(?:the\s+)?{trainers}{noun}(?:s|\s+modes)"
+        )
+
+    return [  # longest first: "distributed data parallel" is ddp, not dp
+        (every("precision"), "every precision", each("precision", PRECISIONS)),
+        (every("parallel"), "every parallel mode", each("parallel", PARALLELS)),
+        (every("distributed"), "every distributed mode", each("parallel", DISTRIBUTED)),
+        (r"(?:automatic\s+)?mixed[\s-]precision|amp", "mixed precision", any_of("precision", "amp_fp16", "amp_bf16")),
+        (r"half[\s-]precision", "half precision", any_of("precision", "fp16", "bf16")),
+        (r"amp_fp16", "amp_fp16", any_of("precision", "amp_fp16")),
+        (r"amp_bf16", "amp_bf16", any_of("precision", "amp_bf16")),
+        (r"fp32", "fp32", any_of("precision", "fp32")),
+        (r"fp16", "fp16", any_of("precision", "fp16", "amp_fp16")),
+        (r"bf16", "bf16", any_of("precision", "bf16", "amp_bf16")),
+        (r"[`\"']single[`\"']", "single", any_of("parallel", "single")),
+        (r"ddp|DistributedDataParallel|distributed\s+data\s+parallel", "ddp", any_of("parallel", "ddp")),
+        (
+            r"fsdp2?|FullyShardedDataParallel|fully_shard|fully\s+sharded\s+data\s+parallel",
+            "fsdp",
+            any_of("parallel", "fsdp"),
+        ),
+        (r"dp|DataParallel", "dp", any_of("parallel", "dp")),
+        (r"deepspeed(?:\s+(?-i:ZeRO))?|(?-i:ZeRO)(?:-?[123])?", "deepspeed", any_of("parallel", "deepspeed")),
+        (r"(?-i:Accelerate)|`accelerate`", "accelerate", any_of("parallel", "accelerate")),
+    ]
+
+
+@cache
+def _mode_pattern() -> tuple[re.Pattern[str], tuple[tuple[str, tuple[tuple[tuple[str, str], ...], ...]], ...]]:
+    terms = _mode_terms()
+    pattern = "|".join(f"(?P<t{i}>{p})" for i, (p, _, _) in enumerate(terms))
+    return re.compile(rf"(?<![\w-])(?:{pattern})(?![\w-])", re.IGNORECASE), tuple((t[1], t[2]) for t in terms)
+
+
+@dataclass(frozen=True)
+class ModeClaim:
+    """A sentence's claim that its subject works in some modes: where it stands (``offset`` in the
+    text given), its words, and each mode it names with what backs that mode."""
+
+    offset: int
+    text: str
+    modes: tuple[tuple[str, tuple[tuple[tuple[str, str], ...], ...]], ...]
+
+
+def mode_claims(text: str) -> list[ModeClaim]:
+    """The claims of working in a precision or parallel mode that ``text`` (prose, with Markdown code
+    spans) makes, by the grammar above; a claim that names no mode is none."""
+    # Code spans are read as words: their punctuation ends no clause and opens no parenthesis.
+    flat = re.sub(r"`[^`]*`", lambda m: re.sub(r"[().;:!?,]", " ", m.group()), text)
+    pattern, terms = _mode_pattern()
+    found, read_to = [], 0
+    for verb in _CLAIM_VERB.finditer(flat):
+        if verb.start() < read_to:
+            continue  # within the last claim's clause ("works with fp32 and combines with ddp"): read with it
+        start = max(flat.rfind(c, 0, verb.start()) for c in ".;:!?")
+        if _NEGATED.search(flat[start + 1 : verb.start()]):
+            continue
+        end = _CLAUSE_END.search(flat, verb.end())
+        clause = flat[verb.end() : end.start() if end else len(flat)]
+        read_to = verb.end() + len(clause)
+        clause = re.sub(r"\([^()]*\)", lambda m: " " * len(m.group()) if _TURN.search(m.group()) else m.group(), clause)
+        turn = _TURN.search(clause)
+        clause = clause[: turn.start()] if turn else clause
+        modes, last = [], 0
+        for match in pattern.finditer(clause):
+            label, groups = terms[int(match.lastgroup[1:])]
+            last = match.end()
+            if all(label != m[0] for m in modes):
+                modes.append((label, groups))
+        if modes:  # the claim's words: from its verb to its last mode, and the end of that mode's code span
+            end = verb.end() + last
+            if text.count("`", verb.start(), end) % 2:
+                end = text.find("`", end) + 1 or len(text)
+            words = " ".join(text[verb.start() : end].split())
+            found.append(ModeClaim(verb.start(), words, tuple(modes)))
+    return found
+
+
+def _runs(cell: Mapping[str, Any], subject: MethodRecord) -> bool:
+    """Whether ``cell`` shows ``subject`` running. A best practice runs in a cell of its own mode:
+    its Trainer option's, or one its ``aka`` names (Mixed Precision's amp_fp16 beside its
+    amp_bf16); an optimizer or a model is in no cell."""
+    if cell["outcome"] != "runs":
+        return False
+    if subject.kind == "method":
+        return subject.key in cell["methods"]
+    for option, value in (subject.trainer_option or {}).items():
+        if option in ("precision", "parallel"):
+            return cell[option] == value or cell[option] in subject.aka
+    return False
+
+
+def check_mode_claims(
+    records: Mapping[str, MethodRecord],
+    repo_root: Path | None = None,
+    results_root: Path | None = None,
+    *,
+    files: list[tuple[Path, Mapping[str, Any]]] | None = None,
+) -> list[Problem]:
+    """A card's prose (outside code and comments) and its metadata's text (but the quoted source's:
+    ``at_scale``, ``paper``) claim that the method works in a precision or parallel mode only where
+    the committed matrix has a passing cell of it in that mode (:func:`mode_claims` reads them).
+    Without a readable committed matrix nothing is checked: :func:`check_composability_matrix` says
+    why. ``files``: the committed matrix files, where the caller has read them."""
+    from . import cards
+    from .composability_pages import composability_files
+    from .results import ResultsError
+    from .scaffold import card_path
+
+    if files is None:
+        try:
+            files = composability_files(Path(results_root) / "composability" if results_root is not None else None)
+        except ResultsError:
+            return []
+    cells = [cell for _, document in files for cell in document["cells"]]
+    if not cells:
+        return []
+    problems = []
+
+    ran: dict[str, set[tuple[str, str]]] = {}  # by record: the (option, mode) of its passing cells
+
+    def check(path: Path, line: int | None, claim: ModeClaim, record: MethodRecord) -> None:
+        if record.key not in ran:
+            ran[record.key] = {
+                (option, cell[option]) for cell in cells for option in ("precision", "parallel") if _runs(cell, record)
+            }
+        for label, groups in claim.modes:
+            missing = [g for g in groups if not set(g) & ran[record.key]]
+            if not missing:
+                continue
+            names = ["/".join(mode for _, mode in group) for group in missing]
+            what = ", ".join(names) + ("" if names == [label] else f" (of {label})")
+            modes = {mode for group in missing for _, mode in group}
+            if record.kind != "method":
+                own = "/".join(f"{o}={m}" for o, m in (record.trainer_option or {}).items())
+                how, fix = f"the matrix has no passing cell under {own} ({record.name}) and {what}", "remove the claim"
+            elif not modes & _matrix_modes():
+                how = f"the matrix has no passing cell of {record.name} under {what}"
+                fix = f"remove the claim: the matrix does not run {' or '.join(sorted(modes))}"
+            else:
+                how = f"the matrix has no passing cell of {record.name} under {what}"
+                fix = f"remove the claim, or run python tools/composability_matrix.py --only {record.key} --merge"
+            problems.append(Problem(path, f'"{claim.text}"', f"{how} — {fix}", line))
+
+    for record in records.values():
+        path = card_path(record.kind, record.key, repo_root)
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        if mode_claims(text):  # the card's prose, where its source has a claim at all (parsing costs)
+            for first, source in cards.prose(text):
+                for claim in mode_claims(source):
+                    check(path, first + source.count("\n", 0, claim.offset), claim, record)
+        for where, value in _texts(record.raw, [record.key]):
+            for claim in mode_claims(value):
+                check(record.path, _locate(record.path, where), claim, record)
+    return problems
+
+
+def _matrix_modes() -> set[str]:
+    from algorithms.core.options import MATRIX_PARALLELS, PRECISIONS
+
+    return {*PRECISIONS, "single", *MATRIX_PARALLELS}
+
+
+def _texts(value: Any, where: list[Any]) -> Iterable[tuple[list[Any], str]]:
+    """``(pointer parts, text)`` of every string in a metadata entry but its quotations' (what a
+    source says of its own runs is the source's)."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if key not in ("at_scale", "paper", "link", "url"):
+                yield from _texts(item, [*where, key])
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _texts(item, [*where, index])
+
+
+def check_composability_matrix(
+    records: Mapping[str, MethodRecord],
+    results_root: Path | None = None,
+    *,
+    files: list[tuple[Path, Mapping[str, Any]]] | None = None,
+) -> list[Problem]:
     """The committed matrix (``results/composability/*.json``) is valid, every CPU file has every
     cell of today's methods (:func:`~methods_tools.composability_pages.expected_cells`), and no
     file has a ``fails`` cell. A GPU file is not held to the registry (it needs a GPU to rerun);
-    its cells of newer methods show as not run."""
+    its cells of newer methods show as not run. ``files``: the valid files, where the caller has
+    read them."""
     from .composability_pages import (
         COMPOSABILITY_DIR,
         MATRIX_COMMAND,
@@ -650,10 +905,11 @@ def check_composability_matrix(records: Mapping[str, MethodRecord], results_root
 
     root = Path(results_root) / "composability" if results_root is not None else COMPOSABILITY_DIR
     rerun = f"run {MATRIX_COMMAND} and commit the file it writes"
-    try:
-        files = composability_files(root)
-    except ResultsError as exc:
-        return [_results_line(line) for line in str(exc).splitlines()]
+    if files is None:
+        try:
+            files = composability_files(root)
+        except ResultsError as exc:
+            return [_results_line(line) for line in str(exc).splitlines()]
     if not files:
         return [Problem(root, "matrix", f"no composability matrix is committed — {rerun}")]
     names = {k: r.name for k, r in records.items()}
@@ -821,13 +1077,18 @@ def _check_inline(
 ) -> list[Problem]:
     """``name=value`` in inline code names a parameter; where the sentence says it is the default,
     the value is the code's default."""
+    from algorithms.core.strategies import STRATEGIES
+
     from . import cards
     from .codeinfo import REQUIRED
 
+    strategy_names = {cls.__name__ for cls in STRATEGIES.values()}  # torch has a DataParallel too
     problems = []
     for item in cards.inline_assignments(text):
         if item.callee is None:
-            known, owner = own, "this card's class, functional form or Trainer option"
+            known, owner = own, "this card's class, functional form, Trainer option or its strategy"
+        elif item.callee in strategy_names and (item.qualifier or "").split(".")[0] in ("torch", "nn"):
+            continue  # torch.nn.DataParallel, not the strategy of that name
         elif item.callee in signatures:
             known, owner = signatures[item.callee], item.callee
         else:
@@ -837,7 +1098,8 @@ def _check_inline(
                 Problem(
                     path,
                     item.name,
-                    f"`{item.text}` names no parameter of {owner} — use one of: {', '.join(known)}",
+                    f"`{item.text}` names no parameter of {owner} — "
+                    + (f"use one of: {', '.join(known)}" if known else f"{owner} takes none"),
                     item.line,
                 )
             )
