@@ -74,8 +74,9 @@ def check_cards_main(
         prog="check_cards",
         description="Check every card against its template and the code: its sections "
         "in order, a card-facts directive for each fact (the docs build renders them), inline name=value naming "
-        "real parameters and the code's defaults, method names in Composability prose, and TODO(new_card) "
-        "prompts left.",
+        "real parameters and the code's defaults (strategy options such as DeepSpeed(zero_stage=3) too), method "
+        "names in Composability prose, claims that a method works in a precision or parallel mode that the "
+        "committed composability matrix does not back, and TODO(new_card) prompts left.",
     ).parse_args(argv)
     try:
         problems = check_cards(repo_root, package_root)

@@ -18,8 +18,10 @@ without a change here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from algorithms.memory import (
     MemoryEstimate,
@@ -35,6 +37,7 @@ from .docsgen import Content, Site
 
 __all__ = [
     "ACTIVATIONS",
+    "BAND",
     "CONFIGURATIONS",
     "EXAMPLES",
     "NOT_MEASURED",
@@ -42,11 +45,16 @@ __all__ = [
     "PARTS",
     "Configuration",
     "Example",
+    "MEASURED_AS",
+    "MeasuredAs",
+    "NOT_MEASURED_WHY",
+    "OUTSIDE_BAND",
     "measured_memory",
     "render_memory",
 ]
 
 PAGE = Path("memory.md")  # written by hand: it includes the parts below
+PAGE_SOURCE = "tools/methods_tools/memory_page.py"
 PARTS = Path("tables") / "memory"
 SHOWN_DEVICES = 8  # the N of the table's worked-out column
 NOT_MEASURED = "not measured yet"
@@ -118,16 +126,131 @@ ACTIVATIONS: tuple[Configuration, ...] = (
 )
 
 
-def measured_memory(site: Site, configuration: Configuration) -> str | None:
-    """What this project measured of ``configuration``, as the table shows it, or None where no
-    committed results file holds tensor-memory figures for it (the table then says
-    :data:`NOT_MEASURED`).
+@dataclass(frozen=True)
+class MeasuredAs:
+    """What the training comparison (``tools/compare_training.py``) ran for a row: its
+    configuration's label, and that configuration in the accounting's terms (the comparison trains
+    with SGD with momentum, one state value a parameter, on ``nproc`` processes)."""
 
-    This is the one place that reads measurements: the tensor-memory figures of the results
-    files (``site.results``), matched by ``configuration.key``, belong here with their ratio to
-    the accounting. None of the committed files carries them yet.
-    """
+    config: str
+    precision: str
+    parallel: str = "ddp"
+    offload: str = "none"
+
+    def options(self) -> TrainingOptions:
+        return TrainingOptions(self.precision, "sgd_momentum", self.parallel, self.offload)
+
+
+#: The rows the comparison measures, by key. The rest say why not (:data:`NOT_MEASURED_WHY`).
+MEASURED_AS: dict[str, MeasuredAs] = {
+    "fp32_sgd": MeasuredAs("fp32:single", "fp32"),
+    "amp": MeasuredAs("amp_bf16:single", "amp"),
+    "half": MeasuredAs("bf16:single", "half"),
+    "ddp": MeasuredAs("fp32:ddp", "fp32"),
+    "fsdp": MeasuredAs("fp32:fsdp", "fp32", "fsdp"),
+    "fsdp_offload": MeasuredAs("fp32:fsdp:offload", "fp32", "fsdp", "all"),
+    "zero1": MeasuredAs("fp32:deepspeed:1", "fp32", "zero1"),
+    "zero2": MeasuredAs("fp32:deepspeed:2", "fp32", "zero2"),
+    "zero3": MeasuredAs("fp32:deepspeed:3", "fp32", "zero3"),
+    "zero2_offload": MeasuredAs("fp32:deepspeed:2+offload", "fp32", "zero2", "optimizer"),
+    "zero3_offload": MeasuredAs("fp32:deepspeed:3+offload", "fp32", "zero3", "all"),
+}
+
+#: Why a row has no measurement.
+NOT_MEASURED_WHY: dict[str, str] = {
+    "fp32": "not measured: the comparison trains with SGD with momentum (the next row)",
+    "mixed": "not measured: the comparison runs no DeepSpeed fp16 or bf16 mode with float32 master weights",
+    "lora": "not measured: the comparison trains every parameter",
+    **{
+        c.key: "not measured: the comparison's model is a CNN (resnet20), and these counts are a transformer layer's"
+        for c in ACTIVATIONS
+    },
+}
+
+#: How far a measured figure may sit from the accounting and still agree with it. The accounting
+#: counts parameters alone, and the measurement the buffers too (batch norm's running statistics:
+#: 0.6 % of resnet20's weights), so a few per cent apart is agreement; 10 % is well clear of that.
+BAND = 0.10
+
+#: Why a row's measurement sits outside :data:`BAND`, by key. The build checks both ways: a row
+#: outside the band without a reason here, or with one here inside it, stops it.
+OUTSIDE_BAND: dict[str, str] = {}
+
+
+def _measured_entry(site: Site, config: str) -> tuple[Path, Mapping[str, Any], Mapping[str, Any]] | None:
+    """The newest results file whose ``config`` succeeded with tensor-memory figures and a
+    parameter count, with that configuration's summary entry and a successful run."""
+    for path, document in sorted(site.results, key=lambda item: item[1]["environment"]["date"], reverse=True):
+        entry = next((s for s in document["summary"] if s["config"] == config), None)
+        run = next(
+            (r for r in document["runs"] if r["config"] == config and r["status"] == "ok" and r.get("parameters")),
+            None,
+        )
+        if entry is not None and run is not None and entry.get("tensor_memory"):
+            return path, entry, run
     return None
+
+
+def _bytes_per_parameter(entry: Mapping[str, Any], parameters: int, at: str) -> float:
+    """Weights, gradients and optimizer state of the process with the largest peak, per parameter
+    (``at``: the spread's ``median``, ``min`` or ``max``); a gradient figure the mode keeps in
+    buffers of its own (None) counts nothing."""
+    tensor = entry["tensor_memory"]
+    parts = (tensor[name] for name in ("weights_bytes", "gradients_bytes", "optimizer_bytes"))
+    return sum(part[at] for part in parts if part is not None) / parameters
+
+
+def measured_memory(site: Site, configuration: Configuration) -> str | None:
+    """What this project measured of ``configuration``, as the table shows it, or why it did not
+    (:data:`NOT_MEASURED_WHY`); None where the row could be measured but no committed results file
+    holds its figures (the table then says :data:`NOT_MEASURED`).
+
+    The measurement is the tensor memory that the comparison's configuration (:data:`MEASURED_AS`)
+    recorded: weights, gradients and optimizer state per parameter of the model, on the process
+    with the largest peak, median (and range) over its runs, beside the accounting of that same
+    configuration (:func:`algorithms.memory.parameter_bytes` with the comparison's optimizer and
+    processes: the device's bytes and the host's, as on a CPU both are the same memory; autocast's
+    16-bit copies are not weights, and the measurement counts them with the activations). A ratio
+    outside :data:`BAND` shows its reason from :data:`OUTSIDE_BAND`; a ValueError (one line, the
+    file) where a reason is missing, or stated for a ratio inside the band.
+    """
+    key = configuration.key
+    measured_as = MEASURED_AS.get(key)
+    if measured_as is None:
+        return NOT_MEASURED_WHY.get(key)
+    found = _measured_entry(site, measured_as.config)
+    if found is None:
+        return None
+    path, entry, run = found
+    parameters = run["parameters"]
+    median = _bytes_per_parameter(entry, parameters, "median")
+    low, high = (_bytes_per_parameter(entry, parameters, at) for at in ("min", "max"))
+    accounting = parameter_bytes(
+        measured_as.precision,
+        "sgd_momentum",
+        parallel=measured_as.parallel,
+        devices=entry["world_size"],
+        offload=measured_as.offload,
+    )
+    expected = accounting.weights + accounting.gradients + accounting.optimizer_state + accounting.host
+    ratio = median / expected
+    figure = f"{median:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{median:.1f} ({low:.1f}–{high:.1f})"
+    text = f"{measured_as.config}: {figure} B, {ratio:.2f}x the accounting's {_number(expected)}"
+    reason = OUTSIDE_BAND.get(key)
+    inside = abs(ratio - 1) <= BAND
+    if inside and reason is not None:
+        raise ValueError(
+            f"{PAGE_SOURCE}: {key}: measured {ratio:.2f}x the accounting, inside the ±{BAND:.0%} band, yet "
+            f"OUTSIDE_BAND gives a reason — delete it from methods_tools/memory_page.py ({path.name})"
+        )
+    if not inside:
+        if reason is None:
+            raise ValueError(
+                f"{PAGE_SOURCE}: {key}: measured {ratio:.2f}x the accounting ({path.name}), outside the "
+                f"±{BAND:.0%} band — say why in OUTSIDE_BAND in methods_tools/memory_page.py, or fix the accounting"
+            )
+        text += f"; outside ±{BAND:.0%}: {reason}"
+    return text
 
 
 # --- Formulas: which bytes scale with 1/N and with f, read off the library ---------------------
@@ -406,6 +529,28 @@ def example_view(example: Example) -> ExampleView:
     )
 
 
+@dataclass(frozen=True)
+class MeasuredFrom:
+    """A results file the measured column read, as the line under the table names it."""
+
+    file: str
+    hardware: str
+    date: str
+    settings: Mapping[str, Any]
+
+
+def measured_from(site: Site) -> list[MeasuredFrom]:
+    """The results files that give the table's measured figures, newest first."""
+    used = {found[0] for m in MEASURED_AS.values() if (found := _measured_entry(site, m.config)) is not None}
+    return [
+        MeasuredFrom(
+            f"results/{path.name}", doc["environment"]["hardware"], doc["environment"]["date"][:10], doc["settings"]
+        )
+        for path, doc in sorted(site.results, key=lambda item: item[1]["environment"]["date"], reverse=True)
+        if path in used
+    ]
+
+
 def render_memory(site: Site) -> dict[Path, Content]:
     """The page's three generated parts."""
     return {
@@ -414,6 +559,8 @@ def render_memory(site: Site) -> dict[Path, Content]:
             rows=[configuration_row(site, c) for c in CONFIGURATIONS],
             shown_devices=SHOWN_DEVICES,
             not_measured=NOT_MEASURED,
+            sources=measured_from(site),
+            band=BAND,
         ),
         PARTS / "activations.md.inc": site.render(
             "memory_activations.md.inc.j2",
