@@ -18,3 +18,16 @@ def test_the_getting_started_code_runs_and_trains(capsys):
         exec(compile(block.code, f"{PAGE.name}:{block.line}", "exec"), namespace)  # noqa: S102
     assert namespace["trainer"].method_log.acted("CutMix") and namespace["loop"].timestamp.batch == 4
     assert "CutMix: batches_mixed=8" in capsys.readouterr().out
+
+
+def test_the_install_section_names_every_extra_a_user_installs():
+    """Every extra of pyproject.toml but the project's own (``torch``, which the command shows,
+    ``docs`` and ``dev``) is named on the page, so an extra added later is not left out."""
+    import tomllib
+
+    extras = tomllib.loads((PACKAGE_ROOT.parent / "pyproject.toml").read_text("utf-8"))["project"]
+    install = PAGE.read_text("utf-8").split("## One method")[0]
+    missing = [
+        e for e in extras["optional-dependencies"] if e not in ("torch", "docs", "dev") and f"`{e}`" not in install
+    ]
+    assert missing == [], f"name these extras in the Install section of {PAGE.name}: {missing}"
