@@ -23,12 +23,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from activation_checkpointing_fsdp import Losses
 from torch import nn
 
 import algorithms.functional as cf
 from algorithms import ActivationCheckpointing, StochasticDepth
 from algorithms.activation_checkpointing import CheckpointedBlock, checkpoint_block, registry
-from algorithms.core import Algorithm, Event, Trainer
+from algorithms.core import Trainer
 from algorithms.models import lm_loss, resnet20, transformer_tiny
 from algorithms.models.resnet import BasicBlock, Bottleneck, ResNet
 from algorithms.models.transformer import TransformerBlock
@@ -300,22 +301,8 @@ def test_a_generator_a_module_holds_is_set_back_for_the_recomputation():
     assert torch.equal(generators[id(plain)].get_state(), generators[id(checkpointed)].get_state())
 
 
-class _Losses(Algorithm):
-    activity = {"losses": "losses recorded"}
-
-    def __init__(self):
-        self.losses = []
-
-    def match(self, event, state):
-        return event is Event.BEFORE_BACKWARD
-
-    def apply(self, event, state, logger=None):
-        self.losses.append(state.loss.detach().clone())
-        self.report(logger, "losses")
-
-
 def _train(methods, model=None):
-    losses = _Losses()
+    losses = Losses()
     batches = [(torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(i)), torch.arange(4)) for i in range(2)]
     torch.manual_seed(0)
     trainer = Trainer(model or resnet20(), batches, "2ba", algorithms=[*methods, losses], seed=0, device="cpu")
