@@ -18,7 +18,8 @@ import multiprocessing
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from loop_support import image_data
+from torch.utils.data import DataLoader
 
 from algorithms import EMA, SAM, CutMix, LabelSmoothing, MixUp
 from algorithms.core import Algorithm, Event, Loop, Trainer
@@ -28,9 +29,7 @@ multiprocessing.set_forkserver_preload(["torch"])  # as test_loop_correctness.py
 B = 12
 
 
-def _data(n=48, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return TensorDataset(torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 4, (n,), generator=g))
+_data = image_data
 
 
 def _batches(n=48):

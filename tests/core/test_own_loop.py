@@ -17,7 +17,8 @@ import multiprocessing
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from loop_support import conv_net, image_data, sgd
+from torch.utils.data import DataLoader
 
 from algorithms import EMA, SAM, CutMix, LabelSmoothing, MixUp, SqueezeExcite
 from algorithms.core import MODEL_LOSS, Event, Loop, Trainer
@@ -25,9 +26,7 @@ from algorithms.core import MODEL_LOSS, Event, Loop, Trainer
 multiprocessing.set_forkserver_preload(["torch"])  # as test_loop_correctness.py: workers fork from a server
 
 
-def _data(n=48, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return TensorDataset(torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 4, (n,), generator=g))
+_data = image_data
 
 
 def _loader(workers=2):
@@ -42,18 +41,7 @@ def _loader(workers=2):
     )
 
 
-def _model(seed=5):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1),
-        torch.nn.BatchNorm2d(16),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 16, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(16, 4),
-    )
+_model = conv_net
 
 
 def _methods():
@@ -61,8 +49,7 @@ def _methods():
     return [SqueezeExcite(latent_channels=4, min_channels=8), CutMix(alpha=1.0), LabelSmoothing(0.1), EMA("2ba")]
 
 
-def _sgd(params):
-    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+_sgd = sgd
 
 
 def _trainer_run(duration, methods, workers=2, **options):

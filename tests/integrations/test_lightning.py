@@ -25,7 +25,8 @@ pytest.importorskip(
 
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from loop_support import conv_net, image_data, sgd  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 from algorithms import EMA, SAM, CutMix, LabelSmoothing, SqueezeExcite  # noqa: E402
 from algorithms.core import Trainer  # noqa: E402
@@ -36,27 +37,13 @@ STEPS = 12  # two epochs of six batches
 
 
 def _loader(n=48):
-    g = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 4, (n,), generator=g))
-    return DataLoader(data, batch_size=8, shuffle=False)
+    return DataLoader(image_data(n), batch_size=8, shuffle=False)
 
 
-def _net(seed=5):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1),
-        torch.nn.BatchNorm2d(16),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 16, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(16, 4),
-    )
+_net = conv_net
 
 
-def _sgd(params):
-    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+_sgd = sgd
 
 
 METHODS = {
