@@ -1025,6 +1025,19 @@ def test_landing_puts_sourced_figures_before_the_toy_scale_charts(synthetic_meta
     )
     assert f"`{rst_text('Yun et al., 2019')} <https://arxiv.org/abs/1905.04899>`__" in table
     assert "Zeta" not in table  # it quotes no figure
+    # one row per figure, each on lines of its own (reStructuredText reads a row run on as broken markup)
+    with_url = {**AT_SCALE, "url": None}
+    out = rendered(
+        synthetic_metadata, tmp_path / "two", {}, at_scale={"alpha_trick": with_url, "zeta_method": AT_SCALE}
+    )
+    landing = out[pages.LANDING]
+    rows = [line for line in landing[landing.index("At scale, as") :].splitlines() if line.startswith("   * - ")]
+    assert rows == [
+        "   * - Method",
+        f"   * - `{rst_text('Alpha Trick')} <method_cards/alpha_trick.html>`__",
+        f"   * - `{rst_text(SYNTHETIC['hostile']['name'])} <method_cards/hostile.html>`__",
+        f"   * - `{rst_text('Zeta')} <method_cards/zeta_method.html>`__",
+    ]
 
 
 def test_a_method_that_shrinks_images_below_32_px_is_not_applicable_there(synthetic_metadata, tmp_path):
