@@ -78,13 +78,19 @@ def test_landing_shows_sourced_figures_as_text(hostile_site):
     page = soup(hostile_site / "index.html")
     (table,) = page.select("table.ml-at-scale-table")
     (row,) = [tr for tr in table.select("tbody tr") if one_line(HOSTILE) in tr.get_text(" ", strip=True)]
-    name, figure = row.find_all("td")
+    name, figure, source = row.find_all("td")
     assert name.get_text(strip=True) == one_line(SYNTHETIC["hostile"]["name"])
+    assert figure.get_text(" ", strip=True) == one_line(HOSTILE)
+    assert source.get_text(" ", strip=True) == (
+        "<i>x</i> <script>alert(2)</script>; hardware: [z](javascript:alert(1)) <b>raw</b>. "
+        "**Mallory** ](javascript:alert(1))"
+    )
     assert [a["href"] for a in row.find_all("a")] == [
         "method_cards/hostile.html",
         "https://example.invalid/a%20b%29%28c%3Cd%3E",
     ]
-    assert {tag.name for tag in figure.find_all(True)} <= {"p", "a"}
+    assert {tag.name for tag in figure.find_all(True)} <= {"p"}
+    assert {tag.name for tag in source.find_all(True)} <= {"p", "a"}
 
 
 def test_no_markup_from_metadata_anywhere(hostile_site):
