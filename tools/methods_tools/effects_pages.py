@@ -575,9 +575,8 @@ def not_applicable_at(record: Any, settings: Mapping[str, Any]) -> str | None:
     if "smaller_inputs" not in record.observable or "vision" not in record.domains:
         return None
     return (
-        f"{record.name} makes the images smaller, and these are {side} px: its sources train on images of "
-        f"{SMALLEST_RESIZED_SIDE} px (CIFAR-10) and more, so what it does to an {side}-pixel image says nothing "
-        "of its effect there"
+        f"{record.name} makes the images smaller, and its sources train on images of {SMALLEST_RESIZED_SIDE} px "
+        f"(CIFAR-10) and larger, not {side} px"
     )
 
 
@@ -611,7 +610,11 @@ def _row(
         pairs=quality["pairs"] if measured else 0,
         quality=quality_text(quality) if measured else None,
         throughput=(
-            (ratio_text(throughput, "throughput") if gpu_words is None else f"{NOT_MEASURABLE} (for GPUs: {gpu_words})")
+            (
+                ratio_text(throughput, "throughput")
+                if gpu_words is None
+                else f"{NOT_MEASURABLE} (it is for use {gpu_words})"
+            )
             if measured
             else None
         ),
