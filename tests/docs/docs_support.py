@@ -27,6 +27,16 @@ HOSTILE = (
 )
 
 
+# A figure at scale whose every field is hostile markup (the setting's first clause is what compact views show).
+HOSTILE_AT_SCALE = {
+    "figure": HOSTILE,
+    "setting": "<i>x</i> <script>alert(2)</script>; the rest, on the card",
+    "hardware": "[z](javascript:alert(1)) <b>raw</b>",
+    "source": "**Mallory** ](javascript:alert(1))",
+    "url": "https://example.invalid/a b)(c<d>",
+}
+
+
 def method_entry(
     name: str,
     *,
@@ -82,7 +92,8 @@ SYNTHETIC = {
         tldr=HOSTILE,
         attribution="Mallory ](javascript:alert(1)) <i>et al</i>",
         link="https://example.invalid/a b)(c<d>",
-    ),
+    )
+    | {"at_scale": HOSTILE_AT_SCALE},
 }
 
 

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-from docs_support import HOSTILE
+from docs_support import HOSTILE, SYNTHETIC
 from methods_tools import effects_pages, pages
 from methods_tools.docsgen import Site, jinja_environment, sorted_methods
 from methods_tools.effects_pages import render_effects
@@ -956,3 +956,139 @@ def test_a_chart_that_cannot_be_drawn_is_a_problem_naming_the_file(synthetic_met
         tmp_path, metadata_root=synthetic_metadata, results_root=results, generators=(pages.methods_overview,)
     )
     assert generated.problems == ["results/effects/v.json: the effects chart cannot be drawn: OverflowError: no room"]
+
+
+# ------------------------------------------------------------------------------------- (f) figures in their place
+
+
+def _site_with(metadata: Path, root: Path, documents: dict[str, dict], **changes) -> Site:
+    """:func:`site` with ``changes`` (key -> record fields) made to its metadata records."""
+    s = site(metadata, root, documents, at_scale={"alpha_trick": AT_SCALE})
+    s.methods = [dataclasses.replace(r, **changes.get(r.key, {})) for r in s.methods]
+    return s
+
+
+def _render(s: Site) -> dict[Path, str]:
+    for generator in (pages.methods_overview, render_effects, pages.landing):
+        s.rendered.update(generator(s))
+    return dict(s.rendered)
+
+
+def _grid_card(text: str, name: str) -> str:
+    """The overview's grid card of ``name``: from its directive line to the fence that closes it."""
+    start = text.index(f"::::{{grid-item-card}} {name}\n")
+    return text[start : text.index("\n::::\n", start)]
+
+
+def test_overview_card_shows_its_sourced_figure_with_setting_hardware_and_source(synthetic_metadata, tmp_path):
+    hostile_scale = {
+        "figure": HOSTILE,
+        "setting": "<script>alert(1)</script> on ImageNet; the rest is on the card",
+        "hardware": "[z](javascript:alert(1))",
+        "source": "**Mallory** <b>x</b>",
+        "url": "https://example.invalid/a",
+    }
+    out = rendered(synthetic_metadata, tmp_path, {}, at_scale={"alpha_trick": AT_SCALE, "hostile": hostile_scale})
+    alpha = _grid_card(overview(out), "Alpha Trick")
+    assert f"**At scale:** {md_text(AT_SCALE['figure'])}\n" in alpha
+    assert (
+        f"{md_text('ResNet-50 on ImageNet, 90 epochs')}; hardware: {md_text('8 V100 GPUs')}. "
+        f"Source: {md_text('Yun et al., 2019')}." in alpha
+    )
+    hostile = _grid_card(overview(out), md_text(SYNTHETIC["hostile"]["name"]))
+    assert f"**At scale:** {md_text(HOSTILE)}" in hostile
+    # the setting's first clause, escaped: what follows the ";" is the card's
+    assert (
+        f"{md_text('<script>alert(1)</script> on ImageNet')}; hardware: {md_text('[z](javascript:alert(1))')}"
+        in hostile
+    )
+    assert "the rest is on the card" not in hostile
+    assert "<script>" not in hostile and "<b>" not in hostile
+    assert not re.search(r"(?<!\\)\]\(javascript", hostile)
+    # a method that quotes no figure says so, never an empty box
+    assert "**At scale:** no figure is quoted." in _grid_card(overview(out), "Zeta")
+
+
+def test_landing_puts_sourced_figures_before_the_toy_scale_charts(synthetic_metadata, tmp_path):
+    out = rendered(
+        synthetic_metadata, tmp_path, {"vision-test.json": vision_document()}, at_scale={"alpha_trick": AT_SCALE}
+    )
+    landing = out[pages.LANDING]
+    sourced = landing.index("At scale, as the sources report it\n---")
+    checked = landing.index("Checked here, at toy scale on a CPU\n---")
+    chart = landing.index(".. figure:: tables/effects/vision-test.svg")
+    assert sourced < checked < chart
+    table = landing[sourced:checked]
+    assert (
+        f"   * - `{rst_text('Alpha Trick')} <method_cards/alpha_trick.html>`__\n     - {rst_text('+1.4 points top-1')}"
+        in table
+    )
+    assert f"`{rst_text('Yun et al., 2019')} <https://arxiv.org/abs/1905.04899>`__" in table
+    assert "Zeta" not in table  # it quotes no figure
+    # one row per figure, each on lines of its own (reStructuredText reads a row run on as broken markup)
+    with_url = {**AT_SCALE, "url": None}
+    out = rendered(
+        synthetic_metadata, tmp_path / "two", {}, at_scale={"alpha_trick": with_url, "zeta_method": AT_SCALE}
+    )
+    landing = out[pages.LANDING]
+    rows = [line for line in landing[landing.index("At scale, as") :].splitlines() if line.startswith("   * - ")]
+    assert rows == [
+        "   * - Method",
+        f"   * - `{rst_text('Alpha Trick')} <method_cards/alpha_trick.html>`__",
+        f"   * - `{rst_text(SYNTHETIC['hostile']['name'])} <method_cards/hostile.html>`__",
+        f"   * - `{rst_text('Zeta')} <method_cards/zeta_method.html>`__",
+    ]
+
+
+def test_a_method_that_shrinks_images_below_32_px_is_not_applicable_there(synthetic_metadata, tmp_path):
+    """ColOut and Progressive Resizing at 8 px: a vision method whose effect is smaller images gets no
+    bar and no number below the smallest image its sources train on, only its reason."""
+    documents = {"vision-test.json": vision_document()}
+    for side, applies in ((8, False), (31, False), (32, True)):
+        documents["vision-test.json"]["settings"]["image_size"] = side
+        s = _site_with(
+            synthetic_metadata, tmp_path / str(side), documents, alpha_trick={"observable": ("smaller_inputs",)}
+        )
+        (view,) = effects_pages.effects_views(s)
+        (row,) = [r for r in view.rows if r.key == "alpha_trick"]
+        assert row.measured is applies, side
+        if applies:
+            continue
+        assert row.status_label == f"not applicable at {side} px"
+        assert "makes the images smaller" in row.reason and "32 px" in row.reason
+        assert row.quality is row.throughput is row.memory is None
+        assert row not in view.chart_rows and view.chart is None  # its only measured row: nothing to draw
+        out = _render(s)
+        snippet = card(out, "alpha_trick")
+        assert f"not applicable at {side} px" in snippet and md_text(row.reason) in snippet
+        assert "+1.2 points" not in snippet and "0.87x" not in snippet
+    # a method that does not shrink images is judged at 8 px as measured
+    documents["vision-test.json"]["settings"]["image_size"] = 8
+    (view,) = effects_pages.effects_views(site(synthetic_metadata, tmp_path / "other", documents))
+    assert [r.key for r in view.chart_rows] == ["alpha_trick"]
+
+
+def test_a_gpu_speed_measured_on_a_cpu_is_not_its_cost(synthetic_metadata, tmp_path, monkeypatch):
+    monkeypatch.setitem(effects_pages.GPU_SPEED, "alpha_trick", "Use.")
+    cpu = vision_document()
+    (view,) = effects_pages.effects_views(site(synthetic_metadata, tmp_path / "cpu", {"vision-test.json": cpu}))
+    (row,) = view.rows_of("alpha_trick")
+    assert row.measured and not row.speed_measurable
+    assert row.throughput.startswith(effects_pages.NOT_MEASURABLE) and "0.87x" not in row.throughput
+    assert row.quality.startswith("+1.2 points") and row.memory  # quality and memory still count
+    assert view.speed_rows == () and "ran slower" not in view.chart_summary
+    assert f" The speed of Alpha Trick is a GPU's, {effects_pages.NOT_MEASURABLE}." in view.chart_summary
+    # on a GPU its throughput is its cost
+    gpu = vision_document()
+    gpu["environment"] = {**gpu["environment"], "device_type": "cuda"}
+    (view,) = effects_pages.effects_views(site(synthetic_metadata, tmp_path / "gpu", {"vision-test.json": gpu}))
+    (row,) = view.rows_of("alpha_trick")
+    assert row.speed_measurable and row.throughput.startswith("0.87x")
+
+
+def test_every_gpu_speed_entry_is_what_its_metadata_says():
+    from algorithms.metadata import load_all_metadata
+
+    records = load_all_metadata()
+    for key, words in effects_pages.GPU_SPEED.items():
+        assert words in " ".join(records[key].use.split()), key

@@ -132,6 +132,7 @@ def test_one_environment_holds_every_filter(tmp_path):
         "one_line",
         "token",
         "kind_label",
+        "first_clause",
         "css",
         "literal",
         "json",

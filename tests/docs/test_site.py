@@ -60,6 +60,37 @@ def test_overview_shows_metadata_text_verbatim(hostile_site):
     texts = {card.select_one(".sd-card-title").get_text(strip=True): card.get_text(" ", strip=True) for card in cards}
     hostile = texts[one_line(SYNTHETIC["hostile"]["name"])]
     assert one_line(HOSTILE) in hostile
+    # its figure at scale, as text: the figure, the setting's first clause, the hardware and the source
+    (box,) = [
+        c
+        for c in cards
+        if c.select_one(".sd-card-title").get_text(strip=True) == one_line(SYNTHETIC["hostile"]["name"])
+    ]
+    scale = box.select_one(".ml-at-scale")
+    assert scale.get_text(" ", strip=True) == (
+        f"At scale: {one_line(HOSTILE)} <i>x</i> <script>alert(2)</script>; hardware: [z](javascript:alert(1)) "
+        "<b>raw</b>. Source: **Mallory** ](javascript:alert(1))."
+    )
+    assert {tag.name for tag in scale.find_all(True)} <= {"div", "p", "strong"}
+
+
+def test_landing_shows_sourced_figures_as_text(hostile_site):
+    page = soup(hostile_site / "index.html")
+    (table,) = page.select("table.ml-at-scale-table")
+    (row,) = [tr for tr in table.select("tbody tr") if one_line(HOSTILE) in tr.get_text(" ", strip=True)]
+    name, figure, source = row.find_all("td")
+    assert name.get_text(strip=True) == one_line(SYNTHETIC["hostile"]["name"])
+    assert figure.get_text(" ", strip=True) == one_line(HOSTILE)
+    assert source.get_text(" ", strip=True) == (
+        "<i>x</i> <script>alert(2)</script>; hardware: [z](javascript:alert(1)) <b>raw</b>. "
+        "**Mallory** ](javascript:alert(1))"
+    )
+    assert [a["href"] for a in row.find_all("a")] == [
+        "method_cards/hostile.html",
+        "https://example.invalid/a%20b%29%28c%3Cd%3E",
+    ]
+    assert {tag.name for tag in figure.find_all(True)} <= {"p"}
+    assert {tag.name for tag in source.find_all(True)} <= {"p", "a"}
 
 
 def test_no_markup_from_metadata_anywhere(hostile_site):

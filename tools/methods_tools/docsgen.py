@@ -26,10 +26,13 @@ __all__ = [
     "Content",
     "Site",
     "css_class_value",
+    "first_clause",
     "jinja_environment",
     "kind_label",
     "method_option",
     "sorted_methods",
+    "text_measure",
+    "wrap_text",
 ]
 
 
@@ -50,6 +53,12 @@ def index_entry(text: str) -> str:
     return one_line(text).replace("`", "'").replace(";", ",").lstrip("!").strip()
 
 
+def first_clause(text: str) -> str:
+    """``text`` up to its first ``;`` (whitespace folded): the main clause of a sourced setting or
+    hardware, where a compact view shows it and the card gives the whole."""
+    return one_line(text).split("; ", 1)[0]
+
+
 def kind_label(kind: str) -> str:
     """``best_practice`` -> ``best practice``: how a page names a record's kind."""
     return KIND_LABELS[safe_token(kind, "kind")]
@@ -65,6 +74,7 @@ FILTERS: Mapping[str, Callable[..., str]] = {
     "index_entry": index_entry,  # one entry of an index directive
     "token": safe_token,  # a closed-vocabulary value (key, domain, tag, kind), refused otherwise
     "kind_label": kind_label,
+    "first_clause": first_clause,  # not escaping: an escaping filter follows it
     "css": css_class_value,
     "literal": literal,  # a Python literal (JSON arrays as lists)
     "json": json_literal,
@@ -177,6 +187,38 @@ def pyplot(needed_for: str, error: type[Exception]) -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def text_measure(fig: Any, **text_options: Any) -> Callable[[str], float]:
+    """How wide ``fig`` draws a line of text (with ``text_options``, e.g. ``fontweight="bold"``), in inches."""
+    renderer = fig.canvas.get_renderer()
+
+    def measure(text: str) -> float:
+        probe = fig.text(0, 0, text, **text_options)
+        inches = probe.get_window_extent(renderer).width / fig.dpi
+        probe.remove()
+        return inches
+
+    return measure
+
+
+def wrap_text(text: str, width: float, measure: Callable[[str], float]) -> list[str]:
+    """``text`` broken at spaces into lines no wider than ``width`` inches as ``measure`` (a line ->
+    inches, e.g. :func:`text_measure`) finds them; its own line breaks are kept, and a word wider
+    than the width keeps a line of its own. The charts lay themselves out from these lines, so
+    that no text is cut off or overlaps at the width a phone shows them."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split(" "):
+            trial = f"{line} {word}" if line else word
+            if line and measure(trial) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = trial
+        lines.append(line)
+    return lines
 
 
 def svg_text(plt: Any, fig: Any, key: str) -> str:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
+from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text, text_measure, wrap_text
 from .evidence import (
     MARGIN_REASONS,
     MARGINS,
@@ -73,6 +73,20 @@ STATUS_LABELS = {
     "not_applicable": "not applicable here",
     "failed": "failed",
 }
+#: The smallest image side (px) at which a method that makes images smaller is judged: CIFAR-10's
+#: 32 px, the smallest images any of their sources trains on (Composer's ColOut and Progressive
+#: Resizing cards: ResNet-56 on CIFAR-10, ResNet-50 on ImageNet). On a workload of smaller images
+#: such a method's row is "not applicable at N px", with the reason, never an effect.
+SMALLEST_RESIZED_SIDE = 32
+#: The methods whose speed is a GPU's, each with the words of its metadata's ``use`` that say so
+#: (a test holds each entry to the metadata, so rewording ``use`` cannot leave a stale entry). On a
+#: CPU their throughput is "not measurable on this hardware", never shown as their cost.
+GPU_SPEED: Mapping[str, str] = {
+    "channels_last": "on GPUs with Tensor Cores",
+    "low_precision_groupnorm": "on GPUs where autocast runs group_norm in float32",
+    "low_precision_layernorm": "on GPUs where autocast runs layer_norm in float32",
+}
+NOT_MEASURABLE = "not measurable on this hardware"
 # Beyond this many decimals an end that still rounds to no change is shown as it rounds: no
 # measured figure here comes that close to it.
 MOST_DECIMALS = 8
@@ -275,6 +289,10 @@ class EffectRow:
     ratio_interval: str | None  # "bootstrap over seed pairs, 95 %"
     at_scale: Mapping[str, Any] | None  # the method's metadata "at_scale", when it quotes one
     number: Mapping[str, Any]  # the summary entry
+    # what its status reads as where the pages know more than the file ("not applicable at 8 px")
+    status_text: str | None = None
+    # False where its speed is a GPU's and the file ran on a CPU: its throughput is not its cost
+    speed_measurable: bool = True
 
     @property
     def measured(self) -> bool:
@@ -282,7 +300,7 @@ class EffectRow:
 
     @property
     def status_label(self) -> str:
-        return STATUS_LABELS[self.status]
+        return self.status_text or STATUS_LABELS[self.status]
 
     @property
     def test(self) -> str | None:
@@ -400,8 +418,26 @@ class EffectsFile:
 
     @property
     def holm_family(self) -> int:
-        """How many methods its quality changes were corrected over (Holm's correction): its measured rows."""
-        return len(self.measured)
+        """How many methods its quality changes were corrected over (Holm's correction): the file's
+        measured rows, those shown as not applicable at its resolution included."""
+        families = {r.number["quality"]["holm_family"] for r in self.measured}
+        return max(families) if families else 0
+
+    @property
+    def holm_unshown(self) -> int:
+        """How many of the corrected changes the pages do not show as effects (not applicable at
+        the file's resolution)."""
+        return self.holm_family - len(self.measured) if self.measured else 0
+
+    @property
+    def speed_rows(self) -> tuple[EffectRow, ...]:
+        """The measured rows whose throughput is a cost on this hardware (the chart's speed panel)."""
+        return tuple(r for r in self.chart_rows if r.speed_measurable)
+
+    @property
+    def gpu_speed_rows(self) -> tuple[EffectRow, ...]:
+        """The measured rows whose speed is a GPU's, measured here on a CPU: no throughput shown."""
+        return tuple(r for r in self.chart_rows if not r.speed_measurable)
 
     @property
     def holm_holds(self) -> tuple[EffectRow, ...]:
@@ -450,7 +486,7 @@ class EffectsFile:
                 quality.append(f"{_names(changed)} {phrase}")
             ratios = [
                 f"{r.label} ({r.number['throughput']['ratio']:.2f}x)"
-                for r in rows
+                for r in self.speed_rows
                 if r.number["throughput"]["verdict"] == verdict
             ]
             if ratios:
@@ -463,10 +499,14 @@ class EffectsFile:
             if claimed
             else ""
         )
+        gpu = [r.label for r in self.gpu_speed_rows]
+        unmeasurable = (
+            f" The speed of {_names(gpu)} is a GPU's, {NOT_MEASURABLE}." if gpu and self.device_type == "cpu" else ""
+        )
         return (
             f"{self.workload_label} workload, {self.settings['model']} on {self.settings['data']}: of "
             f"{len(rows)} methods measured, {'; '.join(quality) or f'none changed the {moved} detectably'}; "
-            f"{', '.join(speed) or 'none changed the throughput detectably'}.{corrected}"
+            f"{', '.join(speed) or 'none changed the throughput detectably'}.{unmeasurable}{corrected}"
         )
 
     @property
@@ -525,8 +565,36 @@ def at_scale_of(record: Any) -> dict[str, Any] | None:
     return dict(record.at_scale) if record.at_scale else None
 
 
-def _row(entry: Mapping[str, Any], record: Any, process_label: str) -> EffectRow:
+def not_applicable_at(record: Any, settings: Mapping[str, Any]) -> str | None:
+    """Why ``record`` does not apply at the image size of ``settings``, or None where it does: a
+    vision method that makes images smaller (its metadata's ``observable`` has ``smaller_inputs``)
+    on images smaller than :data:`SMALLEST_RESIZED_SIDE`."""
+    side = settings.get("image_size")
+    if side is None or side >= SMALLEST_RESIZED_SIDE:
+        return None
+    if "smaller_inputs" not in record.observable or "vision" not in record.domains:
+        return None
+    return (
+        f"{record.name} makes the images smaller, and its sources train on images of {SMALLEST_RESIZED_SIDE} px "
+        f"(CIFAR-10) and larger, not {side} px"
+    )
+
+
+def gpu_speed(record: Any) -> str | None:
+    """The words of ``record``'s ``use`` that say its speed is a GPU's (:data:`GPU_SPEED`), or None."""
+    words = GPU_SPEED.get(record.key)
+    return words if words is not None and words in " ".join(record.use.split()) else None
+
+
+def _row(
+    entry: Mapping[str, Any], record: Any, process_label: str, settings: Mapping[str, Any], device_type: str
+) -> EffectRow:
+    inapplicable = not_applicable_at(record, settings) if entry["status"] == "measured" else None
+    if inapplicable is not None:
+        # the runs stay in the file; the pages show why they are no effect
+        entry = {**entry, "status": "not_applicable", "reason": inapplicable}
     measured = entry["status"] == "measured"
+    gpu_words = gpu_speed(record) if device_type == "cpu" else None
     quality, throughput, memory = entry["quality"], entry["throughput"], entry["memory"]
     tensor = entry.get("tensor_memory")  # absent in files measured before tensor memory was
     return EffectRow(
@@ -541,7 +609,15 @@ def _row(entry: Mapping[str, Any], record: Any, process_label: str) -> EffectRow
         activity=activity_text(entry["activity"]),
         pairs=quality["pairs"] if measured else 0,
         quality=quality_text(quality) if measured else None,
-        throughput=ratio_text(throughput, "throughput") if measured else None,
+        throughput=(
+            (
+                ratio_text(throughput, "throughput")
+                if gpu_words is None
+                else f"{NOT_MEASURABLE} (it is for use {gpu_words})"
+            )
+            if measured
+            else None
+        ),
         memory=ratio_text(memory, "memory") if measured else None,
         memory_label=TENSOR_MEMORY_LABEL if tensor is not None else process_label,
         tensor_memory=tensor_memory_text(tensor),
@@ -549,6 +625,8 @@ def _row(entry: Mapping[str, Any], record: Any, process_label: str) -> EffectRow
         ratio_interval=throughput["interval"] if measured else None,
         at_scale=at_scale_of(record),
         number=entry,
+        status_text=f"not applicable at {settings['image_size']} px" if inapplicable else None,
+        speed_measurable=gpu_words is None,
     )
 
 
@@ -575,7 +653,7 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
     )
     kinds = {r["memory_kind"] for r in document["runs"] if r["memory_kind"]}
     process_label = GPU_MEMORY_LABEL if kinds == {"cuda_max_allocated"} else PROCESS_MEMORY_LABEL
-    rows = tuple(_row(e, records[e["method"]], process_label) for e in entries)
+    rows = tuple(_row(e, records[e["method"]], process_label, settings, env["device_type"]) for e in entries)
     baselines = {
         (e["model"], e["precision"]): _baseline(e, settings) for e in document["summary"] if e["status"] == "baseline"
     }
@@ -700,23 +778,6 @@ def _ratio_ticks(low: float, high: float, most: int = 4) -> list[float]:
     return sorted(ticks)
 
 
-def _wrap(text: str, width: float, measure: Any) -> list[str]:
-    """``text`` in lines no wider than ``width`` inches as ``measure`` (a line -> inches) finds them
-    (a word wider than the width keeps a line of its own)."""
-    lines: list[str] = []
-    for paragraph in text.split("\n"):
-        line = ""
-        for word in paragraph.split(" "):
-            trial = f"{line} {word}" if line else word
-            if line and measure(trial) > width:
-                lines.append(line)
-                line = word
-            else:
-                line = trial
-        lines.append(line)
-    return lines
-
-
 def _quality_limits(lows: Sequence[float], highs: Sequence[float]) -> tuple[float, float]:
     """The quality axis of a chart: zero and most rows' intervals (all ends but the farthest 15 %
     from zero, with a quarter more room), padded; a row beyond it is drawn at its edge."""
@@ -749,41 +810,36 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
 
     with plt.rc_context({**SVG_STYLE, "font.size": size}):
         fig = plt.figure(figsize=(width, 4.0))
-        renderer = fig.canvas.get_renderer()
 
-        def measure(text: str, weight: str = "normal") -> float:
-            probe = fig.text(0, 0, text, fontsize=size, fontweight=weight)
-            inches = probe.get_window_extent(renderer).width / fig.dpi
-            probe.remove()
-            return inches
+        measure, measure_bold = text_measure(fig, fontsize=size), text_measure(fig, fontsize=size, fontweight="bold")
 
-        labels = ["\n".join(_wrap(r.label, 1.4, measure)) for r in rows]
+        labels = ["\n".join(wrap_text(r.label, 1.4, measure)) for r in rows]
         left = margin + max(measure(part) for label in labels for part in label.split("\n")) + 0.1
         panel_w = (width - left - gap - margin - 0.12) / 2
-        title = _wrap(
+        title = wrap_text(
             f"{view.workload_label}: {view.settings['model']} on {view.settings['data']} ({view.shape})\n"
             f"{view.hardware}, {view.date}",
             width - 2 * margin,
-            lambda t: measure(t, "bold"),
+            measure_bold,
         )
         panels = (
-            _wrap(
+            wrap_text(
                 f"Change in {'validation loss' if view.is_loss else 'test accuracy'}, {unit}"
                 f"{' (lower is better)' if view.is_loss else ''}",
                 panel_w,
                 measure,
             ),
-            _wrap(f"Throughput ratio, {view.unit}\n(log scale)", panel_w, measure),
+            wrap_text(f"Throughput ratio, {view.unit}\n(log scale)", panel_w, measure),
         )
-        others = (
-            _wrap(
-                "Not plotted, no effect: " + "; ".join(f"{r.label}: {r.status_label}" for r in view.unmeasured),
-                width - 2 * margin,
-                measure,
+        notes = [
+            "Not plotted, no effect: " + "; ".join(f"{r.label}: {r.status_label}" for r in view.unmeasured)
+        ] * bool(view.unmeasured)
+        if view.gpu_speed_rows:
+            notes.append(
+                "Speed not plotted, a GPU's (not measurable on this hardware): "
+                + ", ".join(r.label for r in view.gpu_speed_rows)
             )
-            if view.unmeasured
-            else []
-        )
+        others = wrap_text("\n".join(notes), width - 2 * margin, measure) if notes else []
 
         # each row as tall as its label, so that one long label does not make every row tall
         heights = [max(0.26, line * (label.count("\n") + 1) + 0.1) for label in labels]
@@ -793,7 +849,9 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         ticks_above = len(rows) > 8
         top = margin + len(title) * line + 0.14 + max(map(len, panels)) * line + 0.08 + (line + 0.08) * ticks_above
         # the verdicts drawn, in the legend's order: in one row when three or fewer, else two
-        drawn = {r.number[f]["verdict"] for r in rows for f in ("quality", "throughput")}
+        drawn = {r.number["quality"]["verdict"] for r in rows} | {
+            r.number["throughput"]["verdict"] for r in view.speed_rows
+        }
         verdicts = [v for v in _LEGEND if v in drawn]
         columns = len(verdicts) if len(verdicts) <= 3 else 2
         legend_h = math.ceil(len(verdicts) / columns) * line + 0.1
@@ -813,6 +871,9 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         )
         for y, row in zip(ys, rows, strict=True):
             for ax, part, factor in ((ax_q, row.number["quality"], scale), (ax_t, row.number["throughput"], 1.0)):
+                if ax is ax_t and not row.speed_measurable:
+                    ax.annotate("for GPUs", (1.0, y), ha="center", va="center", color="#57606a", fontsize=size - 1)
+                    continue
                 colour, verdict = _COLOURS[part["verdict"]], part["verdict"]
                 value = part["change"] * factor if "change" in part else part["ratio"]
                 low, high = part["low"] * factor, part["high"] * factor
@@ -852,7 +913,8 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
         ax_q.xaxis.set_major_locator(MaxNLocator(3))
         ax_q.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+g}".replace("-", MINUS) if v else "0"))
 
-        ratios = [v for r in rows for v in (r.number["throughput"]["low"], r.number["throughput"]["high"])] + [1.0]
+        ratios = [v for r in view.speed_rows for v in (r.number["throughput"]["low"], r.number["throughput"]["high"])]
+        ratios += [1.0, 0.8, 1.25] if view.gpu_speed_rows else [1.0]  # room for "for GPUs" at 1x
         low, high = min(ratios) / 1.15, max(ratios) * 1.15
         ax_t.set_xscale("log")
         ax_t.set_xlim(low, high)
@@ -900,9 +962,9 @@ def _draw_chart(view: EffectsFile, key: str) -> str:
 
 
 # a change to the drawing redraws every chart
-_DRAWING_CODE = "".join(inspect.getsource(f) for f in (_ratio_ticks, _wrap, _quality_limits, _draw_chart)) + repr(
-    (_COLOURS, _MARKERS, _LEGEND)
-)
+_DRAWING_CODE = "".join(
+    inspect.getsource(f) for f in (_ratio_ticks, wrap_text, text_measure, _quality_limits, _draw_chart)
+) + repr((_COLOURS, _MARKERS, _LEGEND))
 
 
 # --------------------------------------------------------------------------------------------- render

@@ -22,8 +22,8 @@ that gives the exact call. The kinds:
   loss against its loss rank, the examples the call keeps highlighted, and how often each rank is
   kept over :data:`SELECTION_DRAWS` calls;
 - ``surgery``: for methods that change a model, ``f(model, **arguments)``: a fresh reference model
-  (``model``, a builder of ``algorithms.models``, built under ``seed``) before (left) and after
-  (right) the call, as the structure of its submodule ``module``, with how many modules of the
+  (``model``, a builder of ``algorithms.models``, built under ``seed``) before (above) and after
+  (below) the call, as the structure of its submodule ``module``, with how many modules of the
   whole model changed class or went;
 - ``plot``: the function ``data`` of :mod:`.figure_data` (the docs tooling, not the runtime
   package), called with the arguments (and the seeded generator, if it takes one), returns what
@@ -50,7 +50,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
+from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text, text_measure, wrap_text
 
 __all__ = [
     "FIGURES",
@@ -75,6 +75,12 @@ TARGET_CLASSES = 10
 SELECTION_EXAMPLES = 64
 SELECTION_CLASSES = 4
 SELECTION_DRAWS = 500
+#: Every figure is at most 4.3 inches wide with text of at least 10 pt (9.5 pt inside a heat map's
+#: cells), as the effects and narrow training charts: a phone's 358 px column shows it at about
+#: 11 px or more, and a desktop at its natural size.
+WIDTH, FONT_PT, CELL_PT = 4.3, 10, 9.5
+#: A surgery figure's module structure, in characters per line (its 10 pt monospace fills the width).
+STRUCTURE_WIDTH = 48
 
 
 class FigureError(ValueError):
@@ -123,7 +129,7 @@ def figure_caption(record: Any) -> str:
     if kind == "surgery":
         return (
             f"The submodule `{spec['module']}` of a fresh `{spec['model']}` (`algorithms.models."
-            f"{spec['model']}`) before (left) and after (right) {call}; the count is of the modules "
+            f"{spec['model']}`) before (above) and after (below) {call}; the count is of the modules "
             f"of the whole model that changed class; drawn by every docs build."
         )
     if kind == "plot":
@@ -179,9 +185,18 @@ def _reference_model(name: str, seed: int) -> Any:
         return builder(10)
 
 
-def _structure(module: Any, width: int = 78) -> list[str]:
-    """The module's ``repr``, one line per line, cut to ``width`` characters."""
-    return [line if len(line) <= width else line[: width - 3] + "..." for line in repr(module).splitlines()]
+def _structure(module: Any, width: int = STRUCTURE_WIDTH) -> list[str]:
+    """The module's ``repr`` in lines of at most ``width`` characters: a longer line goes on under
+    its own indent, four spaces further in (nothing is cut)."""
+    import textwrap
+
+    lines = []
+    for line in repr(module).splitlines():
+        indent = " " * (len(line) - len(line.lstrip()))
+        lines += textwrap.wrap(
+            line, width, initial_indent="", subsequent_indent=indent + "    ", drop_whitespace=True
+        ) or [line]
+    return lines
 
 
 def surgery_views(record: Any) -> tuple[list[str], list[str], int]:
@@ -242,7 +257,7 @@ def _draw_plot(plt: Any, record: Any) -> Any:
         values = _values(out["values"])
         if values.ndim != 2:
             raise FigureError(f"an image plot needs 2-D values, got shape {tuple(values.shape)}")
-        fig, ax = plt.subplots(figsize=(4.2, 3.6))
+        fig, ax = plt.subplots(figsize=(WIDTH, 3.7))
         shown = ax.imshow(values, cmap="viridis", interpolation="nearest")
         fig.colorbar(shown, ax=ax)
         if values.size <= 64:  # small matrices carry their numbers
@@ -254,12 +269,12 @@ def _draw_plot(plt: Any, record: Any) -> Any:
                         f"{values[i, j]:.3g}",
                         ha="center",
                         va="center",
-                        fontsize=8,
+                        fontsize=CELL_PT,
                         color="white" if values[i, j] < values.mean() else "black",
                     )
     else:
         series = {str(k): _values(v) for k, v in out["series"].items()}
-        fig, ax = plt.subplots(figsize=(6.4, 3.2))
+        fig, ax = plt.subplots(figsize=(WIDTH, 3.4))
         if kind == "lines":
             x = _values(out["x"])
             for label, y in series.items():
@@ -277,23 +292,37 @@ def _draw_plot(plt: Any, record: Any) -> Any:
                 rotation=45 if len(labels) > 8 else 0,
                 ha="right" if len(labels) > 8 else "center",
             )
-        if len(series) > 1:
-            ax.legend(frameon=False)
+        if len(series) > 1:  # above the axes: at this width a legend inside covers the data
+            ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0, 1.02), borderaxespad=0)
         ax.grid(alpha=0.3)
-    ax.set_title(out.get("title", ""))
-    ax.set_xlabel(out.get("xlabel", ""))
-    ax.set_ylabel(out.get("ylabel", ""))
+    _labels(fig, ax, out.get("title", ""), out.get("xlabel", ""), out.get("ylabel", ""))
     return fig
+
+
+def _labels(fig: Any, ax: Any, title: str, xlabel: str, ylabel: str) -> None:
+    """The title (the figure's, over everything, so that it is never cut off at the side) and the
+    axis labels, each wrapped to the width its side of the figure gives it."""
+    measure = text_measure(fig)
+    if title:
+        fig.suptitle("\n".join(wrap_text(title, WIDTH - 0.2, measure)), fontsize=FONT_PT)
+    ax.set_xlabel("\n".join(wrap_text(xlabel, WIDTH - 0.8, measure)) if xlabel else "")
+    ax.set_ylabel("\n".join(wrap_text(ylabel, fig.get_figheight() - 0.8, measure)) if ylabel else "")
 
 
 def _draw_surgery(plt: Any, record: Any) -> Any:
     before, after, changed = surgery_views(record)
-    lines = max(len(before), len(after))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 0.6 + 0.17 * lines))
+    # before above after, each as tall as its lines, so that the 10 pt monospace reads on a phone
+    line = FONT_PT / 72 * 1.2
+    heights = [0.35 + line * len(before), 0.35 + line * len(after)]
+    fig, axes = plt.subplots(2, 1, figsize=(WIDTH, sum(heights) + 0.2), height_ratios=heights)
     for ax, title, text in ((axes[0], "before", before), (axes[1], f"after ({changed} modules changed class)", after)):
         ax.set_axis_off()
-        ax.set_title(title, loc="left", fontsize=10)
-        ax.text(0, 1, "\n".join(text), family="monospace", fontsize=7, va="top", ha="left", transform=ax.transAxes)
+        ax.set_title(title, loc="left", fontsize=FONT_PT, fontweight="bold")
+        # an SVG collapses leading spaces: the indents that show the nesting are no-break spaces
+        shown = [line.replace(" ", "\u00a0", len(line) - len(line.lstrip(" "))) for line in text]
+        ax.text(
+            0, 1, "\n".join(shown), family="monospace", fontsize=FONT_PT, va="top", ha="left", transform=ax.transAxes
+        )
     return fig
 
 
@@ -440,7 +469,7 @@ def _draw_selection(plt: Any, record: Any, spec: Mapping[str, Any]) -> Any:
         raise FigureError(f"{record.functional} takes no generator=: a selection figure needs seeded draws")
     losses, kept, counts = selection_counts(_functional(record), spec["arguments"], spec["seed"])
     ranks = torch.arange(len(losses)).numpy()
-    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    fig, ax = plt.subplots(figsize=(WIDTH, 4.0))
     ax.scatter(
         ranks[~kept.numpy()], losses[~kept].numpy(), s=18, facecolors="none", edgecolors="#8c8c8c", label="not kept"
     )
@@ -464,7 +493,8 @@ def _draw_selection(plt: Any, record: Any, spec: Mapping[str, Any]) -> Any:
     frequency.set_ylim(0, 1.05)
     frequency.set_ylabel("fraction kept")
     handles = ax.get_legend_handles_labels()[0] + frequency.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, frameon=False, loc="upper left")
+    # under the axes: at a phone's width the labels would cover the points
+    ax.legend(handles=handles, frameon=False, loc="upper left", bbox_to_anchor=(-0.15, -0.2), borderaxespad=0)
     return fig
 
 
@@ -477,14 +507,15 @@ def _draw(record: Any, key: str) -> str:
     spec = record.raw["figure"]
     form = _functional(record)
     generator = {"generator": torch.Generator().manual_seed(spec["seed"])} if _takes_generator(record) else {}
-    with plt.rc_context(SVG_STYLE):
+    with plt.rc_context({**SVG_STYLE, "font.size": FONT_PT}):
         if spec["kind"] == "batch":
             before = photos()
             labels = torch.arange(before.shape[0])
             args = (before, labels) if _takes_target(record) else (before,)
             after = form(*args, **spec["arguments"], **generator)
             after = after[0] if isinstance(after, tuple) else after
-            fig, axes = plt.subplots(2, before.shape[0], figsize=(1.6 * before.shape[0], 3.5))
+            side = (WIDTH - 0.5) / before.shape[0]  # each photograph's side, in inches
+            fig, axes = plt.subplots(2, before.shape[0], figsize=(WIDTH, 2 * side + 0.3))
             for row, (title, images) in enumerate((("before", before), ("after", after))):
                 for column, image in enumerate(images):
                     ax = axes[row][column]
@@ -498,14 +529,14 @@ def _draw(record: Any, key: str) -> str:
             logits = torch.zeros(1, TARGET_CLASSES)
             target = form(logits, label, **spec["arguments"], **generator)[0]
             one_hot = torch.nn.functional.one_hot(label, TARGET_CLASSES)[0].float()
-            fig, ax = plt.subplots(figsize=(6, 2.6))
+            fig, ax = plt.subplots(figsize=(WIDTH, 2.9))
             classes = torch.arange(TARGET_CLASSES).numpy()
             ax.bar(classes - 0.2, one_hot.numpy(), width=0.4, label="one-hot label", color="#4c72b0")
             ax.bar(classes + 0.2, target.numpy(), width=0.4, label=f"after {record.functional}", color="#dd8452")
             ax.set_xticks(classes)
             ax.set_xlabel("class")
             ax.set_ylabel("target probability")
-            ax.legend(frameon=False)
+            ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0, 1.02), borderaxespad=0)  # above the axes
             ax.grid(axis="y", alpha=0.3)
         elif spec["kind"] == "selection":
             fig = _draw_selection(plt, record, spec)
@@ -536,8 +567,11 @@ _DRAWING_CODE = "".join(
         plot_data,
         _draw_plot,
         _draw_surgery,
+        _labels,
+        wrap_text,
+        text_measure,
     )
-)
+) + repr((WIDTH, FONT_PT, CELL_PT, STRUCTURE_WIDTH))
 
 
 def _figure(record: Any, previous: Path) -> str:

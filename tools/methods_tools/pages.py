@@ -24,7 +24,7 @@ from pathlib import Path
 
 import jinja2
 
-from algorithms.metadata import discover_metadata_files, display_path, validate_files
+from algorithms.metadata import MethodRecord, discover_metadata_files, display_path, validate_files
 
 from . import REPO_ROOT
 from .composability_pages import PAGE as COMPOSABILITY_PAGE
@@ -34,11 +34,11 @@ from .effects_pages import effects_views, margins_text, overview_effects, render
 from .figures import render_figures
 from .files import write_if_changed
 from .loops_pages import render_loops
-from .markup import safe_token
+from .markup import one_line, safe_token
 from .measurements_page import render_measurements
 from .memory_page import render_memory
 from .results import ResultsError, load_committed
-from .summaries import verdict_boxes
+from .summaries import AtScale, verdict_boxes
 from .training_pages import PAGE as TRAINING_PAGE
 from .training_pages import render_training_results
 
@@ -84,10 +84,16 @@ def algorithms_table(site: Site) -> dict[Path, Content]:
     return {ALGORITHMS_TABLE: site.render("algorithms_table.md.j2", methods=site.methods)}
 
 
+def sourced_figure(record: MethodRecord) -> AtScale | None:
+    """The figure at scale ``record``'s metadata quotes (``at_scale``), whitespace folded; None without one."""
+    return AtScale(**{k: one_line(v) if v else v for k, v in record.at_scale.items()}) if record.at_scale else None
+
+
 def methods_overview(site: Site) -> dict[Path, Content]:
     """A grid of cards, each with ``ml-domain-*``, ``ml-tag-*`` and ``ml-kind-*`` classes by which
-    the page's filter (``_static/methods_overview.js``) shows and hides them."""
-    methods = [(record, method_option(record)) for record in site.methods]
+    the page's filter (``_static/methods_overview.js``) shows and hides them, and with its sourced
+    figure at scale (figure, setting, hardware, source: plain text, the card itself being a link)."""
+    methods = [(record, method_option(record), sourced_figure(record)) for record in site.methods]
     effects, charts = overview_effects(site)
     return {
         METHODS_OVERVIEW: site.render(
@@ -153,8 +159,11 @@ def landing(site: Site) -> dict[Path, Content]:
     ]
     totals = tuple(sum(1 for r in site.methods if r.kind == k) for k in kinds)
     goals = [(label, tag, sum(1 for r in site.methods if tag in r.tags)) for label, tag in GOALS]
-    # the overview's charts of measured effects (already drawn: the overview renders before this page)
+    # sourced figures at scale first, then this project's toy-scale measurements: the overview's
+    # charts of measured effects (already drawn: the overview renders before this page)
+    sourced = [(r, a) for r in site.methods if (a := sourced_figure(r)) is not None and a.quoted]
     charts = [view for view in effects_views(site) if view.chart and Path(view.chart) in site.rendered]
+    devices = {view.device for view in charts}
     return {
         LANDING: site.render(
             "landing.rst.inc.j2",
@@ -162,9 +171,15 @@ def landing(site: Site) -> dict[Path, Content]:
             totals=totals,
             overview=OVERVIEW_HTML,
             goals=[g for g in goals if g[2]],
+            sourced=sourced,
             charts=charts,
+            checked_here=CHECKED_HERE + (f" on {devices.pop()}" if len(devices) == 1 else ""),
         )
     }
+
+
+#: The label of this project's own measurements on the landing page: what they are, before any figure.
+CHECKED_HERE = "Checked here, at toy scale"
 
 
 OVERVIEW_HTML = METHODS_OVERVIEW.with_suffix(".html").as_posix()

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .compare import did_not_act
-from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text
+from .docsgen import SVG_STYLE, Content, Site, pyplot, reuse_or_draw, svg_text, text_measure, wrap_text
 
 __all__ = [
     "PAGE",
@@ -382,31 +382,6 @@ def _charted(summary: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 FONT_PT, WIDE_WIDTH, NARROW_WIDTH = 10, 9.0, 4.3
 
 
-def _wrap_to(lines: list[str], width: float, fig: Any) -> list[str]:
-    """``lines`` broken at spaces into lines no wider than ``width`` inches as ``fig`` draws its text
-    (a word wider than that keeps a line of its own)."""
-    renderer = fig.canvas.get_renderer()
-
-    def inches(text: str) -> float:
-        probe = fig.text(0, 0, text)
-        extent = probe.get_window_extent(renderer).width / fig.dpi
-        probe.remove()
-        return extent
-
-    wrapped: list[str] = []
-    for line in lines:
-        current = ""
-        for word in line.split(" "):
-            trial = f"{current} {word}" if current else word
-            if current and inches(trial) > width:
-                wrapped.append(current)
-                current = word
-            else:
-                current = trial
-        wrapped.append(current)
-    return wrapped
-
-
 def _draw_chart(document: Mapping[str, Any], key: str, narrow: bool = False) -> str:
     """Throughput and peak memory per configuration (median, range as error bars) as one SVG,
     identical bytes for identical input: two panels side by side, or stacked (``narrow``, the
@@ -443,7 +418,7 @@ def _draw_chart(document: Mapping[str, Any], key: str, narrow: bool = False) -> 
     with plt.rc_context({**SVG_STYLE, "font.size": FONT_PT}):
         fig, (ax_speed, ax_mem) = plt.subplots(**layout)
         if narrow:  # the title wrapped to the width as drawn, then the height: two panels and the title
-            title = _wrap_to(title, NARROW_WIDTH - 0.25, fig)
+            title = wrap_text("\n".join(title), NARROW_WIDTH - 0.25, text_measure(fig))
             rows_h = 0.27 * max(len(ok), 2) + 0.75  # one panel: its bars and its axis label
             fig.set_size_inches(NARROW_WIDTH, 2 * rows_h + FONT_PT / 72 * 1.3 * len(title) + 0.2)
         bars(ax_speed, lambda s: s["throughput"], 1, "#4c72b0", mark=True)
@@ -462,7 +437,7 @@ def _draw_chart(document: Mapping[str, Any], key: str, narrow: bool = False) -> 
             )
         for ax in (ax_speed, ax_mem):
             ax.grid(axis="x", alpha=0.3)
-        fig.suptitle("\n".join(title), **({"fontsize": FONT_PT} if narrow else {}))  # as _wrap_to measured it
+        fig.suptitle("\n".join(title), **({"fontsize": FONT_PT} if narrow else {}))  # as wrap_text measured it
         fig.tight_layout()
         return svg_text(plt, fig, key)
 
@@ -470,7 +445,8 @@ def _draw_chart(document: Mapping[str, Any], key: str, narrow: bool = False) -> 
 # a change to the drawing redraws every chart
 _DRAWING_CODE = (
     inspect.getsource(_charted)
-    + inspect.getsource(_wrap_to)
+    + inspect.getsource(wrap_text)
+    + inspect.getsource(text_measure)
     + inspect.getsource(_draw_chart)
     + repr((FONT_PT, WIDE_WIDTH, NARROW_WIDTH, SVG_STYLE))
 )
