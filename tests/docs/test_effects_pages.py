@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from docs_support import HOSTILE, SYNTHETIC
-from methods_tools import effects_pages, pages
+from methods_tools import effects_pages, pages, summaries
 from methods_tools.docsgen import Site, jinja_environment, sorted_methods
 from methods_tools.effects_pages import render_effects
 from methods_tools.markup import md_code, md_text, rst_text
@@ -1062,6 +1062,9 @@ def test_a_method_that_shrinks_images_below_32_px_is_not_applicable_there(synthe
         snippet = card(out, "alpha_trick")
         assert f"not applicable at {side} px" in snippet and md_text(row.reason) in snippet
         assert "+1.2 points" not in snippet and "0.87x" not in snippet
+        # the "Should I use it?" box reads the same row as the card does
+        (evidence,) = summaries._effects_evidence(view, "alpha_trick")
+        assert evidence.status_label == f"not applicable at {side} px"
     # a method that does not shrink images is judged at 8 px as measured
     documents["vision-test.json"]["settings"]["image_size"] = 8
     (view,) = effects_pages.effects_views(site(synthetic_metadata, tmp_path / "other", documents))

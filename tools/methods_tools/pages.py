@@ -24,7 +24,7 @@ from pathlib import Path
 
 import jinja2
 
-from algorithms.metadata import MethodRecord, discover_metadata_files, display_path, validate_files
+from algorithms.metadata import discover_metadata_files, display_path, validate_files
 
 from . import REPO_ROOT
 from .composability_pages import PAGE as COMPOSABILITY_PAGE
@@ -34,11 +34,11 @@ from .effects_pages import effects_views, margins_text, overview_effects, render
 from .figures import render_figures
 from .files import write_if_changed
 from .loops_pages import render_loops
-from .markup import one_line, safe_token
+from .markup import safe_token
 from .measurements_page import render_measurements
 from .memory_page import render_memory
 from .results import ResultsError, load_committed
-from .summaries import AtScale, verdict_boxes
+from .summaries import sourced_figure, verdict_boxes
 from .training_pages import PAGE as TRAINING_PAGE
 from .training_pages import render_training_results
 
@@ -82,11 +82,6 @@ def algorithms_table(site: Site) -> dict[Path, Content]:
     """One row per method and best practice: its name (linked to its card), kind, domains and
     TL;DR; the card holds the rest, so that the table reads on a desktop without scrolling."""
     return {ALGORITHMS_TABLE: site.render("algorithms_table.md.j2", methods=site.methods)}
-
-
-def sourced_figure(record: MethodRecord) -> AtScale | None:
-    """The figure at scale ``record``'s metadata quotes (``at_scale``), whitespace folded; None without one."""
-    return AtScale(**{k: one_line(v) if v else v for k, v in record.at_scale.items()}) if record.at_scale else None
 
 
 def methods_overview(site: Site) -> dict[Path, Content]:

@@ -115,6 +115,7 @@ class Evidence:
     throughput: str | None  # ratio or speed-up with its interval
     memory: str | None
     file: str  # the results file it comes from
+    status_text: str | None = None  # what the status reads as where the row knows more ("not applicable at 8 px")
 
     @property
     def measured(self) -> bool:
@@ -122,7 +123,7 @@ class Evidence:
 
     @property
     def status_label(self) -> str:
-        return {**STATUS_LABELS, "skipped": "not run here"}[self.status]
+        return self.status_text or {**STATUS_LABELS, "skipped": "not run here"}[self.status]
 
     @property
     def cost(self) -> str:
@@ -211,13 +212,20 @@ def _effects_evidence(view: EffectsFile, key: str) -> list[Evidence]:
                 throughput=row.throughput,
                 memory=row.memory,
                 file=view.file,
+                status_text=row.status_label,
             )
         )
     return evidence
 
 
+def sourced_figure(record: MethodRecord) -> AtScale | None:
+    """The figure at scale ``record``'s metadata quotes (``at_scale``), whitespace folded; None without one."""
+    return AtScale(**{k: one_line(v) if v else v for k, v in record.at_scale.items()}) if record.at_scale else None
+
+
 def _at_scale(record: MethodRecord) -> list[AtScale]:
-    return [AtScale(**{k: one_line(v) for k, v in record.at_scale.items()})] if record.at_scale else []
+    figure = sourced_figure(record)
+    return [figure] if figure else []
 
 
 # --------------------------------------------------------------------------------------------- best practices
