@@ -19,7 +19,15 @@ from algorithms.metadata import (
 )
 
 METHODS = ["cutmix", "label_smoothing", "mixup"]
-BEST_PRACTICES = ["data_parallel", "ddp", "deepspeed_zero", "fsdp", "half_precision", "mixed_precision"]
+BEST_PRACTICES = [
+    "data_parallel",
+    "ddp",
+    "deepspeed_zero",
+    "fsdp",
+    "gradient_accumulation",
+    "half_precision",
+    "mixed_precision",
+]
 
 
 def test_every_method_loads_and_is_keyed_by_its_place():

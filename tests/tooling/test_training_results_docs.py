@@ -136,7 +136,7 @@ def rendered(tmp_path):
 
 def test_outputs_page_chart_and_one_snippet_per_best_practice(rendered):
     best = sorted(k for k, r in load_all_metadata().items() if r.is_best_practice)
-    assert len(best) == 8  # precisions (2), parallel modes (4), decoupled weight decay, LoRA
+    assert len(best) == 9  # precisions (2), parallel modes (4), decoupled weight decay, LoRA, gradient accumulation
     expected = {
         Path("training_configurations.md"),
         CHART,
