@@ -179,7 +179,9 @@ def _generate(metadata: Path, tmp_path: Path, results: Path) -> pages.Generated:
     return pages.generate(tmp_path / "src", metadata_root=metadata, results_root=results, generators=(render_memory,))
 
 
-def test_every_row_has_a_measured_column_that_shows_a_measurement_where_there_is_one(synthetic_metadata, tmp_path):
+def test_every_row_has_a_measured_column_that_shows_a_measurement_where_there_is_one(
+    synthetic_metadata, tmp_path, monkeypatch
+):
     """Without a results file the rows the comparison measures say "not measured yet", the rest
     why they are not measured; with one, a row shows its bytes per parameter beside the accounting
     of the configuration that was measured, and a ratio outside the band must give its reason."""
@@ -190,6 +192,7 @@ def test_every_row_has_a_measured_column_that_shows_a_measurement_where_there_is
         ):
             assert cells[-1] == (NOT_MEASURED if key in MEASURED_AS else NOT_MEASURED_WHY[key])
     results = _results(tmp_path)
+    monkeypatch.delitem(memory_page.OUTSIDE_BAND, "zero2")
     generated = _generate(synthetic_metadata, tmp_path, results)
     assert generated.problems == [
         "tools/methods_tools/memory_page.py: zero2: measured 1.26x the accounting (cpu-test-2026-12-07.json), "
@@ -201,18 +204,21 @@ def test_a_ratio_outside_the_band_shows_its_reason_and_a_reason_inside_it_is_ref
     synthetic_metadata, tmp_path, monkeypatch
 ):
     results = _results(tmp_path)
-    monkeypatch.setitem(memory_page.OUTSIDE_BAND, "zero2", "every gradient fits one bucket")
+    monkeypatch.setitem(memory_page.BAND_NOTES, "one bucket", "every gradient fits one bucket")
+    monkeypatch.setitem(memory_page.OUTSIDE_BAND, "zero2", ("one bucket",))
     outputs = _generate(synthetic_metadata, tmp_path, results).outputs
     table = rows(outputs[TABLE])
     assert table["fp32, SGD with momentum"][-1] == "fp32:single: 12.1 B, 1.01x the accounting's 12"
     assert table["ZeRO-2, mixed precision"][-1] == (
-        "fp32:deepspeed:2: 10.1 B, 1.26x the accounting's 8; outside ±10%: every gradient fits one bucket"
+        "fp32:deepspeed:2: 10.1 B, 1.26x the accounting's 8; outside ±10%: one bucket (below)"
     )
     assert table["ZeRO-1, mixed precision"][-1] == NOT_MEASURED  # its configuration is not in the file
     prose = " ".join(outputs[TABLE].split())
     assert "Measured with `tools/compare_training.py` on Test CPU, 2 cores, 2026-12-07" in prose
     assert "(results file `results/cpu-test-2026-12-07.json`)" in prose
-    monkeypatch.setitem(memory_page.OUTSIDE_BAND, "fp32_sgd", "a stale reason")
+    assert "Outside the band, on this model: - **one bucket:** every gradient fits one bucket." in prose
+    assert "whole gradients" not in prose  # a note no measured row gives is not shown
+    monkeypatch.setitem(memory_page.OUTSIDE_BAND, "fp32_sgd", ("one bucket",))
     assert _generate(synthetic_metadata, tmp_path, results).problems[0] == (
         "tools/methods_tools/memory_page.py: fp32_sgd: measured 1.01x the accounting, inside the ±10% band, yet "
         "OUTSIDE_BAND gives a reason — delete it from methods_tools/memory_page.py (cpu-test-2026-12-07.json)"
