@@ -74,7 +74,15 @@ def _resume_in_a_fresh_process(checkpoint: Path, duration: str, out: Path, preci
     [("3ba", "6ba"), ("4ba", "2ep"), ("1ep", "3ep"), ("5ba", "7ba")],
     ids=["mid-epoch", "at-an-epoch-end", "in-epochs", "into-the-second-epoch"],
 )
-@pytest.mark.parametrize(("precision", "parallel"), [("fp32", "single"), ("amp_fp16", "single"), ("fp32", "dp")])
+@pytest.mark.parametrize(
+    ("precision", "parallel"),
+    [
+        ("fp32", "single"),
+        # the fast suite's 5 minutes: the other modes' grids run with the slow tests (CI runs both)
+        pytest.param("amp_fp16", "single", marks=pytest.mark.slow),
+        pytest.param("fp32", "dp", marks=pytest.mark.slow),
+    ],
+)
 def test_a_resumed_run_ends_where_the_uninterrupted_run_does(first, total, precision, parallel, tmp_path):
     uninterrupted = _build(total, precision=precision, parallel=parallel)
     uninterrupted.fit()
@@ -316,7 +324,11 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize("method", ["ema", "swa"])
-@pytest.mark.parametrize(("first", "total"), [(3, "8ba"), (5, "8ba")], ids=["first-epoch", "second-epoch"])
+@pytest.mark.parametrize(
+    ("first", "total"),
+    [pytest.param(3, "8ba", marks=pytest.mark.slow), (5, "8ba")],  # one of them fast (the suite's 5 minutes)
+    ids=["first-epoch", "second-epoch"],
+)
 def test_an_averaging_method_resumes_its_average_bit_for_bit(method, first, total, tmp_path):
     build, outcome = _averaging("build"), _averaging("outcome")
     uninterrupted = build(method, total)

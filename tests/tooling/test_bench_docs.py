@@ -58,6 +58,7 @@ def test_the_synthetic_checkout_has_code_metadata_a_figure_and_a_card_per_method
     assert catalog.card("mixed_precision").exists() and (catalog.package / "core" / "trainer.py").exists()
 
 
+@pytest.mark.slow  # every check over a synthetic catalog of the docs benchmark's size: about 9 s
 def test_every_check_passes_on_the_synthetic_checkout(catalog):
     for argv in (
         ["tools/validate_metadata.py"],

@@ -218,6 +218,7 @@ def test_batch_methods_writes_its_report_only_when_asked_and_never_over_a_file(m
     assert json.loads(path.read_text())["rows"][0]["value"] == 2.5
 
 
+@pytest.mark.slow  # fresh interpreters importing torch, several times: about 5 s
 def test_import_time_reports_the_librarys_own_milliseconds_after_torch():
     """Two fresh interpreters per repeat: torch alone, and torch then the library; the row is the
     library's part of the second (no timing asserted, only that the figures are well formed)."""

@@ -143,6 +143,7 @@ def test_importing_the_runtime_package_loads_no_tooling():
     assert out.stdout.strip() == "[]", out.stdout
 
 
+@pytest.mark.slow  # torchrun and two processes a card: 5 to 8 s each
 @pytest.mark.parametrize("card,command", LAUNCH_EXAMPLES, ids=[str(c.relative_to(DOCS)) for c, _ in LAUNCH_EXAMPLES])
 def test_launched_card_example_trains(card: Path, command: str, tmp_path):
     """The card's python blocks, saved as ``train.py``, run under the card's own launch command
