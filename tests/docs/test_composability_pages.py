@@ -359,18 +359,26 @@ def test_the_committed_matrix_shows_its_crashes_as_crosses_on_the_page_and_the_c
     crosses = sum(
         c["outcome"] in ("refused", "fails") or (c["outcome"] == "interaction" and bool(c["detail"])) for c in cells
     )
-    assert crosses >= 6  # Channels Last under fsdp and deepspeed; EMA and SWA under fsdp and together
+    # Channels Last under fsdp and deepspeed, EMA and SWA under fsdp, each in fp32 and amp_bf16; EMA and SWA together
+    assert crosses >= 10
     assert f"Combinations that do not train (✗ in all): {crosses}." in out[cp.PAGE]
     fsdp = out[cp.SNIPPETS / "fsdp.md.inc"]
     for line in (
-        "| Channels Last | ✗ crashes, note 1 |",
-        "| EMA | ✗ refused, note 2 |",
-        f"| {md_text('Stochastic Weight Averaging')} | ✗ refused, note 3 |",
+        "| Channels Last | ✗ crashes, note 1 | ✗ crashes, note 1 |",
+        "| EMA | ✗ refused, note 2 | ✗ refused, note 2 |",
+        f"| {md_text('Stochastic Weight Averaging')} | ✗ refused, note 3 | ✗ refused, note 3 |",
     ):
         assert line in fsdp, line
-    assert "| Channels Last | ✗ crashes, note 1 |" in out[cp.SNIPPETS / "deepspeed_zero.md.inc"]
+    assert "| Channels Last | ✗ crashes, note 1 | ✗ crashes, note 1 |" in out[cp.SNIPPETS / "deepspeed_zero.md.inc"]
     channels_last = out[cp.SNIPPETS / "channels_last.md.inc"]
-    assert "| Channels Last | ✓ runs | ✗ crashes, note 2 | ✗ crashes, note 3 |" in channels_last
+    assert (
+        "| Channels Last | ✓ runs | ✓ runs | ✗ crashes, note 2 | ✗ crashes, note 2 | ✗ crashes, note 3 | "
+        "✗ crashes, note 3 |"
+    ) in channels_last
+    # Mixed Precision's card lists what does not train in amp_bf16 under a parallel mode
+    amp = out[cp.SNIPPETS / "mixed_precision.md.inc"]
+    assert "| Channels Last | ✓ runs | ✓ runs | ✓ runs | ✗ crashes, note 1 | ✗ crashes, note 2 |" in amp
+    assert f"1. {md_text('Channels Last under fsdp in amp_bf16')}: " in amp
     assert "✗ refused" in out[cp.SNIPPETS / "ema.md.inc"] and "✗ refused" in out[cp.SNIPPETS / "swa.md.inc"]
     assert "| MixUp | ⚠ use one, note" in out[cp.SNIPPETS / "cutmix.md.inc"]
 
