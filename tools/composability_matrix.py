@@ -8,8 +8,8 @@ Every ``kind: method`` of the metadata registry trains 6 batches of 8 seeded syn
 images of 10 classes on a small convolutional model (any image size), with its metadata's
 suggested hyperparameters: alone; with every other method that shares a domain, in both orders;
 in each precision mode (fp32, fp16, bf16, amp_fp16, amp_bf16); and in each distributed mode the
-machine runs (ddp, fsdp, deepspeed where it is installed; fp32, 2 processes under torchrun, one
-launch per mode). Each cell ends as runs, refused, interaction or fails
+machine runs (ddp, fsdp, deepspeed where it is installed; in fp32 and in amp_bf16, 2 processes
+under torchrun, one launch per mode). Each cell ends as runs, refused, interaction or fails
 (``algorithms/composability.schema.json``), judged by each method's ``observable`` effects and
 explained by its ``interactions`` notes, and by correctness checks that no note explains: EMA's
 and SWA's averages equal an fp64 average of the weights they were given, the first batch's loss
@@ -32,6 +32,10 @@ A method added to a committed matrix needs only its own cells (alone, in each mo
 either way round, in each loop and on each model), run and put in their places in the file:
 
     python tools/composability_matrix.py --only activation_checkpointing --merge
+
+A precision added to the parallel cells needs only its cells, put in their places the same way:
+
+    python tools/composability_matrix.py --kinds parallel --precisions amp_bf16 --merge
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from methods_tools.composability_pages import expected_cells
+from methods_tools.composability_pages import column_modes, expected_cells
 
 from algorithms.metadata import MethodRecord
 
@@ -23,11 +23,14 @@ def matrix_cell(
     detail: str | None = None,
     missing: Iterable[str] = (),
 ) -> dict[str, Any]:
+    """A cell of :func:`~methods_tools.composability_pages.cell_key` ``(kind, methods, mode)``: a
+    parallel cell's mode is its column, ``ddp`` (fp32) or ``ddp+amp_bf16``."""
+    parallel, precision = column_modes(mode) if kind == "parallel" and mode else ("single", "fp32")
     return {
         "kind": kind,
         "methods": list(methods),
-        "precision": mode if kind == "precision" else "fp32",
-        "parallel": mode if kind == "parallel" else "single",
+        "precision": mode if kind == "precision" else precision,
+        "parallel": parallel,
         "outcome": outcome,
         "seen": [],
         "missing": list(missing),

@@ -27,6 +27,15 @@ SAME_NOTE = ("pair", ("cutmix", "selective_backprop"), None)
 FAILS = ("precision", ("mixup",), "fp16")
 INTERACTION = ("parallel", ("cutout",), "fsdp")
 DROPPED = ("parallel", ("augmix",), "ddp")
+#: The parallel table's columns: each mode in fp32, then in amp_bf16.
+PARALLEL_HEADERS = [
+    "ddp, fp32",
+    "ddp, amp_bf16",
+    "fsdp, fp32",
+    "fsdp, amp_bf16",
+    "deepspeed, fp32",
+    "deepspeed, amp_bf16",
+]
 OVERRIDES = {
     REFUSED: {"outcome": "refused", "note": "List it first.", "detail": "ValueError: CutMix: the batch changed size"},
     SAME_NOTE: {"note": "List it first.", "detail": "ValueError: CutMix: the batch changed size"},
@@ -100,18 +109,21 @@ def test_the_page_shows_every_outcome_with_a_word_and_a_symbol_and_numbers_its_n
     assert refused["title"] == "refused"
     # (b) by precision, (c) by parallel mode, symbol and word shown; a cell the file lacks is "not run"
     assert ["MixUp", "✓ runs", "✗ fails, note 2", "✓ runs", "✓ runs", "✓ runs"] in cell_texts(tables, "MixUp")
-    assert ["CutOut", "✓ runs", "⚠ interaction, note 3", "✓ runs"] in cell_texts(tables, "CutOut")
-    augmix = next(cells for _, rows in tables for name, cells in rows if name == "AugMix" and len(cells) == 3)
-    assert [td.get_text() for td in augmix] == ["— not run", "✓ runs", "✓ runs"]
+    # each parallel mode in fp32 and in amp_bf16, side by side
+    assert PARALLEL_HEADERS in [columns for columns, _ in tables]
+    assert ["CutOut", "✓ runs", "✓ runs", "⚠ interaction, note 3", "✓ runs", "✓ runs", "✓ runs"] in cell_texts(
+        tables, "CutOut"
+    )
+    augmix = next(cells for _, rows in tables for name, cells in rows if name == "AugMix" and len(cells) == 6)
+    assert [td.get_text() for td in augmix] == ["— not run", *["✓ runs"] * 5]
     assert augmix[0]["class"] == ["ml-cell", "ml-outcome-not-run"]
-    assert ["ddp", "fsdp", "deepspeed"] in [columns for columns, _ in tables]
     # the notes, each naming its cells, escaped
     assert (
         "1. CutMix, then Selective Backprop; Selective Backprop, then CutMix: List it first. Detail: "
         "`ValueError: CutMix: the batch changed size`."
     ) in page
     assert "2. MixUp in fp16: Detail: `RuntimeError: boom`. Not seen: `mixed_targets`." in page
-    assert f"3. CutOut under fsdp: {md_text(HOSTILE_NOTE)}. Not seen: `changed_inputs`." in page
+    assert f"3. CutOut under fsdp in fp32: {md_text(HOSTILE_NOTE)}. Not seen: `changed_inputs`." in page
     assert "<b>" not in page and "javascript:alert(1))" not in page.replace(md_text(HOSTILE_NOTE), "")
     # where it came from
     assert md_text("Test CPU <i>x</i>, 2 cores") in page and "2026-12-05" in page
@@ -145,7 +157,8 @@ def test_each_methods_snippet_is_its_row_in_either_order_with_its_notes(rendered
     assert [md_text("Selective Backprop"), "✓ runs, note 1", "✗ refused, note 1"] in rows
     assert "Alone (fp32, one process): ✓ runs." in snippet
     assert ["CutMix", "✓ runs", "✓ runs", "✓ runs", "✓ runs", "✓ runs"] in rows  # each precision
-    assert ["CutMix", "✓ runs", "✓ runs", "✓ runs"] in rows  # each parallel mode
+    assert ["CutMix", *["✓ runs"] * 6] in rows  # each parallel mode, in fp32 and in amp_bf16
+    assert ["Parallel (2 processes)", *(md_code(h) for h in PARALLEL_HEADERS)] in rows
     assert "1. CutMix, then Selective Backprop; Selective Backprop, then CutMix: List it first." in snippet
     assert "{doc}`Composability page </tables/composability>`" in snippet
     # one line names the matrix's hardware, date and file, and links to what the outcomes mean
@@ -190,6 +203,7 @@ def test_a_method_the_matrix_predates_says_it_is_not_in_it_yet(tmp_path):
         in out[cp.SNIPPETS / "augmix.md.inc"]
     )
     assert ["AugMix", *["— not run"] * 5] in cell_texts(html_tables(out[cp.PAGE]), "AugMix")
+    assert ["AugMix", *["— not run"] * 6] in cell_texts(html_tables(out[cp.PAGE]), "AugMix")
 
 
 def test_without_a_matrix_file_the_page_and_the_cards_say_so(tmp_path):
@@ -266,10 +280,10 @@ def test_a_refusal_and_a_crash_are_red_crosses_that_the_summary_counts(tmp_path)
     out = cp.render_composability(site(tmp_path), [(tmp_path / "cpu-test-machine.json", document)])
     page = out[cp.PAGE]
     tables = html_tables(page)
-    cutout = next(cells for _, rows in tables for name, cells in rows if name == "CutOut" and len(cells) == 3)
-    fsdp, deepspeed = (td.get_text() for td in cutout[1:])  # fsdp's noted interaction, deepspeed's crash
+    cutout = next(cells for _, rows in tables for name, cells in rows if name == "CutOut" and len(cells) == 6)
+    fsdp, deepspeed = (cutout[PARALLEL_HEADERS.index(h)].get_text() for h in ("fsdp, fp32", "deepspeed, fp32"))
     assert fsdp.startswith("⚠ interaction, note ") and deepspeed.startswith("✗ crashes, note ")
-    assert cutout[2]["class"] == ["ml-cell", "ml-outcome-fails"]
+    assert cutout[PARALLEL_HEADERS.index("deepspeed, fp32")]["class"] == ["ml-cell", "ml-outcome-fails"]
     # CutMix with MixUp trains, but its note says to use one of them: amber, never green
     columns, rows = next(t for t in tables if "MixUp" in t[0] and "CutMix" in t[0])
     mix = dict(rows)["CutMix"][columns.index("MixUp")]
@@ -278,25 +292,30 @@ def test_a_refusal_and_a_crash_are_red_crosses_that_the_summary_counts(tmp_path)
     assert "⚠ use one 2, ⚠ interaction 1, ✗ refused 1, ✗ crashes 1, ✗ fails 1." in page
     assert "Combinations that do not train (✗ in all): 3." in page
     snippet = out[cp.SNIPPETS / "cutout.md.inc"]
-    assert "| CutOut | ✓ runs | ⚠ interaction, note 1 | ✗ crashes, note 2 |" in snippet
+    assert "| CutOut | ✓ runs | ✓ runs | ⚠ interaction, note 1 | ✓ runs | ✗ crashes, note 2 | ✓ runs |" in snippet
 
 
 def test_a_best_practice_card_lists_what_fails_in_its_mode_and_what_was_tested(tmp_path):
     document = matrix_document(RECORDS, BROKEN_OVERRIDES)
     out = cp.render_composability(site(tmp_path), [(tmp_path / "cpu-test-machine.json", document)])
     deepspeed = out[cp.SNIPPETS / "deepspeed_zero.md.inc"]
-    assert 'every method alone under `parallel="deepspeed"`, in 2 processes, in `fp32` only' in deepspeed
+    assert 'every method alone under `parallel="deepspeed"`, in 2 processes, in `fp32` and `amp_bf16` only' in deepspeed
     assert "no committed result covers it with another precision" in deepspeed
     methods = sum(1 for r in RECORDS.values() if r.kind == "method")
-    assert f"Its cells ({methods} methods): ✓ runs {methods - 1}, ✗ crashes 1." in deepspeed
+    assert f"Its cells ({methods} methods in 2 configurations): ✓ runs {2 * methods - 1}, ✗ crashes 1." in deepspeed
     assert "Combinations that do not train (✗ in all): 1." in deepspeed
-    assert "| CutOut | ✗ crashes, note 1 |" in deepspeed
+    assert "| Method | `deepspeed, fp32` | `deepspeed, amp_bf16` |" in deepspeed
+    assert "| CutOut | ✗ crashes, note 1 | ✓ runs |" in deepspeed
     assert (
-        "1. CutOut under deepspeed: Flattened buffers need contiguous weights. Detail: `RuntimeError: x`." in deepspeed
+        "1. CutOut under deepspeed in fp32: Flattened buffers need contiguous weights. Detail: `RuntimeError: x`."
+        in deepspeed
     )
     # a precision's card: its mode and the 16-bit sibling, in one process; what does not train first
     half = out[cp.SNIPPETS / "half_precision.md.inc"]
-    assert 'in `precision="fp16"` and `precision="bf16"`, in one process only' in half
+    assert (
+        'in `precision="fp16"` and `precision="bf16"` in one process. No committed result covers `fp16` or '
+        "`bf16` under a parallel mode."
+    ) in half
     rows = [line for line in half.splitlines() if line.startswith("| ")]
     assert rows[0] == "| Method | `fp16` | `bf16` |" and rows[1:] == ["| MixUp | ✗ fails, note 1 | ✓ runs |"]
     # a mode the matrix does not run says so
@@ -340,17 +359,82 @@ def test_the_committed_matrix_shows_its_crashes_as_crosses_on_the_page_and_the_c
     crosses = sum(
         c["outcome"] in ("refused", "fails") or (c["outcome"] == "interaction" and bool(c["detail"])) for c in cells
     )
-    assert crosses >= 6  # Channels Last under fsdp and deepspeed; EMA and SWA under fsdp and together
+    # Channels Last under fsdp and deepspeed, EMA and SWA under fsdp, each in fp32 and amp_bf16; EMA and SWA together
+    assert crosses >= 10
     assert f"Combinations that do not train (✗ in all): {crosses}." in out[cp.PAGE]
     fsdp = out[cp.SNIPPETS / "fsdp.md.inc"]
     for line in (
-        "| Channels Last | ✗ crashes, note 1 |",
-        "| EMA | ✗ refused, note 2 |",
-        f"| {md_text('Stochastic Weight Averaging')} | ✗ refused, note 3 |",
+        "| Channels Last | ✗ crashes, note 1 | ✗ crashes, note 1 |",
+        "| EMA | ✗ refused, note 2 | ✗ refused, note 2 |",
+        f"| {md_text('Stochastic Weight Averaging')} | ✗ refused, note 3 | ✗ refused, note 3 |",
     ):
         assert line in fsdp, line
-    assert "| Channels Last | ✗ crashes, note 1 |" in out[cp.SNIPPETS / "deepspeed_zero.md.inc"]
+    assert "| Channels Last | ✗ crashes, note 1 | ✗ crashes, note 1 |" in out[cp.SNIPPETS / "deepspeed_zero.md.inc"]
     channels_last = out[cp.SNIPPETS / "channels_last.md.inc"]
-    assert "| Channels Last | ✓ runs | ✗ crashes, note 2 | ✗ crashes, note 3 |" in channels_last
+    assert (
+        "| Channels Last | ✓ runs | ✓ runs | ✗ crashes, note 2 | ✗ crashes, note 2 | ✗ crashes, note 3 | "
+        "✗ crashes, note 3 |"
+    ) in channels_last
+    # Mixed Precision's card lists what does not train in amp_bf16 under a parallel mode
+    amp = out[cp.SNIPPETS / "mixed_precision.md.inc"]
+    assert "| Channels Last | ✓ runs | ✓ runs | ✓ runs | ✗ crashes, note 1 | ✗ crashes, note 2 |" in amp
+    assert f"1. {md_text('Channels Last under fsdp in amp_bf16')}: " in amp
     assert "✗ refused" in out[cp.SNIPPETS / "ema.md.inc"] and "✗ refused" in out[cp.SNIPPETS / "swa.md.inc"]
     assert "| MixUp | ⚠ use one, note" in out[cp.SNIPPETS / "cutmix.md.inc"]
+
+
+# --- the parallel cells in amp_bf16 ---------------------------------------------------------------
+
+BF16_CRASH = ("parallel", ("cutout",), "fsdp+amp_bf16")
+BF16_REFUSED = ("parallel", ("mixup",), "ddp+amp_bf16")
+BF16_OVERRIDES = {
+    BF16_CRASH: {"outcome": "interaction", "note": "Sharded bf16 weights.", "detail": "RuntimeError: y"},
+    BF16_REFUSED: {"outcome": "refused", "detail": "ValueError: no bf16 here"},
+}
+
+
+def test_a_parallel_cell_in_amp_bf16_is_shown_named_by_its_precision_and_counted(tmp_path):
+    """The cards and the page list what fails in amp_bf16 under a parallel mode beside fp32, and
+    the ✗ totals count it: the page's, the method's, the parallel mode's and Mixed Precision's."""
+    document = matrix_document(RECORDS, BF16_OVERRIDES)
+    assert {(c["precision"], c["parallel"]) for c in document["cells"] if c["kind"] == "parallel"} == {
+        (p, m) for p in ("fp32", "amp_bf16") for m in ("ddp", "fsdp", "deepspeed")
+    }
+    out = cp.render_composability(site(tmp_path), [(tmp_path / "cpu-test-machine.json", document)])
+    page = out[cp.PAGE]
+    assert "Combinations that do not train (✗ in all): 2." in page and "✗ refused 1, ✗ crashes 1" in page
+    assert 'in `precision="fp32"` and `precision="amp_bf16"`: a column is a parallel mode and a precision' in page
+    row = cell_texts(html_tables(page), "CutOut")[-1]
+    assert row[1 + PARALLEL_HEADERS.index("fsdp, amp_bf16")].startswith("✗ crashes, note ")
+    assert row[1 + PARALLEL_HEADERS.index("fsdp, fp32")] == "✓ runs"  # fp32 under fsdp is another cell
+    assert f"{md_text('CutOut under fsdp in amp_bf16')}: Sharded bf16 weights. Detail: `RuntimeError: y`." in page
+    # the method's card
+    cutout = out[cp.SNIPPETS / "cutout.md.inc"]
+    assert "| CutOut | ✓ runs | ✓ runs | ✓ runs | ✗ crashes, note 1 | ✓ runs | ✓ runs |" in cutout
+    assert f"1. {md_text('CutOut under fsdp in amp_bf16')}: Sharded bf16 weights." in cutout
+    # the parallel mode's card: its fp32 and amp_bf16 columns
+    fsdp = out[cp.SNIPPETS / "fsdp.md.inc"]
+    assert "| Method | `fsdp, fp32` | `fsdp, amp_bf16` |" in fsdp
+    assert "| CutOut | ✓ runs | ✗ crashes, note 1 |" in fsdp and "(✗ in all): 1." in fsdp
+    ddp = out[cp.SNIPPETS / "ddp.md.inc"]
+    assert (
+        "| MixUp | ✓ runs | ✗ refused, note 1 |" in ddp
+        and f"1. {md_text('MixUp under ddp in amp_bf16')}: Detail:" in ddp
+    )
+    # Mixed Precision's card: amp_fp16 and amp_bf16 in one process, and amp_bf16 under each mode
+    amp = out[cp.SNIPPETS / "mixed_precision.md.inc"]
+    assert (
+        'every method alone in `precision="amp_fp16"` and `precision="amp_bf16"` in one process, and in '
+        '`amp_bf16` under `parallel="ddp"`, `parallel="fsdp"` and `parallel="deepspeed"` in 2 processes. '
+        "No committed result covers `amp_fp16` under a parallel mode."
+    ) in amp
+    assert "| Method | `amp_fp16` | `amp_bf16` | `ddp, amp_bf16` | `fsdp, amp_bf16` | `deepspeed, amp_bf16` |" in amp
+    rows = [line for line in amp.splitlines() if line.startswith("| ") and "Method" not in line]
+    # what does not train, the worst first (a crash before a refusal), each naming its cell
+    assert rows == [
+        "| CutOut | ✓ runs | ✓ runs | ✓ runs | ✗ crashes, note 1 | ✓ runs |",
+        "| MixUp | ✓ runs | ✓ runs | ✗ refused, note 2 | ✓ runs | ✓ runs |",
+    ]
+    methods = sum(1 for r in RECORDS.values() if r.kind == "method")
+    assert f"Its cells ({methods} methods in 5 configurations): ✓ runs {5 * methods - 2}," in amp
+    assert "(✗ in all): 2." in amp

@@ -283,8 +283,11 @@ def test_the_plan_covers_every_method_and_every_ordered_pair_that_shares_a_domai
     assert [c.methods for c in by_kind["solo"]] == [("a",), ("b",), ("c",)]
     assert [c.methods for c in by_kind["pair"]] == [("a", "b"), ("b", "a"), ("b", "c"), ("c", "b")]
     assert [(c.methods, c.precision) for c in by_kind["precision"]] == [((m,), p) for m in "abc" for p in PRECISIONS]
-    assert [(c.methods, c.parallel) for c in by_kind["parallel"]] == [((m,), p) for p in ("ddp", "fsdp") for m in "abc"]
-    assert all(c.precision == "fp32" for c in by_kind["parallel"])
+    # each parallel mode in fp32 and in amp_bf16: one launch per mode runs both
+    assert [(c.methods, c.parallel, c.precision) for c in by_kind["parallel"]] == [
+        ((m,), p, precision) for p in ("ddp", "fsdp") for precision in ("fp32", "amp_bf16") for m in "abc"
+    ]
+    assert len({c.label for c in cells}) == len(cells)  # a launch's results are keyed by the label
     assert [c.kind for c in matrix.plan_cells(RECORDS, kinds=("pair",))] == ["pair"] * 4
 
 
@@ -295,12 +298,75 @@ def test_only_plans_the_cells_that_hold_one_of_the_named_methods():
         ("pair", ("b", "c")),
         ("pair", ("c", "b")),
         *[("precision", ("c",))] * len(PRECISIONS),
-        ("parallel", ("c",)),
-        ("parallel", ("c",)),
+        *[("parallel", ("c",))] * 4,
     ]
     assert matrix.plan_cells(RECORDS, parallels=("ddp",), only=["a", "c"]) == [
         c for c in matrix.plan_cells(RECORDS, parallels=("ddp",)) if {"a", "c"} & set(c.methods)
     ]
+
+
+def test_precisions_plans_only_the_cells_in_those_precisions():
+    cells = matrix.plan_cells(RECORDS, kinds=("parallel",), parallels=("ddp", "fsdp"), precisions=["amp_bf16"])
+    assert [(c.methods, c.parallel, c.precision) for c in cells] == [
+        ((m,), p, "amp_bf16") for p in ("ddp", "fsdp") for m in "abc"
+    ]
+    assert [c.label for c in cells[:1]] == ["parallel a ddp amp_bf16"]
+    # solo and pair cells are fp32: none is in amp_bf16
+    assert matrix.plan_cells(RECORDS, kinds=("solo", "pair"), precisions=["amp_bf16"]) == []
+    assert [c.precision for c in matrix.plan_cells(RECORDS, kinds=("precision",), precisions=["amp_bf16"])] == [
+        "amp_bf16"
+    ] * 3
+
+
+def test_precisions_merges_just_the_cells_in_them_and_keeps_every_fp32_cell():
+    """The parallel cells added in amp_bf16 to a matrix that ran them in fp32 only: they go in at
+    their places, every other cell (the fp32 parallel cells included) stays as it was, and the
+    matrix's time counts them."""
+    plan = matrix.plan_cells(RECORDS, parallels=("ddp",))
+    bf16 = [c for c in plan if c.kind == "parallel" and c.precision == "amp_bf16"]
+    old = {"cells": [_entry(c, "interaction") for c in plan if c not in bf16], "wall_s": 100.0}
+    new_cells = [_entry(c, wall_s=2.0) for c in bf16]
+    merged = matrix.merge_document(old, ["parallel"], new_cells, {}, records=RECORDS, precisions=["amp_bf16"])
+    assert [(c["kind"], tuple(c["methods"]), c["precision"], c["parallel"]) for c in merged["cells"]] == [
+        (c.kind, c.methods, c.precision, c.parallel) for c in plan
+    ]
+    assert [c for c in merged["cells"] if c["precision"] != "amp_bf16" or c["kind"] != "parallel"] == old["cells"]
+    assert matrix._replaced(new_cells[0], ["parallel"], [], ["amp_bf16"])
+    assert not matrix._replaced(old["cells"][-1], ["parallel"], [], ["amp_bf16"])  # ddp in fp32
+
+
+def test_precisions_runs_and_merges_into_the_file_in_place(tmp_path, monkeypatch):
+    """run_matrix with --precisions and --merge: only the cells in the named precision run, and the
+    file's time is its old time with theirs added (none replaced)."""
+    plan = matrix.plan_cells(RECORDS, parallels=("ddp",))
+    bf16 = [c for c in plan if c.kind == "parallel" and c.precision == "amp_bf16"]
+    ran = []
+
+    def fake_run_cells(cells, settings, **kwargs):
+        ran.extend(cells)
+        return [_entry(c, wall_s=2.0) for c in cells]
+
+    methods = {k: r for k, r in RECORDS.items() if r.kind == "method"}
+    monkeypatch.setattr(matrix, "_method_records", lambda records=None: methods)
+    monkeypatch.setattr(matrix, "runnable_parallels", lambda: (["ddp"], {}))
+    monkeypatch.setattr(matrix, "run_cells", fake_run_cells)
+    monkeypatch.setattr(matrix, "build_document", _unchecked_document)
+    out = tmp_path / "m.json"
+    old = {"environment": {}, "settings": Settings().as_dict(), "commands": ["first"], "wall_s": 100.0,
+           "cells": [_entry(c) for c in plan if c not in bf16]}  # fmt: skip
+    out.write_text(json.dumps(old))
+    monkeypatch.setattr("methods_tools.results.load_composability", lambda path: json.loads(Path(path).read_text()))
+    document = matrix.run_matrix(
+        out, kinds=["parallel"], merge=True, command="second", precisions=["amp_bf16"], timeout_s=1.0
+    )
+    assert ran == bf16
+    assert len(document["cells"]) == len(plan) and document["commands"] == ["first", "second"]
+    assert document["wall_s"] == 100.0 + 2.0 * len(bf16)
+
+
+def _unchecked_document(env, settings, commands, wall_s, cells, sections=None):
+    return {"environment": env, "settings": settings.as_dict(), "commands": list(commands), "wall_s": wall_s,
+            "cells": list(cells)}  # fmt: skip
 
 
 def _entry(cell, outcome="runs", wall_s=1.0):
@@ -462,7 +528,18 @@ def test_bad_options_are_one_line_each_and_write_nothing(tmp_path, capsys):
     )
     assert matrix.main(["--only", " , ", "--out", str(tmp_path / "m.json")]) == 1
     assert capsys.readouterr().err.strip() == "--only: empty — name at least one method, e.g. --only cutmix"
-    assert not (tmp_path / "m.json").exists()
+    assert matrix.main(["--kinds", "parallel", "--precisions", "amp_bf16,bf17", "--out", str(tmp_path / "m.json")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"--precisions: 'bf17' is not a precision mode — use some of {', '.join(PRECISIONS)}"
+    )
+    assert matrix.main(["--precisions", "amp_bf16", "--merge", "--out", str(existing)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "--precisions: the loops and models section(s) are not cut by precision — leave them out of --kinds "
+        "(e.g. --kinds parallel)"
+    )
+    assert matrix.main(["--kinds", "parallel", "--precisions", "amp_bf16"]) == 1
+    assert "--precisions: a subset of the matrix never writes the default results file" in capsys.readouterr().err
+    assert not (tmp_path / "m.json").exists() and existing.read_text() == "{}"
 
 
 def test_a_subset_writes_a_valid_file_with_progress_lines(tmp_path, capsys):

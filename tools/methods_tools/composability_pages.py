@@ -3,9 +3,9 @@ matrix (``results/composability/*.json``, written by ``tools/composability_matri
 
 - ``tables/composability.md`` (``composability.md.j2``): per matrix file, one table of ordered
   pairs per domain (a row per first method, a column per second, the method alone on the
-  diagonal), each method by precision mode and by parallel mode, then the numbered notes and
-  details, each naming its cells; the hardware, date, file and command. Without a matrix file
-  the page says so.
+  diagonal), each method by precision mode and by parallel mode (each parallel mode in fp32 and in
+  amp_bf16, side by side), then the numbered notes and details, each naming its cells; the
+  hardware, date, file and command. Without a matrix file the page says so.
 - ``tables/composability/<key>.md.inc`` (``composability_snippet.md.inc.j2``), for every method
   (``kind: method``), which its card's Composability section pulls in with ``{include}``: its row
   of every matrix file (with each other method in either order, each precision, each parallel
@@ -21,7 +21,7 @@ says to use one of the two (:data:`USE_ONE`) is amber, never green.
 - ``tables/composability/<key>.md.inc`` for each best practice whose Trainer option is a precision or
   parallel mode: every method's cell in that mode (and its 16-bit sibling), the ones that do not
   simply run listed with their notes, and what the matrix ran the mode with (the parallel modes in
-  fp32 only, the precisions in one process). The
+  fp32 and amp_bf16; the precisions in one process, and amp_bf16 under each parallel mode too). The
 page's tables are HTML, each cell coloured by its outcome (``_static/methods_overview.css``), in a
 frame that scrolls with its header row and method column in view; the pairs' matrices show the
 symbol alone (the word is there for screen readers, and in the legend), so that 22 columns fit a
@@ -54,6 +54,8 @@ __all__ = [
     "CellKey",
     "cell_key",
     "cell_label",
+    "column_header",
+    "parallel_column",
     "composability_files",
     "expected_cells",
     "render_composability",
@@ -108,13 +110,35 @@ def shown_outcome(cell: Mapping[str, Any]) -> str:
 
 
 #: ``(kind, methods, mode)``: a cell's identity; mode is the precision of a precision cell, the
-#: parallel mode of a parallel cell, else None.
+#: :func:`parallel_column` of a parallel cell, else None.
 CellKey = tuple[str, tuple[str, ...], str | None]
+#: What joins a parallel mode and a precision other than fp32 in a parallel cell's mode (``ddp+amp_bf16``).
+PRECISION_JOIN = "+"
+
+
+def parallel_column(parallel: str, precision: str = "fp32") -> str:
+    """A parallel cell's mode in its key, and its column in the tables: the parallel mode of an fp32
+    cell (``ddp``), and with its precision for another (``ddp+amp_bf16``)."""
+    return parallel if precision == "fp32" else f"{parallel}{PRECISION_JOIN}{precision}"
+
+
+def column_modes(column: str) -> tuple[str, str]:
+    """``(parallel mode, precision)`` of a :func:`parallel_column`."""
+    parallel, _, precision = column.partition(PRECISION_JOIN)
+    return parallel, precision or "fp32"
+
+
+def column_header(kind: str, column: str) -> str:
+    """A table's header for a column of ``kind``'s cells: a precision (``amp_bf16``), or a parallel
+    mode with its precision (``ddp, fp32``, ``ddp, amp_bf16``)."""
+    return ", ".join(column_modes(column)) if kind == "parallel" else column
 
 
 def cell_key(cell: Mapping[str, Any]) -> CellKey:
     kind = cell["kind"]
-    return kind, tuple(cell["methods"]), cell[kind] if kind in ("precision", "parallel") else None
+    if kind == "parallel":
+        return kind, tuple(cell["methods"]), parallel_column(cell["parallel"], cell["precision"])
+    return kind, tuple(cell["methods"]), cell[kind] if kind == "precision" else None
 
 
 def matrix_methods(records: Iterable[MethodRecord]) -> list[MethodRecord]:
@@ -142,7 +166,8 @@ def expected_cells(
 
 
 def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
-    """How a note names its cell: "CutMix, then MixUp", "CutMix in amp_bf16", "CutMix under ddp"."""
+    """How a note names its cell: "CutMix, then MixUp", "CutMix in amp_bf16", "CutMix under ddp in
+    fp32" (a parallel cell names its precision: the matrix runs each parallel mode in two)."""
     kind, methods, mode = key
     shown = [names.get(m, m) for m in methods]
     if kind == "pair":
@@ -150,7 +175,8 @@ def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
     if kind == "precision":
         return f"{shown[0]} in {mode}"
     if kind == "parallel":
-        return f"{shown[0]} under {mode}"
+        parallel, precision = column_modes(str(mode))
+        return f"{shown[0]} under {parallel} in {precision}"
     return f"{shown[0]} alone"
 
 
@@ -249,8 +275,19 @@ class Matrix:
     wall_s: float
     counts: Mapping[str, int]  # shown outcome (a key of OUTCOMES) -> cells of the registry's methods
     precisions: tuple[str, ...]
+    #: The parallel cells' columns (:func:`parallel_column`): each mode in each precision it ran in.
     parallels: tuple[str, ...]
     cells: Mapping[CellKey, Mapping[str, Any]]
+
+    @property
+    def parallel_headers(self) -> tuple[str, ...]:
+        """The parallel columns' headers: ``ddp, fp32``, ``ddp, amp_bf16``."""
+        return tuple(column_header("parallel", c) for c in self.parallels)
+
+    @property
+    def parallel_precisions(self) -> tuple[str, ...]:
+        """The precisions the parallel cells ran in (fp32 first)."""
+        return tuple(dict.fromkeys(column_modes(c)[1] for c in self.parallels))
 
     @property
     def broken(self) -> int:
@@ -280,8 +317,8 @@ def matrix_view(path: Path, document: Mapping[str, Any], records: Sequence[Metho
     counts = {outcome: shown.count(outcome) for outcome in OUTCOMES}
     ran = {k[2] for k in cells if k[0] == "precision"}
     precisions = tuple(m for m in PRECISIONS if m in ran) + tuple(sorted(ran - set(PRECISIONS)))
-    ran = {k[2] for k in cells if k[0] == "parallel"} | set(parallel_modes(document))
-    parallels = tuple(m for m in MATRIX_PARALLELS if m in ran) + tuple(sorted(ran - set(MATRIX_PARALLELS)))
+    ran = {str(k[2]) for k in cells if k[0] == "parallel"} | set(parallel_modes(document))
+    parallels = tuple(sorted(ran, key=_column_order))
     env = document["environment"]
     return Matrix(
         file=f"results/composability/{path.name}",
@@ -298,6 +335,17 @@ def matrix_view(path: Path, document: Mapping[str, Any], records: Sequence[Metho
         parallels=tuple(str(m) for m in parallels),
         cells=cells,
     )
+
+
+def _column_order(column: str) -> tuple[int, str, int, str]:
+    """Parallel columns by mode (:data:`MATRIX_PARALLELS` first), each mode's precisions in
+    :data:`PRECISIONS` order: a mode's fp32 and amp_bf16 cells side by side."""
+    parallel, precision = column_modes(column)
+
+    def place(value: str, known: Sequence[str]) -> int:
+        return known.index(value) if value in known else len(known)
+
+    return place(parallel, MATRIX_PARALLELS), parallel, place(precision, PRECISIONS), precision
 
 
 @dataclass(frozen=True)
@@ -420,31 +468,55 @@ def practice_modes(record: MethodRecord) -> tuple[str, tuple[str, ...]] | None:
 
 @dataclass(frozen=True)
 class PracticeRow:
-    """A best practice's modes in one matrix file, for its card: every method alone in each mode the
-    file ran, the methods that do not simply run in all of them listed (those that do not train
-    first), with what else the file ran the mode with."""
+    """A best practice's modes in one matrix file, for its card: every method alone in each of its
+    columns the file ran (a parallel mode in each precision; a precision in one process and under
+    each parallel mode), the methods that do not simply run in all of them listed (those that do
+    not train first), with what else the file ran the mode with."""
 
     matrix: Matrix
     kind: str  # "parallel" or "precision"
     modes: tuple[str, ...]  # the practice's modes that this file ran
     missing_modes: tuple[str, ...]  # the practice's modes that it did not
+    #: The table's columns, ``(cell kind, mode of its key)``, and their headers.
+    columns: tuple[tuple[str, str], ...]
+    headers: tuple[str, ...]
     rows: tuple[tuple[str, tuple[Shown, ...]], ...]
-    running: int  # methods that simply run in every mode
+    running: int  # methods that simply run in every column
     methods: int
     counts: Mapping[str, int]  # shown outcome -> cells
-    #: What the file ran these cells with: the precisions of a parallel mode's cells, the parallel
-    #: modes of a precision's.
+    #: What the file ran these cells with: the precisions of a parallel mode's cells (fp32 first);
+    #: for a precision, the parallel modes each of its modes ran under, ``((precision, modes), ...)``.
     tested_with: tuple[str, ...]
+    parallel_runs: tuple[tuple[str, tuple[str, ...]], ...]
     footnotes: tuple[Footnote, ...]
 
     @property
     def broken(self) -> int:
         return sum(self.counts.get(o, 0) for o in BROKEN)
 
+    @property
+    def untested_parallel(self) -> tuple[str, ...]:
+        """A precision practice's modes that ran in one process but under no parallel mode."""
+        ran = {p for p, _ in self.parallel_runs}
+        return tuple(m for m in self.modes if m not in ran)
+
+
+def practice_columns(matrix: Matrix, kind: str, modes: Sequence[str]) -> list[tuple[str, str]]:
+    """The columns of a best practice's modes: a parallel mode's in each precision the file ran it
+    in; a precision's in one process, then under each parallel mode the file ran it under."""
+    parallel = [("parallel", c) for c in matrix.parallels]
+    if kind == "parallel":
+        return [col for col in parallel if column_modes(col[1])[0] in modes]
+    return [("precision", m) for m in modes] + [col for col in parallel if column_modes(col[1])[1] in modes]
+
 
 def practice_row(matrix: Matrix, kind: str, modes: Sequence[str], methods: Sequence[MethodRecord]) -> PracticeRow:
-    ran = tuple(m for m in modes if any((kind, (r.key,), m) in matrix.cells for r in methods))
-    cells = {r.key: [matrix.cells.get((kind, (r.key,), m)) for m in ran] for r in methods}
+    columns = tuple(
+        col
+        for col in practice_columns(matrix, kind, modes)
+        if any((col[0], (r.key,), col[1]) in matrix.cells for r in methods)
+    )
+    cells = {r.key: [matrix.cells.get((k, (r.key,), m)) for k, m in columns] for r in methods}
     counts = dict.fromkeys(OUTCOMES, 0)
     for cell in (c for row in cells.values() for c in row if c is not None):
         counts[shown_outcome(cell)] += 1
@@ -462,21 +534,33 @@ def practice_row(matrix: Matrix, kind: str, modes: Sequence[str], methods: Seque
     )
     numbering = _Numbering({r.key: r.name for r in methods})
     rows = tuple(
-        (r.name, tuple(numbering.shown((kind, (r.key,), m), c) for m, c in zip(ran, cells[r.key], strict=True)))
+        (r.name, tuple(numbering.shown((k, (r.key,), m), c) for (k, m), c in zip(columns, cells[r.key], strict=True)))
         for r in listed
     )
-    other = "precision" if kind == "parallel" else "parallel"
-    tested = sorted({c[other] for row in cells.values() for c in row if c is not None})
+    ran_parallel = [column_modes(m) for k, m in columns if k == "parallel"]
+    if kind == "parallel":
+        ran = tuple(m for m in modes if any(p == m for p, _ in ran_parallel))
+        tested = tuple(p for p in PRECISIONS if any(q == p for _, q in ran_parallel))
+        parallel_runs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    else:
+        ran = tuple(m for k, m in columns if k == "precision")
+        tested = ("single",) if ran else ()
+        parallel_runs = tuple(
+            (m, tuple(p for p, q in ran_parallel if q == m)) for m in modes if any(q == m for _, q in ran_parallel)
+        )
     return PracticeRow(
         matrix=matrix,
         kind=kind,
         modes=ran,
         missing_modes=tuple(m for m in modes if m not in ran),
+        columns=columns,
+        headers=tuple(column_header(k, m) for k, m in columns),
         rows=rows,
         running=len(methods) - len(listed),
         methods=len(methods),
         counts=counts,
-        tested_with=tuple(tested),
+        tested_with=tested,
+        parallel_runs=parallel_runs,
         footnotes=tuple(numbering.footnotes),
     )
 

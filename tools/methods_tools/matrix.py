@@ -9,7 +9,8 @@ batches), with its metadata's suggested hyperparameters:
 - ``pair``: with every other method that shares a domain, in both orders;
 - ``precision``: alone in every precision mode of ``algorithms.core.options.PRECISIONS``;
 - ``parallel``: alone under every distributed mode (ddp, fsdp, and deepspeed where it can run),
-  fp32, two processes under torchrun: one launch per mode runs every method in turn
+  in each precision of :data:`PARALLEL_PRECISIONS` (fp32 and amp_bf16), two processes under
+  torchrun: one launch per mode runs every method in both precisions in turn
   (:mod:`methods_tools.matrix_worker`).
 
 Beside the cells, two sections (:mod:`methods_tools.matrix_loops`): ``loops``, every method alone
@@ -70,6 +71,7 @@ __all__ = [
     "KINDS",
     "LOSS_RTOL",
     "OBSERVABLES",
+    "PARALLEL_PRECISIONS",
     "SAM_RTOL",
     "SECTIONS",
     "WORKLOADS",
@@ -115,6 +117,11 @@ OBSERVABLES = (
     "changed_model",
     "changed_weights",
 )
+#: The precisions the parallel cells run in: fp32, and amp_bf16, the mixed precision that every
+#: parallel mode runs on a CPU as on a GPU (DeepSpeed refuses amp_fp16: its fp16 mode scales the
+#: loss itself; the pure 16-bit modes cast the whole model, which the precision cells cover in one
+#: process).
+PARALLEL_PRECISIONS = ("fp32", "amp_bf16")
 #: Errors that mean "this combination is refused": a clear message about the arguments.
 REFUSALS = ("ValueError", "TypeError")
 #: How far above a row's minimum a target entry must be to count as one of the mixed classes.
@@ -159,7 +166,10 @@ class Cell:
 
     @property
     def label(self) -> str:
-        mode = {"precision": f" {self.precision}", "parallel": f" {self.parallel}"}.get(self.kind, "")
+        """``parallel cutmix ddp``, with the precision where it is not fp32 (``parallel cutmix ddp
+        amp_bf16``): unique in a plan (a launch's results are keyed by it)."""
+        parallel = f" {self.parallel}" + (f" {self.precision}" if self.precision != "fp32" else "")
+        mode = {"precision": f" {self.precision}", "parallel": parallel}.get(self.kind, "")
         return f"{self.kind} {' + '.join(self.methods)}{mode}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -191,12 +201,15 @@ def plan_cells(
     kinds: Iterable[str] = KINDS,
     parallels: Sequence[str] = MATRIX_PARALLELS,
     only: Iterable[str] = (),
+    precisions: Iterable[str] = (),
 ) -> list[Cell]:
     """Every cell of ``kinds``, in a fixed order, from the registry's ``kind: method`` records.
 
-    ``parallels`` are the distributed modes to run (leave deepspeed out where it cannot run);
-    ``only``: method keys, to keep just the cells that hold one of them (a new method's cells:
-    alone, in each mode, and in a pair either way round).
+    ``parallels`` are the distributed modes to run (leave deepspeed out where it cannot run), each
+    in every precision of :data:`PARALLEL_PRECISIONS`; ``only``: method keys, to keep just the
+    cells that hold one of them (a new method's cells: alone, in each mode, and in a pair either
+    way round); ``precisions``: precision modes, to keep just the cells in one of them (a solo or
+    pair cell is fp32), e.g. ``amp_bf16`` for the parallel cells in it.
     """
     methods = _method_records(records)
     kinds = set(kinds)
@@ -213,9 +226,14 @@ def plan_cells(
     if "precision" in kinds:
         cells += [Cell("precision", (key,), precision=p) for key in methods for p in PRECISIONS]
     if "parallel" in kinds:
-        cells += [Cell("parallel", (key,), parallel=mode) for mode in parallels for key in methods]
-    only = set(only)
-    return [c for c in cells if only & set(c.methods)] if only else cells
+        cells += [
+            Cell("parallel", (key,), precision=p, parallel=mode)
+            for mode in parallels
+            for p in PARALLEL_PRECISIONS
+            for key in methods
+        ]
+    only, precisions = set(only), set(precisions)
+    return [c for c in cells if (not only or only & set(c.methods)) and (not precisions or c.precision in precisions)]
 
 
 #: How many pairs without a note of their own :func:`sample_cells` keeps.
@@ -464,13 +482,18 @@ def nonfinite_loss(batches: Sequence[Batch]) -> str | None:
 #: cell. 1e-5 leaves two orders of headroom for that (and for a GPU's fused kernels), and is
 #: below what an average kept in half precision loses: an update that moves a weight by less than
 #: half a ulp (fp16: 2.4e-4, bf16: 2e-3 of its magnitude) is lost entirely, and EMA's updates,
-#: (1 - smoothing) of the distance to the weights, are of that size.
+#: (1 - smoothing) of the distance to the weights, are of that size. Under amp_bf16 the weights
+#: themselves are fp32 (autocast computes the forward in bf16, the optimizer steps fp32), in one
+#: process and in every parallel mode (each rank averages the weights its optimizer stepped), so
+#: the same tolerance holds there.
 AVERAGE_RTOL: Mapping[str, float] = {p: 1e-5 for p in PRECISIONS}
 #: How far the first batch's loss may be from its value by the methods' definitions, relative to
 #: it, by precision: the Trainer computes the loss in fp32 from the logits (``outputs.float()``)
 #: in every precision and the reference in fp64 from the same logits, so the miss is fp32's
 #: rounding of a log-softmax and a mean (1e-7 to 1e-6); a missing smoothing or mixing moves it by
-#: a tenth or more.
+#: a tenth or more. Under amp_bf16 (in one process or in a parallel mode) the logits are bf16
+#: values, but both losses start from those same values, and autocast runs the cross entropy of
+#: fp32 logits in fp32 (the same value as outside it), so the bound holds.
 LOSS_RTOL: Mapping[str, float] = {p: 1e-5 for p in PRECISIONS}
 #: How far SAM(rho=0)'s final weights may be from the same run's without SAM, as a fraction of the
 #: weights' scale, by precision. With rho = 0 the second pass is the first computed again at the
@@ -1430,16 +1453,18 @@ def merge_document(
     sections: Mapping[str, Any],
     only: Iterable[str] = (),
     records: Mapping[str, Any] | None = None,
+    precisions: Iterable[str] = (),
 ) -> dict[str, Any]:
     """``old`` with the cells of ``kinds`` and the sections just run in place of its own: the
     cells of the other kinds, the other sections and the environment and settings are kept.
 
     With ``only`` (method keys), just the cells that hold one of those methods are replaced, in
-    the cells of ``kinds`` and in the sections run: every other cell is kept, and the cells are put
-    in plan order (:func:`plan_cells`; a section's, :mod:`.matrix_loops`'), each section's
-    ``wall_s`` counting its new cells in place of those they replace."""
+    the cells of ``kinds`` and in the sections run; with ``precisions``, just the cells in one of
+    those precisions. Every other cell is kept, and the cells are put in plan order
+    (:func:`plan_cells`; a section's, :mod:`.matrix_loops`'), each section's ``wall_s`` counting
+    its new cells in place of those they replace."""
     only = set(only)
-    if not only:
+    if not only and not precisions:
         kept = [c for c in old["cells"] if c["kind"] not in kinds]
         merged = [*kept, *cells]
         order = {k: i for i, k in enumerate(KINDS)}
@@ -1449,7 +1474,7 @@ def merge_document(
     from .matrix_loops import plan_loop_cells, plan_model_cells
 
     records = _method_records(records)
-    kept = [c for c in old["cells"] if not (c["kind"] in kinds and only & set(c["methods"]))]
+    kept = [c for c in old["cells"] if not _replaced(c, kinds, only, precisions)]
     plan = {cell_key(c.as_dict()): i for i, c in enumerate(plan_cells(records))}
     merged = sorted([*kept, *cells], key=lambda c: plan.get(cell_key(c), len(plan)))
     plans = {
@@ -1461,14 +1486,25 @@ def merge_document(
         before = old.get(name, {"cells": [], "wall_s": 0.0})
         where = plans[name][1]
         place = {key: i for i, key in enumerate(plans[name][0])}
-        stays = [c for c in before["cells"] if c["method"] not in only]
-        wall = before["wall_s"] - sum(c["wall_s"] for c in before["cells"] if c["method"] in only)
+        stays = [c for c in before["cells"] if only and c["method"] not in only]
+        wall = before["wall_s"] - sum(c["wall_s"] for c in before["cells"] if not only or c["method"] in only)
         new_sections[name] = {
             **section,
             "wall_s": round(max(wall, 0.0) + sum(c["wall_s"] for c in section["cells"]), 1),
             "cells": sorted([*stays, *section["cells"]], key=lambda c: place.get((c[where], c["method"]), len(place))),
         }
     return {**old, "cells": merged, **new_sections}
+
+
+def _replaced(cell: Mapping[str, Any], kinds: Iterable[str], only: Iterable[str], precisions: Iterable[str]) -> bool:
+    """Whether a run of ``kinds`` cut to ``only``'s methods and ``precisions`` (each: all where
+    empty) replaces the committed ``cell``."""
+    only, precisions = set(only), set(precisions)
+    return (
+        cell["kind"] in kinds
+        and (not only or bool(only & set(cell["methods"])))
+        and (not precisions or cell["precision"] in precisions)
+    )
 
 
 def run_matrix(
@@ -1482,12 +1518,14 @@ def run_matrix(
     timeout_s: float = 900.0,
     progress: Progress = lambda line: None,
     only: Sequence[str] = (),
+    precisions: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Plan, run and write the matrix to ``out`` (atomically, never over a file without ``force``).
 
     ``kinds`` are cell kinds (:data:`KINDS`) and sections (:data:`SECTIONS`); with ``merge`` only
     those are run and put into the existing file ``out`` in place of its own (:func:`merge_document`);
-    ``only`` (method keys) runs just the cells that hold one of them."""
+    ``only`` (method keys) runs just the cells that hold one of them, ``precisions`` just the cells
+    in one of them."""
     if merge and not out.exists():
         raise MatrixError(f"{out}: no results file to merge into — run the whole matrix first, or drop --merge")
     if out.exists() and not force and not merge:
@@ -1499,7 +1537,7 @@ def run_matrix(
         if "parallel" in kinds:
             progress(f"{mode}: not run here ({reason})")
     cell_kinds = [k for k in KINDS if k in kinds]
-    cells = plan_cells(kinds=cell_kinds, parallels=parallels, only=only)
+    cells = plan_cells(kinds=cell_kinds, parallels=parallels, only=only, precisions=precisions)
     progress(f"{len(cells)} cells: {', '.join(f'{sum(c.kind == k for c in cells)} {k}' for k in cell_kinds)}")
     entries = run_cells(cells, settings, timeout_s=timeout_s, progress=progress)
     sections = run_sections(kinds, settings, command, progress, only=only)
@@ -1507,13 +1545,11 @@ def run_matrix(
         from .results import load_composability
 
         old = load_composability(out)
-        merged = merge_document(old, cell_kinds, entries, sections, only=only)
+        merged = merge_document(old, cell_kinds, entries, sections, only=only, precisions=precisions)
         # the file's commands are the cells'; a section carries its own command
         commands = [*old["commands"], *([command] if command and cell_kinds else [])]
-        if only:  # the whole matrix's time, with the new cells' in place of those they replace
-            replaced = sum(
-                c["wall_s"] for c in old["cells"] if c["kind"] in cell_kinds and set(only) & set(c["methods"])
-            )
+        if only or precisions:  # the whole matrix's time, with the new cells' in place of those they replace
+            replaced = sum(c["wall_s"] for c in old["cells"] if _replaced(c, cell_kinds, only, precisions))
             wall_s = max(old["wall_s"] - replaced, 0.0) + sum(c["wall_s"] for c in entries)
         else:
             wall_s = time.perf_counter() - start
@@ -1562,6 +1598,11 @@ def _parser(doc: str) -> Any:
         help="comma-separated method keys: run only the cells that hold one of them (a new method's: alone, in "
         "each mode, in pairs either way round, in each loop and model); with --merge, in place of the file's own",
     )
+    p.add_argument(
+        "--precisions",
+        help="comma-separated precision modes: run only the cells in one of them (solo and pair cells are fp32; "
+        "e.g. --kinds parallel --precisions amp_bf16); with --merge, in place of the file's own",
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per torchrun launch (default 900)")
     return p
 
@@ -1591,6 +1632,25 @@ def check_args(args: Any) -> tuple[list[str], list[str]]:
             problems.append(
                 "--only: a subset of the matrix never writes the default results file — give --out, or --merge"
             )
+    precisions = _precisions(args)
+    if getattr(args, "precisions", None) is not None:
+        if not precisions:
+            problems.append("--precisions: empty — name at least one precision, e.g. --precisions amp_bf16")
+        problems += [
+            f"--precisions: {p!r} is not a precision mode — use some of {', '.join(PRECISIONS)}"
+            for p in precisions
+            if p not in PRECISIONS
+        ]
+        sections = [k for k in kinds if k in SECTIONS]
+        if sections:
+            problems.append(
+                f"--precisions: the {' and '.join(sections)} section(s) are not cut by precision — leave them out of "
+                "--kinds (e.g. --kinds parallel)"
+            )
+        if precisions and not merge and args.out is None:
+            problems.append(
+                "--precisions: a subset of the matrix never writes the default results file — give --out, or --merge"
+            )
     if merge and args.out is not None and not args.out.exists():
         problems.append(f"{args.out}: no results file to merge into — run the whole matrix first, or drop --merge")
     if args.out is not None and args.out.exists() and not args.force and not merge:
@@ -1599,7 +1659,15 @@ def check_args(args: Any) -> tuple[list[str], list[str]]:
 
 
 def _only(args: Any) -> list[str]:
-    return [k.strip() for k in (getattr(args, "only", None) or "").split(",") if k.strip()]
+    return _listed(getattr(args, "only", None))
+
+
+def _precisions(args: Any) -> list[str]:
+    return _listed(getattr(args, "precisions", None))
+
+
+def _listed(value: str | None) -> list[str]:
+    return [k.strip() for k in (value or "").split(",") if k.strip()]
 
 
 def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
@@ -1627,6 +1695,7 @@ def main(argv: Sequence[str] | None = None, doc: str = __doc__) -> int:
             timeout_s=args.timeout,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
             only=_only(args),
+            precisions=_precisions(args),
         )
     except MatrixError as exc:
         print(str(exc), file=sys.stderr)

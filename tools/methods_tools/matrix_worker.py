@@ -1,7 +1,8 @@
 """Run the parallel cells of the composability matrix, one after another: one process of a torchrun launch.
 
 Launched by :mod:`methods_tools.matrix` as ``python -m torch.distributed.run --standalone
---nproc_per_node N -m methods_tools.matrix_worker CELLS.json RUNS.json``, once per parallel mode.
+--nproc_per_node N -m methods_tools.matrix_worker CELLS.json RUNS.json``, once per parallel mode
+(its cells in each precision, fp32 and amp_bf16).
 Every process trains every cell of ``CELLS.json`` (:func:`methods_tools.matrix.run_cell`); rank 0
 writes what it saw, ``{cell label: CellRun}``, to ``RUNS.json`` after each cell, so a launch that
 dies keeps the cells before it. The process group is joined here with a short timeout, so a cell
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
             write_atomic(Path(out_path), json.dumps(runs), force=True)
             entry = decide(cell, run, {k: r for k, r in records.items() if r.kind == "method"})
             print(
-                f"progress: {cell.parallel} {i}/{len(cells)} {' + '.join(cell.methods)}: {describe(entry)}",
+                f"progress: {cell.parallel} {i}/{len(cells)} {' + '.join(cell.methods)} {cell.precision}: "
+                f"{describe(entry)}",
                 file=sys.stderr,
                 flush=True,
             )
