@@ -1569,13 +1569,11 @@ def run_matrix(
         merged = merge_document(old, cell_kinds, entries, sections, only=only)
         # the file's commands are the cells'; a section carries its own command
         commands = [*old["commands"], *([command] if command and cell_kinds else [])]
-        if only:  # the whole matrix's time, with the new cells' in place of those they replace
-            replaced = sum(
-                c["wall_s"] for c in old["cells"] if c["kind"] in cell_kinds and set(only) & set(c["methods"])
-            )
-            wall_s = max(old["wall_s"] - replaced, 0.0) + sum(c["wall_s"] for c in entries)
-        else:
-            wall_s = time.perf_counter() - start
+        # the whole matrix's time, with the new cells' in place of those they replace
+        replaced = sum(
+            c["wall_s"] for c in old["cells"] if c["kind"] in cell_kinds and (not only or set(only) & set(c["methods"]))
+        )
+        wall_s = max(old["wall_s"] - replaced, 0.0) + sum(c["wall_s"] for c in entries)
         document = build_document(
             old["environment"] if not cell_kinds else env,
             Settings(**old["settings"]),
