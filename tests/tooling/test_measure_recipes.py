@@ -95,7 +95,7 @@ def test_only_names_recipes_and_refuses_a_method(capsys, tmp_path):
         ["--workload", "recipes", "--only", "cutmix", "--out", str(tmp_path / "x.json")]
     )
     problems, _ = measure.check_args(args)
-    assert "--only: 'cutmix' is not a recipes recipe — use one of mild, medium, hot" in problems
+    assert "--only: 'cutmix' is not a recipe — use one of mild, medium, hot" in problems
 
 
 class _Log:

@@ -923,8 +923,8 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
             )
     for key in _only(args):
         if key not in methods:
-            what = "recipe" if options.recipes else "method"
-            problems.append(f"--only: {key!r} is not a {args.workload} {what} — use one of {', '.join(methods)}")
+            what = "a recipe" if options.recipes else f"a {args.workload} method"
+            problems.append(f"--only: {key!r} is not {what} — use one of {', '.join(methods)}")
     if args.only is not None and not _only(args):
         problems.append("--only: empty — name at least one method, e.g. --only cutmix")
     if args.shard is not None:
