@@ -53,6 +53,7 @@ def test_each_recipe_renders_its_members_figure_and_measured_effect(tmp_path):
     change = "Test accuracy: \u221219.90 points (\u221220.15 to \u221219.65): worse"
     assert f"{change}; holds after Holm's correction over 3 recipes" in hot
     assert "(baseline: 90.1 % test accuracy" in hot
+    assert "- Peak memory of the process (resident set): 1.000x" in hot  # the fake runs have no tensor memory
     assert "Test CPU, 2 cores (CPU only), 2026-01-02" in hot and "`results/effects/recipes-test.json`" in hot
     assert "torchvision\\_resnet18 on digits at 32x32 px" in hot
 

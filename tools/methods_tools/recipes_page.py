@@ -25,7 +25,7 @@ from typing import Any
 from algorithms.recipes import RECIPES, SMALL_SCALE, SOURCE, Recipe
 
 from .docsgen import Content, Site
-from .effects_pages import quality_text, ratio_text
+from .effects_pages import PROCESS_MEMORY_LABEL, TENSOR_MEMORY_LABEL, quality_text, ratio_text
 from .markup import literal
 
 __all__ = ["PAGE", "PARTS", "MemberView", "RecipeView", "recipe_view", "render_recipes"]
@@ -55,6 +55,7 @@ class Measured:
     quality: str
     throughput: str
     memory: str
+    memory_label: str  # torch's accounting where every pair has it, else the process's peak
     pairs: int
     baseline: str
     status: str | None  # None when measured; else why there is no effect ("did not act: ...")
@@ -147,6 +148,7 @@ def measured_rows(recipe: Recipe, effects: Sequence[tuple[Path, Mapping[str, Any
                 quality=_recipes_family(quality_text(entry["quality"])) if measured else "",
                 throughput=ratio_text(entry["throughput"], "throughput") if measured else "",
                 memory=ratio_text(entry["memory"], "memory") if measured else "",
+                memory_label=TENSOR_MEMORY_LABEL if entry.get("tensor_memory") else PROCESS_MEMORY_LABEL,
                 pairs=len(entry["seeds"]),
                 baseline=baseline,
                 status=None if measured else f"{entry['status'].replace('_', ' ')}: {entry['reason']}",
