@@ -28,6 +28,11 @@ only them, into the committed file:
 
     python tools/composability_matrix.py --kinds loops,models --merge
 
+Beside the methods' cells, one cell per published recipe (``algorithms/recipes.py``) trains its
+whole stack together (fp32, one process); to rerun only them, into the committed file:
+
+    python tools/composability_matrix.py --kinds recipe --merge
+
 A method added to a committed matrix needs only its own cells (alone, in each mode, in a pair
 either way round, in each loop and on each model), run and put in their places in the file:
 

@@ -49,6 +49,13 @@ trains transformer_tiny (ALiBi, Gated Linear Units, Label Smoothing, Low Precisi
     .nox/models/bin/python tools/measure_methods.py --workload torchvision --seeds 6
     python tools/measure_methods.py --workload gpt2 --seeds 5
 
+``--workload recipes`` measures Composer's published ResNet-50 recipes (``algorithms/recipes.py``:
+Mild, Medium, Hot) on the torchvision workload, each recipe's whole stack as one method against the
+baseline (with the changes ``algorithms.recipes.SMALL_SCALE`` makes to run it small); ``--only``
+then names recipes. Its file is results/effects/recipes-<cpu|gpu>-<hardware>.json:
+
+    .nox/models/bin/python tools/measure_methods.py --workload recipes --seeds 6
+
 A method whose metadata names ``"workload": {"model": "resnet20_gn", "precision": "amp_bf16"}``
 is measured on that reference model in that precision (a low-precision norm changes nothing in
 fp32), against a baseline of that model and precision with the same seeds.

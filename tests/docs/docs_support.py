@@ -138,6 +138,7 @@ def write_source_tree(src: Path, keys) -> Path:
         ("memory", "Memory: what fits, and what it costs"),
         ("development", "Development"),
         ("getting_started", "Getting started"),
+        ("recipes", "Recipes"),
     ):
         (src / f"{name}.md").write_text(f"# {title}\n\nNot part of this test's tree.\n", encoding="utf-8")
     shutil.copytree(DOCS_SOURCE / "templates", src / "templates")

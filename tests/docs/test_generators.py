@@ -19,6 +19,7 @@ from methods_tools.figures import render_figures
 from methods_tools.markup import md_text
 from methods_tools.measurements_page import render_measurements
 from methods_tools.memory_page import render_memory
+from methods_tools.recipes_page import render_recipes
 from methods_tools.training_pages import render_training_results
 
 from algorithms.metadata import load_all_metadata
@@ -55,6 +56,7 @@ def test_the_generators_are_listed_once_in_order():
         pages.render_loops,  # appends to the cards' composability snippets, so after render_composability
         render_measurements,
         render_memory,
+        render_recipes,
         pages.verdict_boxes,
         pages.landing,
         pages.navigation,

@@ -510,7 +510,7 @@ def test_bad_options_are_one_line_each_and_write_nothing(tmp_path, capsys):
     assert matrix.main(["--kinds", "solo,pairs", "--out", str(tmp_path / "m.json")]) == 1
     assert (
         capsys.readouterr().err.strip()
-        == "--kinds: 'pairs' — use some of solo, pair, precision, parallel, loops, models"
+        == "--kinds: 'pairs' — use some of solo, pair, precision, parallel, recipe, loops, models"
     )
     assert matrix.main(["--kinds", "solo"]) == 1
     assert "give --out" in capsys.readouterr().err

@@ -8,7 +8,9 @@ that file (status ``failed``) rather than lost, and the exit status is 1.
 ``--algorithm KEY`` adds one method of the library (its metadata's class, built with the JSON
 object of ``--hparams``) to the run: how :mod:`methods_tools.measure` measures each method. The
 record then holds what the method reported doing (``activity``, from ``Trainer.method_log``) and
-whether that shows it acted.
+whether that shows it acted. ``--algorithm recipe:NAME`` adds a published recipe's whole stack
+instead (:mod:`algorithms.recipes`; ``--hparams`` maps each member's key to its arguments): its
+activity is every member's counters, named ``Class.counter``, and it acted when every member did.
 
 A text data set (its metadata's ``input_shape`` is one sequence length, as ``stdlib_text``'s)
 makes the run a language model's: dict batches ``{"input_ids", "labels"}`` of ``--seq-len``
@@ -233,6 +235,29 @@ def method_algorithm(key: str, hparams: dict[str, Any], plumbing: dict[str, Any]
     return getattr(algorithms, record.class_name)(**hparams, **extra)
 
 
+RECIPE_PREFIX = "recipe:"
+
+
+def run_algorithms(key: str, hparams: dict[str, Any], plumbing: dict[str, Any] | None = None) -> list[Algorithm]:
+    """What ``--algorithm`` adds: the method ``key`` (:func:`method_algorithm`), or the stack of
+    the recipe ``recipe:NAME`` built with ``hparams``, one entry per member."""
+    if key.startswith(RECIPE_PREFIX):
+        from algorithms.recipes import get_recipe
+
+        return get_recipe(key.removeprefix(RECIPE_PREFIX)).algorithms(hparams, **(plumbing or {}))
+    return [method_algorithm(key, hparams, plumbing)]
+
+
+def stack_activity(log: Any, stack: list[Algorithm]) -> tuple[dict[str, int], bool]:
+    """A method's activity and whether it acted; for a stack of several (a recipe), every
+    member's counters as ``Class.counter``, and whether every member acted."""
+    labels = [type(a).__name__ for a in stack]  # a label is the class name; a recipe's are distinct
+    if len(stack) == 1:
+        return dict(log.records[labels[0]]["activity"]), log.acted(labels[0])
+    activity = {f"{label}.{name}": n for label in labels for name, n in log.records[label]["activity"].items()}
+    return activity, all(log.acted(label) for label in labels)
+
+
 def is_text_data(name: str) -> bool:
     """Whether the data set ``name`` holds token sequences (its metadata's input shape is one length)."""
     return len(load_all_datasets()[name].raw["input_shape"]) == 1
@@ -293,7 +318,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         """The configuration's Trainer, from its seed, with the method (first) and ``algorithms``."""
         torch.manual_seed(args.seed)  # the same initial weights on every rank and in every configuration
         model = get_model(args.model, splits.num_classes)
-        extra = [method_algorithm(args.algorithm, json.loads(args.hparams), keys)] if args.algorithm else []
+        extra = run_algorithms(args.algorithm, json.loads(args.hparams), keys) if args.algorithm else []
         loader = _CappedLoader(train, args.max_batches)
         optimizer, schedulers = _optimizer(args), ()
         if args.schedule == "onecycle":  # a warm-up over the first 15 % of the steps to lr, then cosine annealing
@@ -351,10 +376,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
             accelerator = trainer.strategy.accelerator
             note = f"Accelerate set up {accelerator.distributed_type.value}, {accelerator.num_processes} processes"
         activity = acted = None
-        if args.algorithm:  # the method is the first algorithm: its label is its class name
-            label = type(extra[0]).__name__
-            activity = dict(trainer.method_log.records[label]["activity"])
-            acted = trainer.method_log.acted(label)
+        if args.algorithm:  # the method (or the recipe's stack) comes first in the algorithms
+            activity, acted = stack_activity(trainer.method_log, extra)
 
         # The timed run's memory figures, before the tensor-memory run adds to them.
         if device.type == "cuda":
@@ -455,7 +478,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=0)
-    p.add_argument("--algorithm", help="a method's metadata key, e.g. cutmix: train with it")
+    p.add_argument(
+        "--algorithm", help="a method's metadata key, e.g. cutmix, or recipe:NAME (algorithms.recipes): train with it"
+    )
     p.add_argument("--hparams", default="{}", help="the method's constructor arguments, a JSON object")
     p.add_argument("--out-dir", required=True)
     return p

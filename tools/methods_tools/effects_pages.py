@@ -681,9 +681,16 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
 
 
 def effects_files(methods: Sequence[Any], effects: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[EffectsFile]:
-    """Every effects file of ``effects`` as the pages show it, its rows named by ``methods``."""
+    """Every effects file of ``effects`` as the pages show it, its rows named by ``methods``; not
+    the files that measure recipes (their rows are recipes, not methods: the recipes page shows them)."""
+    from .measure import WORKLOADS
+
     records = {r.key: r for r in methods if r.kind == "method"}
-    return [effects_file(path, document, records) for path, document in effects]
+    return [
+        effects_file(path, document, records)
+        for path, document in effects
+        if not getattr(WORKLOADS.get(document["settings"]["workload"]), "recipes", None)
+    ]
 
 
 def _files(site: Site) -> list[EffectsFile]:

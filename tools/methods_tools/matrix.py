@@ -12,6 +12,12 @@ batches), with its metadata's suggested hyperparameters:
   in each precision of :data:`PARALLEL_PRECISIONS` (fp32 and amp_bf16), two processes under
   torchrun: one launch per mode runs every method in both precisions in turn
   (:mod:`methods_tools.matrix_worker`).
+- ``recipe``: each published recipe's whole stack (:mod:`algorithms.recipes`), fp32, one process,
+  with the recipe's arguments as run small (:func:`algorithms.recipes.small_scale_hparams`, and
+  :data:`RECIPE_CELL_CHANGES`); each member's effects are decided against the stack less that
+  member, as a pair's are against the other method alone (:func:`recipe_references`). They are
+  not in the methods' plan (``plan_cells``' default kinds), so a method added to the catalog
+  needs no recipe cell.
 
 Beside the cells, two sections (:mod:`methods_tools.matrix_loops`): ``loops``, every method alone
 in the project's Trainer, an own :class:`~algorithms.core.Loop`, the Hugging Face Trainer and
@@ -54,7 +60,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +110,12 @@ __all__ = [
 Progress = Callable[[str], None]
 
 KINDS = ("solo", "pair", "precision", "parallel")
+#: Cells beside those of the methods: each published recipe's stack together (:mod:`algorithms.recipes`).
+RECIPE_KIND = "recipe"
+CELL_KINDS = (*KINDS, RECIPE_KIND)
 #: The sections beside the cells: every method in each training loop, and on real models (:mod:`.matrix_loops`).
 SECTIONS = ("loops", "models")
-ALL_KINDS = (*KINDS, *SECTIONS)
+ALL_KINDS = (*CELL_KINDS, *SECTIONS)
 #: The observable effects of the metadata schema's ``observable``, in the order cells list them.
 OBSERVABLES = (
     "changed_inputs",
@@ -163,11 +172,14 @@ class Cell:
     methods: tuple[str, ...]
     precision: str = "fp32"
     parallel: str = "single"
+    recipe: str | None = None  # a recipe cell's recipe (its methods are the recipe's members)
 
     @property
     def label(self) -> str:
         """``parallel cutmix ddp``, with the precision where it is not fp32 (``parallel cutmix ddp
-        amp_bf16``): unique in a plan (a launch's results are keyed by it)."""
+        amp_bf16``); a recipe cell ``recipe mild``: unique in a plan (a launch's results are keyed by it)."""
+        if self.recipe is not None:
+            return f"{self.kind} {self.recipe}"
         parallel = f" {self.parallel}" + (f" {self.precision}" if self.precision != "fp32" else "")
         mode = {"precision": f" {self.precision}", "parallel": parallel}.get(self.kind, "")
         return f"{self.kind} {' + '.join(self.methods)}{mode}"
@@ -178,11 +190,12 @@ class Cell:
             "methods": list(self.methods),
             "precision": self.precision,
             "parallel": self.parallel,
+            **({"recipe": self.recipe} if self.recipe is not None else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Cell:
-        return cls(data["kind"], tuple(data["methods"]), data["precision"], data["parallel"])
+        return cls(data["kind"], tuple(data["methods"]), data["precision"], data["parallel"], data.get("recipe"))
 
 
 # --------------------------------------------------------------------------------------------- plan
@@ -232,8 +245,18 @@ def plan_cells(
             for p in PARALLEL_PRECISIONS
             for key in methods
         ]
+    if RECIPE_KIND in kinds:
+        cells += recipe_cells()
     only, precisions = set(only), set(precisions)
     return [c for c in cells if (not only or only & set(c.methods)) and (not precisions or c.precision in precisions)]
+
+
+def recipe_cells() -> list[Cell]:
+    """One cell per published recipe (:data:`algorithms.recipes.RECIPES`): its whole stack, in fp32,
+    one process, with :data:`algorithms.recipes.SMALL_SCALE`'s changes to its members' arguments."""
+    from algorithms.recipes import RECIPES
+
+    return [Cell(RECIPE_KIND, tuple(m.key for m in r.members), recipe=r.key) for r in RECIPES.values()]
 
 
 #: How many pairs without a note of their own :func:`sample_cells` keeps.
@@ -845,6 +868,37 @@ def _build_methods(
     ]
 
 
+#: A recipe cell's changes beyond :data:`algorithms.recipes.SMALL_SCALE`, by member: SAM's sharp step
+#: every 10 batches (Medium's) would not come round in the cell's 6, so it takes one every 3.
+RECIPE_CELL_CHANGES = {"sam": {"interval": 3}}
+
+
+def _recipe_methods(cell: Cell, workload: Workload) -> list[Any]:
+    """A recipe cell's stack, as :func:`algorithms.recipes.small_scale_hparams` gives it with
+    :data:`RECIPE_CELL_CHANGES`."""
+    from algorithms.recipes import get_recipe, small_scale_hparams
+
+    recipe = get_recipe(cell.recipe or "")
+    hparams = small_scale_hparams(recipe)
+    hparams = {k: {**h, **RECIPE_CELL_CHANGES.get(k, {})} for k, h in hparams.items()}
+    stack = recipe.algorithms(hparams, input_key=workload.input_key, target_key=workload.target_key)
+    # a reference cell (the stack less one member, :func:`recipe_references`) lists fewer methods
+    return [a for m, a in zip(recipe.members, stack, strict=True) if m.key in cell.methods]
+
+
+def recipe_references(cell: Cell, settings: Settings, records: Mapping[str, Any]) -> dict[str, list[Batch]]:
+    """What the model and the loss see with a recipe's stack less each member, by that member: the
+    reference each member's effects are decided against, as a pair's are against the other method
+    alone (the same seeds, so the same draws). Against the loader's batches instead, a member that
+    changes the inputs would go unseen wherever another one resizes every batch (ColOut)."""
+    return {
+        key: run_cell(
+            replace(cell, methods=tuple(k for k in cell.methods if k != key)), settings, records, check=False
+        ).batches
+        for key in cell.methods
+    }
+
+
 def _train(
     cell: Cell, methods: Sequence[Any], workload: Workload, settings: Settings, extra: Sequence[Any] = ()
 ) -> list[Batch]:
@@ -1173,7 +1227,7 @@ def run_cell(
     rank = rank_and_world_size()[0] if cell.parallel in MATRIX_PARALLELS else 0
     try:
         workload = WORKLOADS[domain](settings, rank)
-        methods = _build_methods(cell, records, workload)
+        methods = _build_methods(cell, records, workload) if cell.recipe is None else _recipe_methods(cell, workload)
         averages = [
             _AverageCheck(k, m) for k, m in zip(cell.methods, methods, strict=True) if records[k].class_name in AVERAGED
         ]
@@ -1197,7 +1251,8 @@ def run_cell(
             if loss.methods and loss.applies(batches):
                 checks += [f"{k}.loss" for k, _ in loss.methods]
                 misses.append(loss.verdict(batches, cell.precision))
-            if any(records[k].class_name == "SAM" for k in cell.methods):
+            # SAM's check rebuilds the cell's other methods with their suggested arguments: not a recipe's
+            if cell.recipe is None and any(records[k].class_name == "SAM" for k in cell.methods):
                 checks += [f"{k}.rho_zero" for k in cell.methods if records[k].class_name == "SAM"]
                 misses += _sam_check(cell, records, domain, settings, rank)
         except Exception as exc:  # a check that cannot run is a check that missed
@@ -1233,6 +1288,8 @@ def decide(
             shown = run.seen
             if cell.kind == "pair" and references is not None and run.batches:
                 shown = effects_seen(run.batches, references.get(others[0]))
+            elif cell.kind == RECIPE_KIND and references is not None and run.batches:
+                shown = effects_seen(run.batches, references.get(key))  # against the stack less this member
             for name in OBSERVABLES:
                 if name in records[key].observable:
                     (seen if name in shown else missing).append(f"{key}.{name}")
@@ -1412,6 +1469,8 @@ def run_cells(
         if cell.kind == "pair":
             domain = _workload_domain(cell, records)
             refs = {key: reference(key, domain) for key in cell.methods}
+        elif cell.kind == RECIPE_KIND:
+            refs = recipe_references(cell, settings, records)
         report(i, cell, decide(cell, run, records, refs))
     for mode in dict.fromkeys(c.parallel for c in cells if c.parallel in MATRIX_PARALLELS):
         mine = [(i, c) for i, c in enumerate(cells) if c.parallel == mode]
@@ -1467,7 +1526,7 @@ def merge_document(
     if not only and not precisions:
         kept = [c for c in old["cells"] if c["kind"] not in kinds]
         merged = [*kept, *cells]
-        order = {k: i for i, k in enumerate(KINDS)}
+        order = {k: i for i, k in enumerate(CELL_KINDS)}
         merged.sort(key=lambda c: order.get(c["kind"], len(order)))  # stable: each kind's plan order
         return {**old, "cells": merged, **sections}
     from .composability_pages import cell_key
@@ -1510,7 +1569,7 @@ def _replaced(cell: Mapping[str, Any], kinds: Iterable[str], only: Iterable[str]
 def run_matrix(
     out: Path,
     *,
-    kinds: Sequence[str] = (*KINDS, *SECTIONS),
+    kinds: Sequence[str] = ALL_KINDS,
     force: bool = False,
     merge: bool = False,
     command: str = "",
@@ -1536,7 +1595,7 @@ def run_matrix(
     for mode, reason in skipped.items():
         if "parallel" in kinds:
             progress(f"{mode}: not run here ({reason})")
-    cell_kinds = [k for k in KINDS if k in kinds]
+    cell_kinds = [k for k in CELL_KINDS if k in kinds]
     cells = plan_cells(kinds=cell_kinds, parallels=parallels, only=only, precisions=precisions)
     progress(f"{len(cells)} cells: {', '.join(f'{sum(c.kind == k for c in cells)} {k}' for k in cell_kinds)}")
     entries = run_cells(cells, settings, timeout_s=timeout_s, progress=progress)
@@ -1548,11 +1607,9 @@ def run_matrix(
         merged = merge_document(old, cell_kinds, entries, sections, only=only, precisions=precisions)
         # the file's commands are the cells'; a section carries its own command
         commands = [*old["commands"], *([command] if command and cell_kinds else [])]
-        if only or precisions:  # the whole matrix's time, with the new cells' in place of those they replace
-            replaced = sum(c["wall_s"] for c in old["cells"] if _replaced(c, cell_kinds, only, precisions))
-            wall_s = max(old["wall_s"] - replaced, 0.0) + sum(c["wall_s"] for c in entries)
-        else:
-            wall_s = time.perf_counter() - start
+        # the whole matrix's time, with the new cells' in place of those they replace
+        replaced = sum(c["wall_s"] for c in old["cells"] if _replaced(c, cell_kinds, only, precisions))
+        wall_s = max(old["wall_s"] - replaced, 0.0) + sum(c["wall_s"] for c in entries)
         document = build_document(
             old["environment"] if not cell_kinds else env,
             Settings(**old["settings"]),

@@ -68,7 +68,9 @@ class Workload:
     ``accuracy`` (higher is better) or ``loss`` (a language model's validation loss, lower is
     better); ``eval_examples`` evaluates that many held-out examples (evenly spaced) instead of all.
     ``domain`` is whose methods it measures (default: the workload's own name, ``vision`` or
-    ``nlp``), and ``methods`` narrows them to those keys (default: all of them).
+    ``nlp``), and ``methods`` narrows them to those keys (default: all of them). ``recipes``
+    measures published recipes (:mod:`algorithms.recipes`) instead of methods: each run trains a
+    recipe's whole stack, with :data:`algorithms.recipes.SMALL_SCALE`'s changes, as one method.
     """
 
     model: str
@@ -86,6 +88,7 @@ class Workload:
     schedule: str = "constant"
     domain: str | None = None
     methods: tuple[str, ...] | None = None
+    recipes: tuple[str, ...] | None = None
 
     def options(self, workload: str, seeds: Iterable[int], **changes: Any) -> MeasureOptions:
         """The options of a sweep of this workload (named ``workload``) over ``seeds``, with ``changes``."""
@@ -162,6 +165,11 @@ WORKLOADS = {
     ),
     "gpt2": replace(WORKLOADS["nlp"], model="hf_gpt2_tiny", domain="nlp", methods=SURGERY_AND_LOSS["nlp"]),
 }
+# Composer's ResNet-50 recipes, each stack as one method, on the torchvision workload: ProgressiveResizing
+# (a half-size start), ColOut (rows and columns dropped) and BlurPool (anti-aliased strides) need more
+# than the digits' 8 pixels to mean anything, and ResNet-18 is the closest of the reference models to
+# the recipes' ResNet-50.
+WORKLOADS["recipes"] = replace(WORKLOADS["torchvision"], methods=None, recipes=("mild", "medium", "hot"))
 
 
 @dataclass(frozen=True)
@@ -187,14 +195,22 @@ class MeasureOptions:
     threads: int = 1  # one intra-op thread a run: on shared cores, oversubscribed threads make timings erratic
     domain: str | None = None  # whose methods: default the workload's name
     methods: tuple[str, ...] | None = None  # those of them measured: default all
+    recipes: tuple[str, ...] | None = None  # recipes measured instead of methods (algorithms.recipes)
 
     def method_hparams(self, records: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-        """The methods this sweep measures, by key, with their suggested hyperparameters."""
+        """The methods this sweep measures, by key, with their suggested hyperparameters; or the
+        recipes, by key, with each member's arguments (``{member: {...}}``) as the stack runs here."""
+        if self.recipes is not None:
+            from algorithms.recipes import get_recipe, small_scale_hparams
+
+            return {key: small_scale_hparams(get_recipe(key)) for key in self.recipes}
         methods = domain_methods(self.domain or self.workload, records)
         return methods if self.methods is None else {k: h for k, h in methods.items() if k in self.methods}
 
     def method_workloads(self, records: Mapping[str, Any] | None = None) -> dict[str, tuple[str | None, str | None]]:
-        """:func:`method_workloads` of the methods this sweep measures."""
+        """:func:`method_workloads` of the methods this sweep measures (none for recipes)."""
+        if self.recipes is not None:
+            return {}
         chosen = self.method_hparams(records)
         return {k: w for k, w in method_workloads(self.domain or self.workload, records).items() if k in chosen}
 
@@ -349,7 +365,7 @@ def compare_options(job: Job, options: MeasureOptions) -> compare.CompareOptions
         seed=job.seed,
         lr=options.lr,
         timeout_s=options.timeout_s,
-        algorithm=None if job.method == BASELINE else job.method,
+        algorithm=None if job.method == BASELINE else f"recipe:{job.method}" if options.recipes else job.method,
         hparams=json.dumps(dict(job.hparams)),
         seq_len=options.seq_len,
         eval_examples=options.eval_examples,
@@ -907,7 +923,8 @@ def check_args(args: Any) -> tuple[list[str], MeasureOptions | None]:
             )
     for key in _only(args):
         if key not in methods:
-            problems.append(f"--only: {key!r} is not a {args.workload} method — use one of {', '.join(methods)}")
+            what = "a recipe" if options.recipes else f"a {args.workload} method"
+            problems.append(f"--only: {key!r} is not {what} — use one of {', '.join(methods)}")
     if args.only is not None and not _only(args):
         problems.append("--only: empty — name at least one method, e.g. --only cutmix")
     if args.shard is not None:

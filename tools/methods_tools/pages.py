@@ -37,6 +37,7 @@ from .loops_pages import render_loops
 from .markup import safe_token
 from .measurements_page import render_measurements
 from .memory_page import render_memory
+from .recipes_page import render_recipes
 from .results import ResultsError, load_committed
 from .summaries import sourced_figure, verdict_boxes
 from .training_pages import PAGE as TRAINING_PAGE
@@ -190,6 +191,7 @@ GENERATORS: tuple[Generator, ...] = (
     render_loops,  # after render_composability: it appends to the cards' composability snippets
     render_measurements,
     render_memory,
+    render_recipes,
     verdict_boxes,
     landing,
     navigation,
