@@ -438,3 +438,19 @@ def test_a_parallel_cell_in_amp_bf16_is_shown_named_by_its_precision_and_counted
     methods = sum(1 for r in RECORDS.values() if r.kind == "method")
     assert f"Its cells ({methods} methods in 5 configurations): ✓ runs {5 * methods - 2}," in amp
     assert "(✗ in all): 2." in amp
+
+
+def test_a_recipe_cell_is_keyed_and_named_by_its_recipe():
+    """Two recipes may share members; a recipe cell is its recipe's, and a note names the recipe's
+    stack, not its first member alone."""
+    mild = {
+        "kind": "recipe",
+        "methods": ["blurpool", "ema"],
+        "recipe": "mild",
+        "precision": "fp32",
+        "parallel": "single",
+    }
+    hot = {**mild, "recipe": "hot"}
+    assert cp.cell_key(mild) != cp.cell_key(hot)
+    names = {"blurpool": "BlurPool", "ema": "EMA"}
+    assert cp.cell_label(cp.cell_key(mild), names) == "the mild recipe's stack (BlurPool + EMA)"

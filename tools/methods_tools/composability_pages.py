@@ -138,7 +138,7 @@ def cell_key(cell: Mapping[str, Any]) -> CellKey:
     kind = cell["kind"]
     if kind == "parallel":
         return kind, tuple(cell["methods"]), parallel_column(cell["parallel"], cell["precision"])
-    return kind, tuple(cell["methods"]), cell[kind] if kind == "precision" else None
+    return kind, tuple(cell["methods"]), cell[kind] if kind in ("precision", "recipe") else None
 
 
 def matrix_methods(records: Iterable[MethodRecord]) -> list[MethodRecord]:
@@ -167,7 +167,8 @@ def expected_cells(
 
 def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
     """How a note names its cell: "CutMix, then MixUp", "CutMix in amp_bf16", "CutMix under ddp in
-    fp32" (a parallel cell names its precision: the matrix runs each parallel mode in two)."""
+    fp32" (a parallel cell names its precision: the matrix runs each parallel mode in two), "the
+    mild recipe's stack (BlurPool + EMA + ...)"."""
     kind, methods, mode = key
     shown = [names.get(m, m) for m in methods]
     if kind == "pair":
@@ -177,6 +178,8 @@ def cell_label(key: CellKey, names: Mapping[str, str]) -> str:
     if kind == "parallel":
         parallel, precision = column_modes(str(mode))
         return f"{shown[0]} under {parallel} in {precision}"
+    if kind == "recipe":
+        return f"the {mode} recipe's stack ({' + '.join(shown)})"
     return f"{shown[0]} alone"
 
 
