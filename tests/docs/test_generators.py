@@ -118,12 +118,16 @@ def test_navigation_lists_cards_by_name_and_only_pages_that_exist(synthetic_meta
     entries = re.findall(r"^   ([^:\s]\S*)$", text, flags=re.M)  # the entries, not the options
     # the sidebar lists them; the home page shows the landing page instead
     assert text.count(":hidden:") == text.count(".. toctree::")
+    # grouped by kind: the methods' cards, then the best practices' under a caption of their own
+    kinds = [SYNTHETIC[k]["kind"] for k in by_name(SYNTHETIC)]
     assert entries == [
         "method_cards/methods_overview",
         "tables/algorithms_table",
         "measurements",
-        *[f"method_cards/{k}" for k in by_name(SYNTHETIC)],
+        *[f"method_cards/{k}" for k, kind in zip(by_name(SYNTHETIC), kinds, strict=True) if kind == "method"],
+        *[f"method_cards/{k}" for k, kind in zip(by_name(SYNTHETIC), kinds, strict=True) if kind == "best_practice"],
     ]
+    assert text.index(":caption: Best Practices") > text.index("method_cards/zeta_method")
     assert ":caption: Dataset" not in text and "training_configurations" not in text
 
     (tmp_path / "dataset_cards").mkdir()

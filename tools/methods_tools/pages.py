@@ -117,13 +117,17 @@ def navigation(site: Site) -> dict[Path, Content]:
     """The toctrees ``index.rst`` includes.
 
     "Methods Library" lists the overview, the table, the composability page (when it was rendered),
-    then every method card in name order, taken
+    then every method's card, and "Best Practices" every best practice's, each in name order, taken
     from the metadata (so a method without a card fails the build with "nonexisting document",
     and a card without metadata with "not included in any toctree"). The training page, dataset
     cards and model-family cards get a section only when they exist, so an empty folder never
     produces a warning.
     """
-    method_cards = [f"method_cards/{safe_token(r.key, 'method key')}" for r in site.methods]
+
+    def cards(kind: str) -> list[str]:
+        return [f"method_cards/{safe_token(r.key, 'method key')}" for r in site.methods if r.kind == kind]
+
+    method_cards, practice_cards = cards("method"), cards("best_practice")
     sections = [
         ("Dataset and Task Cards", _cards(site.source_dir / "dataset_cards")),
         ("Model Family Cards", _cards(site.source_dir / "model_cards")),
@@ -134,6 +138,7 @@ def navigation(site: Site) -> dict[Path, Content]:
         NAVIGATION: site.render(
             "navigation.rst.inc.j2",
             method_cards=method_cards,
+            practice_cards=practice_cards,
             training_pages=training_pages,
             library_pages=library_pages,
             sections=[s for s in sections if s[1]],
