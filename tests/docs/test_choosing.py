@@ -36,7 +36,7 @@ def summaries(inputs):
     return {key: inputs.summary(key) for key in inputs.records}
 
 
-def test_every_figure_names_its_hardware_and_carries_its_interval(summaries):
+def test_every_figure_names_its_hardware_and_carries_its_interval(summaries, inputs):
     measured = 0
     for key, summary in summaries.items():
         for e in summary.evidence:
@@ -46,7 +46,9 @@ def test_every_figure_names_its_hardware_and_carries_its_interval(summaries):
                 for figure in (e.quality, e.throughput, e.memory):
                     if figure is not None and figure is e.throughput and figure.startswith(NOT_MEASURABLE):
                         # a GPU's speed measured on a CPU is not its cost: no figure, the reason instead
-                        assert key in GPU_SPEED and "CPU" in e.hardware, (key, e.hardware)
+                        # (a method of GPU_SPEED, or a best practice's precision or parallel mode)
+                        practice = inputs.records[key].is_best_practice
+                        assert (key in GPU_SPEED or practice) and "CPU" in e.hardware, (key, e.hardware)
                     elif figure is not None:
                         assert INTERVAL.search(figure.replace("\u2212", "-")), (key, figure)
     assert measured > 20  # the committed effects and training results are read
@@ -252,3 +254,31 @@ def test_the_built_page_holds_every_scenario_and_links_to_cards(real_site):
         assert raw not in text
     index = bs4.BeautifulSoup((real_site / "index.html").read_text(encoding="utf-8"), "html.parser")
     assert index.select_one("article a[href='choosing_methods.html']")
+
+
+def test_a_best_practices_speed_on_a_cpu_is_not_its_cost(summaries):
+    """FSDP's processes share the CPU's cores and Mixed Precision's 16-bit speed is a GPU's: on the
+    committed CPU comparison their boxes give the reason, not the ratio; the same rows from a GPU
+    give the speed-up with its range."""
+    import json
+    from pathlib import Path
+
+    from methods_tools import summaries as summaries_module
+
+    fsdp = [e for e in summaries["fsdp"].evidence if e.measured and "CPU" in e.hardware]
+    amp = [e for e in summaries["mixed_precision"].evidence if e.measured and "CPU" in e.hardware]
+    assert fsdp and amp
+    assert all(e.throughput.startswith(f"{NOT_MEASURABLE} (its 2 processes share") for e in fsdp)
+    assert all(
+        e.throughput == f"{NOT_MEASURABLE} (its speed is that of a GPU's 16-bit matrix units, which this CPU lacks)"
+        for e in amp
+    )
+    path = next(Path(REPO_ROOT / "results").glob("cpu-*.json"))
+    document = json.loads(path.read_text())
+    document["environment"]["device_type"] = "cuda"
+    (gpu,) = [
+        e
+        for e in summaries_module._training_evidence(path, document, "parallel", "fsdp")
+        if e.what.startswith("fp32:fsdp ")
+    ]
+    assert INTERVAL.search(gpu.throughput) and not gpu.throughput.startswith(NOT_MEASURABLE)

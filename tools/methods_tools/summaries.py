@@ -30,7 +30,7 @@ from algorithms.metadata import MethodRecord, discover_metadata_files, validate_
 
 from .compare import did_not_act
 from .docsgen import Content, Site, sorted_methods
-from .effects_pages import STATUS_LABELS, EffectsFile, effects_files
+from .effects_pages import NOT_MEASURABLE, STATUS_LABELS, EffectsFile, effects_files
 from .markup import one_line
 from .results import load_committed
 from .training_pages import PRECISION_FAMILY, REFERENCE_EXPERIMENT, REFERENCE_SOURCE
@@ -295,6 +295,14 @@ def _speedup(entry: Mapping[str, Any], runs: int) -> str | None:
     return f"{_range(speedup['median'], speedup['min'], speedup['max'], runs)}{over}"
 
 
+def _cpu_speed_reason(entry: Mapping[str, Any], env: Mapping[str, Any]) -> str:
+    """Why a training configuration's speed on a CPU is not its cost: a parallel mode's processes
+    share the machine's cores, and a 16-bit precision's speed is that of a GPU's 16-bit units."""
+    if entry["world_size"] > 1:
+        return f"its {entry['world_size']} processes share the machine's {env['cpu_count']} CPU cores"
+    return "its speed is that of a GPU's 16-bit matrix units, which this CPU lacks"
+
+
 def _training_evidence(path: Path, document: Mapping[str, Any], option: str, value: Any) -> list[Evidence]:
     env, settings = document["environment"], document["settings"]
     base = next((e for e in document["summary"] if e["config"] == BASELINE_CONFIG), None)
@@ -312,6 +320,8 @@ def _training_evidence(path: Path, document: Mapping[str, Any], option: str, val
         elif status == "ok":
             runs = entry["ok_runs"]
             status, speed = "measured", _speedup(entry, runs)
+            if env["device_type"] == "cpu":  # what these modes buy in speed is a GPU's, or more devices'
+                speed = f"{NOT_MEASURABLE} ({_cpu_speed_reason(entry, env)})"
             memory = _memory(entry, base, runs) if base is not None and base["status"] == "ok" else None
         evidence.append(
             Evidence(
