@@ -182,3 +182,13 @@ def test_every_schema_is_valid_against_its_metaschema(schema):
     # The loader does not check its schemas at every load (it would slow every command): this does.
     document = json.loads((PACKAGE_ROOT / schema).read_text(encoding="utf-8"))
     jsonschema.validators.validator_for(document).check_schema(document)
+
+
+def test_the_readme_is_for_users_and_short():
+    """The README says what the library is, how to install it and run the two commands, in under
+    1,000 words; measurement notes belong on the site's pages."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    words = len(re.findall(r"[A-Za-z0-9][\w'.-]*", text))
+    assert words < 1000, f"README.md has {words} words: move the details to the site's pages"
+    for command in ("pip install nox && nox -s docs", "nox -s tests"):
+        assert command in text, command
