@@ -71,7 +71,12 @@ def _resume_in_a_fresh_process(checkpoint: Path, duration: str, out: Path, preci
 
 @pytest.mark.parametrize(
     ("first", "total"),
-    [("3ba", "6ba"), ("4ba", "2ep"), ("1ep", "3ep"), ("5ba", "7ba")],
+    [
+        ("3ba", "6ba"),
+        pytest.param("4ba", "2ep", marks=pytest.mark.slow),  # the fast suite's 5 minutes: two of four fast
+        pytest.param("1ep", "3ep", marks=pytest.mark.slow),
+        ("5ba", "7ba"),
+    ],
     ids=["mid-epoch", "at-an-epoch-end", "in-epochs", "into-the-second-epoch"],
 )
 @pytest.mark.parametrize(

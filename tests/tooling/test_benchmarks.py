@@ -143,6 +143,7 @@ print(mapped, kept)
 OUTPUT_BYTES = 32 * 3 * 224 * 224 * 4
 
 
+@pytest.mark.slow  # the batch benchmark's timed loops: about 3 s
 def test_the_batch_benchmark_serves_outputs_from_the_heap_and_keeps_them_when_freed():
     import subprocess
 

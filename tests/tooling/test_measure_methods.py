@@ -296,6 +296,7 @@ def test_a_sweep_writes_paired_intervals_and_verdicts(tmp_path):
     assert document["settings"]["throughput_unit"] == "images"
 
 
+@pytest.mark.slow  # trains small runs in worker processes: about 3 s
 def test_the_memory_ratio_is_of_tensor_memory_where_every_pair_has_it_else_of_the_process(tmp_path):
     document = _measure(tmp_path / "tensor.json", FakeRunner(tensor_seeds={0, 1, 2}))
     summary = {e["method"]: e for e in document["summary"]}
