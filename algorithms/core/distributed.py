@@ -320,6 +320,8 @@ def wrap_model(
 #: DeepSpeed's own bucket size, in elements (its ``reduce_bucket_size`` and ``allgather_bucket_size``
 #: defaults): the most :func:`deepspeed_initialize` gives a bucket.
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
+#: What a bucket's size is a multiple of (DEEPSPEED_BUCKET_ELEMENTS is one too).
+DEEPSPEED_BUCKET_ALIGNMENT = 256
 
 
 def deepspeed_initialize(
@@ -337,14 +339,20 @@ def deepspeed_initialize(
     ``offload_param`` put DeepSpeed's ``offload_optimizer`` and ``offload_param`` sections, device
     ``cpu``, in its ``zero_optimization`` config (see :class:`~algorithms.core.strategies.DeepSpeed`).
 
-    ZeRO's gradient buckets hold at most the model's parameter count: DeepSpeed allocates its
+    ZeRO's gradient buckets hold at most the model's parameter count (rounded up to a multiple of
+    :data:`DEEPSPEED_BUCKET_ALIGNMENT`, as ZeRO requires an even one): DeepSpeed allocates its
     reduce bucket whole, 5e8 elements (2 GB of float32) by default, whatever the model's size, and a
     bucket larger than the model holds nothing more. Every gradient then still fits one bucket, as
     with DeepSpeed's default for any model below 5e8 parameters, so what is reduced, and when, is
     unchanged; a model above that keeps DeepSpeed's default."""
     import deepspeed
 
-    bucket = max(1, min(DEEPSPEED_BUCKET_ELEMENTS, sum(p.numel() for p in model.parameters())))
+    parameters = sum(p.numel() for p in model.parameters())
+    # rounded up to a multiple of DEEPSPEED_BUCKET_ALIGNMENT: ZeRO asserts that its allgather bucket
+    # is a multiple of its start alignment (2 elements) on more than one rank
+    bucket = min(
+        DEEPSPEED_BUCKET_ELEMENTS, -(-max(parameters, 1) // DEEPSPEED_BUCKET_ALIGNMENT) * DEEPSPEED_BUCKET_ALIGNMENT
+    )
     zero: dict[str, Any] = {"stage": zero_stage, "reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
     if offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
