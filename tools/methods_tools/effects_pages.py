@@ -680,17 +680,19 @@ def effects_file(path: Path, document: Mapping[str, Any], records: Mapping[str, 
     )
 
 
-def effects_files(methods: Sequence[Any], effects: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[EffectsFile]:
-    """Every effects file of ``effects`` as the pages show it, its rows named by ``methods``; not
-    the files that measure recipes (their rows are recipes, not methods: the recipes page shows them)."""
+def measures_recipes(document: Mapping[str, Any]) -> bool:
+    """Whether an effects file measures recipes (its rows are recipes, not methods: the recipes
+    page shows them, the methods' effects pages do not)."""
     from .measure import WORKLOADS
 
+    return bool(getattr(WORKLOADS.get(document["settings"]["workload"]), "recipes", None))
+
+
+def effects_files(methods: Sequence[Any], effects: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[EffectsFile]:
+    """Every effects file of ``effects`` as the pages show it, its rows named by ``methods``; not
+    the files that measure recipes (:func:`measures_recipes`)."""
     records = {r.key: r for r in methods if r.kind == "method"}
-    return [
-        effects_file(path, document, records)
-        for path, document in effects
-        if not getattr(WORKLOADS.get(document["settings"]["workload"]), "recipes", None)
-    ]
+    return [effects_file(path, document, records) for path, document in effects if not measures_recipes(document)]
 
 
 def _files(site: Site) -> list[EffectsFile]:

@@ -3,7 +3,7 @@
 // sorts the rows by that column, ascending then descending. Numbers are read from the start of a
 // cell ("0.87x (0.83\u20130.93): slower", "+1.2 points (+0.4 to +2.0): better"); a cell that reads
 // "no detectable difference (\u22120.6 to +0.9 points)" sorts by the middle of its interval; a cell
-// without a number ("none quoted") sorts last. The header cell carries aria-sort, so a screen
+// without a number ("none quoted") sorts last, ascending or descending. The header cell carries aria-sort, so a screen
 // reader says how the table is sorted. No library, nothing from the network.
 (function () {
   "use strict";
@@ -43,7 +43,10 @@
         th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
         var rows = Array.prototype.slice.call(body.rows);
         rows.sort(function (a, b) {
-          var order = compare(key(a.cells[column]), key(b.cells[column]));
+          var ka = key(a.cells[column]), kb = key(b.cells[column]);
+          // a cell without a number sorts last in either direction
+          if ((ka.number === null) !== (kb.number === null)) return ka.number === null ? 1 : -1;
+          var order = compare(ka, kb);
           return ascending ? order : -order;
         });
         rows.forEach(function (row) { body.appendChild(row); });
