@@ -44,3 +44,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA device: torch.cuda.is_available() is False here")
     for item in cuda_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def one_rank_deepspeed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's environment for a world of this one process (MASTER_PORT=0: the store picks a
+    free port), where DeepSpeed can run here; the test skips, saying why, where it cannot."""
+    from algorithms.core.distributed import deepspeed_unavailable_reason
+
+    reason = deepspeed_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    world = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    for name, value in {**world, "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(name, value)

@@ -216,19 +216,10 @@ def test_a_microbatch_size_that_is_not_a_count_of_examples_is_refused(bad):
 
 @pytest.mark.slow  # DeepSpeed's engine, four times: seconds
 @pytest.mark.parametrize("zero_stage", [1, 2])
-def test_deepspeed_microbatches_end_where_its_whole_batches_end(zero_stage, monkeypatch):
+def test_deepspeed_microbatches_end_where_its_whole_batches_end(zero_stage, one_rank_deepspeed):
     """One rank of DeepSpeed on the CPU: only the last microbatch's backward is an accumulation
     boundary, where ZeRO reduces the gradients into its partitions; the step after it updates."""
-    from algorithms.core.distributed import deepspeed_unavailable_reason
     from algorithms.core.strategies import DeepSpeed
-
-    reason = deepspeed_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    # torchrun's environment for a world of this one process (MASTER_PORT=0: the store picks a free port)
-    world = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    for name, value in {**world, "LOCAL_WORLD_SIZE": "1"}.items():
-        monkeypatch.setenv(name, value)
 
     def run(microbatch_size):
         model = _model()

@@ -154,19 +154,13 @@ def test_deepspeed_takes_a_zero_stage_and_offloads_and_refuses_what_it_cannot_do
 
 @pytest.mark.slow  # DeepSpeed's engine, under the profiler: seconds
 @pytest.mark.parametrize("zero_stage", [2, 3])
-def test_deepspeeds_buckets_hold_no_more_than_the_model(zero_stage, monkeypatch):
+def test_deepspeeds_buckets_hold_no_more_than_the_model(zero_stage, one_rank_deepspeed):
     """One rank of ZeRO on a 4,000-parameter model: the peak tensor memory of a step is a few
     times the model's 16 KB (weights, gradients, their partitions, the reduce bucket), not the
     2 GB that DeepSpeed's default bucket of 5e8 float32 elements would take whatever the model."""
-    from algorithms.core.distributed import deepspeed_initialize, deepspeed_unavailable_reason, destroy_process_group
+    from algorithms.core.distributed import deepspeed_initialize, destroy_process_group
     from algorithms.core.tensor_memory import TensorMemory
 
-    reason = deepspeed_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    world = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    for name, value in {**world, "LOCAL_WORLD_SIZE": "1"}.items():
-        monkeypatch.setenv(name, value)
     x = torch.randn(8, 40, generator=torch.Generator().manual_seed(0))
     try:
         with TensorMemory("cpu") as memory:
