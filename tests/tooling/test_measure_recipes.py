@@ -9,10 +9,22 @@ import pytest
 from methods_tools import compare_worker, matrix, measure
 from methods_tools.results import discover_composability, load_composability
 
-# the test environment the harness tests write into their files
-from test_measure_methods import ENV  # noqa: E402
-
 from algorithms.recipes import RECIPES, small_scale_hparams
+
+ENV = {
+    "hardware": "Test CPU, 2 cores (CPU only)",
+    "device_type": "cpu",
+    "device_name": "Test CPU",
+    "device_count": 1,
+    "cpu_model": "Test CPU",
+    "cpu_count": 2,
+    "torch": "2.0.0",
+    "cuda": None,
+    "python": "3.11.0",
+    "platform": "Linux",
+    "date": "2026-01-02T03:04:05Z",
+    "load_average": [1.0, 1.0, 1.0],
+}
 
 
 def _options(**changes) -> measure.MeasureOptions:
